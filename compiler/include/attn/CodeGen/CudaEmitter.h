@@ -1,0 +1,70 @@
+//===- CudaEmitter.h - Kernel template instantiation ------------*- C++ -*-===//
+//
+// Turns a planned kernel (problem, mask policy, tile plan and shared-memory
+// plan, all decided by the passes) into one self-contained CUDA C++
+// translation unit: the templates from templates/ are inlined, so NVRTC needs
+// no include path, and the plan becomes compile-time constants.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTN_CODEGEN_CUDAEMITTER_H
+#define ATTN_CODEGEN_CUDAEMITTER_H
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace attn::codegen {
+
+enum class ElementKind { BF16, F16 };
+enum class MaskPolicyKind { None, Causal, SlidingWindow };
+
+struct MaskPolicy {
+  MaskPolicyKind kind = MaskPolicyKind::None;
+  bool bottomRight = false;
+  int64_t windowLeft = 0;
+  int64_t windowRight = 0;
+};
+
+// Byte offsets of the buffers inside the (1024-byte aligned) dynamic shared
+// memory of one block.
+struct SharedMemoryOffsets {
+  int64_t q = 0, k = 0, v = 0, oStaging = 0, barriers = 0, total = 0;
+};
+
+struct ForwardKernelConfig {
+  std::string kernelName; // the spec's symbol, for the header comment only
+  ElementKind element = ElementKind::BF16;
+  int headDim = 128;
+  int blockM = 128, blockN = 128, stages = 2;
+  int consumerWarpgroups = 2, producerWarpgroups = 1;
+  int consumerRegisters = 240, producerRegisters = 24;
+  MaskPolicy mask;
+  SharedMemoryOffsets smem;
+};
+
+// The complete translation unit for the forward softmax kernel.
+std::string emitForwardKernelSource(const ForwardKernelConfig &config);
+
+// The WGMMA wrapper specializations for m64nNk16 with fp32 accumulation:
+// `fromRegisters` selects A in registers with B transposed (the PV product),
+// otherwise both operands come from shared memory, K-major (the QKᵀ product).
+std::string emitWgmmaWrapper(int n, ElementKind element, bool fromRegisters);
+
+// Inlines `#include "..."` directives that name embedded template files,
+// each file once. Unknown includes are an error (returned in `error`).
+std::string expandTemplate(std::string_view rootFile, std::string &error);
+
+// The embedded template files (generated at build time from templates/).
+struct EmbeddedTemplate {
+  const char *path;
+  const char *contents;
+};
+const std::vector<EmbeddedTemplate> &embeddedTemplates();
+
+// Hash of every embedded template's contents (for cache keys).
+uint64_t templatesFingerprint();
+
+} // namespace attn::codegen
+
+#endif // ATTN_CODEGEN_CUDAEMITTER_H

@@ -1,0 +1,313 @@
+// Forward softmax attention for sm_90a.
+//
+// One thread block computes BLOCK_M query rows of one (batch, head). Warpgroup
+// 0 is the producer: one thread streams the Q tile and a ring of K/V stages
+// into shared memory with TMA, completing on mbarriers. Warpgroups 1..C are
+// consumers, each owning 64 query rows: S = Q Kᵀ on WGMMA from shared memory,
+// masking and the online softmax in registers, then O += P V on WGMMA with P
+// taken from registers. The epilogue normalizes O, stages it through shared
+// memory for 16-byte stores, and writes the per-row log-sum-exp.
+//
+// Everything the compiler decided arrives through namespace attn_plan, emitted
+// ahead of this file: element type, head dim, tile sizes, stage count, register
+// split, mask policy and the shared-memory offsets of every buffer.
+#pragma once
+
+namespace attn_kernel {
+
+using namespace attn_dev;
+using Element = attn_plan::Element;
+using Mask = attn_plan::Mask;
+
+constexpr int kHeadDim = attn_plan::kHeadDim;
+constexpr int kBlockM = attn_plan::kBlockM;
+constexpr int kBlockN = attn_plan::kBlockN;
+constexpr int kStages = attn_plan::kStages;
+constexpr int kConsumers = attn_plan::kConsumerWarpgroups;
+constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
+
+constexpr int kElementBytes = 2;
+// TMA boxes and swizzle atoms are 64 elements (128 bytes) wide; a tile of
+// head_dim columns is stored as head_dim / 64 column blocks.
+constexpr int kColumnBlock = 64;
+constexpr int kColumnBlocks = kHeadDim / kColumnBlock;
+constexpr u32 kRowBytes = kColumnBlock * kElementBytes;
+constexpr u32 kAtomBytes = 8 * kRowBytes;
+constexpr u32 kQTileBytes = kBlockM * kHeadDim * kElementBytes;
+constexpr u32 kKvTileBytes = kBlockN * kHeadDim * kElementBytes;
+
+constexpr int kScoreRegs = kBlockN / 2;  // S accumulator: 64 x BLOCK_N fp32
+constexpr int kOutputRegs = kHeadDim / 2; // O accumulator: 64 x head_dim fp32
+constexpr int kPRegs = kBlockN / 4;      // P: 64 x BLOCK_N packed 16-bit
+
+static_assert(kBlockM == 64 * kConsumers, "one 64-row WGMMA slice per consumer warpgroup");
+static_assert(kHeadDim % kColumnBlock == 0, "head dim must be a multiple of 64");
+static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "BLOCK_N is the N of a WGMMA");
+
+// Shared-memory barriers, laid out as [q_full, k_full[S], v_full[S], kv_empty[S]].
+struct Barriers {
+  u32 base;
+  __device__ u32 qFull() const { return base; }
+  __device__ u32 kFull(int stage) const { return base + 8 * (1 + stage); }
+  __device__ u32 vFull(int stage) const { return base + 8 * (1 + kStages + stage); }
+  __device__ u32 kvEmpty(int stage) const { return base + 8 * (1 + 2 * kStages + stage); }
+};
+
+// The half-open range of key tiles this block visits; tiles outside it are
+// fully masked for every row of the block and are never loaded.
+struct KeyTileRange {
+  int begin;
+  int end;
+};
+
+__device__ __forceinline__ KeyTileRange keyTilesFor(int queryBegin, int queryEnd, int seqlenK,
+                                                    i64 shift) {
+  i64 keyBegin = Mask::keyBegin(queryBegin, shift);
+  i64 keyEnd = Mask::keyEnd(queryEnd - 1, shift, seqlenK);
+  KeyTileRange range;
+  range.begin = static_cast<int>(keyBegin / kBlockN);
+  range.end = keyEnd > keyBegin ? static_cast<int>((keyEnd + kBlockN - 1) / kBlockN) : range.begin;
+  return range;
+}
+
+// ---------------------------------------------------------------------------
+// Producer: one thread issues every TMA load.
+
+__device__ __forceinline__ void loadTile(u32 destination, u32 rows, const TensorMapBlob *map,
+                                         u32 barrier, int row, int head, int batch) {
+#pragma unroll
+  for (int block = 0; block < kColumnBlocks; ++block)
+    tmaLoad4d(destination + block * rows * kRowBytes, map, barrier, block * kColumnBlock, row, head,
+              batch);
+}
+
+__device__ void produce(const attn_abi::AttnFwdParams &p, u32 smemBase, const Barriers &barriers,
+                        int queryBegin, int head, int kvHead, int batch, KeyTileRange tiles) {
+  prefetchTensorMap(&p.q_map);
+  prefetchTensorMap(&p.k_map);
+  prefetchTensorMap(&p.v_map);
+
+  mbarrierArriveExpectTx(barriers.qFull(), kQTileBytes);
+  loadTile(smemBase + attn_plan::kSmemQ, kBlockM, &p.q_map, barriers.qFull(), queryBegin, head,
+           batch);
+
+  for (int tile = tiles.begin, iteration = 0; tile < tiles.end; ++tile, ++iteration) {
+    int stage = iteration % kStages;
+    if (iteration >= kStages)
+      mbarrierWait(barriers.kvEmpty(stage), ((iteration / kStages) - 1) & 1);
+    int keyRow = tile * kBlockN;
+    mbarrierArriveExpectTx(barriers.kFull(stage), kKvTileBytes);
+    loadTile(smemBase + attn_plan::kSmemK + stage * kKvTileBytes, kBlockN, &p.k_map,
+             barriers.kFull(stage), keyRow, kvHead, batch);
+    mbarrierArriveExpectTx(barriers.vFull(stage), kKvTileBytes);
+    loadTile(smemBase + attn_plan::kSmemV + stage * kKvTileBytes, kBlockN, &p.v_map,
+             barriers.vFull(stage), keyRow, kvHead, batch);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Consumer pieces.
+
+// S = Q_slice Kᵀ: A is this warpgroup's 64 rows of Q, B the K tile, both
+// K-major; each k-step of 16 columns advances 32 bytes inside a 128-byte row.
+__device__ __forceinline__ void computeScores(float (&scores)[kScoreRegs], u32 qSlice, u32 kTile) {
+  fenceAccumulators(scores);
+  wgmmaFence();
+#pragma unroll
+  for (int step = 0; step < kHeadDim / 16; ++step) {
+    u32 blockOffset = (step / 4), inRow = (step % 4) * 32;
+    u64 a = swizzled128Descriptor(qSlice + blockOffset * kBlockM * kRowBytes + inRow, 16, kAtomBytes);
+    u64 b = swizzled128Descriptor(kTile + blockOffset * kBlockN * kRowBytes + inRow, 16, kAtomBytes);
+    WgmmaSS<kBlockN, Element>::mma(scores, a, b, step > 0);
+  }
+  wgmmaCommitGroup();
+  wgmmaWaitGroup<0>();
+  fenceAccumulators(scores);
+}
+
+// O += P V: A is P from registers, B the V tile read MN-major (transposed):
+// each k-step of 16 keys advances 16 rows; column blocks are kBlockN rows apart.
+__device__ __forceinline__ void accumulateOutput(float (&output)[kOutputRegs],
+                                                 const u32 (&probabilities)[kPRegs], u32 vTile) {
+  fenceAccumulators(output);
+  wgmmaFence();
+#pragma unroll
+  for (int step = 0; step < kBlockN / 16; ++step) {
+    u64 b = swizzled128Descriptor(vTile + step * 16 * kRowBytes, kBlockN * kRowBytes, kAtomBytes);
+    WgmmaRS<kHeadDim, Element>::mma(output, probabilities[4 * step], probabilities[4 * step + 1],
+                                    probabilities[4 * step + 2], probabilities[4 * step + 3], b);
+  }
+  wgmmaCommitGroup();
+  wgmmaWaitGroup<0>();
+  fenceAccumulators(output);
+}
+
+// Scales scores to base 2 and sets entries the mask or the key length excludes
+// to -inf. Tiles the mask fully covers skip the per-element test.
+__device__ __forceinline__ void scaleAndMask(float (&scores)[kScoreRegs], float scaleLog2,
+                                             bool needsMask, int row0, int keyBase, int seqlenK,
+                                             i64 shift, int lane) {
+#pragma unroll
+  for (int i = 0; i < kScoreRegs; ++i) {
+    float value = scores[i] * scaleLog2;
+    if (needsMask) {
+      int row = row0 + 8 * fragmentRowHalf(i);
+      int key = keyBase + fragmentColumn(i, lane);
+      if (key >= seqlenK || !Mask::allows(row, key, shift))
+        value = negativeInfinity();
+    }
+    scores[i] = value;
+  }
+}
+
+__device__ __forceinline__ void packProbabilities(const float (&scores)[kScoreRegs],
+                                                  u32 (&probabilities)[kPRegs]) {
+#pragma unroll
+  for (int i = 0; i < kPRegs; ++i)
+    probabilities[i] = packPair<Element>(scores[2 * i], scores[2 * i + 1]);
+}
+
+// Writes the normalized O slice (64 rows) through shared memory so that each
+// thread stores whole 16-byte row segments, and the log-sum-exp per row. The
+// staging slice has the layout of this warpgroup's Q rows (64-column blocks of
+// 128-byte rows, 16-byte chunks XOR-swizzled by row % 8), which keeps the
+// fragment stores free of bank conflicts and never touches another
+// warpgroup's rows.
+__device__ __forceinline__ u32 stagingAddress(u32 staging, int row, int chunk) {
+  int block = chunk / 8, chunkInRow = chunk % 8;
+  return staging + block * kBlockM * kRowBytes + row * kRowBytes + ((chunkInRow ^ (row % 8)) * 16);
+}
+
+__device__ void storeOutput(const attn_abi::AttnFwdParams &p, const float (&output)[kOutputRegs],
+                            const float (&logSumExp)[2], u32 staging, int consumer,
+                            int sliceQueryBegin, int head, int batch) {
+  const int thread = threadIdx.x % kWarpgroupThreads;
+  const int warp = thread / 32, lane = thread % 32;
+
+#pragma unroll
+  for (int i = 0; i < kOutputRegs; i += 2) {
+    int row = warp * 16 + lane / 4 + 8 * fragmentRowHalf(i);
+    int column = fragmentColumn(i, lane);
+    u32 address = stagingAddress(staging, row, column / 8) + (column % 8) * kElementBytes;
+    u32 packed = packPair<Element>(output[i], output[i + 1]);
+    asm volatile("st.shared.b32 [%0], %1;" ::"r"(address), "r"(packed) : "memory");
+  }
+  warpgroupBarrier(1 + consumer);
+
+  constexpr int kChunksPerRow = kHeadDim / 8;
+  for (int index = thread; index < 64 * kChunksPerRow; index += kWarpgroupThreads) {
+    int row = index / kChunksPerRow, chunk = index % kChunksPerRow;
+    int query = sliceQueryBegin + row;
+    if (query >= p.seqlen_q)
+      continue;
+    u32 x, y, z, w;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(x), "=r"(y), "=r"(z), "=r"(w)
+                 : "r"(stagingAddress(staging, row, chunk)));
+    char *o = static_cast<char *>(p.o) +
+              kElementBytes * (batch * p.o_stride_batch + query * p.o_stride_seq +
+                               head * p.o_stride_head + chunk * 8);
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(o), "r"(x), "r"(y), "r"(z),
+                 "r"(w)
+                 : "memory");
+  }
+
+  if ((lane & 3) == 0) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      int query = sliceQueryBegin + warp * 16 + lane / 4 + 8 * half;
+      if (query < p.seqlen_q)
+        p.lse[(static_cast<i64>(batch) * p.q_heads + head) * p.seqlen_q + query] = logSumExp[half];
+    }
+  }
+}
+
+__device__ void consume(const attn_abi::AttnFwdParams &p, u32 smemBase, const Barriers &barriers,
+                        int consumer, int queryBegin, int head, int batch, KeyTileRange tiles,
+                        i64 shift) {
+  const int thread = threadIdx.x % kWarpgroupThreads;
+  const int warp = thread / 32, lane = thread % 32;
+  const int sliceQueryBegin = queryBegin + 64 * consumer;
+  const int row0 = sliceQueryBegin + warp * 16 + lane / 4;
+  const int sliceLast = min(sliceQueryBegin + 63, p.seqlen_q - 1);
+  const u32 qSlice = smemBase + attn_plan::kSmemQ + consumer * 64 * kRowBytes;
+
+  float output[kOutputRegs];
+#pragma unroll
+  for (int i = 0; i < kOutputRegs; ++i)
+    output[i] = 0.f;
+  RowStatistics stats;
+  stats.reset();
+
+  mbarrierWait(barriers.qFull(), 0);
+
+  for (int tile = tiles.begin, iteration = 0; tile < tiles.end; ++tile, ++iteration) {
+    int stage = iteration % kStages;
+    u32 phase = (iteration / kStages) & 1;
+    int keyBase = tile * kBlockN;
+    bool needsMask = keyBase + kBlockN > p.seqlen_k ||
+                     !Mask::coversTile(sliceQueryBegin, sliceLast, keyBase, keyBase + kBlockN - 1,
+                                       shift);
+
+    float scores[kScoreRegs];
+    mbarrierWait(barriers.kFull(stage), phase);
+    computeScores(scores, qSlice, smemBase + attn_plan::kSmemK + stage * kKvTileBytes);
+    scaleAndMask(scores, p.scale_log2, needsMask, row0, keyBase, p.seqlen_k, shift, lane);
+    onlineSoftmaxUpdate(scores, output, stats);
+
+    u32 probabilities[kPRegs];
+    packProbabilities(scores, probabilities);
+    mbarrierWait(barriers.vFull(stage), phase);
+    accumulateOutput(output, probabilities, smemBase + attn_plan::kSmemV + stage * kKvTileBytes);
+    mbarrierArrive(barriers.kvEmpty(stage));
+  }
+
+  float logSumExp[2];
+  finalizeSoftmax(output, stats, logSumExp);
+  // The staging area reuses this warpgroup's rows of the Q tile, which its
+  // last QKᵀ has finished reading.
+  u32 staging = smemBase + attn_plan::kSmemOStaging + consumer * 64 * kRowBytes;
+  storeOutput(p, output, logSumExp, staging, consumer, sliceQueryBegin, head, batch);
+}
+
+} // namespace attn_kernel
+
+extern "C" __global__ void __launch_bounds__(attn_kernel::kThreads, 1)
+    attn_fwd_kernel(const __grid_constant__ attn_abi::AttnFwdParams p) {
+  using namespace attn_kernel;
+  extern __shared__ __align__(1024) unsigned char sharedMemory[];
+  // Swizzled tiles need 1024-byte alignment; the launch reserves the slack.
+  const u32 smemBase = (sharedAddress(sharedMemory) + 1023) & ~1023u;
+  const Barriers barriers{smemBase + attn_plan::kSmemBarriers};
+
+  // Causal blocks with more key tiles run first so the tail of the grid is
+  // made of short blocks.
+  const int queryBlock = gridDim.x - 1 - blockIdx.x;
+  const int head = blockIdx.y, batch = blockIdx.z;
+  const int kvHead = head / (p.q_heads / p.kv_heads);
+  const int queryBegin = queryBlock * kBlockM;
+  const int queryEnd = min(queryBegin + kBlockM, p.seqlen_q);
+  const i64 shift = attn_plan::kMaskBottomRight ? static_cast<i64>(p.seqlen_k) - p.seqlen_q : 0;
+  const KeyTileRange tiles = keyTilesFor(queryBegin, queryEnd, p.seqlen_k, shift);
+
+  const int warpgroup = threadIdx.x / kWarpgroupThreads;
+  if (threadIdx.x == 0) {
+    mbarrierInit(barriers.qFull(), 1);
+    for (int stage = 0; stage < kStages; ++stage) {
+      mbarrierInit(barriers.kFull(stage), 1);
+      mbarrierInit(barriers.vFull(stage), 1);
+      mbarrierInit(barriers.kvEmpty(stage), kConsumers * kWarpgroupThreads);
+    }
+    fenceBarrierInit();
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    releaseRegisters<attn_plan::kProducerRegisters>();
+    if (threadIdx.x == 0)
+      produce(p, smemBase, barriers, queryBegin, head, kvHead, batch, tiles);
+  } else {
+    claimRegisters<attn_plan::kConsumerRegisters>();
+    consume(p, smemBase, barriers, warpgroup - 1, queryBegin, head, batch, tiles, shift);
+  }
+}

@@ -1,0 +1,48 @@
+// The launch ABI shared by the host runtime (C++) and the kernel templates
+// (NVRTC). Both sides include this one header so the parameter block cannot
+// drift between them. It uses only fixed-width builtin types: NVRTC compiles it
+// without any system header.
+#ifndef ATTN_TEMPLATES_ATTN_PARAMS_H
+#define ATTN_TEMPLATES_ATTN_PARAMS_H
+
+namespace attn_abi {
+
+// An opaque 128-byte TMA descriptor (CUtensorMap), encoded on the host by
+// cuTensorMapEncodeTiled and read by the copy engine from kernel parameter
+// space. 64-byte alignment is required by the hardware.
+struct alignas(64) TensorMapBlob {
+  unsigned long long words[16];
+};
+
+// Parameters of the forward softmax attention kernel.
+//
+// Tensors use the BSHD layout: Q and O are [batch, seqlen_q, q_heads, head_dim],
+// K and V are [batch, seqlen_k, kv_heads, head_dim]; the last dimension is
+// contiguous, the other strides are free (multiples of 16 bytes for TMA).
+// Q, K and V are read through tensor maps whose box shapes come from the plan;
+// O is written with plain stores, so only its strides travel here.
+// LSE is [batch, q_heads, seqlen_q] fp32, contiguous, natural logarithm.
+struct AttnFwdParams {
+  TensorMapBlob q_map;
+  TensorMapBlob k_map;
+  TensorMapBlob v_map;
+  void *o;
+  float *lse;
+  long long o_stride_batch; // in elements
+  long long o_stride_seq;
+  long long o_stride_head;
+  int batch;
+  int seqlen_q;
+  int seqlen_k;
+  int q_heads;
+  int kv_heads;
+  // softmax scale multiplied by log2(e): the kernel works in base 2.
+  float scale_log2;
+};
+
+// The kernel's entry point name in the emitted translation unit.
+#define ATTN_FWD_KERNEL_NAME "attn_fwd_kernel"
+
+} // namespace attn_abi
+
+#endif // ATTN_TEMPLATES_ATTN_PARAMS_H

@@ -1,0 +1,54 @@
+// Mask policies the compiler picks from the kernel's mask attribute. Each one
+// answers, for query rows shifted by `shift` (Sk - Sq when the mask is aligned
+// bottom-right, 0 when top-left):
+//   keyBegin/keyEnd: the half-open key range any row in [qFirst, qLast] may see,
+//                    so tiles outside it are never loaded;
+//   coversTile:      whether every (q, k) pair of a tile is allowed, so the
+//                    tile skips per-element masking;
+//   allows:          the per-element predicate for the partial tiles.
+#pragma once
+
+namespace attn_dev {
+
+typedef long long i64;
+
+__device__ __forceinline__ i64 maxI64(i64 a, i64 b) { return a > b ? a : b; }
+__device__ __forceinline__ i64 minI64(i64 a, i64 b) { return a < b ? a : b; }
+
+struct NoMask {
+  static __device__ __forceinline__ i64 keyBegin(i64, i64) { return 0; }
+  static __device__ __forceinline__ i64 keyEnd(i64, i64, i64 seqlenK) { return seqlenK; }
+  static __device__ __forceinline__ bool coversTile(i64, i64, i64, i64, i64) { return true; }
+  static __device__ __forceinline__ bool allows(i64, i64, i64) { return true; }
+};
+
+// Keeps k <= q + shift.
+struct CausalMask {
+  static __device__ __forceinline__ i64 keyBegin(i64, i64) { return 0; }
+  static __device__ __forceinline__ i64 keyEnd(i64 qLast, i64 shift, i64 seqlenK) {
+    return minI64(seqlenK, qLast + shift + 1);
+  }
+  static __device__ __forceinline__ bool coversTile(i64 qFirst, i64, i64, i64 kLast, i64 shift) {
+    return kLast <= qFirst + shift;
+  }
+  static __device__ __forceinline__ bool allows(i64 q, i64 k, i64 shift) { return k <= q + shift; }
+};
+
+// Keeps q + shift - Left <= k <= q + shift + Right.
+template <i64 Left, i64 Right> struct SlidingWindowMask {
+  static __device__ __forceinline__ i64 keyBegin(i64 qFirst, i64 shift) {
+    return maxI64(0, qFirst + shift - Left);
+  }
+  static __device__ __forceinline__ i64 keyEnd(i64 qLast, i64 shift, i64 seqlenK) {
+    return minI64(seqlenK, qLast + shift + Right + 1);
+  }
+  static __device__ __forceinline__ bool coversTile(i64 qFirst, i64 qLast, i64 kFirst, i64 kLast,
+                                                    i64 shift) {
+    return kFirst >= qLast + shift - Left && kLast <= qFirst + shift + Right;
+  }
+  static __device__ __forceinline__ bool allows(i64 q, i64 k, i64 shift) {
+    return k >= q + shift - Left && k <= q + shift + Right;
+  }
+};
+
+} // namespace attn_dev

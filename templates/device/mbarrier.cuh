@@ -1,0 +1,41 @@
+// mbarrier primitives: the producer's TMA loads complete on them (transaction
+// counts) and the consumers release stage slots through them.
+#pragma once
+
+namespace attn_dev {
+
+__device__ __forceinline__ void mbarrierInit(u32 barrier, u32 arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(barrier), "r"(arrivals) : "memory");
+}
+
+// Makes initialized barriers visible to the async proxy (the copy engine).
+__device__ __forceinline__ void fenceBarrierInit() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// One arrival that also announces `bytes` of transactions still to land.
+__device__ __forceinline__ void mbarrierArriveExpectTx(u32 barrier, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(barrier), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void mbarrierArrive(u32 barrier) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(barrier) : "memory");
+}
+
+// Blocks until the barrier's phase with the given parity has completed.
+__device__ __forceinline__ void mbarrierWait(u32 barrier, u32 parity) {
+  u32 done;
+  do {
+    asm volatile("{\n"
+                 ".reg .pred complete;\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 complete, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, complete;\n"
+                 "}\n"
+                 : "=r"(done)
+                 : "r"(barrier), "r"(parity)
+                 : "memory");
+  } while (!done);
+}
+
+} // namespace attn_dev

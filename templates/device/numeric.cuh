@@ -1,0 +1,47 @@
+// Element types and conversions for the kernel templates. NVRTC compiles these
+// without the toolkit's cuda_bf16.h / cuda_fp16.h, so conversions are written
+// with the PTX instructions directly.
+#pragma once
+
+namespace attn_dev {
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+// Tags naming the 16-bit element type of Q, K, V and O.
+struct Bf16 {
+  static constexpr const char *kPtxName = "bf16";
+};
+struct F16 {
+  static constexpr const char *kPtxName = "f16";
+};
+
+// Packs two fp32 values into one register of two 16-bit values, `lo` in the
+// low half (the lower column index of a WGMMA fragment pair).
+template <class Element> __device__ __forceinline__ u32 packPair(float lo, float hi);
+
+template <> __device__ __forceinline__ u32 packPair<Bf16>(float lo, float hi) {
+  u32 packed;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(hi), "f"(lo));
+  return packed;
+}
+
+template <> __device__ __forceinline__ u32 packPair<F16>(float lo, float hi) {
+  u32 packed;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(hi), "f"(lo));
+  return packed;
+}
+
+__device__ __forceinline__ float fastExp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ float negativeInfinity() { return __int_as_float(0xff800000); }
+
+__device__ __forceinline__ u32 sharedAddress(const void *pointer) {
+  return static_cast<u32>(__cvta_generic_to_shared(pointer));
+}
+
+} // namespace attn_dev
