@@ -1,0 +1,56 @@
+//===- ReferenceAttention.h - CPU oracle for attention ----------*- C++ -*-===//
+//
+// A deliberately simple, independent implementation of forward softmax
+// attention used to check the GPU kernels: fp32 inputs, fp64 arithmetic, an
+// exact two-pass softmax per row.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTN_REFERENCE_REFERENCEATTENTION_H
+#define ATTN_REFERENCE_REFERENCEATTENTION_H
+
+#include <cstdint>
+
+namespace attn::reference {
+
+enum class MaskKind { None, Causal, SlidingWindow };
+enum class MaskAlignment { TopLeft, BottomRight };
+
+struct MaskSpec {
+  MaskKind kind = MaskKind::None;
+  MaskAlignment alignment = MaskAlignment::TopLeft;
+  int64_t windowLeft = 0, windowRight = 0;
+};
+
+/// Whether query row `q` may attend to key `k` (0 <= k < seqlenK required).
+/// With shift = seqlenK - seqlenQ for BottomRight alignment (0 for TopLeft)
+/// and qa = q + shift: Causal allows k <= qa; SlidingWindow allows
+/// qa - windowLeft <= k <= qa + windowRight; None allows every k.
+bool maskAllows(const MaskSpec &mask, int64_t q, int64_t k, int64_t seqlenQ,
+                int64_t seqlenK);
+
+struct Problem {
+  int64_t batch = 0, seqlenQ = 0, seqlenK = 0, qHeads = 0, kvHeads = 0,
+          headDim = 0;
+  double scale = 1.0;
+  MaskSpec mask;
+};
+
+/// A read-only BSHD tensor: element (b, s, h, d) is at
+/// data[b*strides[0] + s*strides[1] + h*strides[2] + d*strides[3]].
+struct HostTensor {
+  const float *data;
+  int64_t strides[4];
+};
+
+/// Forward attention. q: [B, Sq, Hq, D], k and v: [B, Sk, Hkv, D].
+/// Writes o [B, Sq, Hq, D] and lse [B, Hq, Sq] (natural log), both contiguous
+/// fp32. Rows with no allowed key get o = 0 and lse = -inf. Query head h
+/// reads kv head h / (Hq / Hkv). Throws std::invalid_argument for an
+/// inconsistent problem (negative sizes, kvHeads not dividing qHeads, null
+/// pointers for non-empty tensors).
+void forward(const Problem &problem, const HostTensor &q, const HostTensor &k,
+             const HostTensor &v, float *o, float *lse);
+
+} // namespace attn::reference
+
+#endif // ATTN_REFERENCE_REFERENCEATTENTION_H

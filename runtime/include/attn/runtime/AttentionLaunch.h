@@ -1,0 +1,65 @@
+//===- AttentionLaunch.h - Forward attention kernel launch ------*- C++ -*-===//
+//
+// Host side of the forward softmax attention kernel: argument validation
+// against the compiled plan, construction of the ABI parameter block
+// (attn_params.h), and the launch itself.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTN_RUNTIME_ATTENTIONLAUNCH_H
+#define ATTN_RUNTIME_ATTENTIONLAUNCH_H
+
+#include "attn/runtime/Module.h"
+#include "attn/runtime/Tensor.h"
+
+#include "attn_params.h"
+
+#include <string>
+
+namespace attn {
+
+/// What the compiler's plan fixes about a kernel (from its metadata).
+struct AttnLaunchConfig {
+  int headDim = 0;
+  int qHeads = 0;
+  int kvHeads = 0;
+  DType dtype = DType::BF16;
+  float scale = 1.0f;
+  int blockM = 0;
+  int blockN = 0;
+  int threadsPerBlock = 0;
+  /// Dynamic shared memory, including alignment slack.
+  int sharedMemoryBytes = 0;
+  std::string kernelName = ATTN_FWD_KERNEL_NAME;
+};
+
+/// Device tensors of one forward call. q, o: [B, Sq, Hq, D]; k, v:
+/// [B, Sk, Hkv, D]; lse: [B, Hq, Sq] fp32 contiguous, device memory.
+struct AttnForwardArgs {
+  TensorView q, k, v, o;
+  float *lse = nullptr;
+};
+
+/// Checks the arguments against the config without touching the driver;
+/// throws attn::Error whose message starts with the offending argument
+/// ("q: ...", "k: ...", "lse: ...", "config: ...").
+void validateForwardArgs(const AttnLaunchConfig &config,
+                         const AttnForwardArgs &args);
+
+/// Builds the kernel's parameter block (encodes the tensor maps, so it needs
+/// the driver). Q maps use blockM-row boxes, K/V maps blockN-row boxes, all
+/// 64 columns. Validates first.
+attn_abi::AttnFwdParams makeForwardParams(const AttnLaunchConfig &config,
+                                          const AttnForwardArgs &args);
+
+/// {ceil(seqlenQ / blockM), qHeads, batch}.
+Dim3 forwardGrid(const AttnLaunchConfig &config, int batch, int seqlenQ);
+
+/// Validates, builds the parameters, raises the kernel's dynamic shared
+/// memory limit and launches on `stream`. Launches nothing when the batch or
+/// seqlen_q is zero.
+void launchForward(KernelFunction &kernel, const AttnLaunchConfig &config,
+                   const AttnForwardArgs &args, CUstream stream);
+
+} // namespace attn
+
+#endif // ATTN_RUNTIME_ATTENTIONLAUNCH_H

@@ -1,0 +1,188 @@
+//===- AttentionLaunch.cpp - Forward attention kernel launch --------------===//
+
+#include "attn/runtime/AttentionLaunch.h"
+
+#include "attn/runtime/TensorMap.h"
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <sstream>
+
+namespace attn {
+
+namespace {
+// Grid y and z are limited to 16 bits by the hardware.
+constexpr int64_t kMaxGridYZ = 65535;
+constexpr unsigned kBoxCols = 64; // 128-byte rows of a 16-bit type.
+
+[[noreturn]] void fail(const char *name, const std::string &what) {
+  throw Error(std::string(name) + ": " + what);
+}
+
+std::string shapeString(const TensorView &view) {
+  std::ostringstream os;
+  os << "[" << view.shape[0] << ", " << view.shape[1] << ", " << view.shape[2]
+     << ", " << view.shape[3] << "]";
+  return os.str();
+}
+
+void validateConfig(const AttnLaunchConfig &config) {
+  auto requirePositive = [](int value, const char *field) {
+    if (value <= 0)
+      fail("config", std::string(field) + " must be positive, got " +
+                         std::to_string(value));
+  };
+  requirePositive(config.headDim, "headDim");
+  requirePositive(config.qHeads, "qHeads");
+  requirePositive(config.kvHeads, "kvHeads");
+  requirePositive(config.blockM, "blockM");
+  requirePositive(config.blockN, "blockN");
+  requirePositive(config.threadsPerBlock, "threadsPerBlock");
+  if (config.sharedMemoryBytes < 0)
+    fail("config", "sharedMemoryBytes must be non-negative");
+  if (config.qHeads % config.kvHeads != 0)
+    fail("config", "qHeads (" + std::to_string(config.qHeads) +
+                       ") must be a multiple of kvHeads (" +
+                       std::to_string(config.kvHeads) + ")");
+  if (config.dtype != DType::BF16 && config.dtype != DType::F16)
+    fail("config", std::string("dtype must be bf16 or f16, got ") +
+                       dtypeName(config.dtype));
+  if (!std::isfinite(config.scale))
+    fail("config", "scale must be finite");
+  if (config.qHeads > kMaxGridYZ)
+    fail("config", "qHeads exceeds the grid limit of 65535");
+}
+
+/// Checks what the plan fixes: dtype, head_dim and head count.
+void validateAgainstConfig(const TensorView &view, const char *name,
+                           const AttnLaunchConfig &config, int heads,
+                           const char *headKind) {
+  if (view.dtype != config.dtype)
+    fail(name, std::string("dtype ") + dtypeName(view.dtype) +
+                   " does not match the kernel's " + dtypeName(config.dtype));
+  if (view.headDim() != config.headDim)
+    fail(name, "head_dim " + std::to_string(view.headDim()) +
+                   " does not match the kernel's " +
+                   std::to_string(config.headDim));
+  if (view.heads() != heads)
+    fail(name, std::to_string(view.heads()) + " heads, but the kernel was "
+                   "compiled for " + std::to_string(heads) + " " + headKind +
+                   " heads");
+}
+
+void requireIntRange(int64_t value, const char *name, const char *what) {
+  if (value > INT_MAX)
+    fail(name, std::string(what) + " " + std::to_string(value) +
+                   " exceeds the int range of the kernel ABI");
+}
+} // namespace
+
+void validateForwardArgs(const AttnLaunchConfig &config,
+                         const AttnForwardArgs &args) {
+  validateConfig(config);
+  validateAgainstConfig(args.q, "q", config, config.qHeads, "query");
+  validateAgainstConfig(args.k, "k", config, config.kvHeads, "kv");
+  validateAgainstConfig(args.v, "v", config, config.kvHeads, "kv");
+  validateAgainstConfig(args.o, "o", config, config.qHeads, "query");
+
+  for (int dim = 0; dim < 2; ++dim) {
+    if (args.o.shape[dim] != args.q.shape[dim])
+      fail("o", "shape " + shapeString(args.o) + " does not match q's " +
+                    shapeString(args.q));
+    if (args.v.shape[dim] != args.k.shape[dim])
+      fail("v", "shape " + shapeString(args.v) + " does not match k's " +
+                    shapeString(args.k));
+  }
+  if (args.k.batch() != args.q.batch())
+    fail("k", "batch " + std::to_string(args.k.batch()) +
+                  " does not match q's batch " +
+                  std::to_string(args.q.batch()));
+
+  // Layout: Q, K, V go through TMA; O's plain vector stores want the same
+  // alignment, so one set of rules covers all four.
+  validateTmaOperand(args.q, "q");
+  validateTmaOperand(args.k, "k");
+  validateTmaOperand(args.v, "v");
+  validateTmaOperand(args.o, "o");
+
+  requireIntRange(args.q.batch(), "q", "batch");
+  requireIntRange(args.q.seqlen(), "q", "seqlen");
+  requireIntRange(args.k.seqlen(), "k", "seqlen");
+  if (args.q.batch() > kMaxGridYZ)
+    fail("q", "batch " + std::to_string(args.q.batch()) +
+                  " exceeds the grid limit of 65535");
+
+  const int64_t lseElements =
+      args.q.batch() * int64_t(config.qHeads) * args.q.seqlen();
+  if (!args.lse && lseElements != 0)
+    fail("lse", "pointer is null");
+  if (reinterpret_cast<uintptr_t>(args.lse) % alignof(float) != 0)
+    fail("lse", "pointer must be 4-byte aligned");
+}
+
+attn_abi::AttnFwdParams makeForwardParams(const AttnLaunchConfig &config,
+                                          const AttnForwardArgs &args) {
+  validateForwardArgs(config, args);
+  attn_abi::AttnFwdParams params{};
+  params.q_map = encodeBSHDTensorMap(args.q, config.blockM, kBoxCols, "q");
+  params.k_map = encodeBSHDTensorMap(args.k, config.blockN, kBoxCols, "k");
+  params.v_map = encodeBSHDTensorMap(args.v, config.blockN, kBoxCols, "v");
+  params.o = args.o.data;
+  params.lse = args.lse;
+  params.o_stride_batch = args.o.strides[0];
+  params.o_stride_seq = args.o.strides[1];
+  params.o_stride_head = args.o.strides[2];
+  params.batch = static_cast<int>(args.q.batch());
+  params.seqlen_q = static_cast<int>(args.q.seqlen());
+  params.seqlen_k = static_cast<int>(args.k.seqlen());
+  params.q_heads = config.qHeads;
+  params.kv_heads = config.kvHeads;
+  // The kernel exponentiates with exp2, so fold log2(e) into the scale.
+  constexpr double kLog2e = 1.4426950408889634074;
+  params.scale_log2 = static_cast<float>(double(config.scale) * kLog2e);
+  return params;
+}
+
+Dim3 forwardGrid(const AttnLaunchConfig &config, int batch, int seqlenQ) {
+  if (config.blockM <= 0)
+    fail("config", "blockM must be positive");
+  if (batch < 0 || seqlenQ < 0 || config.qHeads < 0)
+    fail("forwardGrid", "negative extent");
+  Dim3 grid;
+  grid.x = static_cast<unsigned>((int64_t(seqlenQ) + config.blockM - 1) /
+                                 config.blockM);
+  grid.y = static_cast<unsigned>(config.qHeads);
+  grid.z = static_cast<unsigned>(batch);
+  return grid;
+}
+
+void launchForward(KernelFunction &kernel, const AttnLaunchConfig &config,
+                   const AttnForwardArgs &args, CUstream stream) {
+  validateForwardArgs(config, args);
+  if (args.q.batch() == 0 || args.q.seqlen() == 0)
+    return;
+
+  ensureContext();
+  // A host pointer would otherwise surface later as an illegal address (a
+  // sticky error that poisons the context).
+  auto requireDevice = [](const void *ptr, int64_t elements, const char *name) {
+    if (elements != 0 && !isDevicePointer(ptr))
+      fail(name, "data pointer is not device memory");
+  };
+  requireDevice(args.q.data, args.q.numElements(), "q");
+  requireDevice(args.k.data, args.k.numElements(), "k");
+  requireDevice(args.v.data, args.v.numElements(), "v");
+  requireDevice(args.o.data, args.o.numElements(), "o");
+  requireDevice(args.lse, args.q.numElements(), "lse");
+
+  attn_abi::AttnFwdParams params = makeForwardParams(config, args);
+  kernel.setMaxDynamicSharedMemory(config.sharedMemoryBytes);
+  Dim3 grid = forwardGrid(config, static_cast<int>(args.q.batch()),
+                          static_cast<int>(args.q.seqlen()));
+  Dim3 block{static_cast<unsigned>(config.threadsPerBlock), 1, 1};
+  void *kernelArgs[] = {&params};
+  kernel.launch(grid, block, config.sharedMemoryBytes, stream, kernelArgs);
+}
+
+} // namespace attn

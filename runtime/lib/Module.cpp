@@ -1,0 +1,109 @@
+//===- Module.cpp - Loaded GPU modules and kernel functions ---------------===//
+
+#include "attn/runtime/Module.h"
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace attn {
+
+void KernelFunction::setMaxDynamicSharedMemory(int bytes) {
+  if (bytes == maxDynamicSharedMemory)
+    return;
+  ATTN_CU_CHECK_CTX(kernelName + ": max dynamic shared memory " +
+                        std::to_string(bytes) + " bytes",
+                    cuFuncSetAttribute, function,
+                    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes);
+  maxDynamicSharedMemory = bytes;
+}
+
+int KernelFunction::attribute(CUfunction_attribute attr) const {
+  int value = 0;
+  ATTN_CU_CHECK_CTX(kernelName, cuFuncGetAttribute, &value, attr, function);
+  return value;
+}
+
+void KernelFunction::launch(Dim3 grid, Dim3 block, int sharedMemoryBytes,
+                            CUstream stream, void **args) {
+  if (!function)
+    throw Error("launch of an empty KernelFunction");
+  if (sharedMemoryBytes < 0)
+    throw Error(kernelName + ": negative shared memory size");
+  std::string what = kernelName + ", grid (" + std::to_string(grid.x) + "," +
+                     std::to_string(grid.y) + "," + std::to_string(grid.z) +
+                     "), block (" + std::to_string(block.x) + "," +
+                     std::to_string(block.y) + "," + std::to_string(block.z) +
+                     "), " + std::to_string(sharedMemoryBytes) +
+                     " bytes shared memory";
+  ATTN_CU_CHECK_CTX(what, cuLaunchKernel, function, grid.x, grid.y, grid.z,
+                    block.x, block.y, block.z,
+                    static_cast<unsigned>(sharedMemoryBytes), stream, args,
+                    nullptr);
+}
+
+Module Module::loadPtx(std::string_view ptx) {
+  // The driver needs a NUL-terminated image.
+  std::string text(ptx);
+  return loadImage(text.c_str(), "PTX");
+}
+
+Module Module::loadCubin(const void *image, size_t bytes) {
+  if (!image || bytes == 0)
+    throw Error("loadCubin: empty image");
+  return loadImage(image, "cubin");
+}
+
+Module Module::loadImage(const void *image, const char *what) {
+  ensureContext();
+  // The JIT writes its diagnostics here; without it a bad PTX only says
+  // CUDA_ERROR_INVALID_PTX.
+  std::vector<char> errorLog(16384, '\0');
+  CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER,
+                            CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  void *values[] = {errorLog.data(), reinterpret_cast<void *>(
+                                         static_cast<uintptr_t>(
+                                             errorLog.size() - 1))};
+  CUmodule module = nullptr;
+  CUresult result = Driver::get().api().cuModuleLoadDataEx(
+      &module, image, 2, options, values);
+  if (result != CUDA_SUCCESS) {
+    std::string message = std::string("cuModuleLoadDataEx failed (loading ") +
+                          what + "): " + Driver::get().describe(result);
+    if (errorLog[0] != '\0')
+      message += "\nJIT error log:\n" + std::string(errorLog.data());
+    throw Error(message);
+  }
+  return Module(module);
+}
+
+Module::~Module() { reset(); }
+
+Module::Module(Module &&other) noexcept
+    : module(std::exchange(other.module, nullptr)) {}
+
+Module &Module::operator=(Module &&other) noexcept {
+  if (this != &other) {
+    reset();
+    module = std::exchange(other.module, nullptr);
+  }
+  return *this;
+}
+
+void Module::reset() {
+  // Destructors must not throw; an unload failure leaks at worst.
+  if (module)
+    Driver::get().api().cuModuleUnload(module);
+  module = nullptr;
+}
+
+KernelFunction Module::function(const std::string &name) const {
+  if (!module)
+    throw Error("function '" + name + "' requested from an empty Module");
+  CUfunction function = nullptr;
+  ATTN_CU_CHECK_CTX("kernel '" + name + "'", cuModuleGetFunction, &function,
+                    module, name.c_str());
+  return KernelFunction(function, name);
+}
+
+} // namespace attn
