@@ -128,7 +128,7 @@ std::string emitForwardKernelSource(const ForwardKernelConfig &config) {
     out << expandTemplate(device, error);
 
   out << "// ---- WGMMA shapes of this plan\nnamespace attn_dev {\n"
-      << emitWgmmaWrapper(config.blockN, config.element, /*fromRegisters=*/false)
+      << emitWgmmaWrapper(config.tile.blockN, config.element, /*fromRegisters=*/false)
       << emitWgmmaWrapper(config.headDim, config.element, /*fromRegisters=*/true)
       << "} // namespace attn_dev\n\n";
 
@@ -149,12 +149,12 @@ std::string emitForwardKernelSource(const ForwardKernelConfig &config) {
   out << "constexpr bool kMaskBottomRight = " << (config.mask.bottomRight ? "true" : "false")
       << ";\n"
       << "constexpr int kHeadDim = " << config.headDim << ";\n"
-      << "constexpr int kBlockM = " << config.blockM << ";\n"
-      << "constexpr int kBlockN = " << config.blockN << ";\n"
-      << "constexpr int kStages = " << config.stages << ";\n"
-      << "constexpr int kConsumerWarpgroups = " << config.consumerWarpgroups << ";\n"
-      << "constexpr int kConsumerRegisters = " << config.consumerRegisters << ";\n"
-      << "constexpr int kProducerRegisters = " << config.producerRegisters << ";\n"
+      << "constexpr int kBlockM = " << config.tile.blockM << ";\n"
+      << "constexpr int kBlockN = " << config.tile.blockN << ";\n"
+      << "constexpr int kStages = " << config.tile.stages << ";\n"
+      << "constexpr int kConsumerWarpgroups = " << config.tile.consumerWarpgroups << ";\n"
+      << "constexpr int kConsumerRegisters = " << config.tile.consumerRegisters << ";\n"
+      << "constexpr int kProducerRegisters = " << config.tile.producerRegisters << ";\n"
       << "constexpr unsigned kSmemQ = " << config.smem.q << ";\n"
       << "constexpr unsigned kSmemK = " << config.smem.k << ";\n"
       << "constexpr unsigned kSmemV = " << config.smem.v << ";\n"

@@ -9,6 +9,8 @@
 #ifndef ATTN_CODEGEN_CUDAEMITTER_H
 #define ATTN_CODEGEN_CUDAEMITTER_H
 
+#include "attn/Compiler/TileConstraints.h"
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -36,9 +38,7 @@ struct ForwardKernelConfig {
   std::string kernelName; // the spec's symbol, for the header comment only
   ElementKind element = ElementKind::BF16;
   int headDim = 128;
-  int blockM = 128, blockN = 128, stages = 2;
-  int consumerWarpgroups = 2, producerWarpgroups = 1;
-  int consumerRegisters = 240, producerRegisters = 24;
+  TileConfig tile;
   MaskPolicy mask;
   SharedMemoryOffsets smem;
 };

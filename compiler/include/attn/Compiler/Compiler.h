@@ -1,0 +1,78 @@
+//===- Compiler.h - attnc's compile driver ----------------------*- C++ -*-===//
+//
+// Spec -> planned IR -> CUDA C++ -> PTX (or cubin), with the launch metadata
+// the runtime needs. Used by the attnc command line, the benchmarks and the
+// GPU tests.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTN_COMPILER_COMPILER_H
+#define ATTN_COMPILER_COMPILER_H
+
+#include "attn/IR/AttnOps.h"
+#include "attn/Reference/ReferenceAttention.h"
+#include "attn/runtime/AttentionLaunch.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/Pass/PassManager.h"
+
+#include <string>
+#include <vector>
+
+namespace attn {
+
+struct CompileOptions {
+  std::string arch = "sm_90a";
+  /// `key=value,...` applied by attn-tile over its heuristic.
+  std::string tileOverride;
+  /// Stop after planning (no CUDA emission).
+  bool planOnly = false;
+  /// Print the IR after each pass to stderr.
+  bool printIrAfterEachPass = false;
+};
+
+enum class BinaryKind { Ptx, Cubin };
+
+struct CompiledKernel {
+  std::string name;
+  std::string cudaSource;
+  std::vector<char> binary; // PTX text or cubin image
+  BinaryKind kind = BinaryKind::Ptx;
+  AttnLaunchConfig launch;
+};
+
+/// The dialects a spec may use.
+void registerSpecDialects(mlir::DialectRegistry &registry);
+
+/// Adds attn-tile, attn-plan-smem and (unless planOnly) attn-emit-cuda.
+void buildCompilePipeline(mlir::OpPassManager &pm, const CompileOptions &options);
+
+/// Plans and emits every kernel of `module`; errors are reported through the
+/// context's diagnostic handler.
+mlir::LogicalResult runCompilePipeline(mlir::ModuleOp module, const CompileOptions &options);
+
+/// Compiles the emitted source of one planned kernel with NVRTC. An NVRTC
+/// failure becomes an error diagnostic on the op carrying NVRTC's log.
+mlir::FailureOr<CompiledKernel> compileEmittedKernel(mlir::attn::KernelOp op,
+                                                     const CompileOptions &options,
+                                                     BinaryKind kind);
+
+/// The launch metadata of a planned kernel.
+AttnLaunchConfig launchConfigFor(mlir::attn::KernelOp op);
+
+/// Host convenience: parses `specText` (a module with one attn.kernel),
+/// compiles it to PTX and returns the kernel. Throws attn::Error carrying the
+/// rendered diagnostics (buffer:line:col) on any failure.
+CompiledKernel compileSpec(const std::string &specText, const std::string &bufferName,
+                           const CompileOptions &options = {});
+
+/// The CPU reference problem of a spec, read from its IR: heads, head dim,
+/// scale and mask, with the runtime sizes given here. Throws attn::Error.
+reference::Problem referenceProblemFromSpec(const std::string &specText, int64_t batch,
+                                            int64_t seqlenQ, int64_t seqlenK);
+reference::Problem referenceProblemFromKernel(mlir::attn::KernelOp op, int64_t batch,
+                                              int64_t seqlenQ, int64_t seqlenK);
+
+} // namespace attn
+
+#endif // ATTN_COMPILER_COMPILER_H

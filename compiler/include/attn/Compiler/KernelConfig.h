@@ -1,0 +1,22 @@
+//===- KernelConfig.h - From a planned attn.kernel to emitter input -*- C++ -*-===//
+#ifndef ATTN_COMPILER_KERNELCONFIG_H
+#define ATTN_COMPILER_KERNELCONFIG_H
+
+#include "attn/CodeGen/CudaEmitter.h"
+#include "attn/IR/AttnOps.h"
+#include "mlir/Support/LogicalResult.h"
+
+namespace mlir::attn {
+
+/// Collects the problem, mask and plan of a kernel whose `tile` and `smem`
+/// attributes are set into the emitter's configuration. Emits an error on the
+/// op and fails for what the templates cannot express yet (user regions, a
+/// normalizer other than softmax, a plan without a required buffer).
+FailureOr<::attn::codegen::ForwardKernelConfig> buildForwardKernelConfig(KernelOp op);
+
+/// The discardable attribute that attn-emit-cuda sets on each kernel.
+inline constexpr llvm::StringLiteral kCudaSourceAttrName = "attn.cuda_source";
+
+} // namespace mlir::attn
+
+#endif // ATTN_COMPILER_KERNELCONFIG_H

@@ -1,0 +1,106 @@
+//===- TileConstraints.h - sm_90a tile legality (MLIR-free) -----*- C++ -*-===//
+//
+// The rules a tile plan must satisfy on Hopper (sm_90a) for the
+// warp-specialized forward attention kernel, the default heuristic, and the
+// parser for tile overrides. Plain C++ so the autotuner and the CLI can use
+// them without MLIR.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ATTN_COMPILER_TILECONSTRAINTS_H
+#define ATTN_COMPILER_TILECONSTRAINTS_H
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace attn {
+
+/// sm_90a limits.
+inline constexpr int64_t kMaxSharedMemoryPerBlock = 232448; // 227 KB opt-in
+inline constexpr int64_t kRegistersPerBlock = 65536;
+inline constexpr int kThreadsPerWarpgroup = 128;
+inline constexpr int kWgmmaM = 64;        // rows of one WGMMA per warpgroup
+inline constexpr int64_t kSmemBaseAlignSlack = 1024; // see SmemPlanAttr
+
+/// Every decision of a tile plan (mirrors #attn.tile).
+struct TileConfig {
+  int blockM = 128;
+  int blockN = 128;
+  int stages = 2;
+  int consumerWarpgroups = 2;
+  int producerWarpgroups = 1;
+  int consumerRegisters = 240;
+  int producerRegisters = 24;
+
+  int threadsPerBlock() const {
+    return kThreadsPerWarpgroup * (consumerWarpgroups + producerWarpgroups);
+  }
+  bool operator==(const TileConfig &o) const {
+    return blockM == o.blockM && blockN == o.blockN && stages == o.stages &&
+           consumerWarpgroups == o.consumerWarpgroups &&
+           producerWarpgroups == o.producerWarpgroups &&
+           consumerRegisters == o.consumerRegisters &&
+           producerRegisters == o.producerRegisters;
+  }
+};
+
+/// The compile-time part of the problem the tile depends on.
+struct TileProblem {
+  int headDim;
+  int elementBytes; // 2 for bf16/f16
+};
+
+/// A partial TileConfig: set fields replace the heuristic's.
+struct TileOverride {
+  std::optional<int> blockM, blockN, stages, consumerWarpgroups,
+      producerWarpgroups, consumerRegisters, producerRegisters;
+  bool empty() const {
+    return !blockM && !blockN && !stages && !consumerWarpgroups &&
+           !producerWarpgroups && !consumerRegisters && !producerRegisters;
+  }
+};
+
+/// Consumer register count for a number of consumer warpgroups: 240 for one
+/// or two, 160 for three (so 128 * (24 + 3 * 160) fits 65536).
+int defaultConsumerRegisters(int consumerWarpgroups);
+
+/// The default plan for sm_90a (one 64-row WGMMA slice of Q per consumer
+/// warpgroup, one TMA producer warpgroup):
+///   head_dim  64: 128 x 128, 3 stages;  128: 128 x 128, 2 stages;
+///   head_dim 256: 128 x  64, 2 stages;  2 consumer warpgroups.
+TileConfig defaultTileConfig(const TileProblem &problem);
+
+/// Applies `override` on top of `base`. When block_m is given without
+/// consumer_warpgroups the latter becomes block_m / 64, and vice versa; the
+/// consumer register count follows the consumer warpgroups unless given.
+TileConfig applyTileOverride(const TileConfig &base,
+                             const TileOverride &override);
+
+/// Parses "key=value,key=value" with keys block_m, block_n, stages,
+/// consumer_warpgroups, producer_warpgroups, consumer_registers,
+/// producer_registers. Returns an error message on malformed input.
+std::optional<std::string> parseTileOverride(const std::string &text,
+                                             TileOverride &result);
+
+/// Registers one consumer thread needs: O accumulator (head_dim/2 fp32),
+/// S accumulator (block_n/2 fp32), P in 16 bits (block_n/4) and 48 for
+/// addresses, row statistics and loop state.
+int64_t estimateConsumerRegisters(const TileProblem &problem,
+                                  const TileConfig &config);
+
+/// Dynamic shared memory of the kernel: Q tile + stages x (K tile + V tile)
+/// + mbarriers (8 bytes: 1 for Q + 3 per stage) + 1024 bytes of slack to
+/// align the dynamic window's base. Matches attn-plan-smem's total + 1024.
+int64_t estimateSharedMemoryBytes(const TileProblem &problem,
+                                  const TileConfig &config);
+
+/// Returns the first violated constraint, prefixed by its name ("WGMMA
+/// shape: ...", "pipeline: ...", "warpgroups: ...", "register budget: ...",
+/// "shared-memory capacity: ..."), or nullopt if the plan is legal.
+std::optional<std::string> checkTileLegality(const TileProblem &problem,
+                                             const TileConfig &config);
+
+} // namespace attn
+
+#endif // ATTN_COMPILER_TILECONSTRAINTS_H

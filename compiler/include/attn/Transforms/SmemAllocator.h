@@ -1,0 +1,76 @@
+//===- SmemAllocator.h - shared-memory allocation (MLIR-free) ---*- C++ -*-===//
+//
+// A small first-fit allocator over buffers with lifetimes: buffers whose
+// lifetimes do not overlap may share bytes. attn-plan-smem feeds it the
+// kernel's buffers; the autotuner can call it directly.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ATTN_TRANSFORMS_SMEMALLOCATOR_H
+#define ATTN_TRANSFORMS_SMEMALLOCATOR_H
+
+#include "attn/Compiler/TileConstraints.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace attn {
+
+/// One buffer to place. It is live over the phases [liveBegin, liveEnd).
+struct SmemRequest {
+  std::string name;
+  int64_t size = 0;  // bytes, all slots together
+  int64_t align = 1; // power of two; also the slot alignment
+  int64_t swizzle = 0;
+  int64_t slots = 1;
+  int64_t liveBegin = 0;
+  int64_t liveEnd = 1;
+};
+
+/// A placed buffer. `aliases` names the first earlier buffer whose bytes it
+/// overlaps (their lifetimes are disjoint), or is empty.
+struct SmemPlacement {
+  std::string name;
+  int64_t offset = 0;
+  int64_t size = 0;
+  int64_t align = 1;
+  int64_t swizzle = 0;
+  int64_t slots = 1;
+  std::string aliases;
+};
+
+struct SmemLayout {
+  int64_t total = 0; // end of the last byte used
+  std::vector<SmemPlacement> buffers;
+};
+
+/// Places the requests in order, each at the lowest offset that honors its
+/// alignment and does not overlap a placed buffer with an overlapping
+/// lifetime.
+SmemLayout allocateSharedMemory(const std::vector<SmemRequest> &requests);
+
+/// Program phases of the forward kernel used as lifetimes.
+enum SmemPhase : int64_t {
+  kPhaseSetup = 0,    // barrier initialization
+  kPhaseMainLoop = 1, // Q loaded, K/V ring streaming, QK^T and PV
+  kPhaseEpilogue = 2, // O staged for the store
+  kPhaseEnd = 3,
+};
+
+/// The forward kernel's buffers, in allocation order:
+///  - "q": block_m x head_dim, main loop only (its last use is the last
+///    QK^T);
+///  - "k", "v": rings of `stages` slots of block_n x head_dim, each slot
+///    1024-aligned;
+///  - "o_staging": block_m x head_dim, epilogue only, so it reuses Q's bytes;
+///  - "barriers": 8-byte mbarriers, whole kernel, in the order q_full,
+///    k_full[stages], v_full[stages], kv_empty[stages].
+/// Tiles are 1024-aligned with 128-byte swizzle (TMA swizzle atoms of 8 rows
+/// x 128 bytes; WGMMA descriptors need 1024-byte aligned atoms).
+std::vector<SmemRequest> forwardKernelSmemRequests(const TileProblem &problem,
+                                                   const TileConfig &config);
+
+} // namespace attn
+
+#endif // ATTN_TRANSFORMS_SMEMALLOCATOR_H

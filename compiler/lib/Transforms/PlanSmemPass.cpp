@@ -1,0 +1,67 @@
+//===- PlanSmemPass.cpp - lay out shared memory ---------------------------===//
+//
+// attn-plan-smem: turns the tile plan into the kernel's shared-memory buffers
+// and places them with the lifetime-aware first-fit allocator.
+//
+//===----------------------------------------------------------------------===//
+
+#include "attn/Compiler/TileConstraints.h"
+#include "attn/Transforms/Passes.h"
+#include "attn/Transforms/SmemAllocator.h"
+
+#include "mlir/IR/Builders.h"
+
+namespace mlir {
+namespace attn {
+#define GEN_PASS_DEF_ATTNPLANSMEM
+#include "attn/Transforms/Passes.h.inc"
+} // namespace attn
+} // namespace mlir
+
+using namespace mlir;
+using namespace mlir::attn;
+
+namespace {
+struct AttnPlanSmemPass : public mlir::attn::impl::AttnPlanSmemBase<AttnPlanSmemPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    bool failed = false;
+    getOperation()->walk([&](KernelOp kernel) {
+      TilePlanAttr tile = kernel.getTileAttr();
+      if (!tile) {
+        kernel.emitOpError()
+            << "has no 'tile' plan; run attn-tile first";
+        failed = true;
+        return;
+      }
+      ::attn::SmemLayout layout = ::attn::allocateSharedMemory(
+          ::attn::forwardKernelSmemRequests(getTileProblem(kernel.getProblem()),
+                                            getTileConfig(tile)));
+
+      int64_t launchBytes = layout.total + SmemPlanAttr::kBaseAlignSlack;
+      if (launchBytes > ::attn::kMaxSharedMemoryPerBlock) {
+        kernel.emitOpError()
+            << "shared-memory capacity: the plan needs " << launchBytes
+            << " bytes (layout " << layout.total << " + "
+            << SmemPlanAttr::kBaseAlignSlack
+            << " base-alignment slack), limit "
+            << ::attn::kMaxSharedMemoryPerBlock;
+        failed = true;
+        return;
+      }
+
+      MLIRContext *ctx = kernel.getContext();
+      SmallVector<Attribute> buffers;
+      for (const ::attn::SmemPlacement &buffer : layout.buffers)
+        buffers.push_back(SmemBufferAttr::get(
+            ctx, buffer.name, buffer.offset, buffer.size, buffer.align,
+            buffer.swizzle, buffer.slots, buffer.aliases));
+      kernel.setSmemAttr(
+          SmemPlanAttr::get(ctx, layout.total, ArrayAttr::get(ctx, buffers)));
+    });
+    if (failed)
+      signalPassFailure();
+  }
+};
+} // namespace

@@ -1,0 +1,88 @@
+//===- SmemAllocator.cpp - shared-memory allocation (MLIR-free) -----------===//
+
+#include "attn/Transforms/SmemAllocator.h"
+
+#include <algorithm>
+
+namespace attn {
+
+static int64_t alignTo(int64_t value, int64_t align) {
+  return (value + align - 1) / align * align;
+}
+
+SmemLayout allocateSharedMemory(const std::vector<SmemRequest> &requests) {
+  SmemLayout layout;
+  struct Placed {
+    const SmemRequest *request;
+    int64_t offset;
+  };
+  std::vector<Placed> placed;
+  for (const SmemRequest &request : requests) {
+    // Placed buffers live at the same time as this one, by offset.
+    std::vector<Placed> conflicts;
+    for (const Placed &p : placed)
+      if (p.request->liveBegin < request.liveEnd &&
+          request.liveBegin < p.request->liveEnd)
+        conflicts.push_back(p);
+    std::sort(conflicts.begin(), conflicts.end(),
+              [](const Placed &a, const Placed &b) {
+                return a.offset < b.offset;
+              });
+    // First fit: the lowest aligned offset in a gap large enough.
+    int64_t offset = 0;
+    for (const Placed &c : conflicts) {
+      if (offset + request.size <= c.offset)
+        break;
+      offset = std::max(offset,
+                        alignTo(c.offset + c.request->size, request.align));
+    }
+    placed.push_back({&request, offset});
+
+    SmemPlacement out;
+    out.name = request.name;
+    out.offset = offset;
+    out.size = request.size;
+    out.align = request.align;
+    out.swizzle = request.swizzle;
+    out.slots = request.slots;
+    // Record the first earlier buffer whose bytes this one reuses.
+    for (const Placed &p : placed) {
+      if (p.request == &request)
+        break;
+      if (p.offset < offset + request.size &&
+          offset < p.offset + p.request->size && request.size > 0 &&
+          p.request->size > 0) {
+        out.aliases = p.request->name;
+        break;
+      }
+    }
+    layout.total = std::max(layout.total, offset + request.size);
+    layout.buffers.push_back(std::move(out));
+  }
+  return layout;
+}
+
+std::vector<SmemRequest> forwardKernelSmemRequests(const TileProblem &problem,
+                                                   const TileConfig &config) {
+  constexpr int64_t kTileAlign = 1024;
+  constexpr int64_t kSwizzle = 128;
+  int64_t row = int64_t(problem.headDim) * problem.elementBytes;
+  int64_t qBytes = alignTo(int64_t(config.blockM) * row, kTileAlign);
+  int64_t kvSlot = alignTo(int64_t(config.blockN) * row, kTileAlign);
+  int64_t numBarriers = 1 + 3 * int64_t(config.stages);
+
+  std::vector<SmemRequest> requests;
+  requests.push_back({"q", qBytes, kTileAlign, kSwizzle, 1, kPhaseMainLoop,
+                      kPhaseEpilogue});
+  requests.push_back({"k", config.stages * kvSlot, kTileAlign, kSwizzle,
+                      config.stages, kPhaseMainLoop, kPhaseEpilogue});
+  requests.push_back({"v", config.stages * kvSlot, kTileAlign, kSwizzle,
+                      config.stages, kPhaseMainLoop, kPhaseEpilogue});
+  requests.push_back({"o_staging", qBytes, kTileAlign, kSwizzle, 1,
+                      kPhaseEpilogue, kPhaseEnd});
+  requests.push_back({"barriers", 8 * numBarriers, 8, 0, numBarriers,
+                      kPhaseSetup, kPhaseEnd});
+  return requests;
+}
+
+} // namespace attn

@@ -1,0 +1,214 @@
+//===- TileConstraints.cpp - sm_90a tile legality (MLIR-free) -------------===//
+
+#include "attn/Compiler/TileConstraints.h"
+
+#include <cctype>
+#include <cstdlib>
+#include <sstream>
+#include <utility>
+
+namespace attn {
+
+int defaultConsumerRegisters(int consumerWarpgroups) {
+  return consumerWarpgroups >= 3 ? 160 : 240;
+}
+
+TileConfig defaultTileConfig(const TileProblem &problem) {
+  TileConfig config;
+  config.consumerWarpgroups = 2;
+  config.blockM = kWgmmaM * config.consumerWarpgroups;
+  config.producerWarpgroups = 1;
+  config.producerRegisters = 24;
+  config.consumerRegisters = defaultConsumerRegisters(config.consumerWarpgroups);
+  if (problem.headDim <= 64) {
+    config.blockN = 128;
+    config.stages = 3;
+  } else if (problem.headDim <= 128) {
+    config.blockN = 128;
+    config.stages = 2;
+  } else {
+    config.blockN = 64;
+    config.stages = 2;
+  }
+  return config;
+}
+
+TileConfig applyTileOverride(const TileConfig &base,
+                             const TileOverride &override) {
+  TileConfig config = base;
+  if (override.blockM)
+    config.blockM = *override.blockM;
+  if (override.consumerWarpgroups)
+    config.consumerWarpgroups = *override.consumerWarpgroups;
+  // block_m and consumer_warpgroups determine each other.
+  if (override.blockM && !override.consumerWarpgroups &&
+      *override.blockM % kWgmmaM == 0)
+    config.consumerWarpgroups = *override.blockM / kWgmmaM;
+  if (override.consumerWarpgroups && !override.blockM)
+    config.blockM = kWgmmaM * *override.consumerWarpgroups;
+  if (override.blockN)
+    config.blockN = *override.blockN;
+  if (override.stages)
+    config.stages = *override.stages;
+  if (override.producerWarpgroups)
+    config.producerWarpgroups = *override.producerWarpgroups;
+  config.consumerRegisters =
+      override.consumerRegisters
+          ? *override.consumerRegisters
+          : defaultConsumerRegisters(config.consumerWarpgroups);
+  if (override.producerRegisters)
+    config.producerRegisters = *override.producerRegisters;
+  return config;
+}
+
+static std::string trim(const std::string &s) {
+  size_t begin = 0, end = s.size();
+  while (begin < end && std::isspace(static_cast<unsigned char>(s[begin])))
+    ++begin;
+  while (end > begin && std::isspace(static_cast<unsigned char>(s[end - 1])))
+    --end;
+  return s.substr(begin, end - begin);
+}
+
+std::optional<std::string> parseTileOverride(const std::string &text,
+                                             TileOverride &result) {
+  result = TileOverride();
+  if (trim(text).empty())
+    return std::nullopt;
+  static const std::pair<const char *, std::optional<int> TileOverride::*>
+      keys[] = {
+          {"block_m", &TileOverride::blockM},
+          {"block_n", &TileOverride::blockN},
+          {"stages", &TileOverride::stages},
+          {"consumer_warpgroups", &TileOverride::consumerWarpgroups},
+          {"producer_warpgroups", &TileOverride::producerWarpgroups},
+          {"consumer_registers", &TileOverride::consumerRegisters},
+          {"producer_registers", &TileOverride::producerRegisters},
+      };
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string::npos)
+      comma = text.size();
+    std::string item = trim(text.substr(start, comma - start));
+    start = comma + 1;
+
+    size_t eq = item.find('=');
+    if (eq == std::string::npos)
+      return "expected 'key=value', got '" + item + "'";
+    std::string key = trim(item.substr(0, eq));
+    std::string value = trim(item.substr(eq + 1));
+
+    std::optional<int> TileOverride::*field = nullptr;
+    for (const auto &[name, member] : keys)
+      if (key == name)
+        field = member;
+    if (!field)
+      return "unknown key '" + key +
+             "'; expected block_m, block_n, stages, consumer_warpgroups, "
+             "producer_warpgroups, consumer_registers or producer_registers";
+    if (result.*field)
+      return "duplicate key '" + key + "'";
+
+    bool digits = !value.empty() && value.size() <= 9;
+    for (char c : value)
+      digits = digits && std::isdigit(static_cast<unsigned char>(c));
+    if (!digits || std::atoi(value.c_str()) <= 0)
+      return "value of '" + key + "' must be a positive integer, got '" +
+             value + "'";
+    result.*field = std::atoi(value.c_str());
+  }
+  return std::nullopt;
+}
+
+int64_t estimateConsumerRegisters(const TileProblem &problem,
+                                  const TileConfig &config) {
+  return problem.headDim / 2 + config.blockN / 2 + config.blockN / 4 + 48;
+}
+
+int64_t estimateSharedMemoryBytes(const TileProblem &problem,
+                                  const TileConfig &config) {
+  int64_t row = int64_t(problem.headDim) * problem.elementBytes;
+  int64_t q = int64_t(config.blockM) * row;
+  int64_t kv = int64_t(config.blockN) * row;
+  int64_t barriers = 8 * (1 + 3 * int64_t(config.stages));
+  return q + int64_t(config.stages) * 2 * kv + barriers + kSmemBaseAlignSlack;
+}
+
+std::optional<std::string> checkTileLegality(const TileProblem &problem,
+                                             const TileConfig &config) {
+  std::ostringstream os;
+  // Warpgroup structure first: the WGMMA rule for block_m depends on it.
+  if (config.consumerWarpgroups < 1 || config.consumerWarpgroups > 3) {
+    os << "warpgroups: consumer_warpgroups (" << config.consumerWarpgroups
+       << ") must be in [1, 3]";
+    return os.str();
+  }
+  if (config.producerWarpgroups != 1) {
+    os << "warpgroups: producer_warpgroups (" << config.producerWarpgroups
+       << ") must be 1";
+    return os.str();
+  }
+  if (problem.headDim <= 0 || problem.headDim > 256 ||
+      problem.headDim % 16 != 0) {
+    os << "WGMMA shape: head_dim (" << problem.headDim
+       << ") must be a multiple of 16 and at most 256 (the N of the PV WGMMA)";
+    return os.str();
+  }
+  if (config.blockM != kWgmmaM * config.consumerWarpgroups) {
+    os << "WGMMA shape: block_m (" << config.blockM
+       << ") must equal 64 x consumer_warpgroups ("
+       << kWgmmaM * config.consumerWarpgroups << ")";
+    return os.str();
+  }
+  if (config.blockN < 16 || config.blockN > 256 || config.blockN % 16 != 0) {
+    os << "WGMMA shape: block_n (" << config.blockN
+       << ") must be a multiple of 16 in [16, 256] (the N of the QK^T WGMMA)";
+    return os.str();
+  }
+  if (config.stages < 1 || config.stages > 8) {
+    os << "pipeline: stages (" << config.stages << ") must be in [1, 8]";
+    return os.str();
+  }
+  for (auto [name, value] :
+       {std::pair<const char *, int>{"consumer_registers",
+                                     config.consumerRegisters},
+        std::pair<const char *, int>{"producer_registers",
+                                     config.producerRegisters}}) {
+    if (value < 24 || value > 256 || value % 8 != 0) {
+      os << "register budget: " << name << " (" << value
+         << ") must be a multiple of 8 in [24, 256] (setmaxnreg)";
+      return os.str();
+    }
+  }
+  int64_t blockRegisters =
+      int64_t(kThreadsPerWarpgroup) *
+      (int64_t(config.producerRegisters) * config.producerWarpgroups +
+       int64_t(config.consumerRegisters) * config.consumerWarpgroups);
+  if (blockRegisters > kRegistersPerBlock) {
+    os << "register budget: 128 x (" << config.producerRegisters << " x "
+       << config.producerWarpgroups << " + " << config.consumerRegisters
+       << " x " << config.consumerWarpgroups << ") = " << blockRegisters
+       << " registers per block, limit " << kRegistersPerBlock;
+    return os.str();
+  }
+  int64_t needed = estimateConsumerRegisters(problem, config);
+  if (needed > config.consumerRegisters) {
+    os << "register budget: head_dim " << problem.headDim << " with block_n "
+       << config.blockN << " needs ~" << needed
+       << " registers per consumer thread, budget "
+       << config.consumerRegisters;
+    return os.str();
+  }
+  int64_t smem = estimateSharedMemoryBytes(problem, config);
+  if (smem > kMaxSharedMemoryPerBlock) {
+    os << "shared-memory capacity: block_m " << config.blockM << ", block_n "
+       << config.blockN << ", stages " << config.stages << ", head_dim "
+       << problem.headDim << " needs " << smem << " bytes, limit "
+       << kMaxSharedMemoryPerBlock;
+    return os.str();
+  }
+  return std::nullopt;
+}
+
+} // namespace attn

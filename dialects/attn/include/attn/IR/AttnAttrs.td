@@ -1,0 +1,266 @@
+//===- AttnAttrs.td - attn attributes ----------------------*- tablegen -*-===//
+//
+// Problem, mask, normalizer and plan attributes of the attn dialect.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ATTN_IR_ATTNATTRS_TD
+#define ATTN_IR_ATTNATTRS_TD
+
+include "attn/IR/AttnDialect.td"
+include "attn/IR/AttnInterfaces.td"
+include "mlir/IR/EnumAttr.td"
+include "mlir/IR/BuiltinAttributeInterfaces.td"
+
+//===----------------------------------------------------------------------===//
+// Enums
+//===----------------------------------------------------------------------===//
+
+def Attn_MaskAlignment : I32EnumAttr<"MaskAlignment",
+    "how the diagonal of a causal or windowed mask is anchored", [
+      I32EnumAttrCase<"top_left", 0>,
+      I32EnumAttrCase<"bottom_right", 1>,
+    ]> {
+  let cppNamespace = "::mlir::attn";
+  let genSpecializedAttr = 0;
+}
+
+//===----------------------------------------------------------------------===//
+// Problem
+//===----------------------------------------------------------------------===//
+
+def Attn_ProblemAttr : Attn_Attr<"Problem", "problem"> {
+  let summary = "shape-independent description of an attention problem";
+  let description = [{
+    The sizes fixed at compile time: `q_heads` query heads sharing
+    `kv_heads` key/value heads (grouped-query attention; `kv_heads` divides
+    `q_heads`, query head `h` reads key/value head `h / (q_heads / kv_heads)`),
+    the head dimension (64, 128 or 256) and the element type of Q, K, V and O
+    (`bf16` or `f16`; accumulation is always f32). Batch and sequence lengths
+    are runtime values.
+
+    `scale` multiplies QKᵀ before normalization. It is optional: when absent
+    the scale is `1/sqrt(head_dim)`. When present it must be positive and
+    finite.
+
+    ```mlir
+    #attn.problem<q_heads = 16, kv_heads = 2, head_dim = 128,
+                  element_type = bf16, scale = 0.0883883461>
+    ```
+  }];
+  let parameters = (ins
+    "int64_t":$q_heads,
+    "int64_t":$kv_heads,
+    "int64_t":$head_dim,
+    "::mlir::Type":$element_type,
+    OptionalParameter<"::mlir::FloatAttr",
+                      "f64 softmax scale; null means 1/sqrt(head_dim)">:$scale
+  );
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// The scale applied to QKᵀ: `scale` if given, else 1/sqrt(head_dim).
+    double getEffectiveScale() const;
+    /// Bytes per element of Q/K/V/O (2 for bf16 and f16).
+    int64_t getElementBytes() const;
+    /// Query heads per key/value head.
+    int64_t getGroupSize() const { return getQHeads() / getKvHeads(); }
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Masks
+//===----------------------------------------------------------------------===//
+
+def Attn_NoMaskAttr : Attn_Attr<"NoMask", "no_mask",
+    [DeclareAttrInterfaceMethods<Attn_MaskAttrInterface, ["isTrivial"]>]> {
+  let summary = "every query row sees every key row";
+  let description = [{
+    ```mlir
+    #attn.no_mask
+    ```
+  }];
+}
+
+def Attn_CausalAttr : Attn_Attr<"Causal", "causal",
+    [DeclareAttrInterfaceMethods<Attn_MaskAttrInterface>]> {
+  let summary = "causal mask";
+  let description = [{
+    Query row `q` sees key row `k` iff `k <= q + shift`, where
+    `shift = Sk - Sq` for `bottom_right` alignment (the last query row sees
+    every key: decoding with a KV cache) and `shift = 0` for `top_left`
+    (the diagonal starts at the first key). With `bottom_right` and
+    `Sq > Sk` the first `Sq - Sk` query rows see no key; their output is 0 and
+    their log-sum-exp is -inf.
+
+    ```mlir
+    #attn.causal<bottom_right>
+    #attn.causal<top_left>
+    ```
+  }];
+  let parameters = (ins EnumParameter<Attn_MaskAlignment>:$alignment);
+  let assemblyFormat = "`<` $alignment `>`";
+}
+
+def Attn_SlidingWindowAttr : Attn_Attr<"SlidingWindow", "sliding_window",
+    [DeclareAttrInterfaceMethods<Attn_MaskAttrInterface>]> {
+  let summary = "local (banded) attention";
+  let description = [{
+    Query row `q` sees key row `k` iff
+    `q + shift - left <= k <= q + shift + right`, with `shift` as for
+    `#attn.causal` (`Sk - Sq` for `bottom_right`, 0 for `top_left`). `left`
+    and `right` are extents in key rows, both `>= 0`; `right = 0` gives a
+    causal sliding window. `align` defaults to `bottom_right` and is then
+    omitted when printing.
+
+    ```mlir
+    #attn.sliding_window<left = 256, right = 0>
+    #attn.sliding_window<left = 128, right = 128, align = top_left>
+    ```
+  }];
+  let parameters = (ins
+    "int64_t":$left,
+    "int64_t":$right,
+    DefaultValuedParameter<"::mlir::attn::MaskAlignment",
+                           "::mlir::attn::MaskAlignment::bottom_right",
+                           "diagonal anchor">:$align
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Normalizers
+//===----------------------------------------------------------------------===//
+
+def Attn_SoftmaxAttr : Attn_Attr<"Softmax", "softmax",
+    [DeclareAttrInterfaceMethods<Attn_NormalizerAttrInterface, ["isSoftmax"]>]> {
+  let summary = "softmax over the visible keys of each query row";
+  let description = [{
+    `O[q] = sum_k softmax_k(scale * Q[q]·K[k]) V[k]` over the keys kept by the
+    mask, computed online (flash attention). The kernel also writes the
+    natural-log log-sum-exp of the scaled scores per row.
+
+    ```mlir
+    #attn.softmax
+    ```
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Plans
+//===----------------------------------------------------------------------===//
+
+def Attn_TilePlanAttr : Attn_Attr<"TilePlan", "tile"> {
+  let summary = "CTA tile and warp specialization chosen by attn-tile";
+  let description = [{
+    One CTA computes `block_m` query rows of one (batch, head) and walks the
+    keys `block_n` rows at a time through a `stages`-deep shared-memory ring.
+    It has `producer_warpgroups` warpgroups issuing TMA loads and
+    `consumer_warpgroups` warpgroups issuing WGMMA, each consumer owning a
+    64-row slice of the Q tile (so `block_m = 64 * consumer_warpgroups`).
+    `*_registers` are the per-thread register counts set with `setmaxnreg`.
+    Threads per CTA: `128 * (consumer_warpgroups + producer_warpgroups)`.
+
+    ```mlir
+    #attn.tile<block_m = 128, block_n = 128, stages = 2,
+               consumer_warpgroups = 2, producer_warpgroups = 1,
+               consumer_registers = 240, producer_registers = 24>
+    ```
+  }];
+  let parameters = (ins
+    "int64_t":$block_m,
+    "int64_t":$block_n,
+    "int64_t":$stages,
+    "int64_t":$consumer_warpgroups,
+    "int64_t":$producer_warpgroups,
+    "int64_t":$consumer_registers,
+    "int64_t":$producer_registers
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let extraClassDeclaration = [{
+    /// 128 threads per warpgroup, consumers and producers together.
+    int64_t getThreadsPerBlock() const {
+      return 128 * (getConsumerWarpgroups() + getProducerWarpgroups());
+    }
+  }];
+}
+
+def Attn_SmemBufferAttr : Attn_Attr<"SmemBuffer", "buffer"> {
+  let summary = "one buffer of a shared-memory plan";
+  let description = [{
+    A named byte range `[offset, offset + size)` of the CTA's dynamic shared
+    memory, relative to its 1024-byte aligned base. `align` is the alignment
+    of `offset` (and of each slot); `swizzle` is the TMA/WGMMA swizzle span in
+    bytes (128, or 0 for none). A ring buffer holds `slots` equal slots of
+    `size / slots` bytes each (slot `i` starts at `offset + i * size / slots`);
+    `slots` is omitted when 1. `aliases` names an earlier buffer whose bytes
+    this one reuses because their lifetimes do not overlap (omitted when
+    empty).
+
+    ```mlir
+    #attn.buffer<"k", offset = 32768, size = 65536, align = 1024,
+                 swizzle = 128, slots = 2>
+    #attn.buffer<"o_staging", offset = 0, size = 32768, align = 1024,
+                 swizzle = 128, aliases = "q">
+    ```
+  }];
+  let parameters = (ins
+    StringRefParameter<"buffer name">:$name,
+    "int64_t":$offset,
+    "int64_t":$size,
+    "int64_t":$align,
+    "int64_t":$swizzle,
+    DefaultValuedParameter<"int64_t", "1", "number of equal slots">:$slots,
+    StringRefParameter<"name of the buffer whose space is reused", "\"\"">:$aliases
+  );
+  let assemblyFormat = [{
+    `<` $name `,` struct($offset, $size, $align, $swizzle, $slots, $aliases) `>`
+  }];
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// One past the last byte.
+    int64_t getEnd() const { return getOffset() + getSize(); }
+    /// Bytes between consecutive slots of a ring buffer.
+    int64_t getSlotStride() const { return getSize() / getSlots(); }
+    /// Byte offset of slot `i`.
+    int64_t getSlotOffset(int64_t i) const {
+      return getOffset() + i * getSlotStride();
+    }
+  }];
+}
+
+def Attn_SmemPlanAttr : Attn_Attr<"SmemPlan", "smem_plan"> {
+  let summary = "shared-memory layout chosen by attn-plan-smem";
+  let description = [{
+    `total` is the size in bytes of the layout (the end of its last buffer),
+    relative to a 1024-byte aligned base. `buffers` lists the buffers in
+    allocation order; buffers with disjoint lifetimes may overlap (see
+    `aliases`).
+
+    ```mlir
+    #attn.smem_plan<total = 163896, buffers = [
+        #attn.buffer<"q", offset = 0, size = 32768, align = 1024, swizzle = 128>,
+        ...]>
+    ```
+  }];
+  let parameters = (ins
+    "int64_t":$total,
+    "::mlir::ArrayAttr":$buffers
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// The buffer named `name`, or null.
+    SmemBufferAttr lookupBuffer(::llvm::StringRef name) const;
+    /// The buffers, in allocation order.
+    ::llvm::SmallVector<SmemBufferAttr> getBufferList() const;
+    /// Dynamic shared memory to request at launch: the layout plus 1024 bytes
+    /// of slack, because the dynamic window's base is only 16-byte aligned
+    /// and the kernel rounds it up to 1024.
+    int64_t getLaunchBytes() const { return getTotal() + kBaseAlignSlack; }
+    static constexpr int64_t kBaseAlignSlack = 1024;
+  }];
+}
+
+#endif // ATTN_IR_ATTNATTRS_TD

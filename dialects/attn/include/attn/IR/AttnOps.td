@@ -1,0 +1,97 @@
+//===- AttnOps.td - attn operations ------------------------*- tablegen -*-===//
+
+#ifndef ATTN_IR_ATTNOPS_TD
+#define ATTN_IR_ATTNOPS_TD
+
+include "attn/IR/AttnDialect.td"
+include "attn/IR/AttnAttrs.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/ControlFlowInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+def Attn_KernelOp : Attn_Op<"kernel", [
+    Symbol, IsolatedFromAbove]> {
+  let summary = "a forward attention kernel";
+  let description = [{
+    Declares one attention kernel, named by its symbol: for each (batch,
+    query head) it computes `O = normalize(scale * Q Kᵀ, mask) V` and, for
+    softmax, the per-row log-sum-exp.
+
+    ```mlir
+    attn.kernel @causal_hd128
+        problem = #attn.problem<q_heads = 16, kv_heads = 2, head_dim = 128,
+                                element_type = bf16, scale = 0.0883883461>
+        mask = #attn.causal<bottom_right>
+        normalizer = #attn.softmax
+    ```
+
+    The planning passes add `tile` (`#attn.tile`) and `smem`
+    (`#attn.smem_plan`) attributes, printed in the trailing
+    `attributes {...}` dictionary.
+
+    Two optional single-block regions are reserved for user code; each is
+    printed only when non-empty and must end in `attn.yield`:
+
+    * `mask_mod`: arguments `(batch, head, q_idx, kv_idx)`, all `index`;
+      yields an `i1`, true to keep the pair. It further restricts `mask`.
+    * `score_mod`: arguments `(score: f32, batch, head, q_idx, kv_idx:
+      index)`; yields the modified `f32` score (after scaling, before
+      masking and normalization).
+
+    ```mlir
+    attn.kernel @k problem = #attn.problem<...> mask = #attn.no_mask
+        normalizer = #attn.softmax
+        mask_mod {
+        ^bb0(%b: index, %h: index, %q: index, %kv: index):
+          %keep = arith.cmpi ule, %kv, %q : index
+          attn.yield %keep : i1
+        }
+    ```
+  }];
+
+  let arguments = (ins
+    SymbolNameAttr:$sym_name,
+    Attn_ProblemAttr:$problem,
+    Attn_MaskAttrInterface:$mask,
+    Attn_NormalizerAttrInterface:$normalizer,
+    OptionalAttr<Attn_TilePlanAttr>:$tile,
+    OptionalAttr<Attn_SmemPlanAttr>:$smem
+  );
+  let regions = (region MaxSizedRegion<1>:$mask_mod,
+                        MaxSizedRegion<1>:$score_mod);
+
+  let builders = [
+    OpBuilder<(ins "::llvm::StringRef":$name, "ProblemAttr":$problem,
+                   "MaskAttrInterface":$mask,
+                   "NormalizerAttrInterface":$normalizer)>
+  ];
+
+  let hasCustomAssemblyFormat = 1;
+  let hasRegionVerifier = 1;
+
+  let extraClassDeclaration = [{
+    /// The scale applied to QKᵀ: the problem's `scale`, or 1/sqrt(head_dim).
+    double getSoftmaxScale() { return getProblem().getEffectiveScale(); }
+
+    /// Expected block arguments of the user regions.
+    static constexpr unsigned kMaskModNumArgs = 4;
+    static constexpr unsigned kScoreModNumArgs = 5;
+  }];
+}
+
+def Attn_YieldOp : Attn_Op<"yield", [
+    Pure, Terminator, ReturnLike, HasParent<"KernelOp">]> {
+  let summary = "terminator of the user regions of attn.kernel";
+  let description = [{
+    Yields the value computed by a `mask_mod` (`i1`) or `score_mod` (`f32`)
+    region.
+
+    ```mlir
+    attn.yield %keep : i1
+    ```
+  }];
+  let arguments = (ins Variadic<AnyType>:$values);
+  let assemblyFormat = "attr-dict ($values^ `:` type($values))?";
+}
+
+#endif // ATTN_IR_ATTNOPS_TD

@@ -1,0 +1,318 @@
+//===- AttnAttrs.cpp - attn attributes ------------------------------------===//
+
+#include "attn/IR/AttnOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringSwitch.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+using namespace mlir;
+using namespace mlir::attn;
+
+#include "attn/IR/AttnEnums.cpp.inc"
+
+#include "attn/IR/AttnAttrInterfaces.cpp.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "attn/IR/AttnAttrs.cpp.inc"
+
+void AttnDialect::registerAttributes() {
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "attn/IR/AttnAttrs.cpp.inc"
+      >();
+}
+
+//===----------------------------------------------------------------------===//
+// ProblemAttr
+//===----------------------------------------------------------------------===//
+
+/// The shortest decimal form of `value` that parses back to the same double,
+/// spelled as an MLIR float literal (always with a '.').
+static std::string formatShortestDouble(double value) {
+  std::string text;
+  for (int precision = 1; precision <= 17; ++precision) {
+    char buffer[64];
+    std::snprintf(buffer, sizeof(buffer), "%.*g", precision, value);
+    text = buffer;
+    if (std::strtod(buffer, nullptr) == value)
+      break;
+  }
+  if (text.find_first_of(".ni") == std::string::npos) {
+    size_t exponent = text.find('e');
+    text.insert(exponent == std::string::npos ? text.size() : exponent, ".0");
+  }
+  return text;
+}
+
+static bool isSupportedHeadDim(int64_t headDim) {
+  return headDim == 64 || headDim == 128 || headDim == 256;
+}
+
+LogicalResult
+ProblemAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                    int64_t qHeads, int64_t kvHeads, int64_t headDim,
+                    Type elementType, FloatAttr scale) {
+  if (qHeads <= 0)
+    return emitError() << "q_heads must be > 0, got " << qHeads;
+  if (kvHeads <= 0)
+    return emitError() << "kv_heads must be > 0, got " << kvHeads;
+  if (qHeads % kvHeads != 0)
+    return emitError() << "kv_heads (" << kvHeads << ") must divide q_heads ("
+                       << qHeads << ")";
+  if (!isSupportedHeadDim(headDim))
+    return emitError() << "unsupported head_dim " << headDim
+                       << "; supported: 64, 128, 256";
+  if (!elementType || !(elementType.isBF16() || elementType.isF16()))
+    return emitError() << "unsupported element_type " << elementType
+                       << "; supported: bf16, f16";
+  if (scale) {
+    double value = scale.getValueAsDouble();
+    if (!std::isfinite(value) || value <= 0.0)
+      return emitError() << "scale must be positive and finite, got "
+                         << formatShortestDouble(value);
+  }
+  return success();
+}
+
+double ProblemAttr::getEffectiveScale() const {
+  if (FloatAttr scale = getScale())
+    return scale.getValueAsDouble();
+  return 1.0 / std::sqrt(static_cast<double>(getHeadDim()));
+}
+
+int64_t ProblemAttr::getElementBytes() const {
+  return getElementType().getIntOrFloatBitWidth() / 8;
+}
+
+// `<` q_heads = N `,` kv_heads = N `,` head_dim = N `,` element_type = T
+//     (`,` scale = F)? `>`, keys in any order.
+Attribute ProblemAttr::parse(AsmParser &parser, Type) {
+  MLIRContext *ctx = parser.getContext();
+  SMLoc startLoc = parser.getCurrentLocation();
+  std::optional<int64_t> qHeads, kvHeads, headDim;
+  Type elementType;
+  FloatAttr scale;
+
+  auto parseEntry = [&]() -> ParseResult {
+    SMLoc keyLoc = parser.getCurrentLocation();
+    StringRef key;
+    if (parser.parseKeyword(&key) || parser.parseEqual())
+      return failure();
+    auto parseInt = [&](std::optional<int64_t> &slot) -> ParseResult {
+      if (slot)
+        return parser.emitError(keyLoc) << "duplicate '" << key << "'";
+      int64_t value;
+      if (parser.parseInteger(value))
+        return failure();
+      slot = value;
+      return success();
+    };
+    if (key == "q_heads")
+      return parseInt(qHeads);
+    if (key == "kv_heads")
+      return parseInt(kvHeads);
+    if (key == "head_dim")
+      return parseInt(headDim);
+    if (key == "element_type") {
+      if (elementType)
+        return parser.emitError(keyLoc) << "duplicate '" << key << "'";
+      SMLoc typeLoc = parser.getCurrentLocation();
+      OptionalParseResult parsed = parser.parseOptionalType(elementType);
+      if (parsed.has_value())
+        return *parsed;
+      StringRef spelling;
+      if (succeeded(parser.parseOptionalKeyword(&spelling)))
+        return parser.emitError(typeLoc)
+               << "unknown element_type '" << spelling
+               << "'; supported: bf16, f16";
+      return parser.emitError(typeLoc)
+             << "expected an element_type (bf16 or f16)";
+    }
+    if (key == "scale") {
+      if (scale)
+        return parser.emitError(keyLoc) << "duplicate '" << key << "'";
+      double value;
+      if (parser.parseFloat(value))
+        return failure();
+      scale = FloatAttr::get(Float64Type::get(ctx), value);
+      return success();
+    }
+    return parser.emitError(keyLoc)
+           << "unknown #attn.problem key '" << key
+           << "'; expected q_heads, kv_heads, head_dim, element_type or scale";
+  };
+  if (parser.parseLess() ||
+      parser.parseCommaSeparatedList(AsmParser::Delimiter::None, parseEntry) ||
+      parser.parseGreater())
+    return {};
+
+  auto missing = [&](StringRef key) {
+    parser.emitError(startLoc) << "#attn.problem is missing '" << key << "'";
+    return Attribute();
+  };
+  if (!qHeads)
+    return missing("q_heads");
+  if (!kvHeads)
+    return missing("kv_heads");
+  if (!headDim)
+    return missing("head_dim");
+  if (!elementType)
+    return missing("element_type");
+  return parser.getChecked<ProblemAttr>(startLoc, ctx, *qHeads, *kvHeads,
+                                        *headDim, elementType, scale);
+}
+
+void ProblemAttr::print(AsmPrinter &printer) const {
+  printer << "<q_heads = " << getQHeads() << ", kv_heads = " << getKvHeads()
+          << ", head_dim = " << getHeadDim()
+          << ", element_type = " << getElementType();
+  if (FloatAttr scale = getScale())
+    printer << ", scale = " << formatShortestDouble(scale.getValueAsDouble());
+  printer << ">";
+}
+
+//===----------------------------------------------------------------------===//
+// Masks
+//===----------------------------------------------------------------------===//
+
+/// Diagonal offset of a mask: the key row aligned with query row 0.
+static int64_t diagonalShift(MaskAlignment align, int64_t seqlenQ,
+                             int64_t seqlenK) {
+  return align == MaskAlignment::bottom_right ? seqlenK - seqlenQ : 0;
+}
+
+/// Clamps the inclusive key interval [lo, hi] to [0, seqlenK) and returns it
+/// half-open.
+static std::pair<int64_t, int64_t> clampKeys(int64_t lo, int64_t hi,
+                                             int64_t seqlenK) {
+  int64_t first = std::max<int64_t>(lo, 0);
+  int64_t last = std::min<int64_t>(hi + 1, seqlenK);
+  if (last < first)
+    last = first;
+  return {first, last};
+}
+
+StringRef NoMaskAttr::getKindName() const { return "no_mask"; }
+bool NoMaskAttr::keeps(int64_t, int64_t, int64_t, int64_t) const {
+  return true;
+}
+std::pair<int64_t, int64_t> NoMaskAttr::getKeyRange(int64_t, int64_t,
+                                                    int64_t seqlenK) const {
+  return {0, seqlenK};
+}
+bool NoMaskAttr::isTrivial() const { return true; }
+
+StringRef CausalAttr::getKindName() const { return "causal"; }
+bool CausalAttr::keeps(int64_t q, int64_t k, int64_t seqlenQ,
+                       int64_t seqlenK) const {
+  return k <= q + diagonalShift(getAlignment(), seqlenQ, seqlenK);
+}
+std::pair<int64_t, int64_t> CausalAttr::getKeyRange(int64_t q,
+                                                    int64_t seqlenQ,
+                                                    int64_t seqlenK) const {
+  int64_t shift = diagonalShift(getAlignment(), seqlenQ, seqlenK);
+  return clampKeys(0, q + shift, seqlenK);
+}
+
+LogicalResult
+SlidingWindowAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                          int64_t left, int64_t right, MaskAlignment) {
+  if (left < 0)
+    return emitError() << "sliding window left extent must be >= 0, got "
+                       << left;
+  if (right < 0)
+    return emitError() << "sliding window right extent must be >= 0, got "
+                       << right;
+  return success();
+}
+
+StringRef SlidingWindowAttr::getKindName() const { return "sliding_window"; }
+bool SlidingWindowAttr::keeps(int64_t q, int64_t k, int64_t seqlenQ,
+                              int64_t seqlenK) const {
+  int64_t center = q + diagonalShift(getAlign(), seqlenQ, seqlenK);
+  return center - getLeft() <= k && k <= center + getRight();
+}
+std::pair<int64_t, int64_t>
+SlidingWindowAttr::getKeyRange(int64_t q, int64_t seqlenQ,
+                               int64_t seqlenK) const {
+  int64_t center = q + diagonalShift(getAlign(), seqlenQ, seqlenK);
+  return clampKeys(center - getLeft(), center + getRight(), seqlenK);
+}
+
+//===----------------------------------------------------------------------===//
+// Normalizers
+//===----------------------------------------------------------------------===//
+
+StringRef SoftmaxAttr::getKindName() const { return "softmax"; }
+bool SoftmaxAttr::isSoftmax() const { return true; }
+
+//===----------------------------------------------------------------------===//
+// Shared-memory plan
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+SmemBufferAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                       StringRef name, int64_t offset, int64_t size,
+                       int64_t align, int64_t swizzle, int64_t slots,
+                       StringRef aliases) {
+  if (name.empty())
+    return emitError() << "shared-memory buffer needs a non-empty name";
+  if (offset < 0 || size < 0)
+    return emitError() << "shared-memory buffer '" << name
+                       << "' has negative offset or size";
+  if (align <= 0 || !llvm::isPowerOf2_64(align))
+    return emitError() << "shared-memory buffer '" << name
+                       << "' alignment must be a power of two, got " << align;
+  if (offset % align != 0)
+    return emitError() << "shared-memory buffer '" << name << "' offset "
+                       << offset << " is not a multiple of its alignment "
+                       << align;
+  if (swizzle != 0 && swizzle != 32 && swizzle != 64 && swizzle != 128)
+    return emitError() << "shared-memory buffer '" << name
+                       << "' swizzle must be 0, 32, 64 or 128 bytes, got "
+                       << swizzle;
+  if (slots < 1 || size % slots != 0)
+    return emitError() << "shared-memory buffer '" << name << "' size "
+                       << size << " is not " << slots << " equal slots";
+  return success();
+}
+
+LogicalResult
+SmemPlanAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                     int64_t total, ArrayAttr buffers) {
+  if (!buffers)
+    return emitError() << "shared-memory plan needs a buffer list";
+  for (Attribute attr : buffers) {
+    auto buffer = dyn_cast<SmemBufferAttr>(attr);
+    if (!buffer)
+      return emitError() << "shared-memory plan buffers must be "
+                            "#attn.buffer attributes, got "
+                         << attr;
+    if (buffer.getEnd() > total)
+      return emitError() << "shared-memory buffer '" << buffer.getName()
+                         << "' ends at " << buffer.getEnd()
+                         << ", past the plan total " << total;
+  }
+  return success();
+}
+
+SmemBufferAttr SmemPlanAttr::lookupBuffer(StringRef name) const {
+  for (Attribute attr : getBuffers())
+    if (auto buffer = dyn_cast<SmemBufferAttr>(attr))
+      if (buffer.getName() == name)
+        return buffer;
+  return {};
+}
+
+SmallVector<SmemBufferAttr> SmemPlanAttr::getBufferList() const {
+  return llvm::to_vector(getBuffers().getAsRange<SmemBufferAttr>());
+}

@@ -1,0 +1,186 @@
+//===- AttnOps.cpp - attn operations --------------------------------------===//
+
+#include "attn/IR/AttnOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/STLExtras.h"
+
+using namespace mlir;
+using namespace mlir::attn;
+
+#define GET_OP_CLASSES
+#include "attn/IR/AttnOps.cpp.inc"
+
+//===----------------------------------------------------------------------===//
+// KernelOp
+//===----------------------------------------------------------------------===//
+
+void KernelOp::build(OpBuilder &builder, OperationState &state, StringRef name,
+                     ProblemAttr problem, MaskAttrInterface mask,
+                     NormalizerAttrInterface normalizer) {
+  build(builder, state, builder.getStringAttr(name), problem, mask, normalizer,
+        /*tile=*/TilePlanAttr(), /*smem=*/SmemPlanAttr());
+}
+
+// attn.kernel @name
+//     problem = #attn.problem<...>
+//     mask = <MaskAttrInterface>
+//     normalizer = <NormalizerAttrInterface>
+//     (attributes {...})?
+//     (mask_mod region)?
+//     (score_mod region)?
+ParseResult KernelOp::parse(OpAsmParser &parser, OperationState &result) {
+  StringAttr name;
+  if (parser.parseSymbolName(name, getSymNameAttrName(result.name),
+                             result.attributes))
+    return failure();
+
+  // `keyword = attr`, where the attribute must satisfy `isValid`.
+  auto parseKeyedAttr = [&](StringRef keyword, StringAttr attrName,
+                            StringRef expected,
+                            function_ref<bool(Attribute)> isValid)
+      -> ParseResult {
+    if (parser.parseKeyword(keyword) || parser.parseEqual())
+      return failure();
+    SMLoc loc = parser.getCurrentLocation();
+    Attribute attr;
+    if (parser.parseAttribute(attr))
+      return failure();
+    if (!isValid(attr))
+      return parser.emitError(loc)
+             << "expected " << expected << " for '" << keyword << "', got "
+             << attr;
+    result.addAttribute(attrName, attr);
+    return success();
+  };
+  if (parseKeyedAttr("problem", getProblemAttrName(result.name),
+                     "#attn.problem",
+                     [](Attribute a) { return isa<ProblemAttr>(a); }) ||
+      parseKeyedAttr("mask", getMaskAttrName(result.name),
+                     "a mask attribute (MaskAttrInterface)",
+                     [](Attribute a) { return isa<MaskAttrInterface>(a); }) ||
+      parseKeyedAttr(
+          "normalizer", getNormalizerAttrName(result.name),
+          "a normalizer attribute (NormalizerAttrInterface)",
+          [](Attribute a) { return isa<NormalizerAttrInterface>(a); }))
+    return failure();
+  // Plans arrive through the attribute dictionary; check the inherent ones
+  // here, since a mistyped one would otherwise be dropped from properties.
+  SMLoc attrDictLoc = parser.getCurrentLocation();
+  if (parser.parseOptionalAttrDictWithKeyword(result.attributes) ||
+      failed(verifyInherentAttrs(result.name, result.attributes, [&]() {
+        return parser.emitError(attrDictLoc)
+               << "'" << result.name.getStringRef() << "' op ";
+      })))
+    return failure();
+
+  Region *maskMod = result.addRegion();
+  Region *scoreMod = result.addRegion();
+  if (succeeded(parser.parseOptionalKeyword("mask_mod")) &&
+      parser.parseRegion(*maskMod))
+    return failure();
+  if (succeeded(parser.parseOptionalKeyword("score_mod")) &&
+      parser.parseRegion(*scoreMod))
+    return failure();
+  return success();
+}
+
+void KernelOp::print(OpAsmPrinter &p) {
+  p << ' ';
+  p.printSymbolName(getSymName());
+  // Continuation lines are indented four columns past the op.
+  p.increaseIndent();
+  p.increaseIndent();
+  p.printNewline();
+  p << "problem = ";
+  p.printAttribute(getProblem());
+  p.printNewline();
+  p << "mask = ";
+  p.printAttribute(getMask());
+  p.printNewline();
+  p << "normalizer = ";
+  p.printAttribute(getNormalizer());
+
+  StringRef elided[] = {getSymNameAttrName(), getProblemAttrName(),
+                        getMaskAttrName(), getNormalizerAttrName()};
+  DictionaryAttr attrs = (*this)->getAttrDictionary();
+  bool hasOtherAttrs = llvm::any_of(attrs, [&](NamedAttribute attr) {
+    return !llvm::is_contained(elided, attr.getName().getValue());
+  });
+  if (hasOtherAttrs) {
+    p.printNewline();
+    // printOptionalAttrDict leads with a space: "attributes {...}".
+    p << "attributes";
+    p.printOptionalAttrDict(attrs.getValue(), elided);
+  }
+  if (!getMaskMod().empty()) {
+    p.printNewline();
+    p << "mask_mod ";
+    p.printRegion(getMaskMod(), /*printEntryBlockArgs=*/true,
+                  /*printBlockTerminators=*/true);
+  }
+  if (!getScoreMod().empty()) {
+    p.printNewline();
+    p << "score_mod ";
+    p.printRegion(getScoreMod(), /*printEntryBlockArgs=*/true,
+                  /*printBlockTerminators=*/true);
+  }
+  p.decreaseIndent();
+  p.decreaseIndent();
+}
+
+/// Checks a user region's block signature and its `attn.yield`. Argument
+/// errors are reported at the argument, yield errors at the yield.
+static LogicalResult verifyUserRegion(KernelOp op, Region &region,
+                                      StringRef regionName,
+                                      ArrayRef<StringRef> argNames,
+                                      ArrayRef<Type> argTypes,
+                                      Type yieldType) {
+  if (region.empty())
+    return success();
+  Block &block = region.front();
+  if (block.getNumArguments() != argTypes.size()) {
+    InFlightDiagnostic diag = op.emitOpError()
+                              << "'" << regionName << "' region expects "
+                              << argTypes.size() << " arguments (";
+    llvm::interleaveComma(argNames, diag);
+    return diag << "), got " << block.getNumArguments();
+  }
+  for (auto [index, arg] : llvm::enumerate(block.getArguments())) {
+    if (arg.getType() != argTypes[index])
+      return emitError(arg.getLoc())
+             << "'" << regionName << "' argument #" << index << " ("
+             << argNames[index] << ") must have type " << argTypes[index]
+             << ", got " << arg.getType();
+  }
+  Operation *terminator = block.empty() ? nullptr : &block.back();
+  auto yield = dyn_cast_or_null<YieldOp>(terminator);
+  if (!yield)
+    return op.emitOpError() << "'" << regionName
+                            << "' region must end with 'attn.yield'";
+  if (yield.getValues().size() != 1 ||
+      yield.getValues().front().getType() != yieldType) {
+    InFlightDiagnostic diag = yield.emitOpError()
+                              << "in '" << regionName
+                              << "' must yield a single " << yieldType
+                              << ", got (";
+    llvm::interleaveComma(yield.getValues().getTypes(), diag);
+    return diag << ")";
+  }
+  return success();
+}
+
+LogicalResult KernelOp::verifyRegions() {
+  MLIRContext *ctx = getContext();
+  Type index = IndexType::get(ctx);
+  Type f32 = Float32Type::get(ctx);
+  Type i1 = IntegerType::get(ctx, 1);
+  if (failed(verifyUserRegion(*this, getMaskMod(), "mask_mod",
+                              {"batch", "head", "q_idx", "kv_idx"},
+                              {index, index, index, index}, i1)))
+    return failure();
+  return verifyUserRegion(*this, getScoreMod(), "score_mod",
+                          {"score", "batch", "head", "q_idx", "kv_idx"},
+                          {f32, index, index, index, index}, f32);
+}

@@ -1,0 +1,50 @@
+// attn-tile's default sm_90a plans: two 64-row consumer warpgroups
+// (block_m = 128), one TMA producer warpgroup, setmaxnreg 240/24.
+// RUN: attn-opt --attn-tile %s | FileCheck %s
+// Running it twice changes nothing (plans are only filled in when missing).
+// RUN: attn-opt --attn-tile --attn-tile %s | FileCheck %s
+
+// head_dim 64: 128 x 128 tiles, 3 stages.
+// CHECK-LABEL: attn.kernel @hd64
+// CHECK:      tile = #attn.tile<block_m = 128, block_n = 128, stages = 3, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24>
+attn.kernel @hd64
+    problem = #attn.problem<q_heads = 8, kv_heads = 8, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask
+    normalizer = #attn.softmax
+
+// head_dim 128: 128 x 128 tiles, 2 stages (f16 plans like bf16).
+// CHECK-LABEL: attn.kernel @hd128
+// CHECK:      tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24>
+attn.kernel @hd128
+    problem = #attn.problem<q_heads = 16, kv_heads = 2, head_dim = 128, element_type = f16>
+    mask = #attn.causal<bottom_right>
+    normalizer = #attn.softmax
+
+// head_dim 256: block_n drops to 64 so the accumulators fit 240 registers
+// (256/2 + 64/2 + 64/4 + 48 = 224).
+// CHECK-LABEL: attn.kernel @hd256
+// CHECK:      tile = #attn.tile<block_m = 128, block_n = 64, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24>
+attn.kernel @hd256
+    problem = #attn.problem<q_heads = 16, kv_heads = 16, head_dim = 256, element_type = bf16>
+    mask = #attn.sliding_window<left = 512, right = 0>
+    normalizer = #attn.softmax
+
+// A legal plan already on the op is kept.
+// CHECK-LABEL: attn.kernel @preset
+// CHECK:      tile = #attn.tile<block_m = 64, block_n = 112, stages = 3, consumer_warpgroups = 1, producer_warpgroups = 1, consumer_registers = 232, producer_registers = 24>
+attn.kernel @preset
+    problem = #attn.problem<q_heads = 16, kv_heads = 2, head_dim = 128, element_type = bf16>
+    mask = #attn.no_mask
+    normalizer = #attn.softmax
+    attributes {tile = #attn.tile<block_m = 64, block_n = 112, stages = 3, consumer_warpgroups = 1, producer_warpgroups = 1, consumer_registers = 232, producer_registers = 24>}
+
+// Kernels nested in other modules are planned too.
+// CHECK-LABEL: module @nested
+// CHECK:      attn.kernel @inner
+// CHECK:      tile = #attn.tile<block_m = 128, block_n = 128, stages = 2,
+module @nested {
+  attn.kernel @inner
+      problem = #attn.problem<q_heads = 4, kv_heads = 4, head_dim = 128, element_type = bf16>
+      mask = #attn.no_mask
+      normalizer = #attn.softmax
+}

@@ -1,0 +1,105 @@
+// The emitted kernels compile with NVRTC and assemble with ptxas for sm_90a,
+// for every head dim and element type, with the instructions the design
+// depends on and without register spills. Needs no GPU.
+#include <catch2/catch.hpp>
+
+#include "attn/Backend/Nvrtc.h"
+#include "attn/Compiler/Compiler.h"
+#include "attn/runtime/Error.h"
+
+#include <cstdio>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <unistd.h>
+
+namespace {
+
+std::string spec(int headDim, const std::string &element, const std::string &mask) {
+  std::ostringstream text;
+  text << "attn.kernel @k problem = #attn.problem<q_heads = 8, kv_heads = 2, head_dim = "
+       << headDim << ", element_type = " << element << "> mask = " << mask
+       << " normalizer = #attn.softmax\n";
+  return text.str();
+}
+
+// Runs `ptxas -arch=sm_90a -v` on the PTX and returns its report.
+std::string assemble(const std::vector<char> &ptx) {
+  char path[] = "/tmp/attn_codegen_XXXXXX";
+  int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  close(fd);
+  std::string ptxPath = std::string(path) + ".ptx";
+  std::rename(path, ptxPath.c_str());
+  {
+    std::ofstream out(ptxPath, std::ios::binary);
+    out.write(ptx.data(), ptx.size());
+  }
+  std::string command = "/usr/local/cuda/bin/ptxas -arch=sm_90a -v -o /dev/null " + ptxPath + " 2>&1";
+  std::string report;
+  FILE *pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe);
+  char buffer[512];
+  while (fgets(buffer, sizeof(buffer), pipe))
+    report += buffer;
+  int status = pclose(pipe);
+  std::remove(ptxPath.c_str());
+  INFO(report);
+  REQUIRE(status == 0);
+  return report;
+}
+
+} // namespace
+
+TEST_CASE("every head dim and element type assembles for sm_90a without spills", "[codegen]") {
+  int headDim = GENERATE(64, 128, 256);
+  std::string element = GENERATE(std::string("bf16"), std::string("f16"));
+  std::string mask = GENERATE(std::string("#attn.no_mask"), std::string("#attn.causal<top_left>"),
+                              std::string("#attn.sliding_window<left = 64, right = 8>"));
+  attn::CompiledKernel kernel = attn::compileSpec(spec(headDim, element, mask), "k.mlir");
+  std::string ptx(kernel.binary.begin(), kernel.binary.end());
+  CHECK(ptx.find("wgmma.mma_async") != std::string::npos);
+  CHECK(ptx.find("cp.async.bulk.tensor") != std::string::npos);
+  CHECK(ptx.find("mbarrier") != std::string::npos);
+  CHECK(ptx.find("setmaxnreg") != std::string::npos);
+  CHECK(ptx.find(".entry attn_fwd_kernel") != std::string::npos);
+
+  std::string report = assemble(kernel.binary);
+  INFO(report);
+  CHECK(report.find("0 bytes spill stores") != std::string::npos);
+  CHECK(report.find("0 bytes spill loads") != std::string::npos);
+  CHECK(report.find("0 bytes stack frame") != std::string::npos);
+}
+
+TEST_CASE("NVRTC errors come back with the compiler log", "[codegen]") {
+  attn::backend::NvrtcResult result = attn::backend::compileCuda(
+      "__global__ void broken() { undeclared_name = 1; }\n", "broken.cu", "sm_90a",
+      attn::backend::NvrtcOutput::Ptx);
+  CHECK_FALSE(result.succeeded);
+  CHECK(result.log.find("undeclared_name") != std::string::npos);
+  CHECK(result.log.find("broken.cu") != std::string::npos);
+}
+
+TEST_CASE("a bad spec is reported with its location", "[codegen]") {
+  std::string bad = "attn.kernel @k problem = #attn.problem<q_heads = 16, kv_heads = 3, "
+                    "head_dim = 128, element_type = bf16> mask = #attn.no_mask "
+                    "normalizer = #attn.softmax\n";
+  REQUIRE_THROWS_WITH(attn::compileSpec(bad, "bad.mlir"),
+                      Catch::Contains("bad.mlir:1:") && Catch::Contains("kv_heads (3)"));
+}
+
+TEST_CASE("the launch metadata follows the plan", "[codegen]") {
+  attn::CompiledKernel kernel =
+      attn::compileSpec(spec(128, "bf16", "#attn.no_mask"), "k.mlir");
+  // attn-tile's heuristic for head dim 128 (two consumer warpgroups and one
+  // producer, 128 x 128 tiles) and attn-plan-smem's layout: Q 32 KiB, two
+  // K and two V stages of 32 KiB, 7 barriers, plus 1 KiB of alignment slack.
+  CHECK(kernel.launch.blockM == 128);
+  CHECK(kernel.launch.blockN == 128);
+  CHECK(kernel.launch.threadsPerBlock == 384);
+  CHECK(kernel.launch.sharedMemoryBytes == 32768 + 4 * 32768 + 7 * 8 + 1024);
+  CHECK(kernel.launch.headDim == 128);
+  CHECK(kernel.launch.qHeads == 8);
+  CHECK(kernel.launch.kvHeads == 2);
+  CHECK(kernel.launch.scale == Approx(1.0 / std::sqrt(128.0)));
+}

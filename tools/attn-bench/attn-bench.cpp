@@ -1,0 +1,147 @@
+//===- attn-bench.cpp - Measure compiled attention kernels ----------------===//
+//
+//   attn-bench spec.mlir [--batch=B --seqlen=S --seqlen-k=S] [--check]
+//       compiles one spec, runs it, prints the error against the CPU
+//       reference (with --check) and the TFLOP/s.
+//   attn-bench --grid
+//       the grid of the peer comparison: head dim 64/128/256, seqlen 512 to
+//       16384, causal and not, B*S = 16384 and H*D = 2048, bf16.
+//
+// TFLOP/s = 4*B*H*Sq*Sk*D / time (halved for causal masks); the time is the
+// median of --repeats launches after --warmup launches, timed with events.
+//
+//===----------------------------------------------------------------------===//
+
+#include "AttnHarness.h"
+#include "attn/Compiler/Compiler.h"
+
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <cstdio>
+#include <sstream>
+
+using namespace llvm;
+
+namespace {
+cl::opt<std::string> specFile(cl::Positional, cl::desc("[spec.mlir]"), cl::init(""));
+cl::opt<bool> grid("grid", cl::desc("Run the peer-comparison grid"), cl::init(false));
+cl::opt<int64_t> batch("batch", cl::desc("Batch size"), cl::init(2));
+cl::opt<int64_t> seqlen("seqlen", cl::desc("Query sequence length"), cl::init(8192));
+cl::opt<int64_t> seqlenK("seqlen-k", cl::desc("Key sequence length (default: --seqlen)"),
+                         cl::init(0));
+cl::opt<bool> check("check", cl::desc("Compare with the CPU reference evaluator"),
+                    cl::init(false));
+cl::opt<int> warmup("warmup", cl::desc("Untimed launches first"), cl::init(5));
+cl::opt<int> repeats("repeats", cl::desc("Timed launches (median reported)"), cl::init(20));
+cl::opt<std::string> tileOverride("tile", cl::desc("Tile override passed to attn-tile"),
+                                  cl::init(""));
+
+struct Loaded {
+  attn::CompiledKernel compiled;
+  attn::Module module;
+  attn::KernelFunction function;
+};
+
+Loaded load(const std::string &spec, const std::string &name) {
+  attn::CompileOptions options;
+  options.tileOverride = tileOverride;
+  Loaded loaded;
+  loaded.compiled = attn::compileSpec(spec, name, options);
+  loaded.module = attn::Module::loadPtx(
+      std::string_view(loaded.compiled.binary.data(), loaded.compiled.binary.size()));
+  loaded.function = loaded.module.function(loaded.compiled.launch.kernelName);
+  return loaded;
+}
+
+bool isCausal(const std::string &spec) { return spec.find("#attn.causal") != std::string::npos; }
+
+int runSpec() {
+  auto buffer = MemoryBuffer::getFileOrSTDIN(specFile);
+  if (!buffer) {
+    errs() << "attn-bench: cannot read " << specFile << ": " << buffer.getError().message()
+           << "\n";
+    return 1;
+  }
+  std::string spec = (*buffer)->getBuffer().str();
+  Loaded kernel = load(spec, specFile);
+  attn::harness::Shape shape{batch, seqlen, seqlenK ? seqlenK : seqlen, false};
+  attn::harness::ForwardProblem data(kernel.compiled.launch, shape, 2026);
+  const attn::AttnLaunchConfig &launch = kernel.compiled.launch;
+  std::printf("kernel @%s: B=%lld Sq=%lld Sk=%lld Hq=%d Hkv=%d D=%d %s, block %dx%d, %d threads, "
+              "%d bytes smem\n",
+              kernel.compiled.name.c_str(), (long long)shape.batch, (long long)shape.seqlenQ,
+              (long long)shape.seqlenK, launch.qHeads, launch.kvHeads, launch.headDim,
+              attn::dtypeName(launch.dtype), launch.blockM, launch.blockN,
+              launch.threadsPerBlock, launch.sharedMemoryBytes);
+  bool passed = true;
+  if (check) {
+    data.poisonOutputs();
+    attn::launchForward(kernel.function, launch, data.args(), nullptr);
+    ATTN_CU_CHECK(cuCtxSynchronize);
+    attn::reference::Problem problem =
+        attn::referenceProblemFromSpec(spec, shape.batch, shape.seqlenQ, shape.seqlenK);
+    attn::harness::Comparison result =
+        attn::harness::compareWithReference(problem, data, launch.dtype);
+    passed = result.passed();
+    std::printf("check against the CPU reference: max|dO| = %.3g, rel-L2 = %.3g, "
+                "max|dLSE| = %.3g, %s\n",
+                result.maxAbsError, result.relativeL2Error, result.maxLseError,
+                passed ? "PASS" : ("FAIL: " + result.firstViolation).c_str());
+  }
+  double ms = attn::harness::medianLaunchMs(kernel.function, launch, data.args(), warmup, repeats);
+  double flops = attn::harness::forwardFlops(launch, shape, isCausal(spec));
+  std::printf("time %.3f ms (median of %d), %.1f TFLOP/s\n", ms, int(repeats), flops / ms / 1e9);
+  return passed ? 0 : 1;
+}
+
+int runGrid() {
+  std::printf("| head dim | seqlen | causal | attnc TFLOP/s | ms |\n|---|---|---|---|---|\n");
+  for (int headDim : {64, 128, 256}) {
+    int heads = 2048 / headDim;
+    for (bool causal : {false, true}) {
+      std::ostringstream spec;
+      spec << "attn.kernel @grid_d" << headDim << (causal ? "_causal" : "")
+           << " problem = #attn.problem<q_heads = " << heads << ", kv_heads = " << heads
+           << ", head_dim = " << headDim << ", element_type = bf16> mask = "
+           << (causal ? "#attn.causal<bottom_right>" : "#attn.no_mask")
+           << " normalizer = #attn.softmax\n";
+      Loaded kernel = load(spec.str(), "grid.mlir");
+      for (int64_t s : {512, 1024, 2048, 4096, 8192, 16384}) {
+        attn::harness::Shape shape{16384 / s, s, s, false};
+        attn::harness::ForwardProblem data(kernel.compiled.launch, shape, 11);
+        double ms = attn::harness::medianLaunchMs(kernel.function, kernel.compiled.launch,
+                                                  data.args(), warmup, repeats);
+        double flops = attn::harness::forwardFlops(kernel.compiled.launch, shape, causal);
+        std::printf("| %d | %lld | %s | %.1f | %.3f |\n", headDim, (long long)s,
+                    causal ? "yes" : "no", flops / ms / 1e9, ms);
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
+}
+} // namespace
+
+int main(int argc, char **argv) {
+  InitLLVM initLLVM(argc, argv);
+  cl::ParseCommandLineOptions(argc, argv, "attn-bench: run and time attnc kernels\n");
+  if (!grid && specFile.empty()) {
+    errs() << "attn-bench: give a spec file or --grid (see --help)\n";
+    return 1;
+  }
+  std::string reason = attn::harness::gpuUnavailableReason();
+  if (!reason.empty()) {
+    std::printf("attn-bench: no GPU run: %s\n", reason.c_str());
+    return 0;
+  }
+  try {
+    attn::ensureContext();
+    return grid ? runGrid() : runSpec();
+  } catch (const attn::Error &error) {
+    errs() << "attn-bench: " << error.what() << "\n";
+    return 1;
+  }
+}

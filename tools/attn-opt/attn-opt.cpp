@@ -1,0 +1,27 @@
+//===- attn-opt.cpp - attn optimizer driver -------------------------------===//
+//
+// mlir-opt for the attn dialect: parses, verifies, runs the attn passes (and
+// MLIR's generic ones such as -canonicalize), prints.
+//
+//===----------------------------------------------------------------------===//
+
+#include "attn/IR/AttnOps.h"
+#include "attn/Transforms/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/Tools/mlir-opt/MlirOptMain.h"
+#include "mlir/Transforms/Passes.h"
+
+int main(int argc, char **argv) {
+  mlir::registerTransformsPasses();
+  mlir::attn::registerAttnPasses();
+
+  mlir::DialectRegistry registry;
+  registry.insert<mlir::attn::AttnDialect, mlir::arith::ArithDialect,
+                  mlir::func::FuncDialect, mlir::math::MathDialect>();
+  return mlir::asMainReturnCode(
+      mlir::MlirOptMain(argc, argv, "attn optimizer driver\n", registry));
+}

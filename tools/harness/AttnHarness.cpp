@@ -1,0 +1,250 @@
+//===- AttnHarness.cpp - Run a compiled kernel against the reference ------===//
+
+#include "AttnHarness.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <sstream>
+
+namespace attn::harness {
+
+namespace {
+
+uint16_t toBits(DType dtype, float value) {
+  return dtype == DType::BF16 ? floatToBf16(value) : floatToF16(value);
+}
+
+float fromBits(DType dtype, uint16_t bits) {
+  return dtype == DType::BF16 ? bf16ToFloat(bits) : f16ToFloat(bits);
+}
+
+// Element strides of a [B, S, H, D] tensor stored BSHD or head-major (BHSD).
+void setStrides(TensorView &view, bool headMajor) {
+  int64_t s = view.shape[1], h = view.shape[2], d = view.shape[3];
+  if (headMajor) {
+    view.strides[0] = h * s * d;
+    view.strides[1] = d;
+    view.strides[2] = s * d;
+  } else {
+    view.strides[0] = s * h * d;
+    view.strides[1] = h * d;
+    view.strides[2] = d;
+  }
+  view.strides[3] = 1;
+}
+
+int64_t offsetOf(const TensorView &view, int64_t b, int64_t s, int64_t h, int64_t d) {
+  return b * view.strides[0] + s * view.strides[1] + h * view.strides[2] + d * view.strides[3];
+}
+
+HostDeviceTensor makeTensor(DType dtype, int64_t batch, int64_t seqlen, int64_t heads,
+                            int64_t headDim, bool headMajor, std::mt19937_64 *random) {
+  HostDeviceTensor tensor;
+  int64_t count = batch * seqlen * heads * headDim;
+  // At least one element so that empty problems still have a valid pointer.
+  tensor.buffer = DeviceBuffer(std::max<int64_t>(count, 8) * dtypeSize(dtype));
+  tensor.view.data = tensor.buffer.data();
+  tensor.view.dtype = dtype;
+  tensor.view.shape[0] = batch;
+  tensor.view.shape[1] = seqlen;
+  tensor.view.shape[2] = heads;
+  tensor.view.shape[3] = headDim;
+  setStrides(tensor.view, headMajor);
+  if (!random)
+    return tensor;
+
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<uint16_t> device(count);
+  tensor.host.resize(count);
+  int64_t index = 0;
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t s = 0; s < seqlen; ++s)
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t d = 0; d < headDim; ++d, ++index) {
+          uint16_t bits = toBits(dtype, normal(*random));
+          tensor.host[index] = fromBits(dtype, bits);
+          device[offsetOf(tensor.view, b, s, h, d)] = bits;
+        }
+  if (count)
+    tensor.buffer.copyFromHost(device.data(), device.size() * sizeof(uint16_t));
+  return tensor;
+}
+
+} // namespace
+
+ForwardProblem::ForwardProblem(const AttnLaunchConfig &config, const Shape &shape, uint64_t seed)
+    : shapeValue(shape) {
+  std::mt19937_64 random(seed);
+  q = makeTensor(config.dtype, shape.batch, shape.seqlenQ, config.qHeads, config.headDim,
+                 shape.headMajor, &random);
+  k = makeTensor(config.dtype, shape.batch, shape.seqlenK, config.kvHeads, config.headDim,
+                 shape.headMajor, &random);
+  v = makeTensor(config.dtype, shape.batch, shape.seqlenK, config.kvHeads, config.headDim,
+                 shape.headMajor, &random);
+  o = makeTensor(config.dtype, shape.batch, shape.seqlenQ, config.qHeads, config.headDim,
+                 shape.headMajor, nullptr);
+  lse = DeviceBuffer(std::max<int64_t>(shape.batch * config.qHeads * shape.seqlenQ, 1) *
+                     sizeof(float));
+}
+
+AttnForwardArgs ForwardProblem::args() const {
+  AttnForwardArgs args;
+  args.q = q.view;
+  args.k = k.view;
+  args.v = v.view;
+  args.o = o.view;
+  args.lse = static_cast<float *>(lse.data());
+  return args;
+}
+
+void ForwardProblem::poisonOutputs() {
+  o.buffer.fill(0xFF);   // NaN in bf16 and f16
+  lse.fill32(0x7FC00000); // quiet NaN in fp32
+}
+
+// Tolerances. The reference sees exactly the rounded inputs, so the error is
+// the kernel's own: scores and sums are fp32 (relative error ~1e-6 at these
+// sizes, ex2/lg2.approx ~2^-22), P is rounded to the element type before the
+// PV product (relative 2^-8 for bf16, 2^-11 for f16, so at most that times
+// max|V| ~ 4.5 for standard-normal V), and O is rounded once more on output
+// (relative 2^-9 / 2^-12). Hence abs 0.02 + rel 2^-7 for bf16 and
+// abs 0.003 + rel 2^-10 for f16; the log-sum-exp stays in fp32: 2e-3.
+Tolerance toleranceFor(DType dtype) {
+  if (dtype == DType::BF16)
+    return {0.02, 1.0 / 128, 2e-3};
+  return {0.003, 1.0 / 1024, 2e-3};
+}
+
+Comparison compareWithReference(const reference::Problem &problem, const ForwardProblem &data,
+                                DType dtype) {
+  const int64_t b = problem.batch, sq = problem.seqlenQ, sk = problem.seqlenK;
+  const int64_t hq = problem.qHeads, hk = problem.kvHeads, d = problem.headDim;
+  auto packed = [](int64_t s, int64_t h, int64_t dim) {
+    reference::HostTensor tensor{nullptr, {s * h * dim, h * dim, dim, 1}};
+    return tensor;
+  };
+  reference::HostTensor q = packed(sq, hq, d), k = packed(sk, hk, d), v = packed(sk, hk, d);
+  q.data = data.q.host.data();
+  k.data = data.k.host.data();
+  v.data = data.v.host.data();
+  std::vector<float> refO(b * sq * hq * d), refLse(b * hq * sq);
+  reference::forward(problem, q, k, v, refO.data(), refLse.data());
+
+  std::vector<uint16_t> gpuBits(data.o.buffer.size() / sizeof(uint16_t));
+  data.o.buffer.copyToHost(gpuBits.data(), gpuBits.size() * sizeof(uint16_t));
+  std::vector<float> gpuLse(b * hq * sq);
+  if (!gpuLse.empty())
+    data.lse.copyToHost(gpuLse.data(), gpuLse.size() * sizeof(float));
+
+  Tolerance tolerance = toleranceFor(dtype);
+  Comparison result;
+  double errorSquares = 0, refSquares = 0;
+  auto note = [&result](const std::string &what) {
+    if (result.firstViolation.empty())
+      result.firstViolation = what;
+  };
+  for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t h = 0; h < hq; ++h)
+      for (int64_t s = 0; s < sq; ++s) {
+        float want = refLse[(bi * hq + h) * sq + s], got = gpuLse[(bi * hq + h) * sq + s];
+        bool maskedRow = std::isinf(want) && want < 0;
+        if (maskedRow != (std::isinf(got) && got < 0)) {
+          ++result.maskedRowMismatches;
+          std::ostringstream what;
+          what << "lse[b=" << bi << ",h=" << h << ",q=" << s << "] = " << got << ", want "
+               << want;
+          note(what.str());
+        } else if (!maskedRow) {
+          double error = std::fabs(double(got) - want);
+          if (!std::isfinite(got))
+            ++result.nonFinite;
+          result.maxLseError = std::max(result.maxLseError, error);
+          if (error > tolerance.lseAbsolute) {
+            ++result.toleranceViolations;
+            std::ostringstream what;
+            what << "lse[b=" << bi << ",h=" << h << ",q=" << s << "] = " << got << ", want "
+                 << want;
+            note(what.str());
+          }
+        }
+        for (int64_t dim = 0; dim < d; ++dim) {
+          float ref = refO[((bi * sq + s) * hq + h) * d + dim];
+          float gpu = fromBits(dtype, gpuBits[offsetOf(data.o.view, bi, s, h, dim)]);
+          if (!std::isfinite(gpu)) {
+            ++result.nonFinite;
+            note("O is not finite at b=" + std::to_string(bi) + " h=" + std::to_string(h) +
+                 " q=" + std::to_string(s));
+            continue;
+          }
+          double error = std::fabs(double(gpu) - ref);
+          if (maskedRow && gpu != 0.f) {
+            ++result.maskedRowMismatches;
+            note("fully masked row has nonzero O at q=" + std::to_string(s));
+          }
+          result.maxAbsError = std::max(result.maxAbsError, error);
+          errorSquares += error * error;
+          refSquares += double(ref) * ref;
+          if (error > tolerance.absolute + tolerance.relative * std::fabs(ref)) {
+            ++result.toleranceViolations;
+            std::ostringstream what;
+            what << "O[b=" << bi << ",q=" << s << ",h=" << h << ",d=" << dim << "] = " << gpu
+                 << ", want " << ref;
+            note(what.str());
+          }
+        }
+      }
+  result.relativeL2Error = refSquares > 0 ? std::sqrt(errorSquares / refSquares) : 0;
+  return result;
+}
+
+double medianLaunchMs(KernelFunction &kernel, const AttnLaunchConfig &config,
+                      const AttnForwardArgs &args, int warmup, int repeats) {
+  for (int i = 0; i < warmup; ++i)
+    launchForward(kernel, config, args, nullptr);
+  CUevent start, stop;
+  ATTN_CU_CHECK(cuEventCreate, &start, 0);
+  ATTN_CU_CHECK(cuEventCreate, &stop, 0);
+  std::vector<float> times;
+  for (int i = 0; i < repeats; ++i) {
+    ATTN_CU_CHECK(cuEventRecord, start, nullptr);
+    launchForward(kernel, config, args, nullptr);
+    ATTN_CU_CHECK(cuEventRecord, stop, nullptr);
+    ATTN_CU_CHECK(cuEventSynchronize, stop);
+    float ms = 0;
+    ATTN_CU_CHECK(cuEventElapsedTime, &ms, start, stop);
+    times.push_back(ms);
+  }
+  ATTN_CU_CHECK(cuEventDestroy, start);
+  ATTN_CU_CHECK(cuEventDestroy, stop);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+double forwardFlops(const AttnLaunchConfig &config, const Shape &shape, bool causal) {
+  double flops = 4.0 * shape.batch * config.qHeads * double(shape.seqlenQ) * shape.seqlenK *
+                 config.headDim;
+  return causal ? flops / 2 : flops;
+}
+
+std::string gpuUnavailableReason() {
+  if (!Driver::available())
+    return Driver::get().unavailableReason();
+  try {
+    int count = 0;
+    ATTN_CU_CHECK(cuDeviceGetCount, &count);
+    if (count == 0)
+      return "no CUDA device";
+    DeviceInfo info = queryDevice(0);
+    if (info.computeCapabilityMajor != 9 || info.computeCapabilityMinor != 0)
+      return "device 0 (" + info.name + ") is sm_" + std::to_string(info.computeCapabilityMajor) +
+             std::to_string(info.computeCapabilityMinor) + "; the kernels need sm_90";
+  } catch (const Error &error) {
+    return error.what();
+  }
+  return {};
+}
+
+} // namespace attn::harness

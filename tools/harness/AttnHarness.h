@@ -1,0 +1,91 @@
+//===- AttnHarness.h - Run a compiled kernel against the reference -*- C++ -*-===//
+//
+// Shared by the GPU tests and attn-bench: random inputs on the device (and
+// their exact host copies), a launch, a comparison with the CPU reference
+// evaluator, and event timing. Needs no MLIR.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTN_HARNESS_ATTNHARNESS_H
+#define ATTN_HARNESS_ATTNHARNESS_H
+
+#include "attn/Reference/ReferenceAttention.h"
+#include "attn/runtime/Runtime.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace attn::harness {
+
+struct Shape {
+  int64_t batch = 1, seqlenQ = 1, seqlenK = 1;
+  /// Store Q, K, V and O head-major ([B, H, S, D] in memory) instead of BSHD,
+  /// so the sequence and head strides are not the packed ones.
+  bool headMajor = false;
+};
+
+/// A 4-D tensor on the device plus the fp32 values of its elements on the host.
+struct HostDeviceTensor {
+  DeviceBuffer buffer;
+  TensorView view;
+  std::vector<float> host; // contiguous BSHD copy of the device values
+};
+
+/// Inputs and outputs of one forward problem, allocated for `config`.
+class ForwardProblem {
+public:
+  ForwardProblem(const AttnLaunchConfig &config, const Shape &shape, uint64_t seed);
+
+  AttnForwardArgs args() const;
+  /// Fills O and LSE with NaN so that an element the kernel skipped is caught.
+  void poisonOutputs();
+  const Shape &shape() const { return shapeValue; }
+
+  HostDeviceTensor q, k, v, o;
+  DeviceBuffer lse;
+
+private:
+  Shape shapeValue;
+};
+
+struct Comparison {
+  double maxAbsError = 0;      // over O
+  double maxLseError = 0;      // over finite LSE entries
+  double relativeL2Error = 0;  // ||O - ref|| / ||ref||
+  int64_t toleranceViolations = 0;
+  int64_t maskedRowMismatches = 0; // rows where exactly one side is -inf, or O != 0
+  int64_t nonFinite = 0;
+  std::string firstViolation;
+
+  bool passed() const {
+    return toleranceViolations == 0 && maskedRowMismatches == 0 && nonFinite == 0;
+  }
+};
+
+/// Per-element tolerance |gpu - ref| <= absolute + relative * |ref| for O,
+/// and lseAbsolute for the log-sum-exp.
+struct Tolerance {
+  double absolute, relative, lseAbsolute;
+};
+
+/// Tolerances for the element type (see the derivation in the .cpp).
+Tolerance toleranceFor(DType dtype);
+
+/// Runs the reference on the problem's host inputs and compares the device
+/// outputs with it.
+Comparison compareWithReference(const reference::Problem &problem, const ForwardProblem &data,
+                                DType dtype);
+
+/// Median time in milliseconds of `repeats` launches after `warmup`.
+double medianLaunchMs(KernelFunction &kernel, const AttnLaunchConfig &config,
+                      const AttnForwardArgs &args, int warmup, int repeats);
+
+/// 4·B·H·Sq·Sk·D floating-point operations, halved for causal masks.
+double forwardFlops(const AttnLaunchConfig &config, const Shape &shape, bool causal);
+
+/// Why GPU work cannot run here (no driver, no device, not sm_90), or empty.
+std::string gpuUnavailableReason();
+
+} // namespace attn::harness
+
+#endif // ATTN_HARNESS_ATTNHARNESS_H

@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Measures the peer attention implementations at the shapes attn-bench uses.
+
+Peers: PyTorch SDPA with the cuDNN backend, SDPA with the flash backend
+(FlashAttention-2), and FlexAttention compiled with torch.compile. The grid is
+the one attn-bench prints (B*S = 16384, H*D = 2048, bf16 forward), so both
+tables come from one run on the GPU machine.
+
+TFLOP/s = 4*B*H*S*S*D / time, halved for causal; the time is the median of
+--repeats timed runs (CUDA events) after --warmup runs.
+"""
+import argparse
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--head-dims", default="64,128,256")
+    parser.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
+    parser.add_argument("--tokens", type=int, default=16384, help="B*S")
+    parser.add_argument("--hidden", type=int, default=2048, help="H*D")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--peers", default="cudnn,flash,flex")
+    parser.add_argument("--csv", help="also write the rows to this CSV file")
+    return parser.parse_args()
+
+
+def median_ms(fn, warmup, repeats):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def make_sdpa(backend, q, k, v, causal):
+    def run():
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return run
+
+
+def make_flex(q, k, v, causal):
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    compiled = torch.compile(flex_attention, dynamic=False)
+    block_mask = None
+    if causal:
+        def causal_mask(b, h, q_idx, kv_idx):
+            return q_idx >= kv_idx
+        block_mask = create_block_mask(causal_mask, None, None, q.shape[2], k.shape[2])
+    return lambda: compiled(q, k, v, block_mask=block_mask)
+
+
+def main():
+    args = parse_args()
+    if not torch.cuda.is_available():
+        print("skipped: no CUDA device for the peers", file=sys.stderr)
+        return 0
+    peers = args.peers.split(",")
+    rows = []
+    print(f"# peers on {torch.cuda.get_device_name()} (torch {torch.__version__}), bf16 forward")
+    print("| head dim | seqlen | causal | " + " | ".join(peers) + " |")
+    print("|---|---|---|" + "---|" * len(peers))
+    for head_dim in map(int, args.head_dims.split(",")):
+        for seqlen in map(int, args.seqlens.split(",")):
+            batch = max(1, args.tokens // seqlen)
+            heads = max(1, args.hidden // head_dim)
+            shape = (batch, heads, seqlen, head_dim)
+            q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+            for causal in (False, True):
+                flops = 4.0 * batch * heads * seqlen * seqlen * head_dim / (2 if causal else 1)
+                figures = []
+                for peer in peers:
+                    try:
+                        if peer == "cudnn":
+                            fn = make_sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v, causal)
+                        elif peer == "flash":
+                            fn = make_sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, causal)
+                        elif peer == "flex":
+                            fn = make_flex(q, k, v, causal)
+                        else:
+                            raise ValueError(f"unknown peer {peer}")
+                        ms = median_ms(fn, args.warmup, args.repeats)
+                        figures.append(flops / ms / 1e9)
+                    except Exception as error:  # a peer that cannot run this shape
+                        print(f"# {peer} d={head_dim} s={seqlen} causal={causal}: {error}",
+                              file=sys.stderr)
+                        figures.append(float("nan"))
+                rows.append((head_dim, seqlen, causal, figures))
+                cells = " | ".join(f"{f:.1f}" for f in figures)
+                print(f"| {head_dim} | {seqlen} | {'yes' if causal else 'no'} | {cells} |",
+                      flush=True)
+            del q, k, v
+            torch.cuda.empty_cache()
+    if args.csv:
+        with open(args.csv, "w") as out:
+            out.write("head_dim,seqlen,causal," + ",".join(peers) + "\n")
+            for head_dim, seqlen, causal, figures in rows:
+                out.write(f"{head_dim},{seqlen},{int(causal)}," +
+                          ",".join(f"{f:.2f}" for f in figures) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
