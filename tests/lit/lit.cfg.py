@@ -5,8 +5,8 @@ import lit.formats
 
 config.name = "attnc"
 config.test_format = lit.formats.ShTest(not lit_config.isWindows)
-config.suffixes = [".mlir"]
-config.excludes = ["lit.cfg.py", "lit.site.cfg.py", "CMakeLists.txt"]
+config.suffixes = [".mlir", ".test"]
+config.excludes = ["lit.cfg.py", "lit.site.cfg.py", "CMakeLists.txt", "Inputs"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = getattr(config, "attnc_obj_root",
                                 config.test_source_root)
@@ -24,6 +24,9 @@ for tool, directory in tool_dirs.items():
     pattern = r"(?<![\w/.-])" + tool.replace("-", r"\-") + r"(?![\w/.-])"
     config.substitutions.append((pattern, os.path.join(directory, tool)))
 config.substitutions.append(("%templates_dir", config.templates_dir))
+config.substitutions.append(("%docs_examples", config.docs_examples_dir))
+# ptxas assembles the emitted PTX in the examples test.
+config.substitutions.append((r"(?<![\w/.-])ptxas(?![\w/.-])", config.ptxas_path))
 
 config.environment["PATH"] = os.pathsep.join(
     [config.attnc_bin_dir, config.llvm_tools_dir,

@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "attn/Backend/Nvrtc.h"
 #include "attn/Compiler/Compiler.h"
 #include "attn/Compiler/KernelConfig.h"
 
@@ -112,6 +113,15 @@ int main(int argc, char **argv) {
   attn::registerSpecDialects(registry);
   mlir::MLIRContext context(registry);
   context.loadAllAvailableDialects();
+  // Diagnostics point at the spec; a dump of the op in generic form would
+  // only repeat it less readably.
+  context.printOpOnDiagnostic(false);
+
+  if (!attn::backend::isSupportedArch(arch)) {
+    errs() << "attnc: error: unsupported --arch=" << arch
+           << "; the kernel templates target sm_90a\n";
+    return 1;
+  }
 
   std::string errorMessage;
   std::unique_ptr<MemoryBuffer> input = mlir::openInputFile(inputFilename, &errorMessage);

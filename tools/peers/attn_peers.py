@@ -57,6 +57,9 @@ def make_sdpa(backend, q, k, v, causal):
 def make_flex(q, k, v, causal):
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+    # A fresh compile per shape: past dynamo's recompile limit FlexAttention
+    # silently falls back to an unfused path that materializes the scores.
+    torch._dynamo.reset()
     compiled = torch.compile(flex_attention, dynamic=False)
     block_mask = None
     if causal:

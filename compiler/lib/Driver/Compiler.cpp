@@ -105,6 +105,7 @@ struct ParsedSpec {
     registerSpecDialects(registry);
     context.appendDialectRegistry(registry);
     context.loadAllAvailableDialects();
+    context.printOpOnDiagnostic(false);
     sourceMgr.AddNewSourceBuffer(llvm::MemoryBuffer::getMemBufferCopy(text, bufferName),
                                  llvm::SMLoc());
     handler = std::make_unique<mlir::SourceMgrDiagnosticHandler>(sourceMgr, &context,
