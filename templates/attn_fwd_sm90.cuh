@@ -44,14 +44,32 @@ static_assert(kBlockM == 64 * kConsumers, "one 64-row WGMMA slice per consumer w
 static_assert(kHeadDim % kColumnBlock == 0, "head dim must be a multiple of 64");
 static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "BLOCK_N is the N of a WGMMA");
 
-// Shared-memory barriers, laid out as [q_full, k_full[S], v_full[S], kv_empty[S]].
+// Shared-memory barriers, laid out as
+// [q_full, k_full[S], v_full[S], k_empty[S], v_empty[S]]. K and V slots are
+// released separately: a K slot frees as soon as its QKᵀ completes, one
+// iteration before the V slot of the same stage.
 struct Barriers {
   u32 base;
   __device__ u32 qFull() const { return base; }
   __device__ u32 kFull(int stage) const { return base + 8 * (1 + stage); }
   __device__ u32 vFull(int stage) const { return base + 8 * (1 + kStages + stage); }
-  __device__ u32 kvEmpty(int stage) const { return base + 8 * (1 + 2 * kStages + stage); }
+  __device__ u32 kEmpty(int stage) const { return base + 8 * (1 + 2 * kStages + stage); }
+  __device__ u32 vEmpty(int stage) const { return base + 8 * (1 + 3 * kStages + stage); }
 };
+
+// Each consumer warp releases a slot once (its lane 0, after the warp's
+// wgmma.wait_group), so an empty barrier expects one arrival per consumer warp.
+constexpr int kSlotReleaseArrivals = kConsumers * (kWarpgroupThreads / 32);
+
+// Position of key tile `iteration` in the stage ring.
+struct RingSlot {
+  int stage;
+  u32 phase;
+};
+
+__device__ __forceinline__ RingSlot ringSlot(int iteration) {
+  return RingSlot{iteration % kStages, static_cast<u32>((iteration / kStages) & 1)};
+}
 
 // The half-open range of key tiles this block visits; tiles outside it are
 // fully masked for every row of the block and are never loaded.
@@ -87,31 +105,40 @@ __device__ void produce(const attn_abi::AttnFwdParams &p, u32 smemBase, const Ba
   prefetchTensorMap(&p.k_map);
   prefetchTensorMap(&p.v_map);
 
+  // A block with no key tile to visit needs no Q either; its consumers write
+  // zeros through the staging area, which shares Q's bytes.
+  if (tiles.begin == tiles.end)
+    return;
   mbarrierArriveExpectTx(barriers.qFull(), kQTileBytes);
   loadTile(smemBase + attn_plan::kSmemQ, kBlockM, &p.q_map, barriers.qFull(), queryBegin, head,
            batch);
 
   for (int tile = tiles.begin, iteration = 0; tile < tiles.end; ++tile, ++iteration) {
-    int stage = iteration % kStages;
-    if (iteration >= kStages)
-      mbarrierWait(barriers.kvEmpty(stage), ((iteration / kStages) - 1) & 1);
+    RingSlot slot = ringSlot(iteration);
+    // The slot's previous tile (iteration - kStages) must have been released;
+    // its release completed the phase before this slot's current one.
+    bool reused = iteration >= kStages;
     int keyRow = tile * kBlockN;
-    mbarrierArriveExpectTx(barriers.kFull(stage), kKvTileBytes);
-    loadTile(smemBase + attn_plan::kSmemK + stage * kKvTileBytes, kBlockN, &p.k_map,
-             barriers.kFull(stage), keyRow, kvHead, batch);
-    mbarrierArriveExpectTx(barriers.vFull(stage), kKvTileBytes);
-    loadTile(smemBase + attn_plan::kSmemV + stage * kKvTileBytes, kBlockN, &p.v_map,
-             barriers.vFull(stage), keyRow, kvHead, batch);
+    if (reused)
+      mbarrierWait(barriers.kEmpty(slot.stage), slot.phase ^ 1);
+    mbarrierArriveExpectTx(barriers.kFull(slot.stage), kKvTileBytes);
+    loadTile(smemBase + attn_plan::kSmemK + slot.stage * kKvTileBytes, kBlockN, &p.k_map,
+             barriers.kFull(slot.stage), keyRow, kvHead, batch);
+    if (reused)
+      mbarrierWait(barriers.vEmpty(slot.stage), slot.phase ^ 1);
+    mbarrierArriveExpectTx(barriers.vFull(slot.stage), kKvTileBytes);
+    loadTile(smemBase + attn_plan::kSmemV + slot.stage * kKvTileBytes, kBlockN, &p.v_map,
+             barriers.vFull(slot.stage), keyRow, kvHead, batch);
   }
 }
 
 // ---------------------------------------------------------------------------
 // Consumer pieces.
 
-// S = Q_slice Kᵀ: A is this warpgroup's 64 rows of Q, B the K tile, both
-// K-major; each k-step of 16 columns advances 32 bytes inside a 128-byte row.
-__device__ __forceinline__ void computeScores(float (&scores)[kScoreRegs], u32 qSlice, u32 kTile) {
-  fenceAccumulators(scores);
+// S = Q_slice Kᵀ, issued asynchronously as one WGMMA group: A is this
+// warpgroup's 64 rows of Q, B the K tile, both K-major; each k-step of 16
+// columns advances 32 bytes inside a 128-byte row.
+__device__ __forceinline__ void issueScores(float (&scores)[kScoreRegs], u32 qSlice, u32 kTile) {
   wgmmaFence();
 #pragma unroll
   for (int step = 0; step < kHeadDim / 16; ++step) {
@@ -121,15 +148,14 @@ __device__ __forceinline__ void computeScores(float (&scores)[kScoreRegs], u32 q
     WgmmaSS<kBlockN, Element>::mma(scores, a, b, step > 0);
   }
   wgmmaCommitGroup();
-  wgmmaWaitGroup<0>();
-  fenceAccumulators(scores);
 }
 
-// O += P V: A is P from registers, B the V tile read MN-major (transposed):
-// each k-step of 16 keys advances 16 rows; column blocks are kBlockN rows apart.
-__device__ __forceinline__ void accumulateOutput(float (&output)[kOutputRegs],
-                                                 const u32 (&probabilities)[kPRegs], u32 vTile) {
-  fenceAccumulators(output);
+// O += P V, issued asynchronously as one WGMMA group: A is P from registers,
+// B the V tile read MN-major (transposed): each k-step of 16 keys advances 16
+// rows; column blocks are kBlockN rows apart. P and O must stay untouched
+// until the group completes.
+__device__ __forceinline__ void issueOutput(float (&output)[kOutputRegs],
+                                            const u32 (&probabilities)[kPRegs], u32 vTile) {
   wgmmaFence();
 #pragma unroll
   for (int step = 0; step < kBlockN / 16; ++step) {
@@ -138,25 +164,50 @@ __device__ __forceinline__ void accumulateOutput(float (&output)[kOutputRegs],
                                     probabilities[4 * step + 2], probabilities[4 * step + 3], b);
   }
   wgmmaCommitGroup();
-  wgmmaWaitGroup<0>();
-  fenceAccumulators(output);
 }
 
-// Scales scores to base 2 and sets entries the mask or the key length excludes
-// to -inf. Tiles the mask fully covers skip the per-element test.
-__device__ __forceinline__ void scaleAndMask(float (&scores)[kScoreRegs], float scaleLog2,
-                                             bool needsMask, int row0, int keyBase, int seqlenK,
-                                             i64 shift, int lane) {
+// Lane 0 of each warp gives a ring slot back to the producer, once the warp's
+// WGMMA groups that read it have completed.
+__device__ __forceinline__ void releaseSlot(u32 emptyBarrier, int lane) {
+  if (lane == 0)
+    mbarrierArrive(emptyBarrier);
+}
+
+// Ping-pong between consumer warpgroups: each issues its WGMMAs only on its
+// turn and then hands the turn to the next, so the tensor cores run one
+// warpgroup's GEMMs while the others do their softmax. Turns are named
+// barriers of two warpgroups (the waiter syncs, the previous one arrives).
+struct GemmTurns {
+  static constexpr int kFirstBarrier = 1 + kConsumers; // after the epilogue barriers
+  static constexpr bool kEnabled = kConsumers > 1;
+  int consumer;
+
+  // The last consumer opens the first turn of consumer 0.
+  __device__ __forceinline__ void open() const {
+    if (kEnabled && consumer == kConsumers - 1)
+      namedBarrierArrive(kFirstBarrier, 2 * kWarpgroupThreads);
+  }
+  __device__ __forceinline__ void wait() const {
+    if (kEnabled)
+      namedBarrierSync(kFirstBarrier + consumer, 2 * kWarpgroupThreads);
+  }
+  // Every turn is passed on except the last consumer's final one, which would
+  // open a turn nobody takes.
+  __device__ __forceinline__ void pass(bool final) const {
+    if (kEnabled && !(final && consumer == kConsumers - 1))
+      namedBarrierArrive(kFirstBarrier + (consumer + 1) % kConsumers, 2 * kWarpgroupThreads);
+  }
+};
+
+// Sets the scores the mask or the key length excludes to -inf.
+__device__ __forceinline__ void applyMask(float (&scores)[kScoreRegs], int row0, int keyBase,
+                                          int seqlenK, i64 shift, int lane) {
 #pragma unroll
   for (int i = 0; i < kScoreRegs; ++i) {
-    float value = scores[i] * scaleLog2;
-    if (needsMask) {
-      int row = row0 + 8 * fragmentRowHalf(i);
-      int key = keyBase + fragmentColumn(i, lane);
-      if (key >= seqlenK || !Mask::allows(row, key, shift))
-        value = negativeInfinity();
-    }
-    scores[i] = value;
+    int row = row0 + 8 * fragmentRowHalf(i);
+    int key = keyBase + fragmentColumn(i, lane);
+    if (key >= seqlenK || !Mask::allows(row, key, shift))
+      scores[i] = negativeInfinity();
   }
 }
 
@@ -222,6 +273,10 @@ __device__ void storeOutput(const attn_abi::AttnFwdParams &p, const float (&outp
   }
 }
 
+// The consumer main loop, software-pipelined inside the warpgroup: iteration
+// j issues S_j = Q K_jᵀ and O += P_{j-1} V_{j-1} back to back, then runs the
+// softmax of S_j while the PV product is still on the tensor cores. Only the
+// rescaling of O waits for that product.
 __device__ void consume(const attn_abi::AttnFwdParams &p, u32 smemBase, const Barriers &barriers,
                         int consumer, int queryBegin, int head, int batch, KeyTileRange tiles,
                         i64 shift) {
@@ -231,6 +286,9 @@ __device__ void consume(const attn_abi::AttnFwdParams &p, u32 smemBase, const Ba
   const int row0 = sliceQueryBegin + warp * 16 + lane / 4;
   const int sliceLast = min(sliceQueryBegin + 63, p.seqlen_q - 1);
   const u32 qSlice = smemBase + attn_plan::kSmemQ + consumer * 64 * kRowBytes;
+  const GemmTurns turns{consumer};
+  auto kTile = [&](int stage) { return smemBase + attn_plan::kSmemK + stage * kKvTileBytes; };
+  auto vTile = [&](int stage) { return smemBase + attn_plan::kSmemV + stage * kKvTileBytes; };
 
   float output[kOutputRegs];
 #pragma unroll
@@ -239,27 +297,70 @@ __device__ void consume(const attn_abi::AttnFwdParams &p, u32 smemBase, const Ba
   RowStatistics stats;
   stats.reset();
 
-  mbarrierWait(barriers.qFull(), 0);
-
-  for (int tile = tiles.begin, iteration = 0; tile < tiles.end; ++tile, ++iteration) {
-    int stage = iteration % kStages;
-    u32 phase = (iteration / kStages) & 1;
-    int keyBase = tile * kBlockN;
+  // Scores of key tile `iteration` -> probabilities, with the O rescale factor.
+  auto softmaxOfTile = [&](float (&scores)[kScoreRegs], int iteration, float (&rescale)[2]) {
+    int keyBase = (tiles.begin + iteration) * kBlockN;
     bool needsMask = keyBase + kBlockN > p.seqlen_k ||
                      !Mask::coversTile(sliceQueryBegin, sliceLast, keyBase, keyBase + kBlockN - 1,
                                        shift);
+    // Tiles the mask fully covers skip the per-element test.
+    if (needsMask)
+      applyMask(scores, row0, keyBase, p.seqlen_k, shift, lane);
+    softmaxProbabilities(scores, p.scale_log2, stats, rescale);
+  };
+
+  const int tileCount = tiles.end - tiles.begin;
+  if (tileCount > 0) {
+    turns.open();
+    mbarrierWait(barriers.qFull(), 0);
 
     float scores[kScoreRegs];
-    mbarrierWait(barriers.kFull(stage), phase);
-    computeScores(scores, qSlice, smemBase + attn_plan::kSmemK + stage * kKvTileBytes);
-    scaleAndMask(scores, p.scale_log2, needsMask, row0, keyBase, p.seqlen_k, shift, lane);
-    onlineSoftmaxUpdate(scores, output, stats);
-
     u32 probabilities[kPRegs];
+    float rescale[2];
+
+    // Prologue: S_0 alone.
+    RingSlot slot = ringSlot(0);
+    mbarrierWait(barriers.kFull(slot.stage), slot.phase);
+    turns.wait();
+    issueScores(scores, qSlice, kTile(slot.stage));
+    turns.pass(false);
+    wgmmaWaitGroup<0>();
+    fenceRegisters(scores);
+    releaseSlot(barriers.kEmpty(slot.stage), lane);
+    softmaxOfTile(scores, 0, rescale);
     packProbabilities(scores, probabilities);
-    mbarrierWait(barriers.vFull(stage), phase);
-    accumulateOutput(output, probabilities, smemBase + attn_plan::kSmemV + stage * kKvTileBytes);
-    mbarrierArrive(barriers.kvEmpty(stage));
+
+    for (int iteration = 1; iteration < tileCount; ++iteration) {
+      RingSlot previous = slot;
+      slot = ringSlot(iteration);
+      mbarrierWait(barriers.kFull(slot.stage), slot.phase);
+      mbarrierWait(barriers.vFull(previous.stage), previous.phase);
+      turns.wait();
+      issueScores(scores, qSlice, kTile(slot.stage));
+      issueOutput(output, probabilities, vTile(previous.stage));
+      turns.pass(false);
+
+      wgmmaWaitGroup<1>(); // S_j done, PV_{j-1} may still run
+      fenceRegisters(scores);
+      releaseSlot(barriers.kEmpty(slot.stage), lane);
+      softmaxOfTile(scores, iteration, rescale);
+
+      wgmmaWaitGroup<0>();
+      fenceRegisters(output);
+      fenceRegisters(probabilities);
+      releaseSlot(barriers.vEmpty(previous.stage), lane);
+      rescaleOutput(output, rescale);
+      packProbabilities(scores, probabilities);
+    }
+
+    // Epilogue: the last PV alone.
+    mbarrierWait(barriers.vFull(slot.stage), slot.phase);
+    turns.wait();
+    issueOutput(output, probabilities, vTile(slot.stage));
+    turns.pass(true);
+    wgmmaWaitGroup<0>();
+    fenceRegisters(output);
+    releaseSlot(barriers.vEmpty(slot.stage), lane);
   }
 
   float logSumExp[2];
@@ -296,7 +397,8 @@ extern "C" __global__ void __launch_bounds__(attn_kernel::kThreads, 1)
     for (int stage = 0; stage < kStages; ++stage) {
       mbarrierInit(barriers.kFull(stage), 1);
       mbarrierInit(barriers.vFull(stage), 1);
-      mbarrierInit(barriers.kvEmpty(stage), kConsumers * kWarpgroupThreads);
+      mbarrierInit(barriers.kEmpty(stage), kSlotReleaseArrivals);
+      mbarrierInit(barriers.vEmpty(stage), kSlotReleaseArrivals);
     }
     fenceBarrierInit();
   }

@@ -33,27 +33,30 @@ struct RowStatistics {
   }
 };
 
-// Turns scores (already scaled to base 2, masked entries at -inf) into
-// unnormalized probabilities in place, and rescales the output accumulator by
-// the change of the running maximum.
-template <int ScoreRegs, int OutputRegs>
-__device__ __forceinline__ void onlineSoftmaxUpdate(float (&scores)[ScoreRegs],
-                                                    float (&output)[OutputRegs],
-                                                    RowStatistics &stats) {
+// Turns raw scores (masked entries at -inf) into unnormalized probabilities
+// in place, exp2(score * scaleLog2 - runningMax) with one FFMA per element,
+// and updates the running statistics (kept in base-2 units of the scaled
+// scores; scaleLog2 > 0, so the maximum of the raw scores gives theirs).
+// Returns in `rescale` the factor the output accumulator must be multiplied by
+// for the change of the running maximum; the caller applies it with
+// rescaleOutput() once no WGMMA is writing the accumulator any more.
+template <int ScoreRegs>
+__device__ __forceinline__ void softmaxProbabilities(float (&scores)[ScoreRegs], float scaleLog2,
+                                                     RowStatistics &stats, float (&rescale)[2]) {
   float tileMax[2] = {negativeInfinity(), negativeInfinity()};
 #pragma unroll
   for (int i = 0; i < ScoreRegs; ++i)
     tileMax[fragmentRowHalf(i)] = fmaxf(tileMax[fragmentRowHalf(i)], scores[i]);
 
-  float rescale[2];
-  float base[2];
+  float negatedBase[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    float newMax = fmaxf(stats.max[half], quadMax(tileMax[half]));
+    float newMax = fmaxf(stats.max[half], quadMax(tileMax[half]) * scaleLog2);
     // A row with nothing unmasked yet keeps max = -inf; exponentiate against 0
     // so that -inf - -inf never produces NaN.
-    base[half] = newMax == negativeInfinity() ? 0.f : newMax;
-    rescale[half] = fastExp2(stats.max[half] - base[half]);
+    float base = newMax == negativeInfinity() ? 0.f : newMax;
+    negatedBase[half] = -base;
+    rescale[half] = fastExp2(stats.max[half] - base);
     stats.max[half] = newMax;
     stats.sum[half] *= rescale[half];
   }
@@ -61,10 +64,14 @@ __device__ __forceinline__ void onlineSoftmaxUpdate(float (&scores)[ScoreRegs],
 #pragma unroll
   for (int i = 0; i < ScoreRegs; ++i) {
     int half = fragmentRowHalf(i);
-    scores[i] = fastExp2(scores[i] - base[half]);
+    scores[i] = fastExp2(fmaf(scores[i], scaleLog2, negatedBase[half]));
     stats.sum[half] += scores[i];
   }
+}
 
+template <int OutputRegs>
+__device__ __forceinline__ void rescaleOutput(float (&output)[OutputRegs],
+                                              const float (&rescale)[2]) {
 #pragma unroll
   for (int i = 0; i < OutputRegs; ++i)
     output[i] *= rescale[fragmentRowHalf(i)];

@@ -14,9 +14,17 @@ template <int Registers> __device__ __forceinline__ void claimRegisters() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(Registers));
 }
 
-// Barrier 0 is __syncthreads(); warpgroup-local barriers use ids from 1 up.
-__device__ __forceinline__ void warpgroupBarrier(int id) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(kWarpgroupThreads) : "memory");
+// Named barriers: barrier 0 is __syncthreads(); the kernels use ids from 1
+// up. `threads` counts both the syncing and the arriving threads.
+__device__ __forceinline__ void namedBarrierSync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+
+// Signals a named barrier without waiting for it.
+__device__ __forceinline__ void namedBarrierArrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+__device__ __forceinline__ void warpgroupBarrier(int id) { namedBarrierSync(id, kWarpgroupThreads); }
 
 } // namespace attn_dev

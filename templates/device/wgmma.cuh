@@ -36,12 +36,19 @@ template <int Pending> __device__ __forceinline__ void wgmmaWaitGroup() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(Pending) : "memory");
 }
 
-// Keeps the compiler from moving accesses of an accumulator across the
-// asynchronous region that owns it.
-template <int N> __device__ __forceinline__ void fenceAccumulators(float (&registers)[N]) {
+// Keeps the compiler from moving accesses of WGMMA operands held in
+// registers (accumulators, A fragments) across the wait that completes the
+// asynchronous group using them, and keeps them alive until that wait.
+template <int N> __device__ __forceinline__ void fenceRegisters(float (&registers)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i)
     asm volatile("" : "+f"(registers[i])::"memory");
+}
+
+template <int N> __device__ __forceinline__ void fenceRegisters(u32 (&registers)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    asm volatile("" : "+r"(registers[i])::"memory");
 }
 
 // D[64 x N] (+)= A[64 x 16] * B[16 x N], both operands in shared memory,

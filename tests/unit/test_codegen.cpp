@@ -97,7 +97,7 @@ TEST_CASE("the launch metadata follows the plan", "[codegen]") {
   CHECK(kernel.launch.blockM == 128);
   CHECK(kernel.launch.blockN == 128);
   CHECK(kernel.launch.threadsPerBlock == 384);
-  CHECK(kernel.launch.sharedMemoryBytes == 32768 + 4 * 32768 + 7 * 8 + 1024);
+  CHECK(kernel.launch.sharedMemoryBytes == 32768 + 4 * 32768 + 9 * 8 + 1024);
   CHECK(kernel.launch.headDim == 128);
   CHECK(kernel.launch.qHeads == 8);
   CHECK(kernel.launch.kvHeads == 2);

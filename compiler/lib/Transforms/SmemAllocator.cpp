@@ -69,7 +69,7 @@ std::vector<SmemRequest> forwardKernelSmemRequests(const TileProblem &problem,
   int64_t row = int64_t(problem.headDim) * problem.elementBytes;
   int64_t qBytes = alignTo(int64_t(config.blockM) * row, kTileAlign);
   int64_t kvSlot = alignTo(int64_t(config.blockN) * row, kTileAlign);
-  int64_t numBarriers = 1 + 3 * int64_t(config.stages);
+  int64_t numBarriers = 1 + 4 * int64_t(config.stages);
 
   std::vector<SmemRequest> requests;
   requests.push_back({"q", qBytes, kTileAlign, kSwizzle, 1, kPhaseMainLoop,

@@ -1,6 +1,6 @@
 // attn-plan-smem lays out Q, the K/V rings, the O staging tile (reusing Q's
 // bytes: Q dies after the last QK^T, O staging starts in the epilogue) and
-// the mbarriers (1 for Q + 3 per stage, 8 bytes each).
+// the mbarriers (1 for Q + 4 per stage: k_full, v_full, k_empty, v_empty; 8 bytes each).
 // RUN: attn-opt --attn-plan-smem %s | FileCheck %s
 // The attn-plan pipeline gives the same layouts for the default tiles.
 // RUN: attn-opt --attn-plan %s | FileCheck %s --check-prefix=PIPE
@@ -10,17 +10,17 @@
 //   k          2 slots x 128 x 256 = 65536  @ 32768
 //   v          65536                        @ 32768 + 65536 = 98304
 //   o_staging  32768, lifetime disjoint from q, first fit   @ 0 (aliases q)
-//   barriers   7 x 8 = 56, after v          @ 98304 + 65536 = 163840
-//   total      163840 + 56 = 163896
+//   barriers   9 x 8 = 72, after v          @ 98304 + 65536 = 163840
+//   total      163840 + 72 = 163912
 // CHECK-LABEL: attn.kernel @hd128
-// CHECK:       smem = #attn.smem_plan<total = 163896, buffers = [
+// CHECK:       smem = #attn.smem_plan<total = 163912, buffers = [
 // CHECK-SAME:    #attn.buffer<"q", offset = 0, size = 32768, align = 1024, swizzle = 128>,
 // CHECK-SAME:    #attn.buffer<"k", offset = 32768, size = 65536, align = 1024, swizzle = 128, slots = 2>,
 // CHECK-SAME:    #attn.buffer<"v", offset = 98304, size = 65536, align = 1024, swizzle = 128, slots = 2>,
 // CHECK-SAME:    #attn.buffer<"o_staging", offset = 0, size = 32768, align = 1024, swizzle = 128, aliases = "q">,
-// CHECK-SAME:    #attn.buffer<"barriers", offset = 163840, size = 56, align = 8, swizzle = 0, slots = 7>]>
+// CHECK-SAME:    #attn.buffer<"barriers", offset = 163840, size = 72, align = 8, swizzle = 0, slots = 9>]>
 // PIPE-LABEL:  attn.kernel @hd128
-// PIPE:        smem = #attn.smem_plan<total = 163896,
+// PIPE:        smem = #attn.smem_plan<total = 163912,
 attn.kernel @hd128
     problem = #attn.problem<q_heads = 16, kv_heads = 2, head_dim = 128, element_type = bf16>
     mask = #attn.causal<bottom_right>
@@ -32,17 +32,17 @@ attn.kernel @hd128
 //   k          3 x 128 x 128 = 49152        @ 16384
 //   v          49152                        @ 65536
 //   o_staging  16384                        @ 0 (aliases q)
-//   barriers   (1 + 3 x 3) x 8 = 80         @ 114688
-//   total      114768
+//   barriers   (1 + 4 x 3) x 8 = 104        @ 114688
+//   total      114792
 // CHECK-LABEL: attn.kernel @hd64
-// CHECK:       smem = #attn.smem_plan<total = 114768, buffers = [
+// CHECK:       smem = #attn.smem_plan<total = 114792, buffers = [
 // CHECK-SAME:    #attn.buffer<"q", offset = 0, size = 16384, align = 1024, swizzle = 128>,
 // CHECK-SAME:    #attn.buffer<"k", offset = 16384, size = 49152, align = 1024, swizzle = 128, slots = 3>,
 // CHECK-SAME:    #attn.buffer<"v", offset = 65536, size = 49152, align = 1024, swizzle = 128, slots = 3>,
 // CHECK-SAME:    #attn.buffer<"o_staging", offset = 0, size = 16384, align = 1024, swizzle = 128, aliases = "q">,
-// CHECK-SAME:    #attn.buffer<"barriers", offset = 114688, size = 80, align = 8, swizzle = 0, slots = 10>]>
+// CHECK-SAME:    #attn.buffer<"barriers", offset = 114688, size = 104, align = 8, swizzle = 0, slots = 13>]>
 // PIPE-LABEL:  attn.kernel @hd64
-// PIPE:        smem = #attn.smem_plan<total = 114768,
+// PIPE:        smem = #attn.smem_plan<total = 114792,
 attn.kernel @hd64
     problem = #attn.problem<q_heads = 8, kv_heads = 8, head_dim = 64, element_type = f16>
     mask = #attn.no_mask
@@ -54,17 +54,17 @@ attn.kernel @hd64
 //   k          2 x 64 x 512 = 65536         @ 65536
 //   v          65536                        @ 131072
 //   o_staging  65536                        @ 0 (aliases q)
-//   barriers   56                           @ 196608
-//   total      196664
+//   barriers   72                           @ 196608
+//   total      196680
 // CHECK-LABEL: attn.kernel @hd256
-// CHECK:       smem = #attn.smem_plan<total = 196664, buffers = [
+// CHECK:       smem = #attn.smem_plan<total = 196680, buffers = [
 // CHECK-SAME:    #attn.buffer<"q", offset = 0, size = 65536, align = 1024, swizzle = 128>,
 // CHECK-SAME:    #attn.buffer<"k", offset = 65536, size = 65536, align = 1024, swizzle = 128, slots = 2>,
 // CHECK-SAME:    #attn.buffer<"v", offset = 131072, size = 65536, align = 1024, swizzle = 128, slots = 2>,
 // CHECK-SAME:    #attn.buffer<"o_staging", offset = 0, size = 65536, align = 1024, swizzle = 128, aliases = "q">,
-// CHECK-SAME:    #attn.buffer<"barriers", offset = 196608, size = 56, align = 8, swizzle = 0, slots = 7>]>
+// CHECK-SAME:    #attn.buffer<"barriers", offset = 196608, size = 72, align = 8, swizzle = 0, slots = 9>]>
 // PIPE-LABEL:  attn.kernel @hd256
-// PIPE:        smem = #attn.smem_plan<total = 196664,
+// PIPE:        smem = #attn.smem_plan<total = 196680,
 attn.kernel @hd256
     problem = #attn.problem<q_heads = 16, kv_heads = 16, head_dim = 256, element_type = bf16>
     mask = #attn.no_mask
@@ -77,18 +77,18 @@ attn.kernel @hd256
 //   k          1 x 16 x 256 = 4096          @ 16384
 //   v          4096                         @ 20480
 //   o_staging  16384                        @ 0 (aliases q)
-//   barriers   (1 + 3) x 8 = 32             @ 24576
-//   total      24608
+//   barriers   (1 + 4) x 8 = 40             @ 24576
+//   total      24616
 // CHECK-LABEL: attn.kernel @tiny
-// CHECK:       smem = #attn.smem_plan<total = 24608, buffers = [
+// CHECK:       smem = #attn.smem_plan<total = 24616, buffers = [
 // CHECK-SAME:    #attn.buffer<"q", offset = 0, size = 16384, align = 1024, swizzle = 128>,
 // CHECK-SAME:    #attn.buffer<"k", offset = 16384, size = 4096, align = 1024, swizzle = 128>,
 // CHECK-SAME:    #attn.buffer<"v", offset = 20480, size = 4096, align = 1024, swizzle = 128>,
 // CHECK-SAME:    #attn.buffer<"o_staging", offset = 0, size = 16384, align = 1024, swizzle = 128, aliases = "q">,
-// CHECK-SAME:    #attn.buffer<"barriers", offset = 24576, size = 32, align = 8, swizzle = 0, slots = 4>]>
+// CHECK-SAME:    #attn.buffer<"barriers", offset = 24576, size = 40, align = 8, swizzle = 0, slots = 5>]>
 // The pipeline keeps a legal preset tile, so the layout is the same.
 // PIPE-LABEL:  attn.kernel @tiny
-// PIPE:        smem = #attn.smem_plan<total = 24608,
+// PIPE:        smem = #attn.smem_plan<total = 24616,
 attn.kernel @tiny
     problem = #attn.problem<q_heads = 2, kv_heads = 1, head_dim = 128, element_type = bf16>
     mask = #attn.causal<top_left>
@@ -97,7 +97,7 @@ attn.kernel @tiny
 
 // An existing smem plan is recomputed from the tile.
 // CHECK-LABEL: attn.kernel @stale
-// CHECK:       smem = #attn.smem_plan<total = 163896,
+// CHECK:       smem = #attn.smem_plan<total = 163912,
 attn.kernel @stale
     problem = #attn.problem<q_heads = 16, kv_heads = 2, head_dim = 128, element_type = bf16>
     mask = #attn.no_mask

@@ -10,26 +10,26 @@
 
 // Only block_m: consumer_warpgroups follows (192 / 64 = 3) and so does the
 // consumer register count (160, so 128 x (24 + 3 x 160) <= 65536). block_n
-// 64 keeps the accumulators within 160 registers (64/2 + 64/2 + 64/4 + 48 =
-// 128 for head_dim 64); stages stays at the head_dim 64 default, 3.
+// 64 keeps the accumulators within 160 registers (64/2 + 64/2 + 64/4 + 32 =
+// 112 for head_dim 64); stages stays at the default, 2.
 // RUN: attn-opt --attn-tile="tile-override=block_m=192,block_n=64" %s | FileCheck %s --check-prefix=WIDE
 // WIDE-LABEL: attn.kernel @hd64
-// WIDE:       tile = #attn.tile<block_m = 192, block_n = 64, stages = 3, consumer_warpgroups = 3, producer_warpgroups = 1, consumer_registers = 160, producer_registers = 24>
+// WIDE:       tile = #attn.tile<block_m = 192, block_n = 64, stages = 2, consumer_warpgroups = 3, producer_warpgroups = 1, consumer_registers = 160, producer_registers = 24>
 
 // Only consumer_warpgroups: block_m follows (64 x 1).
 // RUN: attn-opt --attn-tile="tile-override=consumer_warpgroups=1" %s | FileCheck %s --check-prefix=ONEWG
 // ONEWG-LABEL: attn.kernel @hd64
-// ONEWG:       tile = #attn.tile<block_m = 64, block_n = 128, stages = 3, consumer_warpgroups = 1, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24>
+// ONEWG:       tile = #attn.tile<block_m = 64, block_n = 128, stages = 2, consumer_warpgroups = 1, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24>
 
-// Only stages; spaces around items are tolerated.
-// RUN: attn-opt --attn-tile="tile-override='stages=4, consumer_registers=232'" %s | FileCheck %s --check-prefix=DEEP
+// Stages and the warpgroup split; spaces around items are tolerated.
+// RUN: attn-opt --attn-tile="tile-override='stages=4, consumer_warpgroups=2, consumer_registers=232'" %s | FileCheck %s --check-prefix=DEEP
 // DEEP-LABEL: attn.kernel @hd64
 // DEEP:       tile = #attn.tile<block_m = 128, block_n = 128, stages = 4, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 232, producer_registers = 24>
 
 // The attn-plan pipeline forwards the override to attn-tile.
 // RUN: attn-opt --attn-plan="tile-override=block_m=64,block_n=64,stages=2" %s | FileCheck %s --check-prefix=PIPE
 // PIPE-LABEL: attn.kernel @hd64
-// PIPE:       smem = #attn.smem_plan<total = 41016,
+// PIPE:       smem = #attn.smem_plan<total = 41032,
 // PIPE-SAME:  tile = #attn.tile<block_m = 64, block_n = 64, stages = 2, consumer_warpgroups = 1,
 
 // Malformed overrides are reported on each kernel and fail the pass.
@@ -43,7 +43,7 @@
 // DUP: error: 'attn.kernel' op invalid tile-override 'stages=2,stages=3': duplicate key 'stages'
 // An override that breaks a constraint is rejected like any plan.
 // RUN: not attn-opt --attn-tile="tile-override=block_m=96" %s 2>&1 | FileCheck %s --check-prefix=ILLEGAL
-// ILLEGAL: error: 'attn.kernel' op illegal tile plan for sm_90a: WGMMA shape: block_m (96) must equal 64 x consumer_warpgroups (128)
+// ILLEGAL: error: 'attn.kernel' op illegal tile plan for sm_90a: WGMMA shape: block_m (96) must equal 64 x consumer_warpgroups (192)
 
 attn.kernel @hd64
     problem = #attn.problem<q_heads = 8, kv_heads = 8, head_dim = 64, element_type = bf16>

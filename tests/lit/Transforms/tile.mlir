@@ -1,12 +1,14 @@
-// attn-tile's default sm_90a plans: two 64-row consumer warpgroups
-// (block_m = 128), one TMA producer warpgroup, setmaxnreg 240/24.
+// attn-tile's default sm_90a plans: one 64-row consumer warpgroup per WGMMA
+// slice of Q, one TMA producer warpgroup, setmaxnreg 240/24 (160/24 with
+// three consumers), 2 stages.
 // RUN: attn-opt --attn-tile %s | FileCheck %s
 // Running it twice changes nothing (plans are only filled in when missing).
 // RUN: attn-opt --attn-tile --attn-tile %s | FileCheck %s
 
-// head_dim 64: 128 x 128 tiles, 3 stages.
+// head_dim 64: 192 x 128 tiles, three consumers at 160 registers
+// (64/2 + 128/2 + 128/4 + 32 = 160).
 // CHECK-LABEL: attn.kernel @hd64
-// CHECK:      tile = #attn.tile<block_m = 128, block_n = 128, stages = 3, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24>
+// CHECK:      tile = #attn.tile<block_m = 192, block_n = 128, stages = 2, consumer_warpgroups = 3, producer_warpgroups = 1, consumer_registers = 160, producer_registers = 24>
 attn.kernel @hd64
     problem = #attn.problem<q_heads = 8, kv_heads = 8, head_dim = 64, element_type = bf16>
     mask = #attn.no_mask
@@ -20,10 +22,10 @@ attn.kernel @hd128
     mask = #attn.causal<bottom_right>
     normalizer = #attn.softmax
 
-// head_dim 256: block_n drops to 64 so the accumulators fit 240 registers
-// (256/2 + 64/2 + 64/4 + 48 = 224).
+// head_dim 256: block_n drops to 80 so the accumulators fit 240 registers
+// (256/2 + 80/2 + 80/4 + 32 = 220).
 // CHECK-LABEL: attn.kernel @hd256
-// CHECK:      tile = #attn.tile<block_m = 128, block_n = 64, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24>
+// CHECK:      tile = #attn.tile<block_m = 128, block_n = 80, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24>
 attn.kernel @hd256
     problem = #attn.problem<q_heads = 16, kv_heads = 16, head_dim = 256, element_type = bf16>
     mask = #attn.sliding_window<left = 512, right = 0>

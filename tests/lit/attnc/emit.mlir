@@ -7,7 +7,7 @@
 // RUN: attnc %s --emit=mlir --print-ir-after-all -o /dev/null 2>&1 | FileCheck %s --check-prefix=DUMP
 
 // MLIR: attn.kernel @gqa_causal
-// MLIR: smem = #attn.smem_plan<total = 163896
+// MLIR: smem = #attn.smem_plan<total = 163912
 // MLIR-SAME: tile = #attn.tile<block_m = 128, block_n = 128, stages = 2
 
 // The unit is self-contained: the templates are inlined, nothing is included.

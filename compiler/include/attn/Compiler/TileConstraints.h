@@ -66,9 +66,10 @@ struct TileOverride {
 int defaultConsumerRegisters(int consumerWarpgroups);
 
 /// The default plan for sm_90a (one 64-row WGMMA slice of Q per consumer
-/// warpgroup, one TMA producer warpgroup):
-///   head_dim  64: 128 x 128, 3 stages;  128: 128 x 128, 2 stages;
-///   head_dim 256: 128 x  64, 2 stages;  2 consumer warpgroups.
+/// warpgroup, one TMA producer warpgroup, 2 stages):
+///   head_dim  64: 192 x 128, 3 consumer warpgroups;
+///   head_dim 128: 128 x 128, 2 consumer warpgroups;
+///   head_dim 256: 128 x  80, 2 consumer warpgroups.
 TileConfig defaultTileConfig(const TileProblem &problem);
 
 /// Applies `override` on top of `base`. When block_m is given without
@@ -84,13 +85,13 @@ std::optional<std::string> parseTileOverride(const std::string &text,
                                              TileOverride &result);
 
 /// Registers one consumer thread needs: O accumulator (head_dim/2 fp32),
-/// S accumulator (block_n/2 fp32), P in 16 bits (block_n/4) and 48 for
+/// S accumulator (block_n/2 fp32), P in 16 bits (block_n/4) and 32 for
 /// addresses, row statistics and loop state.
 int64_t estimateConsumerRegisters(const TileProblem &problem,
                                   const TileConfig &config);
 
 /// Dynamic shared memory of the kernel: Q tile + stages x (K tile + V tile)
-/// + mbarriers (8 bytes: 1 for Q + 3 per stage) + 1024 bytes of slack to
+/// + mbarriers (8 bytes: 1 for Q + 4 per stage) + 1024 bytes of slack to
 /// align the dynamic window's base. Matches attn-plan-smem's total + 1024.
 int64_t estimateSharedMemoryBytes(const TileProblem &problem,
                                   const TileConfig &config);

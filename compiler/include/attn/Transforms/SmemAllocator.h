@@ -65,7 +65,7 @@ enum SmemPhase : int64_t {
 ///    1024-aligned;
 ///  - "o_staging": block_m x head_dim, epilogue only, so it reuses Q's bytes;
 ///  - "barriers": 8-byte mbarriers, whole kernel, in the order q_full,
-///    k_full[stages], v_full[stages], kv_empty[stages].
+///    k_full[stages], v_full[stages], k_empty[stages], v_empty[stages].
 /// Tiles are 1024-aligned with 128-byte swizzle (TMA swizzle atoms of 8 rows
 /// x 128 bytes; WGMMA descriptors need 1024-byte aligned atoms).
 std::vector<SmemRequest> forwardKernelSmemRequests(const TileProblem &problem,
