@@ -27,7 +27,75 @@ std::string shapeString(const TensorView &view) {
   return os.str();
 }
 
-void validateConfig(const AttnLaunchConfig &config) {
+std::string hexAddress(uintptr_t address) {
+  std::ostringstream os;
+  os << "0x" << std::hex << address;
+  return os.str();
+}
+
+/// Bytes from the first to one past the last element a view can touch.
+uint64_t viewExtentBytes(const TensorView &view) {
+  uint64_t lastOffset = 0;
+  for (int dim = 0; dim < 4; ++dim)
+    lastOffset += uint64_t(view.shape[dim] - 1) * uint64_t(view.strides[dim]);
+  return (lastOffset + 1) * dtypeSize(view.dtype);
+}
+
+void requireDeviceMemory(const void *ptr, uint64_t extentBytes,
+                         const char *name, int device) {
+  PointerInfo info = queryPointer(ptr);
+  if (!info.device)
+    fail(name, "data pointer " + hexAddress(reinterpret_cast<uintptr_t>(ptr)) +
+                   " is not device memory; expected an allocation on device " +
+                   std::to_string(device) + " (e.g. cuMemAlloc)");
+  // Managed memory migrates to whichever device touches it.
+  if (!info.managed && info.deviceOrdinal >= 0 && info.deviceOrdinal != device)
+    fail(name, "data pointer is memory of device " +
+                   std::to_string(info.deviceOrdinal) +
+                   ", but the current context is on device " +
+                   std::to_string(device));
+  if (info.rangeBytes != 0) {
+    auto address = reinterpret_cast<uintptr_t>(ptr);
+    uint64_t available = info.rangeStart + info.rangeBytes - address;
+    if (extentBytes > available)
+      fail(name, "the view spans " + std::to_string(extentBytes) +
+                     " bytes from its data pointer, but its allocation "
+                     "holds only " +
+                     std::to_string(available) + " bytes from there");
+  }
+}
+
+/// Checks what the plan fixes: dtype, head_dim and head count.
+void validateAgainstConfig(const TensorView &view, const char *name,
+                           const AttnLaunchConfig &config, int heads,
+                           const char *headKind) {
+  if (view.dtype != config.dtype)
+    fail(name, std::string("dtype ") + dtypeName(view.dtype) +
+                   " does not match the kernel's " + dtypeName(config.dtype));
+  if (view.headDim() != config.headDim)
+    fail(name, "head_dim " + std::to_string(view.headDim()) +
+                   " does not match the kernel's " +
+                   std::to_string(config.headDim));
+  if (view.heads() != heads) {
+    std::string message = std::to_string(view.heads()) +
+                          " heads, but the kernel was compiled for " +
+                          std::to_string(heads) + " " + headKind + " heads";
+    if (config.kvHeads != config.qHeads)
+      message += " (GQA: " + std::to_string(config.qHeads) + " query heads, " +
+                 std::to_string(config.qHeads / config.kvHeads) +
+                 " per kv head)";
+    fail(name, message);
+  }
+}
+
+void requireIntRange(int64_t value, const char *name, const char *what) {
+  if (value > INT_MAX)
+    fail(name, std::string(what) + " " + std::to_string(value) +
+                   " exceeds the int range of the kernel ABI");
+}
+} // namespace
+
+void validateLaunchConfig(const AttnLaunchConfig &config) {
   auto requirePositive = [](int value, const char *field) {
     if (value <= 0)
       fail("config", std::string(field) + " must be positive, got " +
@@ -54,33 +122,9 @@ void validateConfig(const AttnLaunchConfig &config) {
     fail("config", "qHeads exceeds the grid limit of 65535");
 }
 
-/// Checks what the plan fixes: dtype, head_dim and head count.
-void validateAgainstConfig(const TensorView &view, const char *name,
-                           const AttnLaunchConfig &config, int heads,
-                           const char *headKind) {
-  if (view.dtype != config.dtype)
-    fail(name, std::string("dtype ") + dtypeName(view.dtype) +
-                   " does not match the kernel's " + dtypeName(config.dtype));
-  if (view.headDim() != config.headDim)
-    fail(name, "head_dim " + std::to_string(view.headDim()) +
-                   " does not match the kernel's " +
-                   std::to_string(config.headDim));
-  if (view.heads() != heads)
-    fail(name, std::to_string(view.heads()) + " heads, but the kernel was "
-                   "compiled for " + std::to_string(heads) + " " + headKind +
-                   " heads");
-}
-
-void requireIntRange(int64_t value, const char *name, const char *what) {
-  if (value > INT_MAX)
-    fail(name, std::string(what) + " " + std::to_string(value) +
-                   " exceeds the int range of the kernel ABI");
-}
-} // namespace
-
 void validateForwardArgs(const AttnLaunchConfig &config,
                          const AttnForwardArgs &args) {
-  validateConfig(config);
+  validateLaunchConfig(config);
   validateAgainstConfig(args.q, "q", config, config.qHeads, "query");
   validateAgainstConfig(args.k, "k", config, config.kvHeads, "kv");
   validateAgainstConfig(args.v, "v", config, config.kvHeads, "kv");
@@ -119,6 +163,23 @@ void validateForwardArgs(const AttnLaunchConfig &config,
     fail("lse", "pointer is null");
   if (reinterpret_cast<uintptr_t>(args.lse) % alignof(float) != 0)
     fail("lse", "pointer must be 4-byte aligned");
+}
+
+void validateDevicePointers(const AttnForwardArgs &args, int qHeads) {
+  // A host pointer, another device's memory or a view past its allocation
+  // would otherwise surface later as an illegal address: a sticky error that
+  // poisons the context.
+  int device = currentDevice();
+  for (auto [view, name] : {std::make_pair(&args.q, "q"),
+                            std::make_pair(&args.k, "k"),
+                            std::make_pair(&args.v, "v"),
+                            std::make_pair(&args.o, "o")})
+    if (view->numElements() != 0)
+      requireDeviceMemory(view->data, viewExtentBytes(*view), name, device);
+  uint64_t lseElements = uint64_t(args.q.batch()) * uint64_t(qHeads) *
+                         uint64_t(args.q.seqlen());
+  if (lseElements != 0)
+    requireDeviceMemory(args.lse, lseElements * sizeof(float), "lse", device);
 }
 
 attn_abi::AttnFwdParams makeForwardParams(const AttnLaunchConfig &config,
@@ -163,18 +224,7 @@ void launchForward(KernelFunction &kernel, const AttnLaunchConfig &config,
   if (args.q.batch() == 0 || args.q.seqlen() == 0)
     return;
 
-  ensureContext();
-  // A host pointer would otherwise surface later as an illegal address (a
-  // sticky error that poisons the context).
-  auto requireDevice = [](const void *ptr, int64_t elements, const char *name) {
-    if (elements != 0 && !isDevicePointer(ptr))
-      fail(name, "data pointer is not device memory");
-  };
-  requireDevice(args.q.data, args.q.numElements(), "q");
-  requireDevice(args.k.data, args.k.numElements(), "k");
-  requireDevice(args.v.data, args.v.numElements(), "v");
-  requireDevice(args.o.data, args.o.numElements(), "o");
-  requireDevice(args.lse, args.q.numElements(), "lse");
+  validateDevicePointers(args, config.qHeads);
 
   attn_abi::AttnFwdParams params = makeForwardParams(config, args);
   kernel.setMaxDynamicSharedMemory(config.sharedMemoryBytes);

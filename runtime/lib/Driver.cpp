@@ -179,17 +179,44 @@ DeviceInfo queryDevice(int device) {
   return info;
 }
 
-bool isDevicePointer(const void *ptr) {
+bool isDevicePointer(const void *ptr) { return queryPointer(ptr).device; }
+
+PointerInfo queryPointer(const void *ptr) {
+  PointerInfo info;
   if (!Driver::available() || !ptr)
-    return false;
+    return info;
   unsigned int memoryType = 0;
-  CUresult result = Driver::get().api().cuPointerGetAttribute(
-      &memoryType, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+  unsigned int managed = 0;
+  int ordinal = -1;
+  CUdeviceptr rangeStart = 0;
+  size_t rangeBytes = 0;
+  // One call for all attributes: this runs before every launch.
+  CUpointer_attribute attributes[] = {
+      CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED,
+      CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+      CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+  void *values[] = {&memoryType, &managed, &ordinal, &rangeStart, &rangeBytes};
+  CUresult result = Driver::get().api().cuPointerGetAttributes(
+      sizeof(attributes) / sizeof(attributes[0]), attributes, values,
       reinterpret_cast<CUdeviceptr>(ptr));
+  // Unknown host memory either fails or reports memory type 0.
   if (result != CUDA_SUCCESS)
-    return false;
-  return memoryType == CU_MEMORYTYPE_DEVICE ||
-         memoryType == CU_MEMORYTYPE_UNIFIED;
+    return info;
+  info.managed = managed != 0;
+  info.device = memoryType == CU_MEMORYTYPE_DEVICE ||
+                memoryType == CU_MEMORYTYPE_UNIFIED || info.managed;
+  info.deviceOrdinal = ordinal;
+  info.rangeStart = static_cast<uintptr_t>(rangeStart);
+  info.rangeBytes = rangeBytes;
+  return info;
+}
+
+int currentDevice() {
+  ensureContext();
+  CUdevice device = 0;
+  ATTN_CU_CHECK(cuCtxGetDevice, &device);
+  // Device handles are the ordinals cuDeviceGet was given.
+  return static_cast<int>(device);
 }
 
 Event::Event() {

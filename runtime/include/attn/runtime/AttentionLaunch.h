@@ -30,6 +30,8 @@ struct AttnLaunchConfig {
   /// Dynamic shared memory, including alignment slack.
   int sharedMemoryBytes = 0;
   std::string kernelName = ATTN_FWD_KERNEL_NAME;
+  // A new field must also go into LaunchMetadata.cpp (the disk cache and
+  // `attnc --emit=metadata` serialize every field).
 };
 
 /// Device tensors of one forward call. q, o: [B, Sq, Hq, D]; k, v:
@@ -39,11 +41,21 @@ struct AttnForwardArgs {
   float *lse = nullptr;
 };
 
+/// Checks that a config is self-consistent (positive sizes, kvHeads divides
+/// qHeads, a 16-bit dtype, a finite scale); throws attn::Error("config: ...").
+void validateLaunchConfig(const AttnLaunchConfig &config);
+
 /// Checks the arguments against the config without touching the driver;
 /// throws attn::Error whose message starts with the offending argument
 /// ("q: ...", "k: ...", "lse: ...", "config: ...").
 void validateForwardArgs(const AttnLaunchConfig &config,
                          const AttnForwardArgs &args);
+
+/// Checks with the driver that every non-empty argument is device memory of
+/// the current context's device and that its allocation holds the whole
+/// view; throws attn::Error("q: ...", ...). Makes device 0's primary
+/// context current if no context is.
+void validateDevicePointers(const AttnForwardArgs &args, int qHeads);
 
 /// Builds the kernel's parameter block (encodes the tensor maps, so it needs
 /// the driver). Q maps use blockM-row boxes, K/V maps blockN-row boxes, all
@@ -54,9 +66,10 @@ attn_abi::AttnFwdParams makeForwardParams(const AttnLaunchConfig &config,
 /// {ceil(seqlenQ / blockM), qHeads, batch}.
 Dim3 forwardGrid(const AttnLaunchConfig &config, int batch, int seqlenQ);
 
-/// Validates, builds the parameters, raises the kernel's dynamic shared
-/// memory limit and launches on `stream`. Launches nothing when the batch or
-/// seqlen_q is zero.
+/// Validates (validateForwardArgs, then validateDevicePointers), builds the
+/// parameters, raises the kernel's dynamic shared memory limit and launches
+/// on `stream`. Launches nothing when the batch or seqlen_q is zero, or when
+/// a check fails.
 void launchForward(KernelFunction &kernel, const AttnLaunchConfig &config,
                    const AttnForwardArgs &args, CUstream stream);
 

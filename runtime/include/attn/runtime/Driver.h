@@ -15,6 +15,8 @@
 
 #include <cuda.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -53,13 +55,16 @@
   X(cuMemcpyDtoH)                                                              \
   X(cuMemsetD8)                                                                \
   X(cuMemsetD32)                                                               \
+  X(cuStreamCreate)                                                            \
+  X(cuStreamDestroy)                                                           \
   X(cuStreamSynchronize)                                                       \
   X(cuEventCreate)                                                             \
   X(cuEventRecord)                                                             \
   X(cuEventSynchronize)                                                        \
   X(cuEventElapsedTime)                                                        \
   X(cuEventDestroy)                                                            \
-  X(cuPointerGetAttribute)
+  X(cuPointerGetAttribute)                                                      \
+  X(cuPointerGetAttributes)
 
 namespace attn {
 
@@ -145,6 +150,28 @@ DeviceInfo queryDevice(int device = 0);
 /// True if `ptr` is memory the device can address (device or managed
 /// allocation). Never throws; false if the driver is unusable.
 bool isDevicePointer(const void *ptr);
+
+/// What the driver knows about an address.
+struct PointerInfo {
+  /// Device or managed memory (false for host memory the driver does not
+  /// know, and for pinned host memory).
+  bool device = false;
+  bool managed = false;
+  /// The device the memory belongs to, or -1 if unknown.
+  int deviceOrdinal = -1;
+  /// The allocation holding `ptr` ([rangeStart, rangeStart + rangeBytes)),
+  /// both 0 if unknown.
+  uintptr_t rangeStart = 0;
+  size_t rangeBytes = 0;
+};
+
+/// Never throws; a default PointerInfo if the driver is unusable or does not
+/// know `ptr`.
+PointerInfo queryPointer(const void *ptr);
+
+/// The ordinal of the current context's device; makes device 0's primary
+/// context current if none is.
+int currentDevice();
 
 /// RAII CUDA event, for timing work on a stream.
 class Event {

@@ -1,0 +1,81 @@
+//===- Kernel.h - A compiled attention kernel, ready to run -----*- C++ -*-===//
+//
+// What a host program launches: the kernel's PTX and/or cubin with its launch
+// metadata, loaded on first use into each context it runs in. attn::Compiler
+// (compiler/) produces Kernels at run time; a program that ships precompiled
+// kernels builds them from `attnc --emit=cubin` and `--emit=metadata` output
+// with Kernel::fromFiles and needs only this runtime.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTN_RUNTIME_KERNEL_H
+#define ATTN_RUNTIME_KERNEL_H
+
+#include "attn/runtime/AttentionLaunch.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace attn {
+
+/// Everything needed to load and launch one kernel.
+struct KernelImage {
+  /// The spec's symbol name, for messages.
+  std::string name;
+  /// PTX for compute_90a (may be empty when a cubin is given).
+  std::string ptx;
+  /// A cubin for sm_90a (may be empty when PTX is given).
+  std::vector<char> cubin;
+  AttnLaunchConfig launch;
+};
+
+/// A handle on a compiled kernel; copies share the image and the loaded
+/// modules. Loading and running are thread safe.
+class Kernel {
+public:
+  /// An empty handle; valid() is false.
+  Kernel() = default;
+  /// Throws attn::Error("image: ...") without PTX or cubin, or with an
+  /// inconsistent launch config.
+  explicit Kernel(KernelImage image);
+
+  /// `binaryPath` holds a cubin or PTX (told apart by content),
+  /// `metadataPath` the launch metadata (LaunchMetadata.h). Throws
+  /// attn::Error naming the file on failure.
+  static Kernel fromFiles(const std::string &binaryPath,
+                          const std::string &metadataPath);
+
+  bool valid() const { return state != nullptr; }
+  const std::string &name() const;
+  const AttnLaunchConfig &launchConfig() const;
+  const KernelImage &image() const;
+
+  /// Loads the module into the current context (device 0's primary context
+  /// if none is current), once per context. Throws attn::Error without a
+  /// driver ("no CUDA driver: ..."), without a device, or on a GPU other than
+  /// sm_90 (naming the GPU found). Prefers the cubin and falls back to PTX.
+  void load() const;
+
+  /// Checks every argument against the kernel (dtype, heads, head dim,
+  /// shapes, contiguity, 16-byte alignment, device memory of the current
+  /// device) and launches on `stream`. Throws attn::Error naming the
+  /// argument; nothing is launched after a failed check. `lse` receives the
+  /// [batch, q_heads, seqlen_q] fp32 log-sum-exp.
+  void run(const TensorView &q, const TensorView &k, const TensorView &v,
+           const TensorView &o, float *lse, CUstream stream = nullptr) const;
+  void run(const AttnForwardArgs &args, CUstream stream = nullptr) const;
+
+private:
+  struct State;
+  KernelFunction &functionForCurrentContext() const;
+
+  std::shared_ptr<State> state;
+};
+
+/// Throws attn::Error unless `device` is an sm_90 GPU (the kernels use
+/// sm_90a-only instructions). The message names the GPU found.
+void checkDeviceSupported(const DeviceInfo &device);
+
+} // namespace attn
+
+#endif // ATTN_RUNTIME_KERNEL_H

@@ -1,0 +1,174 @@
+//===- Kernel.cpp - A compiled attention kernel, ready to run -------------===//
+
+#include "attn/runtime/Kernel.h"
+
+#include "attn/runtime/LaunchMetadata.h"
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+#include <sstream>
+
+namespace attn {
+
+struct Kernel::State {
+  KernelImage image;
+
+  struct Loaded {
+    CUcontext context;
+    Module module;
+    KernelFunction function;
+  };
+  std::mutex mutex;
+  // unique_ptr keeps each function at a fixed address while runs use it and
+  // another context's load grows the vector.
+  std::vector<std::unique_ptr<Loaded>> loaded;
+};
+
+namespace {
+std::string readFile(const std::string &path, const char *what) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file)
+    throw Error(std::string(what) + ": cannot open '" + path + "'");
+  std::string bytes((std::istreambuf_iterator<char>(file)),
+                    std::istreambuf_iterator<char>());
+  if (file.bad())
+    throw Error(std::string(what) + ": cannot read '" + path + "'");
+  return bytes;
+}
+
+bool isCubinOrFatbin(const std::string &bytes) {
+  static const char kElfMagic[] = {0x7f, 'E', 'L', 'F'};
+  static const unsigned char kFatbinMagic[] = {0x50, 0xed, 0x55, 0xba};
+  return (bytes.size() >= 4 && std::memcmp(bytes.data(), kElfMagic, 4) == 0) ||
+         (bytes.size() >= 4 && std::memcmp(bytes.data(), kFatbinMagic, 4) == 0);
+}
+} // namespace
+
+void checkDeviceSupported(const DeviceInfo &device) {
+  if (device.computeCapabilityMajor == 9 && device.computeCapabilityMinor == 0)
+    return;
+  throw Error("device " + std::to_string(device.ordinal) + " (" + device.name +
+              ") is sm_" + std::to_string(device.computeCapabilityMajor) +
+              std::to_string(device.computeCapabilityMinor) +
+              "; attnc kernels need an sm_90 GPU (Hopper: H100, H200, GH200)");
+}
+
+Kernel::Kernel(KernelImage image) {
+  if (image.ptx.empty() && image.cubin.empty())
+    throw Error("image: kernel '" + image.name +
+                "' has neither PTX nor a cubin");
+  try {
+    validateLaunchConfig(image.launch);
+  } catch (const Error &error) {
+    throw Error("image: kernel '" + image.name + "': " + error.what());
+  }
+  if (image.launch.kernelName.empty())
+    throw Error("image: kernel '" + image.name + "' has no entry point name");
+  state = std::make_shared<State>();
+  state->image = std::move(image);
+}
+
+Kernel Kernel::fromFiles(const std::string &binaryPath,
+                         const std::string &metadataPath) {
+  std::string binary = readFile(binaryPath, "binaryPath");
+  KernelImage image;
+  if (isCubinOrFatbin(binary)) {
+    image.cubin.assign(binary.begin(), binary.end());
+  } else if (binary.find(".version") != std::string::npos &&
+             binary.find(".target") != std::string::npos) {
+    image.ptx = std::move(binary);
+  } else {
+    throw Error("binaryPath: '" + binaryPath +
+                "' is neither a cubin (ELF) nor PTX text");
+  }
+  std::string metadata = readFile(metadataPath, "metadataPath");
+  try {
+    image.launch = parseLaunchConfig(metadata);
+  } catch (const Error &error) {
+    throw Error("metadataPath: '" + metadataPath + "': " + error.what());
+  }
+  image.name = binaryPath;
+  return Kernel(std::move(image));
+}
+
+const KernelImage &Kernel::image() const {
+  if (!state)
+    throw Error("kernel: empty handle (default-constructed Kernel)");
+  return state->image;
+}
+
+const std::string &Kernel::name() const { return image().name; }
+
+const AttnLaunchConfig &Kernel::launchConfig() const { return image().launch; }
+
+KernelFunction &Kernel::functionForCurrentContext() const {
+  const KernelImage &kernel = image();
+  CUcontext context = ensureContext();
+  std::lock_guard<std::mutex> lock(state->mutex);
+  // A context destroyed by the program and a new one at the same address
+  // would reuse a stale entry; primary contexts (ensureContext) never go.
+  for (const auto &loaded : state->loaded)
+    if (loaded->context == context)
+      return loaded->function;
+
+  checkDeviceSupported(queryDevice(currentDevice()));
+  Module module;
+  std::string cubinError;
+  if (!kernel.cubin.empty()) {
+    try {
+      module = Module::loadCubin(kernel.cubin.data(), kernel.cubin.size());
+    } catch (const Error &error) {
+      // A driver older than the NVRTC that made the cubin; PTX may still do.
+      cubinError = error.what();
+    }
+  }
+  if (!module.get()) {
+    if (kernel.ptx.empty())
+      throw Error("kernel '" + kernel.name + "': loading its cubin failed: " +
+                  cubinError);
+    try {
+      module = Module::loadPtx(kernel.ptx);
+    } catch (const Error &error) {
+      throw Error("kernel '" + kernel.name + "': " +
+                  (cubinError.empty()
+                       ? std::string()
+                       : "loading its cubin failed (" + cubinError + "), ") +
+                  "loading its PTX failed: " + error.what());
+    }
+  }
+  auto loaded = std::make_unique<State::Loaded>();
+  loaded->context = context;
+  loaded->function = module.function(kernel.launch.kernelName);
+  // Set once here, so that launches only read it (launchForward skips the
+  // call when the value is unchanged) and can run on several threads.
+  loaded->function.setMaxDynamicSharedMemory(kernel.launch.sharedMemoryBytes);
+  loaded->module = std::move(module);
+  state->loaded.push_back(std::move(loaded));
+  return state->loaded.back()->function;
+}
+
+void Kernel::load() const { functionForCurrentContext(); }
+
+void Kernel::run(const AttnForwardArgs &args, CUstream stream) const {
+  const AttnLaunchConfig &config = launchConfig();
+  // Argument errors first: they need no driver, and name what to fix.
+  validateForwardArgs(config, args);
+  if (args.q.batch() == 0 || args.q.seqlen() == 0)
+    return;
+  launchForward(functionForCurrentContext(), config, args, stream);
+}
+
+void Kernel::run(const TensorView &q, const TensorView &k, const TensorView &v,
+                 const TensorView &o, float *lse, CUstream stream) const {
+  AttnForwardArgs args;
+  args.q = q;
+  args.k = k;
+  args.v = v;
+  args.o = o;
+  args.lse = lse;
+  run(args, stream);
+}
+
+} // namespace attn

@@ -1,0 +1,133 @@
+//===- LaunchMetadata.cpp - Text form of a kernel's launch config ---------===//
+
+#include "attn/runtime/LaunchMetadata.h"
+
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+
+namespace attn {
+
+namespace {
+constexpr std::string_view kHeader = "attn-launch-metadata";
+
+// The integer fields, in the order they are written.
+struct IntField {
+  const char *key;
+  int AttnLaunchConfig::*member;
+};
+constexpr IntField kIntFields[] = {
+    {"head_dim", &AttnLaunchConfig::headDim},
+    {"q_heads", &AttnLaunchConfig::qHeads},
+    {"kv_heads", &AttnLaunchConfig::kvHeads},
+    {"block_m", &AttnLaunchConfig::blockM},
+    {"block_n", &AttnLaunchConfig::blockN},
+    {"threads", &AttnLaunchConfig::threadsPerBlock},
+    {"shared_memory_bytes", &AttnLaunchConfig::sharedMemoryBytes},
+};
+
+[[noreturn]] void fail(int line, const std::string &what) {
+  throw Error("launch metadata: line " + std::to_string(line) + ": " + what);
+}
+
+int parseInt(const std::string &value, int line, const std::string &key) {
+  errno = 0;
+  char *end = nullptr;
+  long parsed = std::strtol(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || errno != 0 || parsed < INT_MIN ||
+      parsed > INT_MAX)
+    fail(line, key + ": expected an integer, got '" + value + "'");
+  return static_cast<int>(parsed);
+}
+} // namespace
+
+std::string serializeLaunchConfig(const AttnLaunchConfig &config) {
+  std::string text = std::string(kHeader) + " " +
+                     std::to_string(kLaunchMetadataVersion) + "\n";
+  text += "kernel " + config.kernelName + "\n";
+  for (const IntField &field : kIntFields)
+    text += std::string(field.key) + " " +
+            std::to_string(config.*field.member) + "\n";
+  text += std::string("dtype ") + dtypeName(config.dtype) + "\n";
+  char scale[64];
+  std::snprintf(scale, sizeof(scale), "%a", double(config.scale));
+  text += std::string("scale ") + scale + "\n";
+  return text;
+}
+
+AttnLaunchConfig parseLaunchConfig(std::string_view text) {
+  std::map<std::string, std::pair<std::string, int>> values;
+  int lineNumber = 0;
+  bool sawHeader = false;
+  while (!text.empty()) {
+    size_t newline = text.find('\n');
+    std::string line(text.substr(0, newline));
+    text = newline == std::string_view::npos ? std::string_view()
+                                             : text.substr(newline + 1);
+    ++lineNumber;
+    if (line.empty())
+      continue;
+    size_t space = line.find(' ');
+    if (space == std::string::npos)
+      fail(lineNumber, "expected 'key value', got '" + line + "'");
+    std::string key = line.substr(0, space), value = line.substr(space + 1);
+    if (!sawHeader) {
+      if (key != kHeader)
+        fail(lineNumber, "expected the header '" + std::string(kHeader) +
+                             " " + std::to_string(kLaunchMetadataVersion) +
+                             "', got '" + line + "'");
+      if (value != std::to_string(kLaunchMetadataVersion))
+        fail(lineNumber, "unsupported version " + value + " (this runtime "
+                         "reads version " +
+                             std::to_string(kLaunchMetadataVersion) + ")");
+      sawHeader = true;
+      continue;
+    }
+    if (!values.emplace(key, std::make_pair(value, lineNumber)).second)
+      fail(lineNumber, "duplicate key '" + key + "'");
+  }
+  if (!sawHeader)
+    fail(lineNumber, "empty; expected the header '" + std::string(kHeader) +
+                         "'");
+
+  auto take = [&](const std::string &key) {
+    auto it = values.find(key);
+    if (it == values.end())
+      fail(lineNumber, "missing key '" + key + "'");
+    std::pair<std::string, int> found = it->second;
+    values.erase(it);
+    return found;
+  };
+
+  AttnLaunchConfig config;
+  config.kernelName = take("kernel").first;
+  for (const IntField &field : kIntFields) {
+    auto [value, line] = take(field.key);
+    config.*field.member = parseInt(value, line, field.key);
+  }
+  auto [dtype, dtypeLine] = take("dtype");
+  if (dtype == "bf16")
+    config.dtype = DType::BF16;
+  else if (dtype == "f16")
+    config.dtype = DType::F16;
+  else if (dtype == "f32")
+    config.dtype = DType::F32;
+  else
+    fail(dtypeLine, "dtype: expected bf16, f16 or f32, got '" + dtype + "'");
+  auto [scale, scaleLine] = take("scale");
+  char *end = nullptr;
+  double parsedScale = std::strtod(scale.c_str(), &end);
+  if (scale.empty() || *end != '\0' || !std::isfinite(parsedScale))
+    fail(scaleLine, "scale: expected a finite number, got '" + scale + "'");
+  config.scale = static_cast<float>(parsedScale);
+
+  if (!values.empty())
+    fail(values.begin()->second.second,
+         "unknown key '" + values.begin()->first + "'");
+  return config;
+}
+
+} // namespace attn
