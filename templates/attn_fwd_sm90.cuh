@@ -5,8 +5,10 @@
 // into shared memory with TMA, completing on mbarriers. Warpgroups 1..C are
 // consumers, each owning 64 query rows: S = Q Kᵀ on WGMMA from shared memory,
 // masking and the online softmax in registers, then O += P V on WGMMA with P
-// taken from registers. The epilogue normalizes O, stages it through shared
-// memory for 16-byte stores, and writes the per-row log-sum-exp.
+// taken from registers. Each consumer overlaps the softmax of one key tile
+// with the PV product of the previous one, and the consumers take turns on
+// the tensor cores (ping-pong). The epilogue normalizes O, stores it through
+// shared memory with TMA, and writes the per-row log-sum-exp.
 //
 // Everything the compiler decided arrives through namespace attn_plan, emitted
 // ahead of this file: element type, head dim, tile sizes, stage count, register
@@ -104,6 +106,7 @@ __device__ void produce(const attn_abi::AttnFwdParams &p, u32 smemBase, const Ba
   prefetchTensorMap(&p.q_map);
   prefetchTensorMap(&p.k_map);
   prefetchTensorMap(&p.v_map);
+  prefetchTensorMap(&p.o_map);
 
   // A block with no key tile to visit needs no Q either; its consumers write
   // zeros through the staging area, which shares Q's bytes.
@@ -218,12 +221,12 @@ __device__ __forceinline__ void packProbabilities(const float (&scores)[kScoreRe
     probabilities[i] = packPair<Element>(scores[2 * i], scores[2 * i + 1]);
 }
 
-// Writes the normalized O slice (64 rows) through shared memory so that each
-// thread stores whole 16-byte row segments, and the log-sum-exp per row. The
-// staging slice has the layout of this warpgroup's Q rows (64-column blocks of
-// 128-byte rows, 16-byte chunks XOR-swizzled by row % 8), which keeps the
-// fragment stores free of bank conflicts and never touches another
-// warpgroup's rows.
+// Writes the normalized O slice (64 rows) and the log-sum-exp per row. The
+// fragments go to a staging slice laid out as the O tensor map's 128-byte
+// swizzled boxes (64-column blocks of 128-byte rows, 16-byte chunks XOR-ed by
+// row % 8, which also keeps the fragment stores free of bank conflicts); one
+// thread then stores the slice with TMA, which clips rows past seqlen_q. The
+// slice never touches another warpgroup's rows.
 __device__ __forceinline__ u32 stagingAddress(u32 staging, int row, int chunk) {
   int block = chunk / 8, chunkInRow = chunk % 8;
   return staging + block * kBlockM * kRowBytes + row * kRowBytes + ((chunkInRow ^ (row % 8)) * 16);
@@ -243,24 +246,15 @@ __device__ void storeOutput(const attn_abi::AttnFwdParams &p, const float (&outp
     u32 packed = packPair<Element>(output[i], output[i + 1]);
     asm volatile("st.shared.b32 [%0], %1;" ::"r"(address), "r"(packed) : "memory");
   }
+  fenceSharedForAsyncProxy();
   warpgroupBarrier(1 + consumer);
 
-  constexpr int kChunksPerRow = kHeadDim / 8;
-  for (int index = thread; index < 64 * kChunksPerRow; index += kWarpgroupThreads) {
-    int row = index / kChunksPerRow, chunk = index % kChunksPerRow;
-    int query = sliceQueryBegin + row;
-    if (query >= p.seqlen_q)
-      continue;
-    u32 x, y, z, w;
-    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(x), "=r"(y), "=r"(z), "=r"(w)
-                 : "r"(stagingAddress(staging, row, chunk)));
-    char *o = static_cast<char *>(p.o) +
-              kElementBytes * (batch * p.o_stride_batch + query * p.o_stride_seq +
-                               head * p.o_stride_head + chunk * 8);
-    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(o), "r"(x), "r"(y), "r"(z),
-                 "r"(w)
-                 : "memory");
+  if (thread == 0) {
+#pragma unroll
+    for (int block = 0; block < kColumnBlocks; ++block)
+      tmaStore4d(&p.o_map, staging + block * kBlockM * kRowBytes, block * kColumnBlock,
+                 sliceQueryBegin, head, batch);
+    tmaStoreCommit();
   }
 
   if ((lane & 3) == 0) {
@@ -271,6 +265,9 @@ __device__ void storeOutput(const attn_abi::AttnFwdParams &p, const float (&outp
         p.lse[(static_cast<i64>(batch) * p.q_heads + head) * p.seqlen_q + query] = logSumExp[half];
     }
   }
+  // Shared memory must outlive the copy engine's reads of it.
+  if (thread == 0)
+    tmaStoreWaitRead();
 }
 
 // The consumer main loop, software-pipelined inside the warpgroup: iteration

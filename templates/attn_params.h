@@ -19,18 +19,15 @@ struct alignas(64) TensorMapBlob {
 // Tensors use the BSHD layout: Q and O are [batch, seqlen_q, q_heads, head_dim],
 // K and V are [batch, seqlen_k, kv_heads, head_dim]; the last dimension is
 // contiguous, the other strides are free (multiples of 16 bytes for TMA).
-// Q, K and V are read through tensor maps whose box shapes come from the plan;
-// O is written with plain stores, so only its strides travel here.
+// Q, K and V are read and O is written through tensor maps whose box shapes
+// come from the plan (O: 64 rows, one consumer warpgroup's slice).
 // LSE is [batch, q_heads, seqlen_q] fp32, contiguous, natural logarithm.
 struct AttnFwdParams {
   TensorMapBlob q_map;
   TensorMapBlob k_map;
   TensorMapBlob v_map;
-  void *o;
+  TensorMapBlob o_map;
   float *lse;
-  long long o_stride_batch; // in elements
-  long long o_stride_seq;
-  long long o_stride_head;
   int batch;
   int seqlen_q;
   int seqlen_k;

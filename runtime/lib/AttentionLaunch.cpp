@@ -15,6 +15,7 @@ namespace {
 // Grid y and z are limited to 16 bits by the hardware.
 constexpr int64_t kMaxGridYZ = 65535;
 constexpr unsigned kBoxCols = 64; // 128-byte rows of a 16-bit type.
+constexpr unsigned kOutputBoxRows = 64; // one consumer warpgroup's WGMMA slice
 
 [[noreturn]] void fail(const char *name, const std::string &what) {
   throw Error(std::string(name) + ": " + what);
@@ -189,11 +190,9 @@ attn_abi::AttnFwdParams makeForwardParams(const AttnLaunchConfig &config,
   params.q_map = encodeBSHDTensorMap(args.q, config.blockM, kBoxCols, "q");
   params.k_map = encodeBSHDTensorMap(args.k, config.blockN, kBoxCols, "k");
   params.v_map = encodeBSHDTensorMap(args.v, config.blockN, kBoxCols, "v");
-  params.o = args.o.data;
+  // Each consumer warpgroup stores its own 64 rows of O.
+  params.o_map = encodeBSHDTensorMap(args.o, kOutputBoxRows, kBoxCols, "o");
   params.lse = args.lse;
-  params.o_stride_batch = args.o.strides[0];
-  params.o_stride_seq = args.o.strides[1];
-  params.o_stride_head = args.o.strides[2];
   params.batch = static_cast<int>(args.q.batch());
   params.seqlen_q = static_cast<int>(args.q.seqlen());
   params.seqlen_k = static_cast<int>(args.k.seqlen());

@@ -1,5 +1,6 @@
-// TMA (cp.async.bulk.tensor) loads of 4-D tiles described by a tensor map in
-// kernel parameter space; completion is signalled on an mbarrier.
+// TMA (cp.async.bulk.tensor) copies of 4-D tiles described by a tensor map in
+// kernel parameter space. Loads complete on an mbarrier; stores are tracked
+// as bulk groups of the issuing thread.
 #pragma once
 
 namespace attn_dev {
@@ -17,6 +18,31 @@ __device__ __forceinline__ void tmaLoad4d(u32 destination, const void *tensorMap
                "l"(reinterpret_cast<u64>(tensorMap)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
                "r"(barrier)
                : "memory");
+}
+
+// Stores the box at `source` in shared memory to coordinates (c0 .. c3);
+// elements outside the tensor are not written.
+__device__ __forceinline__ void tmaStore4d(const void *tensorMap, u32 source, int c0, int c1,
+                                           int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group"
+               " [%0, {%1, %2, %3, %4}], [%5];" ::"l"(reinterpret_cast<u64>(tensorMap)),
+               "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(source)
+               : "memory");
+}
+
+__device__ __forceinline__ void tmaStoreCommit() {
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+// Waits until the committed stores have finished reading shared memory.
+__device__ __forceinline__ void tmaStoreWaitRead() {
+  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+
+// Makes this thread's shared-memory writes visible to the copy engine (the
+// async proxy) before a TMA store reads them.
+__device__ __forceinline__ void fenceSharedForAsyncProxy() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
 } // namespace attn_dev

@@ -58,8 +58,8 @@ void validateForwardArgs(const AttnLaunchConfig &config,
 void validateDevicePointers(const AttnForwardArgs &args, int qHeads);
 
 /// Builds the kernel's parameter block (encodes the tensor maps, so it needs
-/// the driver). Q maps use blockM-row boxes, K/V maps blockN-row boxes, all
-/// 64 columns. Validates first.
+/// the driver). Q maps use blockM-row boxes, K/V maps blockN-row boxes, the
+/// O map 64-row boxes, all 64 columns. Validates first.
 attn_abi::AttnFwdParams makeForwardParams(const AttnLaunchConfig &config,
                                           const AttnForwardArgs &args);
 
