@@ -9,6 +9,8 @@
 #include "attn/runtime/LaunchMetadata.h"
 #include "attn/runtime/SingleFlightCache.h"
 
+#include "TestSupport.h"
+
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
@@ -39,28 +41,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "attn-cache-test-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() {
-    std::error_code error;
-    fs::remove_all(path, error);
-  }
-};
-
-std::string readFile(const std::string &path) {
-  std::ifstream file(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
-}
-
-void writeFile(const std::string &path, const std::string &bytes) {
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+using test::readFile;
+using test::TempDir;
+using test::writeFile;
 
 /// Options whose warnings fail the test (a usable directory must not warn).
 DiskCacheOptions optionsFor(const std::string &directory,
@@ -125,13 +108,7 @@ std::vector<int> runInChildren(const std::vector<std::function<int()>> &bodies) 
   }
   ::close(gate[0]);
   ::close(gate[1]);
-  std::vector<int> codes;
-  for (pid_t pid : children) {
-    int status = 0;
-    REQUIRE(::waitpid(pid, &status, 0) == pid);
-    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-  }
-  return codes;
+  return test::waitForExitCodes(children);
 }
 
 /// Sets (or unsets, for null) environment variables for one scope.

@@ -58,16 +58,19 @@ NvrtcResult compileCuda(const std::string &source, const std::string &programNam
   NvrtcResult result;
   result.log = log;
   size_t size = 0;
-  if (output == NvrtcOutput::Ptx) {
+  if (output != NvrtcOutput::Cubin) {
     nvrtcGetPTXSize(handle.program, &size);
     result.binary.resize(size);
     status = nvrtcGetPTX(handle.program, result.binary.data());
     while (!result.binary.empty() && result.binary.back() == '\0')
       result.binary.pop_back();
-  } else {
+  }
+  if (output != NvrtcOutput::Ptx && status == NVRTC_SUCCESS) {
+    std::vector<char> &cubin =
+        output == NvrtcOutput::Cubin ? result.binary : result.cubin;
     nvrtcGetCUBINSize(handle.program, &size);
-    result.binary.resize(size);
-    status = nvrtcGetCUBIN(handle.program, result.binary.data());
+    cubin.resize(size);
+    status = nvrtcGetCUBIN(handle.program, cubin.data());
   }
   if (status != NVRTC_SUCCESS)
     return failure("retrieving NVRTC output", status, log);

@@ -2,6 +2,8 @@
 
 #include "attn/Compiler/Compiler.h"
 
+#include "SpecSession.h"
+
 #include "attn/Backend/Nvrtc.h"
 #include "attn/Compiler/KernelConfig.h"
 #include "attn/IR/AttnDialect.h"
@@ -88,48 +90,88 @@ mlir::FailureOr<CompiledKernel> compileEmittedKernel(mlir::attn::KernelOp op,
   return kernel;
 }
 
+namespace detail {
+
+void prepareSpecContext(mlir::MLIRContext &context) {
+  mlir::DialectRegistry registry;
+  registerSpecDialects(registry);
+  context.appendDialectRegistry(registry);
+  context.loadAllAvailableDialects();
+  context.printOpOnDiagnostic(false);
+}
+
+DiagnosticCapture::DiagnosticCapture(mlir::MLIRContext &context)
+    : handler(manager, &context, stream),
+      locationless(&context, [this](mlir::Diagnostic &diagnostic) {
+        if (diagnostic.getLocation()->findInstanceOf<mlir::FileLineColLoc>())
+          return mlir::failure(); // The SourceMgr handler's.
+        auto render = [this](mlir::Diagnostic &item) {
+          switch (item.getSeverity()) {
+          case mlir::DiagnosticSeverity::Error:
+            stream << "error: ";
+            break;
+          case mlir::DiagnosticSeverity::Warning:
+            stream << "warning: ";
+            break;
+          case mlir::DiagnosticSeverity::Note:
+            stream << "note: ";
+            break;
+          case mlir::DiagnosticSeverity::Remark:
+            stream << "remark: ";
+            break;
+          }
+          stream << item.str() << "\n";
+        };
+        render(diagnostic);
+        for (mlir::Diagnostic &note : diagnostic.getNotes())
+          render(note);
+        return mlir::success();
+      }) {}
+
+void DiagnosticCapture::fail(const std::string &what) {
+  stream.flush();
+  throw Error(what + ":\n" + text);
+}
+
+mlir::OwningOpRef<mlir::ModuleOp> parseSpecModule(mlir::MLIRContext &context,
+                                                  DiagnosticCapture &diagnostics,
+                                                  const std::string &text,
+                                                  const std::string &bufferName) {
+  llvm::SourceMgr &manager = diagnostics.sourceMgr();
+  manager.AddNewSourceBuffer(llvm::MemoryBuffer::getMemBufferCopy(text, bufferName),
+                             llvm::SMLoc());
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      mlir::parseSourceFile<mlir::ModuleOp>(manager, &context);
+  if (!module)
+    diagnostics.fail("could not parse the spec");
+  return module;
+}
+
+mlir::attn::KernelOp singleKernel(mlir::ModuleOp module) {
+  mlir::attn::KernelOp found;
+  int count = 0;
+  module->walk([&](mlir::attn::KernelOp op) {
+    found = op;
+    ++count;
+  });
+  if (count != 1)
+    throw Error("the spec must hold exactly one attn.kernel, found " + std::to_string(count));
+  return found;
+}
+
+} // namespace detail
+
 namespace {
 
-// A context, a parsed module and a handler that renders diagnostics into a
-// string, for the host entry points that report failures as attn::Error.
+// A private context holding one parsed spec, for the one-shot entry points.
 struct ParsedSpec {
   mlir::MLIRContext context;
-  llvm::SourceMgr sourceMgr;
-  std::string diagnostics;
-  llvm::raw_string_ostream diagnosticStream{diagnostics};
-  std::unique_ptr<mlir::SourceMgrDiagnosticHandler> handler;
+  detail::DiagnosticCapture diagnostics{context};
   mlir::OwningOpRef<mlir::ModuleOp> module;
 
   ParsedSpec(const std::string &text, const std::string &bufferName) {
-    mlir::DialectRegistry registry;
-    registerSpecDialects(registry);
-    context.appendDialectRegistry(registry);
-    context.loadAllAvailableDialects();
-    context.printOpOnDiagnostic(false);
-    sourceMgr.AddNewSourceBuffer(llvm::MemoryBuffer::getMemBufferCopy(text, bufferName),
-                                 llvm::SMLoc());
-    handler = std::make_unique<mlir::SourceMgrDiagnosticHandler>(sourceMgr, &context,
-                                                                 diagnosticStream);
-    module = mlir::parseSourceFile<mlir::ModuleOp>(sourceMgr, &context);
-    if (!module)
-      fail("could not parse the spec");
-  }
-
-  [[noreturn]] void fail(const std::string &what) {
-    diagnosticStream.flush();
-    throw Error(what + ":\n" + diagnostics);
-  }
-
-  mlir::attn::KernelOp singleKernel() {
-    mlir::attn::KernelOp found;
-    int count = 0;
-    module->walk([&](mlir::attn::KernelOp op) {
-      found = op;
-      ++count;
-    });
-    if (count != 1)
-      throw Error("the spec must hold exactly one attn.kernel, found " + std::to_string(count));
-    return found;
+    detail::prepareSpecContext(context);
+    module = detail::parseSpecModule(context, diagnostics, text, bufferName);
   }
 };
 
@@ -138,12 +180,12 @@ struct ParsedSpec {
 CompiledKernel compileSpec(const std::string &specText, const std::string &bufferName,
                            const CompileOptions &options) {
   ParsedSpec spec(specText, bufferName);
-  mlir::attn::KernelOp op = spec.singleKernel();
+  mlir::attn::KernelOp op = detail::singleKernel(*spec.module);
   if (mlir::failed(runCompilePipeline(*spec.module, options)))
-    spec.fail("compiling " + bufferName + " failed");
+    spec.diagnostics.fail("compiling " + bufferName + " failed");
   mlir::FailureOr<CompiledKernel> kernel = compileEmittedKernel(op, options, BinaryKind::Ptx);
   if (mlir::failed(kernel))
-    spec.fail("compiling " + bufferName + " failed");
+    spec.diagnostics.fail("compiling " + bufferName + " failed");
   return std::move(*kernel);
 }
 
@@ -183,7 +225,7 @@ reference::Problem referenceProblemFromKernel(mlir::attn::KernelOp op, int64_t b
 reference::Problem referenceProblemFromSpec(const std::string &specText, int64_t batch,
                                             int64_t seqlenQ, int64_t seqlenK) {
   ParsedSpec spec(specText, "spec");
-  return referenceProblemFromKernel(spec.singleKernel(), batch, seqlenQ, seqlenK);
+  return referenceProblemFromKernel(detail::singleKernel(*spec.module), batch, seqlenQ, seqlenK);
 }
 
 } // namespace attn

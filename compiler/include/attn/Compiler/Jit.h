@@ -1,0 +1,90 @@
+//===- Jit.h - Compile attention kernels from a host program ----*- C++ -*-===//
+//
+//   attn::Compiler compiler;                       // one per process is enough
+//   attn::Kernel kernel = compiler.compile(
+//       attn::SpecBuilder("causal_hd128").heads(16, 4).headDim(128).causal());
+//   kernel.run(q, k, v, o, lse, stream);           // validates, then launches
+//
+// compile() looks in three places, fastest first:
+//   1. memory: the same spec (text or Spec) compiled earlier by this Compiler;
+//   2. disk: an entry whose key is the SHA-256 of the planned IR, the emitted
+//      CUDA unit, the target arch, the NVRTC version, the attnc version and
+//      the templates' fingerprint (DiskCache.h);
+//   3. NVRTC, storing PTX, cubin and launch metadata on disk.
+// Concurrent compile() calls for one kernel compile it once, in this process
+// (SingleFlightCache) and across processes sharing the cache directory (a
+// lock per key). Without a GPU everything up to loading works; the module is
+// loaded on the first Kernel::load() or run() in each context.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTN_COMPILER_JIT_H
+#define ATTN_COMPILER_JIT_H
+
+#include "attn/Compiler/Spec.h"
+#include "attn/runtime/DiskCache.h"
+#include "attn/runtime/Kernel.h"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace attn {
+
+struct JitOptions {
+  /// Target architecture (sm_90a is the only one the templates support).
+  std::string arch = "sm_90a";
+  /// `key=value,...` over attn-tile's heuristic (see attnc --tile).
+  std::string tileOverride;
+  /// The disk cache. Unset: DiskCacheOptions::fromEnvironment() when the
+  /// Compiler is constructed. An empty directory turns the disk cache off.
+  std::optional<DiskCacheOptions> diskCache;
+};
+
+/// Where compile() found its kernels since the Compiler was made.
+struct JitStats {
+  uint64_t memoryHits = 0;
+  uint64_t diskHits = 0;
+  /// Kernels compiled with NVRTC.
+  uint64_t compiles = 0;
+};
+
+class Compiler {
+public:
+  /// Throws attn::Error for an unsupported arch or a malformed
+  /// ATTNC_CACHE_MAX_BYTES.
+  explicit Compiler(JitOptions options = {});
+  ~Compiler();
+  Compiler(const Compiler &) = delete;
+  Compiler &operator=(const Compiler &) = delete;
+
+  /// Compiles (or finds) the kernel of a spec. Thread safe. Throws
+  /// attn::Error with the verifier's or NVRTC's diagnostics.
+  Kernel compile(const Spec &spec);
+  /// The same from MLIR text holding one attn.kernel; `bufferName` names it
+  /// in diagnostics (buffer:line:col).
+  Kernel compile(std::string_view specText, std::string_view bufferName = "spec");
+
+  /// The `attn.kernel` op a Spec builds, printed as MLIR (what attnc would
+  /// read). Throws attn::Error like compile().
+  std::string printSpec(const Spec &spec);
+
+  JitStats stats() const;
+  /// The disk cache, or null when it is off.
+  DiskCache *diskCache();
+  /// Forgets the kernels held in memory (loaded modules stay alive while a
+  /// Kernel handle refers to them).
+  void clearMemoryCache();
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> impl;
+};
+
+/// The attnc version that goes into cache keys ("0.1.0").
+const char *attncVersion();
+
+} // namespace attn
+
+#endif // ATTN_COMPILER_JIT_H

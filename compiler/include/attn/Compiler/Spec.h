@@ -1,0 +1,140 @@
+//===- Spec.h - Attention kernel specs built from C++ ------------*- C++ -*-===//
+//
+// A host program describes a kernel with SpecBuilder instead of writing MLIR:
+//
+//   attn::Spec spec = attn::SpecBuilder("causal_hd128")
+//                         .heads(16, 4).headDim(128).dtype(attn::DType::BF16)
+//                         .causal(attn::CausalAlign::BottomRight);
+//
+// A Spec is plain data (no MLIR in this header); attn::Compiler turns it into
+// an `attn.kernel` op with the dialect's builders (buildKernelOp in
+// SpecIR.h), so the dialect's verifier checks it like a parsed spec.
+//
+// Masks and normalizers are classes, not enums, so that expression-based
+// variants can be added without changing Spec: a `Mask::predicate(Expr)` and
+// a `Spec::scoreMod` holding trees built with operator overloading over the
+// index variables (batch, head, q_idx, kv_idx) and the score, lowered by
+// buildKernelOp into the op's `mask_mod` / `score_mod` regions. They are not
+// here yet because the regions have no lowering to CUDA yet (attn-emit-cuda
+// rejects them).
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTN_COMPILER_SPEC_H
+#define ATTN_COMPILER_SPEC_H
+
+#include "attn/runtime/DType.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace attn {
+
+/// Where the diagonal of a causal or windowed mask is anchored when
+/// seqlen_q != seqlen_k (see #attn.causal).
+enum class CausalAlign { TopLeft, BottomRight };
+
+/// Which (query, key) pairs a kernel keeps.
+class Mask {
+public:
+  enum class Kind { None, Causal, SlidingWindow };
+
+  /// Every query sees every key.
+  static Mask none() { return Mask(Kind::None, CausalAlign::BottomRight, 0, 0); }
+  /// Query q sees key k iff k <= q + shift (shift = Sk - Sq for BottomRight).
+  static Mask causal(CausalAlign align = CausalAlign::BottomRight) {
+    return Mask(Kind::Causal, align, 0, 0);
+  }
+  /// Query q sees key k iff q + shift - left <= k <= q + shift + right.
+  static Mask slidingWindow(int64_t left, int64_t right,
+                            CausalAlign align = CausalAlign::BottomRight) {
+    return Mask(Kind::SlidingWindow, align, left, right);
+  }
+
+  Kind kind() const { return maskKind; }
+  CausalAlign alignment() const { return align; }
+  int64_t windowLeft() const { return left; }
+  int64_t windowRight() const { return right; }
+
+private:
+  Mask(Kind kind, CausalAlign align, int64_t left, int64_t right)
+      : maskKind(kind), align(align), left(left), right(right) {}
+
+  Kind maskKind;
+  CausalAlign align;
+  int64_t left, right;
+};
+
+/// How scores become weights.
+class Normalizer {
+public:
+  enum class Kind { Softmax };
+
+  static Normalizer softmax() { return Normalizer(Kind::Softmax); }
+  Kind kind() const { return normalizerKind; }
+
+private:
+  explicit Normalizer(Kind kind) : normalizerKind(kind) {}
+  Kind normalizerKind;
+};
+
+/// One attention kernel, as data. Batch and sequence lengths are launch-time
+/// values and not part of it.
+struct Spec {
+  /// The kernel's symbol (a valid MLIR symbol name).
+  std::string name;
+  int64_t qHeads = 0;
+  int64_t kvHeads = 0;
+  int64_t headDim = 0;
+  DType dtype = DType::BF16;
+  /// Multiplies QKᵀ; unset means 1/sqrt(headDim).
+  std::optional<double> scale;
+  Mask mask = Mask::none();
+  Normalizer normalizer = Normalizer::softmax();
+
+  /// Throws attn::Error unless the name is an identifier. The values are
+  /// checked by the dialect's verifier when the spec is compiled.
+  void validate() const;
+
+  /// Every field as text, deterministically: two specs with the same
+  /// fingerprint build the same op. The in-memory cache's key.
+  std::string fingerprint() const;
+};
+
+/// Fluent construction of a Spec. Required: heads and headDim; the rest
+/// defaults to bf16, no mask, softmax and 1/sqrt(headDim).
+class SpecBuilder {
+public:
+  explicit SpecBuilder(std::string name);
+
+  /// Query and key/value heads (GQA when kvHeads < qHeads, MQA when 1).
+  SpecBuilder &heads(int64_t qHeads, int64_t kvHeads);
+  /// Multi-head attention: as many key/value heads as query heads.
+  SpecBuilder &heads(int64_t count) { return heads(count, count); }
+  SpecBuilder &headDim(int64_t headDim);
+  SpecBuilder &dtype(DType dtype);
+  SpecBuilder &scale(double scale);
+  SpecBuilder &mask(Mask mask);
+  SpecBuilder &causal(CausalAlign align = CausalAlign::BottomRight) {
+    return mask(Mask::causal(align));
+  }
+  SpecBuilder &slidingWindow(int64_t left, int64_t right,
+                             CausalAlign align = CausalAlign::BottomRight) {
+    return mask(Mask::slidingWindow(left, right, align));
+  }
+  SpecBuilder &normalizer(Normalizer normalizer);
+
+  /// Throws attn::Error naming the builder method whose value is missing, or
+  /// for a name that is not an identifier. Value checks (head dim 64/128/256, kvHeads dividing qHeads, ...) are
+  /// the dialect verifier's, when the spec is compiled.
+  Spec build() const;
+  operator Spec() const { return build(); }
+
+private:
+  Spec spec;
+  bool headsSet = false, headDimSet = false;
+};
+
+} // namespace attn
+
+#endif // ATTN_COMPILER_SPEC_H

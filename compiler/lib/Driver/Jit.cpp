@@ -1,0 +1,282 @@
+//===- Jit.cpp - Compile attention kernels from a host program ------------===//
+
+#include "attn/Compiler/Jit.h"
+
+#include "SpecSession.h"
+
+#include "attn/Backend/Nvrtc.h"
+#include "attn/CodeGen/CudaEmitter.h"
+#include "attn/Compiler/Compiler.h"
+#include "attn/Compiler/KernelConfig.h"
+#include "attn/Compiler/SpecIR.h"
+#include "attn/Transforms/Passes.h"
+#include "attn/runtime/Hash.h"
+#include "attn/runtime/LaunchMetadata.h"
+#include "attn/runtime/SingleFlightCache.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Pass/PassManager.h"
+
+#include <atomic>
+#include <cinttypes>
+#include <cstdio>
+#include <functional>
+#include <mutex>
+
+#ifndef ATTNC_VERSION
+#error "ATTNC_VERSION must be defined by the build"
+#endif
+
+namespace attn {
+
+const char *attncVersion() { return ATTNC_VERSION; }
+
+namespace {
+
+/// What the IR phase decides about one kernel: everything the key and the
+/// NVRTC step need.
+struct PlannedKernel {
+  std::string name;
+  /// The attn.kernel op after attn-tile and attn-plan-smem, printed.
+  std::string plannedIr;
+  std::string cudaSource;
+  AttnLaunchConfig launch;
+};
+
+bool sameLaunch(const AttnLaunchConfig &a, const AttnLaunchConfig &b) {
+  return serializeLaunchConfig(a) == serializeLaunchConfig(b);
+}
+
+} // namespace
+
+struct Compiler::Impl {
+  JitOptions options;
+  std::unique_ptr<DiskCache> disk;
+  /// The key fields that do not depend on the kernel.
+  std::string toolchain;
+
+  // One context for every compile: its uniqued attributes are small and
+  // reused. The IR phase (parse/build, passes, printing) holds irMutex,
+  // because the diagnostic handler is per context; NVRTC runs outside it.
+  mlir::MLIRContext context{mlir::MLIRContext::Threading::DISABLED};
+  std::mutex irMutex;
+
+  SingleFlightCache<std::string, Kernel> byRequest; // spec text or fingerprint
+  SingleFlightCache<std::string, Kernel> byContent; // disk-cache key
+
+  std::atomic<uint64_t> memoryHits{0}, diskHits{0}, compiles{0};
+
+  explicit Impl(JitOptions opts) : options(std::move(opts)) {
+    if (!backend::isSupportedArch(options.arch))
+      throw Error("arch: unsupported target architecture '" + options.arch +
+                  "'; the kernel templates need sm_90a");
+    DiskCacheOptions diskOptions =
+        options.diskCache ? *options.diskCache : DiskCacheOptions::fromEnvironment();
+    if (!diskOptions.directory.empty())
+      disk = std::make_unique<DiskCache>(std::move(diskOptions));
+    detail::prepareSpecContext(context);
+
+    char templates[17];
+    std::snprintf(templates, sizeof(templates), "%016" PRIx64, codegen::templatesFingerprint());
+    toolchain = std::string("attnc ") + ATTNC_VERSION + "\narch " + options.arch + "\nnvrtc " +
+                backend::nvrtcVersionString() + "\ntemplates " + templates + "\n";
+  }
+
+  /// A module holding the op `spec` builds (`op`); invalid values fail
+  /// through `diagnostics`. The caller holds irMutex.
+  mlir::OwningOpRef<mlir::ModuleOp> buildModule(const Spec &spec,
+                                                detail::DiagnosticCapture &diagnostics,
+                                                const std::string &what,
+                                                mlir::attn::KernelOp &op) {
+    mlir::OpBuilder builder(&context);
+    mlir::OwningOpRef<mlir::ModuleOp> module = mlir::ModuleOp::create(builder.getUnknownLoc());
+    builder.setInsertionPointToEnd(module->getBody());
+    op = buildKernelOp(builder, builder.getUnknownLoc(), spec);
+    if (!op)
+      diagnostics.fail(what);
+    return module;
+  }
+
+  /// Runs the planning passes and the emitter over the module's kernel. The
+  /// caller holds irMutex.
+  PlannedKernel plan(mlir::ModuleOp module, mlir::attn::KernelOp op,
+                     detail::DiagnosticCapture &diagnostics, const std::string &what) {
+    CompileOptions planOptions;
+    planOptions.arch = options.arch;
+    planOptions.tileOverride = options.tileOverride;
+    planOptions.planOnly = true;
+    if (mlir::failed(mlir::verify(module)) ||
+        mlir::failed(runCompilePipeline(module, planOptions)))
+      diagnostics.fail(what);
+
+    PlannedKernel planned;
+    planned.name = op.getSymName().str();
+    llvm::raw_string_ostream irStream(planned.plannedIr);
+    op->print(irStream, mlir::OpPrintingFlags().useLocalScope());
+    irStream.flush();
+    planned.launch = launchConfigFor(op);
+
+    mlir::PassManager emit(&context);
+    emit.addPass(mlir::attn::createAttnEmitCuda());
+    if (mlir::failed(emit.run(module)))
+      diagnostics.fail(what);
+    planned.cudaSource =
+        op->getAttrOfType<mlir::StringAttr>(mlir::attn::kCudaSourceAttrName).str();
+    return planned;
+  }
+
+  std::string contentKey(const PlannedKernel &planned) const {
+    Sha256 hash;
+    hash.updateField("attnc-kernel-key 1");
+    hash.updateField(toolchain);
+    hash.updateField(planned.plannedIr);
+    hash.updateField(planned.cudaSource);
+    return Sha256::toHex(hash.finish());
+  }
+
+  CacheEntry compileToEntry(const PlannedKernel &planned) {
+    backend::NvrtcResult result = backend::compileCuda(
+        planned.cudaSource, planned.name + ".cu", options.arch, backend::NvrtcOutput::PtxAndCubin);
+    if (!result.succeeded)
+      throw Error("spec @" + planned.name + ": NVRTC failed to compile the emitted kernel:\n" +
+                  result.log);
+    ++compiles;
+    CacheEntry entry;
+    entry.set("info", "name " + planned.name + "\n" + toolchain);
+    entry.set("launch", serializeLaunchConfig(planned.launch));
+    entry.set("ir", planned.plannedIr);
+    entry.set("ptx", std::string(result.binary.begin(), result.binary.end()));
+    entry.set("cubin", std::string(result.cubin.begin(), result.cubin.end()));
+    return entry;
+  }
+
+  /// The kernel of an entry, or nothing when the entry does not describe
+  /// this planned kernel (then it is treated as corrupt).
+  static std::optional<Kernel> kernelFromEntry(const CacheEntry &entry,
+                                               const PlannedKernel &planned) {
+    const std::string *launch = entry.find("launch");
+    const std::string *ptx = entry.find("ptx");
+    const std::string *cubin = entry.find("cubin");
+    if (!launch || !ptx || !cubin)
+      return std::nullopt;
+    KernelImage image;
+    image.name = planned.name;
+    try {
+      image.launch = parseLaunchConfig(*launch);
+    } catch (const Error &) {
+      return std::nullopt;
+    }
+    if (!sameLaunch(image.launch, planned.launch))
+      return std::nullopt;
+    image.ptx = *ptx;
+    image.cubin.assign(cubin->begin(), cubin->end());
+    return Kernel(std::move(image));
+  }
+
+  /// Memory, then disk, then NVRTC, for a planned kernel.
+  Kernel kernelFor(const PlannedKernel &planned) {
+    std::string key = contentKey(planned);
+    bool created = false;
+    Kernel kernel = byContent.getOrCreate(
+        key,
+        [&] {
+          auto build = [&] { return compileToEntry(planned); };
+          bool built = true;
+          CacheEntry entry = disk ? disk->loadOrBuild(key, build, &built) : build();
+          std::optional<Kernel> kernel = kernelFromEntry(entry, planned);
+          if (!kernel && !built) {
+            // A well-formed entry that does not describe this kernel: replace it.
+            disk->remove(key);
+            entry = disk->loadOrBuild(key, build, &built);
+            kernel = kernelFromEntry(entry, planned);
+          }
+          if (!kernel)
+            throw Error("spec @" + planned.name + ": the disk cache entry " + key +
+                        " does not match the kernel");
+          if (!built)
+            ++diskHits;
+          return *kernel;
+        },
+        &created);
+    if (!created)
+      ++memoryHits;
+    return kernel;
+  }
+
+  /// The request-level memory cache in front of `plan` + kernelFor.
+  Kernel compileRequest(const std::string &request, const std::function<PlannedKernel()> &planIt) {
+    bool created = false;
+    Kernel kernel = byRequest.getOrCreate(
+        request, [&] { return kernelFor(planIt()); }, &created);
+    if (!created)
+      ++memoryHits;
+    return kernel;
+  }
+
+  std::string requestPrefix(char kind) const {
+    return std::string(1, kind) + "\n" + options.arch + "\n" + options.tileOverride + "\n";
+  }
+};
+
+Compiler::Compiler(JitOptions options) : impl(std::make_unique<Impl>(std::move(options))) {}
+
+Compiler::~Compiler() = default;
+
+Kernel Compiler::compile(const Spec &spec) {
+  spec.validate();
+  return impl->compileRequest(impl->requestPrefix('S') + spec.fingerprint(), [&] {
+    std::lock_guard<std::mutex> lock(impl->irMutex);
+    detail::DiagnosticCapture diagnostics(impl->context);
+    std::string what = "spec @" + spec.name + " is invalid";
+    mlir::attn::KernelOp op;
+    mlir::OwningOpRef<mlir::ModuleOp> module = impl->buildModule(spec, diagnostics, what, op);
+    return impl->plan(*module, op, diagnostics, what);
+  });
+}
+
+Kernel Compiler::compile(std::string_view specText, std::string_view bufferName) {
+  std::string text(specText);
+  return impl->compileRequest(impl->requestPrefix('T') + text, [&] {
+    std::lock_guard<std::mutex> lock(impl->irMutex);
+    detail::DiagnosticCapture diagnostics(impl->context);
+    std::string name(bufferName);
+    mlir::OwningOpRef<mlir::ModuleOp> module =
+        detail::parseSpecModule(impl->context, diagnostics, text, name);
+    mlir::attn::KernelOp op = detail::singleKernel(*module);
+    return impl->plan(*module, op, diagnostics, "compiling " + name + " failed");
+  });
+}
+
+std::string Compiler::printSpec(const Spec &spec) {
+  spec.validate();
+  std::lock_guard<std::mutex> lock(impl->irMutex);
+  detail::DiagnosticCapture diagnostics(impl->context);
+  std::string what = "spec @" + spec.name + " is invalid";
+  mlir::attn::KernelOp op;
+  mlir::OwningOpRef<mlir::ModuleOp> module = impl->buildModule(spec, diagnostics, what, op);
+  if (mlir::failed(mlir::verify(*module)))
+    diagnostics.fail(what);
+  std::string text;
+  llvm::raw_string_ostream stream(text);
+  op->print(stream);
+  stream << "\n";
+  return stream.str();
+}
+
+JitStats Compiler::stats() const {
+  JitStats stats;
+  stats.memoryHits = impl->memoryHits;
+  stats.diskHits = impl->diskHits;
+  stats.compiles = impl->compiles;
+  return stats;
+}
+
+DiskCache *Compiler::diskCache() { return impl->disk.get(); }
+
+void Compiler::clearMemoryCache() {
+  impl->byRequest.clear();
+  impl->byContent.clear();
+}
+
+} // namespace attn
