@@ -1,8 +1,10 @@
 // Forward softmax attention for sm_90a.
 //
-// One thread block computes BLOCK_M query rows of one (batch, head). Warpgroup
-// 0 is the producer: one thread streams the Q tile and a ring of K/V stages
-// into shared memory with TMA, completing on mbarriers. Warpgroups 1..C are
+// A persistent grid of at most one block per SM walks the work tiles (BLOCK_M
+// query rows of one (batch, head)) in a static round-robin. Warpgroup 0 is
+// the producer: one thread streams each tile's Q and a ring of K/V stages
+// into shared memory with TMA, completing on mbarriers; the ring runs on
+// across tiles, so the next tile's loads overlap this tile's epilogue. Warpgroups 1..C are
 // consumers, each owning 64 query rows: S = Q Kᵀ on WGMMA from shared memory,
 // masking and the online softmax in registers, then O += P V on WGMMA with P
 // taken from registers. Each consumer overlaps the softmax of one key tile
@@ -37,6 +39,12 @@ constexpr u32 kRowBytes = kColumnBlock * kElementBytes;
 constexpr u32 kAtomBytes = 8 * kRowBytes;
 constexpr u32 kQTileBytes = kBlockM * kHeadDim * kElementBytes;
 constexpr u32 kKvTileBytes = kBlockN * kHeadDim * kElementBytes;
+constexpr int kWarpsPerWarpgroup = kWarpgroupThreads / 32;
+
+// The plan gives O's staging area bytes of its own when they fit; otherwise
+// it reuses Q's, and the next tile's Q must wait for this tile's O store.
+constexpr bool kStagingSharesQ = attn_plan::kSmemOStaging < attn_plan::kSmemQ + kQTileBytes &&
+                                 attn_plan::kSmemQ < attn_plan::kSmemOStaging + kQTileBytes;
 
 constexpr int kScoreRegs = kBlockN / 2;  // S accumulator: 64 x BLOCK_N fp32
 constexpr int kOutputRegs = kHeadDim / 2; // O accumulator: 64 x head_dim fp32
@@ -47,21 +55,23 @@ static_assert(kHeadDim % kColumnBlock == 0, "head dim must be a multiple of 64")
 static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "BLOCK_N is the N of a WGMMA");
 
 // Shared-memory barriers, laid out as
-// [q_full, k_full[S], v_full[S], k_empty[S], v_empty[S]]. K and V slots are
-// released separately: a K slot frees as soon as its QKᵀ completes, one
-// iteration before the V slot of the same stage.
+// [q_full, q_empty, k_full[S], v_full[S], k_empty[S], v_empty[S]]. K and V
+// slots are released separately: a K slot frees as soon as its QKᵀ
+// completes, one iteration before the V slot of the same stage.
 struct Barriers {
   u32 base;
   __device__ u32 qFull() const { return base; }
-  __device__ u32 kFull(int stage) const { return base + 8 * (1 + stage); }
-  __device__ u32 vFull(int stage) const { return base + 8 * (1 + kStages + stage); }
-  __device__ u32 kEmpty(int stage) const { return base + 8 * (1 + 2 * kStages + stage); }
-  __device__ u32 vEmpty(int stage) const { return base + 8 * (1 + 3 * kStages + stage); }
+  __device__ u32 qEmpty() const { return base + 8; }
+  __device__ u32 kFull(int stage) const { return base + 8 * (2 + stage); }
+  __device__ u32 vFull(int stage) const { return base + 8 * (2 + kStages + stage); }
+  __device__ u32 kEmpty(int stage) const { return base + 8 * (2 + 2 * kStages + stage); }
+  __device__ u32 vEmpty(int stage) const { return base + 8 * (2 + 3 * kStages + stage); }
 };
 
-// Each consumer warp releases a slot once (its lane 0, after the warp's
-// wgmma.wait_group), so an empty barrier expects one arrival per consumer warp.
-constexpr int kSlotReleaseArrivals = kConsumers * (kWarpgroupThreads / 32);
+// Each consumer warp releases a slot or the Q tile once (its lane 0, after
+// the warp's wgmma.wait_group), so an empty barrier expects one arrival per
+// consumer warp.
+constexpr int kReleaseArrivals = kConsumers * kWarpsPerWarpgroup;
 
 // Position of key tile `iteration` in the stage ring.
 struct RingSlot {
@@ -90,6 +100,42 @@ __device__ __forceinline__ KeyTileRange keyTilesFor(int queryBegin, int queryEnd
   return range;
 }
 
+// One unit of the persistent schedule: BLOCK_M query rows of one (batch,
+// head) and the key tiles they visit.
+struct WorkTile {
+  int queryBegin;
+  int head;
+  int kvHead;
+  int batch;
+  KeyTileRange keys;
+};
+
+// Block b takes work tiles b, b + gridDim.x, ... The query block runs
+// fastest, so the blocks working at once share the K and V of a few heads in
+// L2, and from the last query block down, so causal tiles with the most key
+// tiles start first and the end of the schedule is made of short ones.
+struct TileSchedule {
+  int queryBlocks;
+  int count;
+
+  __device__ explicit TileSchedule(const attn_abi::AttnFwdParams &p)
+      : queryBlocks((p.seqlen_q + kBlockM - 1) / kBlockM),
+        count(queryBlocks * p.q_heads * p.batch) {}
+
+  __device__ WorkTile at(const attn_abi::AttnFwdParams &p, int index, i64 shift) const {
+    int queryBlock = queryBlocks - 1 - index % queryBlocks;
+    int headBatch = index / queryBlocks;
+    WorkTile work;
+    work.queryBegin = queryBlock * kBlockM;
+    work.head = headBatch % p.q_heads;
+    work.kvHead = work.head / (p.q_heads / p.kv_heads);
+    work.batch = headBatch / p.q_heads;
+    work.keys = keyTilesFor(work.queryBegin, min(work.queryBegin + kBlockM, p.seqlen_q),
+                            p.seqlen_k, shift);
+    return work;
+  }
+};
+
 // ---------------------------------------------------------------------------
 // Producer: one thread issues every TMA load.
 
@@ -102,36 +148,42 @@ __device__ __forceinline__ void loadTile(u32 destination, u32 rows, const Tensor
 }
 
 __device__ void produce(const attn_abi::AttnFwdParams &p, u32 smemBase, const Barriers &barriers,
-                        int queryBegin, int head, int kvHead, int batch, KeyTileRange tiles) {
+                        const TileSchedule &schedule, i64 shift) {
   prefetchTensorMap(&p.q_map);
   prefetchTensorMap(&p.k_map);
   prefetchTensorMap(&p.v_map);
   prefetchTensorMap(&p.o_map);
 
-  // A block with no key tile to visit needs no Q either; its consumers write
-  // zeros through the staging area, which shares Q's bytes.
-  if (tiles.begin == tiles.end)
-    return;
-  mbarrierArriveExpectTx(barriers.qFull(), kQTileBytes);
-  loadTile(smemBase + attn_plan::kSmemQ, kBlockM, &p.q_map, barriers.qFull(), queryBegin, head,
-           batch);
+  int ring = 0; // key tiles loaded so far, over all work tiles
+  int qLoads = 0;
+  for (int index = blockIdx.x; index < schedule.count; index += gridDim.x, ++qLoads) {
+    const WorkTile work = schedule.at(p, index, shift);
+    // Every work tile loads Q, even one with no key tile to visit, so that
+    // the consumers' Q phases never depend on the mask. The previous Q must
+    // have been released (and, where staging shares its bytes, stored).
+    if (qLoads > 0)
+      mbarrierWait(barriers.qEmpty(), (qLoads - 1) & 1);
+    mbarrierArriveExpectTx(barriers.qFull(), kQTileBytes);
+    loadTile(smemBase + attn_plan::kSmemQ, kBlockM, &p.q_map, barriers.qFull(), work.queryBegin,
+             work.head, work.batch);
 
-  for (int tile = tiles.begin, iteration = 0; tile < tiles.end; ++tile, ++iteration) {
-    RingSlot slot = ringSlot(iteration);
-    // The slot's previous tile (iteration - kStages) must have been released;
-    // its release completed the phase before this slot's current one.
-    bool reused = iteration >= kStages;
-    int keyRow = tile * kBlockN;
-    if (reused)
-      mbarrierWait(barriers.kEmpty(slot.stage), slot.phase ^ 1);
-    mbarrierArriveExpectTx(barriers.kFull(slot.stage), kKvTileBytes);
-    loadTile(smemBase + attn_plan::kSmemK + slot.stage * kKvTileBytes, kBlockN, &p.k_map,
-             barriers.kFull(slot.stage), keyRow, kvHead, batch);
-    if (reused)
-      mbarrierWait(barriers.vEmpty(slot.stage), slot.phase ^ 1);
-    mbarrierArriveExpectTx(barriers.vFull(slot.stage), kKvTileBytes);
-    loadTile(smemBase + attn_plan::kSmemV + slot.stage * kKvTileBytes, kBlockN, &p.v_map,
-             barriers.vFull(slot.stage), keyRow, kvHead, batch);
+    for (int tile = work.keys.begin; tile < work.keys.end; ++tile, ++ring) {
+      RingSlot slot = ringSlot(ring);
+      // The slot's previous tile (ring - kStages) must have been released;
+      // its release completed the phase before this slot's current one.
+      bool reused = ring >= kStages;
+      int keyRow = tile * kBlockN;
+      if (reused)
+        mbarrierWait(barriers.kEmpty(slot.stage), slot.phase ^ 1);
+      mbarrierArriveExpectTx(barriers.kFull(slot.stage), kKvTileBytes);
+      loadTile(smemBase + attn_plan::kSmemK + slot.stage * kKvTileBytes, kBlockN, &p.k_map,
+               barriers.kFull(slot.stage), keyRow, work.kvHead, work.batch);
+      if (reused)
+        mbarrierWait(barriers.vEmpty(slot.stage), slot.phase ^ 1);
+      mbarrierArriveExpectTx(barriers.vFull(slot.stage), kKvTileBytes);
+      loadTile(smemBase + attn_plan::kSmemV + slot.stage * kKvTileBytes, kBlockN, &p.v_map,
+               barriers.vFull(slot.stage), keyRow, work.kvHead, work.batch);
+    }
   }
 }
 
@@ -169,8 +221,8 @@ __device__ __forceinline__ void issueOutput(float (&output)[kOutputRegs],
   wgmmaCommitGroup();
 }
 
-// Lane 0 of each warp gives a ring slot back to the producer, once the warp's
-// WGMMA groups that read it have completed.
+// Lane 0 of each warp gives a ring slot (or the Q tile) back to the
+// producer, once the warp's WGMMA groups that read it have completed.
 __device__ __forceinline__ void releaseSlot(u32 emptyBarrier, int lane) {
   if (lane == 0)
     mbarrierArrive(emptyBarrier);
@@ -180,6 +232,8 @@ __device__ __forceinline__ void releaseSlot(u32 emptyBarrier, int lane) {
 // turn and then hands the turn to the next, so the tensor cores run one
 // warpgroup's GEMMs while the others do their softmax. Turns are named
 // barriers of two warpgroups (the waiter syncs, the previous one arrives).
+// All consumers take the same number of turns (one per GEMM issue of the same
+// work tiles), so the turns go round in order across work tiles.
 struct GemmTurns {
   static constexpr int kFirstBarrier = 1 + kConsumers; // after the epilogue barriers
   static constexpr bool kEnabled = kConsumers > 1;
@@ -194,11 +248,15 @@ struct GemmTurns {
     if (kEnabled)
       namedBarrierSync(kFirstBarrier + consumer, 2 * kWarpgroupThreads);
   }
-  // Every turn is passed on except the last consumer's final one, which would
-  // open a turn nobody takes.
-  __device__ __forceinline__ void pass(bool final) const {
-    if (kEnabled && !(final && consumer == kConsumers - 1))
+  __device__ __forceinline__ void pass() const {
+    if (kEnabled)
       namedBarrierArrive(kFirstBarrier + (consumer + 1) % kConsumers, 2 * kWarpgroupThreads);
+  }
+  // The last consumer's final pass opened a turn of consumer 0; consumer 0
+  // takes it so that no barrier is left half arrived at exit.
+  __device__ __forceinline__ void close() const {
+    if (kEnabled && consumer == 0)
+      wait();
   }
 };
 
@@ -226,7 +284,8 @@ __device__ __forceinline__ void packProbabilities(const float (&scores)[kScoreRe
 // swizzled boxes (64-column blocks of 128-byte rows, 16-byte chunks XOR-ed by
 // row % 8, which also keeps the fragment stores free of bank conflicts); one
 // thread then stores the slice with TMA, which clips rows past seqlen_q. The
-// slice never touches another warpgroup's rows.
+// slice never touches another warpgroup's rows. The store is left in flight:
+// the next use of the slice waits for it to have been read.
 __device__ __forceinline__ u32 stagingAddress(u32 staging, int row, int chunk) {
   int block = chunk / 8, chunkInRow = chunk % 8;
   return staging + block * kBlockM * kRowBytes + row * kRowBytes + ((chunkInRow ^ (row % 8)) * 16);
@@ -238,6 +297,12 @@ __device__ void storeOutput(const attn_abi::AttnFwdParams &p, const float (&outp
   const int thread = threadIdx.x % kWarpgroupThreads;
   const int warp = thread / 32, lane = thread % 32;
 
+  if constexpr (!kStagingSharesQ) {
+    // The previous work tile's store must have read the slice.
+    if (thread == 0)
+      tmaStoreWaitRead();
+    warpgroupBarrier(1 + consumer);
+  }
 #pragma unroll
   for (int i = 0; i < kOutputRegs; i += 2) {
     int row = warp * 16 + lane / 4 + 8 * fragmentRowHalf(i);
@@ -265,27 +330,29 @@ __device__ void storeOutput(const attn_abi::AttnFwdParams &p, const float (&outp
         p.lse[(static_cast<i64>(batch) * p.q_heads + head) * p.seqlen_q + query] = logSumExp[half];
     }
   }
-  // Shared memory must outlive the copy engine's reads of it.
-  if (thread == 0)
-    tmaStoreWaitRead();
 }
 
-// The consumer main loop, software-pipelined inside the warpgroup: iteration
-// j issues S_j = Q K_jᵀ and O += P_{j-1} V_{j-1} back to back, then runs the
-// softmax of S_j while the PV product is still on the tensor cores. Only the
-// rescaling of O waits for that product.
-__device__ void consume(const attn_abi::AttnFwdParams &p, u32 smemBase, const Barriers &barriers,
-                        int consumer, int queryBegin, int head, int batch, KeyTileRange tiles,
-                        i64 shift) {
+// One work tile of a consumer, software-pipelined inside the warpgroup:
+// iteration j issues S_j = Q K_jᵀ and O += P_{j-1} V_{j-1} back to back, then
+// runs the softmax of S_j while the PV product is still on the tensor cores.
+// Only the rescaling of O waits for that product. `ring` counts the key tiles
+// this block consumed before this work tile; `qPhase` is this tile's Q load.
+__device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
+                            const Barriers &barriers, int consumer, const WorkTile &work, int ring,
+                            u32 qPhase, const GemmTurns &turns, i64 shift) {
   const int thread = threadIdx.x % kWarpgroupThreads;
   const int warp = thread / 32, lane = thread % 32;
-  const int sliceQueryBegin = queryBegin + 64 * consumer;
+  const int sliceQueryBegin = work.queryBegin + 64 * consumer;
   const int row0 = sliceQueryBegin + warp * 16 + lane / 4;
   const int sliceLast = min(sliceQueryBegin + 63, p.seqlen_q - 1);
   const u32 qSlice = smemBase + attn_plan::kSmemQ + consumer * 64 * kRowBytes;
-  const GemmTurns turns{consumer};
   auto kTile = [&](int stage) { return smemBase + attn_plan::kSmemK + stage * kKvTileBytes; };
   auto vTile = [&](int stage) { return smemBase + attn_plan::kSmemV + stage * kKvTileBytes; };
+  // Q is free once the last QKᵀ has read it, unless O's staging shares it.
+  auto releaseQAfterScores = [&]() {
+    if constexpr (!kStagingSharesQ)
+      releaseSlot(barriers.qEmpty(), lane);
+  };
 
   float output[kOutputRegs];
 #pragma unroll
@@ -296,7 +363,7 @@ __device__ void consume(const attn_abi::AttnFwdParams &p, u32 smemBase, const Ba
 
   // Scores of key tile `iteration` -> probabilities, with the O rescale factor.
   auto softmaxOfTile = [&](float (&scores)[kScoreRegs], int iteration, float (&rescale)[2]) {
-    int keyBase = (tiles.begin + iteration) * kBlockN;
+    int keyBase = (work.keys.begin + iteration) * kBlockN;
     bool needsMask = keyBase + kBlockN > p.seqlen_k ||
                      !Mask::coversTile(sliceQueryBegin, sliceLast, keyBase, keyBase + kBlockN - 1,
                                        shift);
@@ -306,40 +373,44 @@ __device__ void consume(const attn_abi::AttnFwdParams &p, u32 smemBase, const Ba
     softmaxProbabilities(scores, p.scale_log2, stats, rescale);
   };
 
-  const int tileCount = tiles.end - tiles.begin;
-  if (tileCount > 0) {
-    turns.open();
-    mbarrierWait(barriers.qFull(), 0);
-
+  mbarrierWait(barriers.qFull(), qPhase);
+  const int tileCount = work.keys.end - work.keys.begin;
+  if (tileCount == 0) {
+    releaseQAfterScores();
+  } else {
     float scores[kScoreRegs];
     u32 probabilities[kPRegs];
     float rescale[2];
 
     // Prologue: S_0 alone.
-    RingSlot slot = ringSlot(0);
+    RingSlot slot = ringSlot(ring);
     mbarrierWait(barriers.kFull(slot.stage), slot.phase);
     turns.wait();
     issueScores(scores, qSlice, kTile(slot.stage));
-    turns.pass(false);
+    turns.pass();
     wgmmaWaitGroup<0>();
     fenceRegisters(scores);
     releaseSlot(barriers.kEmpty(slot.stage), lane);
+    if (tileCount == 1)
+      releaseQAfterScores();
     softmaxOfTile(scores, 0, rescale);
     packProbabilities(scores, probabilities);
 
     for (int iteration = 1; iteration < tileCount; ++iteration) {
       RingSlot previous = slot;
-      slot = ringSlot(iteration);
+      slot = ringSlot(ring + iteration);
       mbarrierWait(barriers.kFull(slot.stage), slot.phase);
       mbarrierWait(barriers.vFull(previous.stage), previous.phase);
       turns.wait();
       issueScores(scores, qSlice, kTile(slot.stage));
       issueOutput(output, probabilities, vTile(previous.stage));
-      turns.pass(false);
+      turns.pass();
 
       wgmmaWaitGroup<1>(); // S_j done, PV_{j-1} may still run
       fenceRegisters(scores);
       releaseSlot(barriers.kEmpty(slot.stage), lane);
+      if (iteration == tileCount - 1)
+        releaseQAfterScores();
       softmaxOfTile(scores, iteration, rescale);
 
       wgmmaWaitGroup<0>();
@@ -354,7 +425,7 @@ __device__ void consume(const attn_abi::AttnFwdParams &p, u32 smemBase, const Ba
     mbarrierWait(barriers.vFull(slot.stage), slot.phase);
     turns.wait();
     issueOutput(output, probabilities, vTile(slot.stage));
-    turns.pass(true);
+    turns.pass();
     wgmmaWaitGroup<0>();
     fenceRegisters(output);
     releaseSlot(barriers.vEmpty(slot.stage), lane);
@@ -362,10 +433,33 @@ __device__ void consume(const attn_abi::AttnFwdParams &p, u32 smemBase, const Ba
 
   float logSumExp[2];
   finalizeSoftmax(output, stats, logSumExp);
-  // The staging area reuses this warpgroup's rows of the Q tile, which its
-  // last QKᵀ has finished reading.
   u32 staging = smemBase + attn_plan::kSmemOStaging + consumer * 64 * kRowBytes;
-  storeOutput(p, output, logSumExp, staging, consumer, sliceQueryBegin, head, batch);
+  storeOutput(p, output, logSumExp, staging, consumer, sliceQueryBegin, work.head, work.batch);
+  if constexpr (kStagingSharesQ) {
+    // The slice is this warpgroup's rows of Q: the next Q may land once the
+    // store has read them. One thread arrives for the warpgroup's warps.
+    if (thread == 0) {
+      tmaStoreWaitRead();
+      mbarrierArrive(barriers.qEmpty(), kWarpsPerWarpgroup);
+    }
+  }
+}
+
+__device__ void consume(const attn_abi::AttnFwdParams &p, u32 smemBase, const Barriers &barriers,
+                        int consumer, const TileSchedule &schedule, i64 shift) {
+  const GemmTurns turns{consumer};
+  turns.open();
+  int ring = 0;
+  u32 qPhase = 0;
+  for (int index = blockIdx.x; index < schedule.count; index += gridDim.x, qPhase ^= 1) {
+    const WorkTile work = schedule.at(p, index, shift);
+    consumeTile(p, smemBase, barriers, consumer, work, ring, qPhase, turns, shift);
+    ring += work.keys.end - work.keys.begin;
+  }
+  turns.close();
+  // Shared memory must outlive the copy engine's reads of the last store.
+  if (threadIdx.x % kWarpgroupThreads == 0)
+    tmaStoreWaitRead();
 }
 
 } // namespace attn_kernel
@@ -377,25 +471,18 @@ extern "C" __global__ void __launch_bounds__(attn_kernel::kThreads, 1)
   // Swizzled tiles need 1024-byte alignment; the launch reserves the slack.
   const u32 smemBase = (sharedAddress(sharedMemory) + 1023) & ~1023u;
   const Barriers barriers{smemBase + attn_plan::kSmemBarriers};
-
-  // Causal blocks with more key tiles run first so the tail of the grid is
-  // made of short blocks.
-  const int queryBlock = gridDim.x - 1 - blockIdx.x;
-  const int head = blockIdx.y, batch = blockIdx.z;
-  const int kvHead = head / (p.q_heads / p.kv_heads);
-  const int queryBegin = queryBlock * kBlockM;
-  const int queryEnd = min(queryBegin + kBlockM, p.seqlen_q);
   const i64 shift = attn_plan::kMaskBottomRight ? static_cast<i64>(p.seqlen_k) - p.seqlen_q : 0;
-  const KeyTileRange tiles = keyTilesFor(queryBegin, queryEnd, p.seqlen_k, shift);
+  const TileSchedule schedule(p);
 
   const int warpgroup = threadIdx.x / kWarpgroupThreads;
   if (threadIdx.x == 0) {
     mbarrierInit(barriers.qFull(), 1);
+    mbarrierInit(barriers.qEmpty(), kReleaseArrivals);
     for (int stage = 0; stage < kStages; ++stage) {
       mbarrierInit(barriers.kFull(stage), 1);
       mbarrierInit(barriers.vFull(stage), 1);
-      mbarrierInit(barriers.kEmpty(stage), kSlotReleaseArrivals);
-      mbarrierInit(barriers.vEmpty(stage), kSlotReleaseArrivals);
+      mbarrierInit(barriers.kEmpty(stage), kReleaseArrivals);
+      mbarrierInit(barriers.vEmpty(stage), kReleaseArrivals);
     }
     fenceBarrierInit();
   }
@@ -404,9 +491,9 @@ extern "C" __global__ void __launch_bounds__(attn_kernel::kThreads, 1)
   if (warpgroup == 0) {
     releaseRegisters<attn_plan::kProducerRegisters>();
     if (threadIdx.x == 0)
-      produce(p, smemBase, barriers, queryBegin, head, kvHead, batch, tiles);
+      produce(p, smemBase, barriers, schedule, shift);
   } else {
     claimRegisters<attn_plan::kConsumerRegisters>();
-    consume(p, smemBase, barriers, warpgroup - 1, queryBegin, head, batch, tiles, shift);
+    consume(p, smemBase, barriers, warpgroup - 1, schedule, shift);
   }
 }

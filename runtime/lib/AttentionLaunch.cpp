@@ -7,13 +7,14 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <mutex>
 #include <sstream>
+#include <unordered_map>
 
 namespace attn {
 
 namespace {
-// Grid y and z are limited to 16 bits by the hardware.
-constexpr int64_t kMaxGridYZ = 65535;
 constexpr unsigned kBoxCols = 64; // 128-byte rows of a 16-bit type.
 constexpr unsigned kOutputBoxRows = 64; // one consumer warpgroup's WGMMA slice
 
@@ -110,6 +111,8 @@ void validateLaunchConfig(const AttnLaunchConfig &config) {
   requirePositive(config.threadsPerBlock, "threadsPerBlock");
   if (config.sharedMemoryBytes < 0)
     fail("config", "sharedMemoryBytes must be non-negative");
+  if (config.persistentBlocksPerSm < 0)
+    fail("config", "persistentBlocksPerSm must be non-negative");
   if (config.qHeads % config.kvHeads != 0)
     fail("config", "qHeads (" + std::to_string(config.qHeads) +
                        ") must be a multiple of kvHeads (" +
@@ -119,8 +122,6 @@ void validateLaunchConfig(const AttnLaunchConfig &config) {
                        dtypeName(config.dtype));
   if (!std::isfinite(config.scale))
     fail("config", "scale must be finite");
-  if (config.qHeads > kMaxGridYZ)
-    fail("config", "qHeads exceeds the grid limit of 65535");
 }
 
 void validateForwardArgs(const AttnLaunchConfig &config,
@@ -144,8 +145,8 @@ void validateForwardArgs(const AttnLaunchConfig &config,
                   " does not match q's batch " +
                   std::to_string(args.q.batch()));
 
-  // Layout: Q, K, V go through TMA; O's plain vector stores want the same
-  // alignment, so one set of rules covers all four.
+  // Layout: Q, K, V and O all go through TMA, so one set of rules covers
+  // all four.
   validateTmaOperand(args.q, "q");
   validateTmaOperand(args.k, "k");
   validateTmaOperand(args.v, "v");
@@ -154,9 +155,8 @@ void validateForwardArgs(const AttnLaunchConfig &config,
   requireIntRange(args.q.batch(), "q", "batch");
   requireIntRange(args.q.seqlen(), "q", "seqlen");
   requireIntRange(args.k.seqlen(), "k", "seqlen");
-  if (args.q.batch() > kMaxGridYZ)
-    fail("q", "batch " + std::to_string(args.q.batch()) +
-                  " exceeds the grid limit of 65535");
+  // The kernel counts work tiles in 32-bit ints.
+  forwardGrid(config, static_cast<int>(args.q.batch()), static_cast<int>(args.q.seqlen()), 1);
 
   const int64_t lseElements =
       args.q.batch() * int64_t(config.qHeads) * args.q.seqlen();
@@ -204,18 +204,49 @@ attn_abi::AttnFwdParams makeForwardParams(const AttnLaunchConfig &config,
   return params;
 }
 
-Dim3 forwardGrid(const AttnLaunchConfig &config, int batch, int seqlenQ) {
+int64_t forwardWorkTiles(const AttnLaunchConfig &config, int batch, int seqlenQ) {
   if (config.blockM <= 0)
     fail("config", "blockM must be positive");
   if (batch < 0 || seqlenQ < 0 || config.qHeads < 0)
     fail("forwardGrid", "negative extent");
+  int64_t queryBlocks = (int64_t(seqlenQ) + config.blockM - 1) / config.blockM;
+  return queryBlocks * config.qHeads * batch;
+}
+
+Dim3 forwardGrid(const AttnLaunchConfig &config, int batch, int seqlenQ, int multiprocessors) {
+  if (multiprocessors <= 0)
+    fail("forwardGrid", "multiprocessor count must be positive");
+  int64_t tiles = forwardWorkTiles(config, batch, seqlenQ);
+  // The kernel indexes work tiles with 32-bit ints.
+  if (tiles > std::numeric_limits<int>::max())
+    fail("q", "batch x heads x ceil(seqlen / " + std::to_string(config.blockM) + ") = " +
+                  std::to_string(tiles) + " work tiles exceed 2^31 - 1");
   Dim3 grid;
-  grid.x = static_cast<unsigned>((int64_t(seqlenQ) + config.blockM - 1) /
-                                 config.blockM);
-  grid.y = static_cast<unsigned>(config.qHeads);
-  grid.z = static_cast<unsigned>(batch);
+  grid.x = static_cast<unsigned>(
+      config.persistentBlocksPerSm > 0
+          ? std::min<int64_t>(tiles, int64_t(config.persistentBlocksPerSm) * multiprocessors)
+          : tiles);
+  grid.y = 1;
+  grid.z = 1;
   return grid;
 }
+
+namespace {
+
+/// Multiprocessors of a device, asked of the driver once per device.
+int multiprocessorsOf(int device) {
+  static std::mutex mutex;
+  static std::unordered_map<int, int> counts;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = counts.find(device);
+  if (found != counts.end())
+    return found->second;
+  int count = queryDevice(device).multiprocessorCount;
+  counts.emplace(device, count);
+  return count;
+}
+
+} // namespace
 
 void launchForward(KernelFunction &kernel, const AttnLaunchConfig &config,
                    const AttnForwardArgs &args, CUstream stream) {
@@ -228,7 +259,7 @@ void launchForward(KernelFunction &kernel, const AttnLaunchConfig &config,
   attn_abi::AttnFwdParams params = makeForwardParams(config, args);
   kernel.setMaxDynamicSharedMemory(config.sharedMemoryBytes);
   Dim3 grid = forwardGrid(config, static_cast<int>(args.q.batch()),
-                          static_cast<int>(args.q.seqlen()));
+                          static_cast<int>(args.q.seqlen()), multiprocessorsOf(currentDevice()));
   Dim3 block{static_cast<unsigned>(config.threadsPerBlock), 1, 1};
   void *kernelArgs[] = {&params};
   kernel.launch(grid, block, config.sharedMemoryBytes, stream, kernelArgs);

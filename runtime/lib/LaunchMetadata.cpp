@@ -27,6 +27,7 @@ constexpr IntField kIntFields[] = {
     {"block_n", &AttnLaunchConfig::blockN},
     {"threads", &AttnLaunchConfig::threadsPerBlock},
     {"shared_memory_bytes", &AttnLaunchConfig::sharedMemoryBytes},
+    {"persistent_blocks_per_sm", &AttnLaunchConfig::persistentBlocksPerSm},
 };
 
 [[noreturn]] void fail(int line, const std::string &what) {

@@ -23,6 +23,12 @@ __device__ __forceinline__ void mbarrierArrive(u32 barrier) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(barrier) : "memory");
 }
 
+// `count` arrivals at once (one thread standing for several warps).
+__device__ __forceinline__ void mbarrierArrive(u32 barrier, u32 count) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;" ::"r"(barrier), "r"(count)
+               : "memory");
+}
+
 // Blocks until the barrier's phase with the given parity has completed.
 __device__ __forceinline__ void mbarrierWait(u32 barrier, u32 parity) {
   u32 done;

@@ -93,12 +93,15 @@ TEST_CASE("the launch metadata follows the plan", "[codegen]") {
       attn::compileSpec(spec(128, "bf16", "#attn.no_mask"), "k.mlir");
   // attn-tile's heuristic for head dim 128 (two consumer warpgroups and one
   // producer, 128 x 128 tiles) and attn-plan-smem's layout: Q 32 KiB, two
-  // K and two V stages of 32 KiB, 7 barriers, plus 1 KiB of alignment slack.
+  // K and two V stages of 32 KiB, O staging 32 KiB, 10 barriers, plus 1 KiB
+  // of alignment slack.
   CHECK(kernel.launch.blockM == 128);
   CHECK(kernel.launch.blockN == 128);
   CHECK(kernel.launch.threadsPerBlock == 384);
-  CHECK(kernel.launch.sharedMemoryBytes == 32768 + 4 * 32768 + 9 * 8 + 1024);
+  CHECK(kernel.launch.sharedMemoryBytes == 32768 + 4 * 32768 + 32768 + 10 * 8 + 1024);
   CHECK(kernel.launch.headDim == 128);
+  // Unmasked: a persistent grid of one block per SM.
+  CHECK(kernel.launch.persistentBlocksPerSm == 1);
   CHECK(kernel.launch.qHeads == 8);
   CHECK(kernel.launch.kvHeads == 2);
   CHECK(kernel.launch.scale == Approx(1.0 / std::sqrt(128.0)));

@@ -184,18 +184,35 @@ TEST_CASE("inconsistent configs are rejected", "[runtime][validate]") {
                 "headDim");
 }
 
-TEST_CASE("forward grid", "[runtime]") {
-  AttnLaunchConfig config = makeConfig();
-  Dim3 grid = forwardGrid(config, 3, 4097);
-  CHECK(grid.x == 33); // ceil(4097 / 128)
-  CHECK(grid.y == 8);
-  CHECK(grid.z == 3);
-  CHECK(forwardGrid(config, 1, 128).x == 1);
-  CHECK(forwardGrid(config, 1, 129).x == 2);
-  CHECK(forwardGrid(config, 1, 1).x == 1);
-  CHECK(forwardGrid(config, 1, 0).x == 0);
+TEST_CASE("forward work tiles and the persistent grid", "[runtime]") {
+  AttnLaunchConfig config = makeConfig(); // blockM 128, 8 query heads
+  CHECK(forwardWorkTiles(config, 3, 4097) == 33 * 8 * 3); // ceil(4097 / 128)
+  CHECK(forwardWorkTiles(config, 1, 128) == 8);
+  CHECK(forwardWorkTiles(config, 1, 129) == 16);
+  CHECK(forwardWorkTiles(config, 1, 0) == 0);
+
+  // One block per work tile, handed out by the hardware.
+  config.persistentBlocksPerSm = 0;
+  Dim3 grid = forwardGrid(config, 3, 4097, 132);
+  CHECK(grid.x == 33 * 8 * 3);
+  CHECK(grid.y == 1);
+  CHECK(grid.z == 1);
+  // Persistent: k blocks per multiprocessor, fewer when there is less work.
+  config.persistentBlocksPerSm = 1;
+  CHECK(forwardGrid(config, 3, 4097, 132).x == 132);
+  config.persistentBlocksPerSm = 2;
+  CHECK(forwardGrid(config, 3, 4097, 132).x == 264);
+  CHECK(forwardGrid(config, 1, 129, 132).x == 16);
+  CHECK(forwardGrid(config, 1, 0, 132).x == 0);
   config.blockM = 64;
-  CHECK(forwardGrid(config, 1, 4097).x == 65);
+  CHECK(forwardWorkTiles(config, 1, 4097) == 65 * 8);
+
+  // Work tiles are counted in 32-bit ints by the kernel.
+  config.qHeads = 65536;
+  config.kvHeads = 1;
+  CHECK_THROWS_WITH(forwardGrid(config, 65536, 64, 132),
+                    Catch::Matchers::StartsWith("q:") && Catch::Matchers::Contains("work tiles"));
+  CHECK_THROWS_WITH(forwardGrid(config, 1, 64, 0), Catch::Matchers::Contains("multiprocessor"));
 }
 
 TEST_CASE("tensor map operand checks need no driver", "[runtime][tma]") {

@@ -38,6 +38,10 @@ cl::opt<int> warmup("warmup", cl::desc("Untimed launches first"), cl::init(5));
 cl::opt<int> repeats("repeats", cl::desc("Timed launches (median reported)"), cl::init(20));
 cl::opt<std::string> tileOverride("tile", cl::desc("Tile override passed to attn-tile"),
                                   cl::init(""));
+cl::opt<int> blocksPerSm("persistent-blocks-per-sm",
+                         cl::desc("Grid policy over the plan's: 0 = one block per work tile, "
+                                  "k > 0 = a persistent grid of k blocks per SM"),
+                         cl::init(-1));
 
 struct Loaded {
   attn::CompiledKernel compiled;
@@ -50,6 +54,8 @@ Loaded load(const std::string &spec, const std::string &name) {
   options.tileOverride = tileOverride;
   Loaded loaded;
   loaded.compiled = attn::compileSpec(spec, name, options);
+  if (blocksPerSm >= 0)
+    loaded.compiled.launch.persistentBlocksPerSm = blocksPerSm;
   loaded.module = attn::Module::loadPtx(
       std::string_view(loaded.compiled.binary.data(), loaded.compiled.binary.size()));
   loaded.function = loaded.module.function(loaded.compiled.launch.kernelName);

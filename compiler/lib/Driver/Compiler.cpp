@@ -66,6 +66,12 @@ AttnLaunchConfig launchConfigFor(mlir::attn::KernelOp op) {
   launch.blockN = tile.getBlockN();
   launch.threadsPerBlock = tile.getThreadsPerBlock();
   launch.sharedMemoryBytes = op.getSmemAttr().getLaunchBytes();
+  // Unmasked work tiles all cost the same, so a persistent grid (one block
+  // per SM, round-robin) balances them and overlaps each tile's epilogue
+  // with the next tile's loads. Masked tiles differ in cost; the hardware's
+  // dynamic block dispatch balances those better than a static round-robin.
+  launch.persistentBlocksPerSm =
+      mlir::isa<mlir::attn::NoMaskAttr>(op.getMask()) ? 1 : 0;
   return launch;
 }
 

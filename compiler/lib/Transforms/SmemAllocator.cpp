@@ -69,7 +69,12 @@ std::vector<SmemRequest> forwardKernelSmemRequests(const TileProblem &problem,
   int64_t row = int64_t(problem.headDim) * problem.elementBytes;
   int64_t qBytes = alignTo(int64_t(config.blockM) * row, kTileAlign);
   int64_t kvSlot = alignTo(int64_t(config.blockN) * row, kTileAlign);
-  int64_t numBarriers = 1 + 4 * int64_t(config.stages);
+  int64_t numBarriers = 2 + 4 * int64_t(config.stages);
+  // A persistent block loads the next tile's Q while it stores this tile's O;
+  // that needs a staging buffer of its own. Where it does not fit, staging
+  // reuses Q's bytes and the next Q load waits for the store.
+  bool stagingOfItsOwn =
+      estimateSharedMemoryBytes(problem, config) + qBytes <= kMaxSharedMemoryPerBlock;
 
   std::vector<SmemRequest> requests;
   requests.push_back({"q", qBytes, kTileAlign, kSwizzle, 1, kPhaseMainLoop,
@@ -79,7 +84,8 @@ std::vector<SmemRequest> forwardKernelSmemRequests(const TileProblem &problem,
   requests.push_back({"v", config.stages * kvSlot, kTileAlign, kSwizzle,
                       config.stages, kPhaseMainLoop, kPhaseEpilogue});
   requests.push_back({"o_staging", qBytes, kTileAlign, kSwizzle, 1,
-                      kPhaseEpilogue, kPhaseEnd});
+                      stagingOfItsOwn ? kPhaseMainLoop : kPhaseEpilogue,
+                      kPhaseEnd});
   requests.push_back({"barriers", 8 * numBarriers, 8, 0, numBarriers,
                       kPhaseSetup, kPhaseEnd});
   return requests;

@@ -136,7 +136,7 @@ int64_t estimateSharedMemoryBytes(const TileProblem &problem,
   int64_t row = int64_t(problem.headDim) * problem.elementBytes;
   int64_t q = int64_t(config.blockM) * row;
   int64_t kv = int64_t(config.blockN) * row;
-  int64_t barriers = 8 * (1 + 4 * int64_t(config.stages));
+  int64_t barriers = 8 * (2 + 4 * int64_t(config.stages));
   return q + int64_t(config.stages) * 2 * kv + barriers + kSmemBaseAlignSlack;
 }
 

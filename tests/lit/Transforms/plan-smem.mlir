@@ -1,6 +1,9 @@
-// attn-plan-smem lays out Q, the K/V rings, the O staging tile (reusing Q's
-// bytes: Q dies after the last QK^T, O staging starts in the epilogue) and
-// the mbarriers (1 for Q + 4 per stage: k_full, v_full, k_empty, v_empty; 8 bytes each).
+// attn-plan-smem lays out Q, the K/V rings, the O staging tile and the
+// mbarriers (2 for Q: q_full, q_empty; 4 per stage: k_full, v_full, k_empty,
+// v_empty; 8 bytes each). O staging gets bytes of its own when Q + rings +
+// staging + barriers + 1024 B of alignment slack fit in 232448 B (the
+// persistent kernel stores one tile's O while the next Q arrives); otherwise
+// it lives in the epilogue only and reuses Q's bytes.
 // RUN: attn-opt --attn-plan-smem %s | FileCheck %s
 // The attn-plan pipeline gives the same layouts for the default tiles.
 // RUN: attn-opt --attn-plan %s | FileCheck %s --check-prefix=PIPE
@@ -9,18 +12,19 @@
 //   q          128 x 256 = 32768            @ 0
 //   k          2 slots x 128 x 256 = 65536  @ 32768
 //   v          65536                        @ 32768 + 65536 = 98304
-//   o_staging  32768, lifetime disjoint from q, first fit   @ 0 (aliases q)
-//   barriers   9 x 8 = 72, after v          @ 98304 + 65536 = 163840
-//   total      163840 + 72 = 163912
+//   fits?      32768 + 131072 + 80 + 1024 + 32768 = 197712 <= 232448: own bytes
+//   o_staging  32768, live with q, after v  @ 98304 + 65536 = 163840
+//   barriers   10 x 8 = 80                  @ 163840 + 32768 = 196608
+//   total      196608 + 80 = 196688
 // CHECK-LABEL: attn.kernel @hd128
-// CHECK:       smem = #attn.smem_plan<total = 163912, buffers = [
+// CHECK:       smem = #attn.smem_plan<total = 196688, buffers = [
 // CHECK-SAME:    #attn.buffer<"q", offset = 0, size = 32768, align = 1024, swizzle = 128>,
 // CHECK-SAME:    #attn.buffer<"k", offset = 32768, size = 65536, align = 1024, swizzle = 128, slots = 2>,
 // CHECK-SAME:    #attn.buffer<"v", offset = 98304, size = 65536, align = 1024, swizzle = 128, slots = 2>,
-// CHECK-SAME:    #attn.buffer<"o_staging", offset = 0, size = 32768, align = 1024, swizzle = 128, aliases = "q">,
-// CHECK-SAME:    #attn.buffer<"barriers", offset = 163840, size = 72, align = 8, swizzle = 0, slots = 9>]>
+// CHECK-SAME:    #attn.buffer<"o_staging", offset = 163840, size = 32768, align = 1024, swizzle = 128>,
+// CHECK-SAME:    #attn.buffer<"barriers", offset = 196608, size = 80, align = 8, swizzle = 0, slots = 10>]>
 // PIPE-LABEL:  attn.kernel @hd128
-// PIPE:        smem = #attn.smem_plan<total = 163912,
+// PIPE:        smem = #attn.smem_plan<total = 196688,
 attn.kernel @hd128
     problem = #attn.problem<q_heads = 16, kv_heads = 2, head_dim = 128, element_type = bf16>
     mask = #attn.causal<bottom_right>
@@ -31,18 +35,18 @@ attn.kernel @hd128
 //   q          128 x 128 = 16384            @ 0
 //   k          3 x 128 x 128 = 49152        @ 16384
 //   v          49152                        @ 65536
-//   o_staging  16384                        @ 0 (aliases q)
-//   barriers   (1 + 4 x 3) x 8 = 104        @ 114688
-//   total      114792
+//   o_staging  16384, own bytes              @ 114688
+//   barriers   (2 + 4 x 3) x 8 = 112        @ 131072
+//   total      131184
 // CHECK-LABEL: attn.kernel @hd64
-// CHECK:       smem = #attn.smem_plan<total = 114792, buffers = [
+// CHECK:       smem = #attn.smem_plan<total = 131184, buffers = [
 // CHECK-SAME:    #attn.buffer<"q", offset = 0, size = 16384, align = 1024, swizzle = 128>,
 // CHECK-SAME:    #attn.buffer<"k", offset = 16384, size = 49152, align = 1024, swizzle = 128, slots = 3>,
 // CHECK-SAME:    #attn.buffer<"v", offset = 65536, size = 49152, align = 1024, swizzle = 128, slots = 3>,
-// CHECK-SAME:    #attn.buffer<"o_staging", offset = 0, size = 16384, align = 1024, swizzle = 128, aliases = "q">,
-// CHECK-SAME:    #attn.buffer<"barriers", offset = 114688, size = 104, align = 8, swizzle = 0, slots = 13>]>
+// CHECK-SAME:    #attn.buffer<"o_staging", offset = 114688, size = 16384, align = 1024, swizzle = 128>,
+// CHECK-SAME:    #attn.buffer<"barriers", offset = 131072, size = 112, align = 8, swizzle = 0, slots = 14>]>
 // PIPE-LABEL:  attn.kernel @hd64
-// PIPE:        smem = #attn.smem_plan<total = 114792,
+// PIPE:        smem = #attn.smem_plan<total = 131184,
 attn.kernel @hd64
     problem = #attn.problem<q_heads = 8, kv_heads = 8, head_dim = 64, element_type = f16>
     mask = #attn.no_mask
@@ -53,18 +57,19 @@ attn.kernel @hd64
 //   q          128 x 512 = 65536            @ 0
 //   k          2 x 64 x 512 = 65536         @ 65536
 //   v          65536                        @ 131072
-//   o_staging  65536                        @ 0 (aliases q)
-//   barriers   72                           @ 196608
-//   total      196680
+//   fits?      65536 + 131072 + 80 + 1024 + 65536 = 263248 > 232448
+//   o_staging  65536, epilogue only         @ 0 (aliases q)
+//   barriers   80                           @ 196608
+//   total      196688
 // CHECK-LABEL: attn.kernel @hd256
-// CHECK:       smem = #attn.smem_plan<total = 196680, buffers = [
+// CHECK:       smem = #attn.smem_plan<total = 196688, buffers = [
 // CHECK-SAME:    #attn.buffer<"q", offset = 0, size = 65536, align = 1024, swizzle = 128>,
 // CHECK-SAME:    #attn.buffer<"k", offset = 65536, size = 65536, align = 1024, swizzle = 128, slots = 2>,
 // CHECK-SAME:    #attn.buffer<"v", offset = 131072, size = 65536, align = 1024, swizzle = 128, slots = 2>,
 // CHECK-SAME:    #attn.buffer<"o_staging", offset = 0, size = 65536, align = 1024, swizzle = 128, aliases = "q">,
-// CHECK-SAME:    #attn.buffer<"barriers", offset = 196608, size = 72, align = 8, swizzle = 0, slots = 9>]>
+// CHECK-SAME:    #attn.buffer<"barriers", offset = 196608, size = 80, align = 8, swizzle = 0, slots = 10>]>
 // PIPE-LABEL:  attn.kernel @hd256
-// PIPE:        smem = #attn.smem_plan<total = 196680,
+// PIPE:        smem = #attn.smem_plan<total = 196688,
 attn.kernel @hd256
     problem = #attn.problem<q_heads = 16, kv_heads = 16, head_dim = 256, element_type = bf16>
     mask = #attn.no_mask
@@ -76,19 +81,19 @@ attn.kernel @hd256
 //   q          64 x 256 = 16384             @ 0
 //   k          1 x 16 x 256 = 4096          @ 16384
 //   v          4096                         @ 20480
-//   o_staging  16384                        @ 0 (aliases q)
-//   barriers   (1 + 4) x 8 = 40             @ 24576
-//   total      24616
+//   o_staging  16384, own bytes              @ 24576
+//   barriers   (2 + 4) x 8 = 48             @ 40960
+//   total      41008
 // CHECK-LABEL: attn.kernel @tiny
-// CHECK:       smem = #attn.smem_plan<total = 24616, buffers = [
+// CHECK:       smem = #attn.smem_plan<total = 41008, buffers = [
 // CHECK-SAME:    #attn.buffer<"q", offset = 0, size = 16384, align = 1024, swizzle = 128>,
 // CHECK-SAME:    #attn.buffer<"k", offset = 16384, size = 4096, align = 1024, swizzle = 128>,
 // CHECK-SAME:    #attn.buffer<"v", offset = 20480, size = 4096, align = 1024, swizzle = 128>,
-// CHECK-SAME:    #attn.buffer<"o_staging", offset = 0, size = 16384, align = 1024, swizzle = 128, aliases = "q">,
-// CHECK-SAME:    #attn.buffer<"barriers", offset = 24576, size = 40, align = 8, swizzle = 0, slots = 5>]>
+// CHECK-SAME:    #attn.buffer<"o_staging", offset = 24576, size = 16384, align = 1024, swizzle = 128>,
+// CHECK-SAME:    #attn.buffer<"barriers", offset = 40960, size = 48, align = 8, swizzle = 0, slots = 6>]>
 // The pipeline keeps a legal preset tile, so the layout is the same.
 // PIPE-LABEL:  attn.kernel @tiny
-// PIPE:        smem = #attn.smem_plan<total = 24616,
+// PIPE:        smem = #attn.smem_plan<total = 41008,
 attn.kernel @tiny
     problem = #attn.problem<q_heads = 2, kv_heads = 1, head_dim = 128, element_type = bf16>
     mask = #attn.causal<top_left>
@@ -97,7 +102,7 @@ attn.kernel @tiny
 
 // An existing smem plan is recomputed from the tile.
 // CHECK-LABEL: attn.kernel @stale
-// CHECK:       smem = #attn.smem_plan<total = 163912,
+// CHECK:       smem = #attn.smem_plan<total = 196688,
 attn.kernel @stale
     problem = #attn.problem<q_heads = 16, kv_heads = 2, head_dim = 128, element_type = bf16>
     mask = #attn.no_mask

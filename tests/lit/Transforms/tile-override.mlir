@@ -29,7 +29,7 @@
 // The attn-plan pipeline forwards the override to attn-tile.
 // RUN: attn-opt --attn-plan="tile-override=block_m=64,block_n=64,stages=2" %s | FileCheck %s --check-prefix=PIPE
 // PIPE-LABEL: attn.kernel @hd64
-// PIPE:       smem = #attn.smem_plan<total = 41032,
+// PIPE:       smem = #attn.smem_plan<total = 49232,
 // PIPE-SAME:  tile = #attn.tile<block_m = 64, block_n = 64, stages = 2, consumer_warpgroups = 1,
 
 // Malformed overrides are reported on each kernel and fail the pass.

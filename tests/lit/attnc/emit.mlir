@@ -3,11 +3,12 @@
 // RUN: attnc %s --emit=cuda | FileCheck %s --check-prefix=CUDA
 // RUN: attnc %s -o %t.ptx && FileCheck %s --check-prefix=PTX < %t.ptx
 // RUN: attnc %s --emit=cubin -o %t.cubin && test -s %t.cubin
+// RUN: attnc %s --emit=metadata | FileCheck %s --check-prefix=METADATA
 // RUN: attnc %s --tile=block_n=64,stages=3 --emit=mlir | FileCheck %s --check-prefix=OVERRIDE
 // RUN: attnc %s --emit=mlir --print-ir-after-all -o /dev/null 2>&1 | FileCheck %s --check-prefix=DUMP
 
 // MLIR: attn.kernel @gqa_causal
-// MLIR: smem = #attn.smem_plan<total = 163912
+// MLIR: smem = #attn.smem_plan<total = 196688
 // MLIR-SAME: tile = #attn.tile<block_m = 128, block_n = 128, stages = 2
 
 // The unit is self-contained: the templates are inlined, nothing is included.
@@ -24,6 +25,18 @@
 // PTX-DAG: cp.async.bulk.tensor.4d
 // PTX-DAG: mbarrier.try_wait.parity
 // PTX-DAG: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16
+
+// What Kernel::fromFiles reads beside the cubin.
+// METADATA: attn-launch-metadata 2
+// METADATA-DAG: kernel attn_fwd_kernel
+// METADATA-DAG: head_dim 128
+// METADATA-DAG: q_heads 16
+// METADATA-DAG: kv_heads 2
+// METADATA-DAG: dtype bf16
+// METADATA-DAG: block_m 128
+// METADATA-DAG: shared_memory_bytes {{[0-9]+}}
+// A causal kernel leaves its blocks to the hardware's dispatch.
+// METADATA-DAG: persistent_blocks_per_sm 0
 
 // OVERRIDE: tile = #attn.tile<block_m = 128, block_n = 64, stages = 3
 

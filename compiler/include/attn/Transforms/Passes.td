@@ -49,10 +49,13 @@ def AttnPlanSmem : Pass<"attn-plan-smem"> {
 
     * `q`: `block_m x head_dim` elements, live during the main loop;
     * `k`, `v`: rings of `stages` slots of `block_n x head_dim` elements;
-    * `o_staging`: `block_m x head_dim` elements, live in the epilogue only,
-      so it reuses the bytes of `q` (Q's last use is the last QKᵀ);
-    * `barriers`: one 8-byte mbarrier for Q and three per stage (k_full,
-      v_full, kv_empty), ordered q_full, k_full[s], v_full[s], kv_empty[s].
+    * `o_staging`: `block_m x head_dim` elements. When it fits beside the
+      others it lives as long as `q`: the persistent kernel stores one work
+      tile's O while the next tile's Q arrives. Otherwise it lives in the
+      epilogue only and reuses the bytes of `q` (Q's last use is the last
+      QKᵀ), and the next Q load waits for the store;
+    * `barriers`: 8-byte mbarriers, two for Q and four per stage, ordered
+      q_full, q_empty, k_full[s], v_full[s], k_empty[s], v_empty[s].
 
     Tiles (and each ring slot) are 1024-byte aligned with a 128-byte swizzle.
     Buffers are placed first-fit by offset; buffers whose lifetimes do not

@@ -63,9 +63,12 @@ enum SmemPhase : int64_t {
 ///    QK^T);
 ///  - "k", "v": rings of `stages` slots of block_n x head_dim, each slot
 ///    1024-aligned;
-///  - "o_staging": block_m x head_dim, epilogue only, so it reuses Q's bytes;
+///  - "o_staging": block_m x head_dim; live with Q (a persistent block
+///    stores one tile's O while the next tile's Q arrives) when both fit in
+///    shared memory, else epilogue only, reusing Q's bytes;
 ///  - "barriers": 8-byte mbarriers, whole kernel, in the order q_full,
-///    k_full[stages], v_full[stages], k_empty[stages], v_empty[stages].
+///    q_empty, k_full[stages], v_full[stages], k_empty[stages],
+///    v_empty[stages].
 /// Tiles are 1024-aligned with 128-byte swizzle (TMA swizzle atoms of 8 rows
 /// x 128 bytes; WGMMA descriptors need 1024-byte aligned atoms).
 std::vector<SmemRequest> forwardKernelSmemRequests(const TileProblem &problem,

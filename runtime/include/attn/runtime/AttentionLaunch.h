@@ -29,6 +29,10 @@ struct AttnLaunchConfig {
   int threadsPerBlock = 0;
   /// Dynamic shared memory, including alignment slack.
   int sharedMemoryBytes = 0;
+  /// The grid: 0 launches one block per work tile and lets the hardware
+  /// hand them out; k > 0 launches k blocks per multiprocessor (a persistent
+  /// grid, each block walking the work tiles round-robin).
+  int persistentBlocksPerSm = 0;
   std::string kernelName = ATTN_FWD_KERNEL_NAME;
   // A new field must also go into LaunchMetadata.cpp (the disk cache and
   // `attnc --emit=metadata` serialize every field).
@@ -63,8 +67,15 @@ void validateDevicePointers(const AttnForwardArgs &args, int qHeads);
 attn_abi::AttnFwdParams makeForwardParams(const AttnLaunchConfig &config,
                                           const AttnForwardArgs &args);
 
-/// {ceil(seqlenQ / blockM), qHeads, batch}.
-Dim3 forwardGrid(const AttnLaunchConfig &config, int batch, int seqlenQ);
+/// The kernel's units of work: ceil(seqlenQ / blockM) query blocks for each
+/// (batch, head).
+int64_t forwardWorkTiles(const AttnLaunchConfig &config, int batch, int seqlenQ);
+
+/// {grid blocks, 1, 1}: one per work tile, or with persistentBlocksPerSm =
+/// k, min(work tiles, k x multiprocessors). Either way block b takes work
+/// tiles b, b + gridDim.x, ... Throws attn::Error naming "q" when the work
+/// tiles exceed what an int counts.
+Dim3 forwardGrid(const AttnLaunchConfig &config, int batch, int seqlenQ, int multiprocessors);
 
 /// Validates (validateForwardArgs, then validateDevicePointers), builds the
 /// parameters, raises the kernel's dynamic shared memory limit and launches

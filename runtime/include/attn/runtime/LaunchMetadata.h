@@ -31,7 +31,7 @@ namespace attn {
 
 /// The version written by serializeLaunchConfig; parseLaunchConfig accepts
 /// only this one.
-inline constexpr int kLaunchMetadataVersion = 1;
+inline constexpr int kLaunchMetadataVersion = 2;
 
 std::string serializeLaunchConfig(const AttnLaunchConfig &config);
 
