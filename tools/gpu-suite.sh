@@ -6,7 +6,7 @@
 # Usage: tools/gpu-suite.sh BIN_DIR OUT_DIR [quick]
 #   BIN_DIR holds attnc, attn-bench and attn_gpu_tests (built elsewhere: the
 #   tools link LLVM statically and need only the CUDA toolkit's libnvrtc).
-#   "quick" skips the sanitizer and the peers.
+#   "quick" skips the sanitizer, the peers and the profile.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin="$1"
@@ -35,4 +35,11 @@ step example "$bin/attn-bench" "$root/docs/examples/causal_hd128.mlir" --batch=2
 step bench_grid "$bin/attn-bench" --grid
 if [ "$mode" != quick ]; then
   step peers python3 "$root/tools/peers/attn_peers.py" --csv "$out/peers.csv"
+  # Nsight Compute on the head-dim-128 non-causal kernel at S = 8192 (ncu
+  # locks the SM clock to base, so its throughputs are per clock, not peak).
+  step ncu_d128 ncu --kernel-name attn_fwd_kernel --launch-count 1 \
+    --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+    --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
+    "$bin/attn-bench" "$root/docs/examples/full_hd128.mlir" --batch=2 --seqlen=8192 \
+    --warmup=0 --repeats=1
 fi
