@@ -254,7 +254,7 @@ int printCacheList(attn::DiskCache &cache, bool exists) {
   for (const attn::CacheEntryInfo &entry : entries) {
     std::map<std::string, std::string> info = parseEntryInfo(entry.info);
     std::string kernel = info.count("name") ? "@" + info["name"] : "?";
-    for (const char *field : {"arch", "attnc", "nvrtc"})
+    for (const char *field : {"arch", "attnc", "nvrtc", "driver"})
       if (info.count(field))
         kernel += std::string(" ") + field + " " + info[field];
     outs() << format("%-64s  %-24s  %-19s  %s\n", entry.key.c_str(),

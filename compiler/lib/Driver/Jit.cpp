@@ -10,6 +10,7 @@
 #include "attn/Compiler/KernelConfig.h"
 #include "attn/Compiler/SpecIR.h"
 #include "attn/Transforms/Passes.h"
+#include "attn/runtime/Driver.h"
 #include "attn/runtime/Hash.h"
 #include "attn/runtime/LaunchMetadata.h"
 #include "attn/runtime/SingleFlightCache.h"
@@ -79,8 +80,13 @@ struct Compiler::Impl {
 
     char templates[17];
     std::snprintf(templates, sizeof(templates), "%016" PRIx64, codegen::templatesFingerprint());
+    // The driver version keys entries too: a cubin is only known to load on
+    // a driver at least as new as the one it was first loaded with, and a
+    // machine without a driver keeps entries of its own ("none").
+    std::string driver = Driver::available() ? std::to_string(Driver::get().version()) : "none";
     toolchain = std::string("attnc ") + ATTNC_VERSION + "\narch " + options.arch + "\nnvrtc " +
-                backend::nvrtcVersionString() + "\ntemplates " + templates + "\n";
+                backend::nvrtcVersionString() + "\ndriver " + driver + "\ntemplates " +
+                templates + "\n";
   }
 
   /// A module holding the op `spec` builds (`op`); invalid values fail
