@@ -370,7 +370,7 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
     // Tiles the mask fully covers skip the per-element test.
     if (needsMask)
       applyMask(scores, row0, keyBase, p.seqlen_k, shift, lane);
-    softmaxProbabilities(scores, p.scale_log2, stats, rescale);
+    softmaxProbabilities<attn_plan::kSoftmaxReductionChains>(scores, p.scale_log2, stats, rescale);
   };
 
   mbarrierWait(barriers.qFull(), qPhase);

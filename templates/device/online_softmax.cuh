@@ -40,13 +40,30 @@ struct RowStatistics {
 // Returns in `rescale` the factor the output accumulator must be multiplied by
 // for the change of the running maximum; the caller applies it with
 // rescaleOutput() once no WGMMA is writing the accumulator any more.
-template <int ScoreRegs>
+// Row maxima and sums are reduced over `Chains` independent partial results
+// per row: one serial chain of ScoreRegs / 2 dependent instructions leaves the
+// warp waiting on each result's latency, more chains hold more registers. The
+// plan picks the count (attn_plan::kSoftmaxReductionChains).
+template <int Chains, int ScoreRegs>
 __device__ __forceinline__ void softmaxProbabilities(float (&scores)[ScoreRegs], float scaleLog2,
                                                      RowStatistics &stats, float (&rescale)[2]) {
-  float tileMax[2] = {negativeInfinity(), negativeInfinity()};
+  float partialMax[2][Chains];
 #pragma unroll
-  for (int i = 0; i < ScoreRegs; ++i)
-    tileMax[fragmentRowHalf(i)] = fmaxf(tileMax[fragmentRowHalf(i)], scores[i]);
+  for (int chain = 0; chain < Chains; ++chain)
+    partialMax[0][chain] = partialMax[1][chain] = negativeInfinity();
+#pragma unroll
+  for (int i = 0; i < ScoreRegs; ++i) {
+    float &partial = partialMax[fragmentRowHalf(i)][(i >> 2) % Chains];
+    partial = fmaxf(partial, scores[i]);
+  }
+  float tileMax[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    tileMax[half] = partialMax[half][0];
+#pragma unroll
+    for (int chain = 1; chain < Chains; ++chain)
+      tileMax[half] = fmaxf(tileMax[half], partialMax[half][chain]);
+  }
 
   float negatedBase[2];
 #pragma unroll
@@ -61,12 +78,18 @@ __device__ __forceinline__ void softmaxProbabilities(float (&scores)[ScoreRegs],
     stats.sum[half] *= rescale[half];
   }
 
+  float partialSum[2][Chains] = {};
 #pragma unroll
   for (int i = 0; i < ScoreRegs; ++i) {
     int half = fragmentRowHalf(i);
     scores[i] = fastExp2(fmaf(scores[i], scaleLog2, negatedBase[half]));
-    stats.sum[half] += scores[i];
+    partialSum[half][(i >> 2) % Chains] += scores[i];
   }
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+#pragma unroll
+    for (int chain = 0; chain < Chains; ++chain)
+      stats.sum[half] += partialSum[half][chain];
 }
 
 template <int OutputRegs>
