@@ -155,8 +155,7 @@ void validateForwardArgs(const AttnLaunchConfig &config,
   requireIntRange(args.q.batch(), "q", "batch");
   requireIntRange(args.q.seqlen(), "q", "seqlen");
   requireIntRange(args.k.seqlen(), "k", "seqlen");
-  // The kernel counts work tiles in 32-bit ints.
-  forwardGrid(config, static_cast<int>(args.q.batch()), static_cast<int>(args.q.seqlen()), 1);
+  forwardWorkTiles(config, static_cast<int>(args.q.batch()), static_cast<int>(args.q.seqlen()));
 
   const int64_t lseElements =
       args.q.batch() * int64_t(config.qHeads) * args.q.seqlen();
@@ -183,9 +182,11 @@ void validateDevicePointers(const AttnForwardArgs &args, int qHeads) {
     requireDeviceMemory(args.lse, lseElements * sizeof(float), "lse", device);
 }
 
-attn_abi::AttnFwdParams makeForwardParams(const AttnLaunchConfig &config,
-                                          const AttnForwardArgs &args) {
-  validateForwardArgs(config, args);
+namespace {
+
+/// The parameter block of arguments validateForwardArgs has accepted.
+attn_abi::AttnFwdParams encodeForwardParams(const AttnLaunchConfig &config,
+                                            const AttnForwardArgs &args) {
   attn_abi::AttnFwdParams params{};
   params.q_map = encodeBSHDTensorMap(args.q, config.blockM, kBoxCols, "q");
   params.k_map = encodeBSHDTensorMap(args.k, config.blockN, kBoxCols, "k");
@@ -204,23 +205,33 @@ attn_abi::AttnFwdParams makeForwardParams(const AttnLaunchConfig &config,
   return params;
 }
 
+} // namespace
+
+attn_abi::AttnFwdParams makeForwardParams(const AttnLaunchConfig &config,
+                                          const AttnForwardArgs &args) {
+  validateForwardArgs(config, args);
+  return encodeForwardParams(config, args);
+}
+
 int64_t forwardWorkTiles(const AttnLaunchConfig &config, int batch, int seqlenQ) {
   if (config.blockM <= 0)
     fail("config", "blockM must be positive");
   if (batch < 0 || seqlenQ < 0 || config.qHeads < 0)
     fail("forwardGrid", "negative extent");
   int64_t queryBlocks = (int64_t(seqlenQ) + config.blockM - 1) / config.blockM;
-  return queryBlocks * config.qHeads * batch;
+  // The kernel counts work tiles in 32-bit ints. Below 2^56, so no overflow.
+  int64_t tilesPerBatch = queryBlocks * config.qHeads;
+  if (batch != 0 && tilesPerBatch > std::numeric_limits<int>::max() / batch)
+    fail("q", "batch " + std::to_string(batch) + " x heads " + std::to_string(config.qHeads) +
+                  " x ceil(seqlen / " + std::to_string(config.blockM) + ") " +
+                  std::to_string(queryBlocks) + " work tiles exceed 2^31 - 1");
+  return tilesPerBatch * batch;
 }
 
 Dim3 forwardGrid(const AttnLaunchConfig &config, int batch, int seqlenQ, int multiprocessors) {
   if (multiprocessors <= 0)
     fail("forwardGrid", "multiprocessor count must be positive");
   int64_t tiles = forwardWorkTiles(config, batch, seqlenQ);
-  // The kernel indexes work tiles with 32-bit ints.
-  if (tiles > std::numeric_limits<int>::max())
-    fail("q", "batch x heads x ceil(seqlen / " + std::to_string(config.blockM) + ") = " +
-                  std::to_string(tiles) + " work tiles exceed 2^31 - 1");
   Dim3 grid;
   grid.x = static_cast<unsigned>(
       config.persistentBlocksPerSm > 0
@@ -256,7 +267,7 @@ void launchForward(KernelFunction &kernel, const AttnLaunchConfig &config,
 
   validateDevicePointers(args, config.qHeads);
 
-  attn_abi::AttnFwdParams params = makeForwardParams(config, args);
+  attn_abi::AttnFwdParams params = encodeForwardParams(config, args);
   kernel.setMaxDynamicSharedMemory(config.sharedMemoryBytes);
   Dim3 grid = forwardGrid(config, static_cast<int>(args.q.batch()),
                           static_cast<int>(args.q.seqlen()), multiprocessorsOf(currentDevice()));

@@ -7,6 +7,7 @@
 
 #include <dlfcn.h>
 
+#include <climits>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -211,6 +212,10 @@ TEST_CASE("forward work tiles and the persistent grid", "[runtime]") {
   config.qHeads = 65536;
   config.kvHeads = 1;
   CHECK_THROWS_WITH(forwardGrid(config, 65536, 64, 132),
+                    Catch::Matchers::StartsWith("q:") && Catch::Matchers::Contains("work tiles"));
+  // Counts whose product would not even fit 64 bits are refused too.
+  config.qHeads = INT_MAX;
+  CHECK_THROWS_WITH(forwardWorkTiles(config, INT_MAX, INT_MAX),
                     Catch::Matchers::StartsWith("q:") && Catch::Matchers::Contains("work tiles"));
   CHECK_THROWS_WITH(forwardGrid(config, 1, 64, 0), Catch::Matchers::Contains("multiprocessor"));
 }

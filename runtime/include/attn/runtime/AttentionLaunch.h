@@ -68,13 +68,13 @@ attn_abi::AttnFwdParams makeForwardParams(const AttnLaunchConfig &config,
                                           const AttnForwardArgs &args);
 
 /// The kernel's units of work: ceil(seqlenQ / blockM) query blocks for each
-/// (batch, head).
+/// (batch, head). Throws attn::Error naming "q" when they exceed what an int
+/// counts.
 int64_t forwardWorkTiles(const AttnLaunchConfig &config, int batch, int seqlenQ);
 
 /// {grid blocks, 1, 1}: one per work tile, or with persistentBlocksPerSm =
 /// k, min(work tiles, k x multiprocessors). Either way block b takes work
-/// tiles b, b + gridDim.x, ... Throws attn::Error naming "q" when the work
-/// tiles exceed what an int counts.
+/// tiles b, b + gridDim.x, ... Throws like forwardWorkTiles.
 Dim3 forwardGrid(const AttnLaunchConfig &config, int batch, int seqlenQ, int multiprocessors);
 
 /// Validates (validateForwardArgs, then validateDevicePointers), builds the
