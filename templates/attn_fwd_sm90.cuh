@@ -14,7 +14,9 @@
 //
 // Everything the compiler decided arrives through namespace attn_plan, emitted
 // ahead of this file: element type, head dim, tile sizes, stage count, register
-// split, mask policy and the shared-memory offsets of every buffer.
+// split, mask policy and the shared-memory offsets of every buffer, and
+// through attn_plan::UserMods the spec's mask_mod / score_mod regions and the
+// per-tile coverage test derived from the mask_mod.
 #pragma once
 
 namespace attn_kernel {
@@ -22,6 +24,7 @@ namespace attn_kernel {
 using namespace attn_dev;
 using Element = attn_plan::Element;
 using Mask = attn_plan::Mask;
+using Mods = attn_plan::UserMods;
 
 constexpr int kHeadDim = attn_plan::kHeadDim;
 constexpr int kBlockM = attn_plan::kBlockM;
@@ -101,14 +104,36 @@ __device__ __forceinline__ KeyTileRange keyTilesFor(int queryBegin, int queryEnd
 }
 
 // One unit of the persistent schedule: BLOCK_M query rows of one (batch,
-// head) and the key tiles they visit.
+// head) and the key tiles they visit: those of `keys` that the mask_mod's
+// coverage test does not prove empty (all of them without a mask_mod).
 struct WorkTile {
   int queryBegin;
+  int queryLast;
   int head;
   int kvHead;
   int batch;
   KeyTileRange keys;
+  int visitedTiles;
 };
+
+// Whether the block loads and computes key tile `tile` of `work`. The
+// producer and every consumer ask the same question for the whole work tile,
+// so they agree on the sequence of tiles.
+__device__ __forceinline__ bool visitsKeyTile(const WorkTile &work, int tile, int seqlenK) {
+  if constexpr (!Mods::kHasMaskMod)
+    return true;
+  i64 keyFirst = static_cast<i64>(tile) * kBlockN;
+  i64 keyLast = minI64(keyFirst + kBlockN, seqlenK) - 1;
+  return Mods::maskCoverage(work.batch, work.head, work.queryBegin, work.queryLast, keyFirst,
+                            keyLast) != Coverage::Empty;
+}
+
+// The first visited key tile at or after `tile` (keys.end if none).
+__device__ __forceinline__ int nextVisitedTile(const WorkTile &work, int tile, int seqlenK) {
+  while (tile < work.keys.end && !visitsKeyTile(work, tile, seqlenK))
+    ++tile;
+  return tile;
+}
 
 // Block b takes work tiles b, b + gridDim.x, ... The query block runs
 // fastest, so the blocks working at once share the K and V of a few heads in
@@ -127,11 +152,17 @@ struct TileSchedule {
     int headBatch = index / queryBlocks;
     WorkTile work;
     work.queryBegin = queryBlock * kBlockM;
+    work.queryLast = min(work.queryBegin + kBlockM, p.seqlen_q) - 1;
     work.head = headBatch % p.q_heads;
     work.kvHead = work.head / (p.q_heads / p.kv_heads);
     work.batch = headBatch / p.q_heads;
-    work.keys = keyTilesFor(work.queryBegin, min(work.queryBegin + kBlockM, p.seqlen_q),
-                            p.seqlen_k, shift);
+    work.keys = keyTilesFor(work.queryBegin, work.queryLast + 1, p.seqlen_k, shift);
+    work.visitedTiles = work.keys.end - work.keys.begin;
+    if constexpr (Mods::kHasMaskMod) {
+      work.visitedTiles = 0;
+      for (int tile = work.keys.begin; tile < work.keys.end; ++tile)
+        work.visitedTiles += visitsKeyTile(work, tile, p.seqlen_k);
+    }
     return work;
   }
 };
@@ -167,7 +198,8 @@ __device__ void produce(const attn_abi::AttnFwdParams &p, u32 smemBase, const Ba
     loadTile(smemBase + attn_plan::kSmemQ, kBlockM, &p.q_map, barriers.qFull(), work.queryBegin,
              work.head, work.batch);
 
-    for (int tile = work.keys.begin; tile < work.keys.end; ++tile, ++ring) {
+    for (int tile = nextVisitedTile(work, work.keys.begin, p.seqlen_k); tile < work.keys.end;
+         tile = nextVisitedTile(work, tile + 1, p.seqlen_k), ++ring) {
       RingSlot slot = ringSlot(ring);
       // The slot's previous tile (ring - kStages) must have been released;
       // its release completed the phase before this slot's current one.
@@ -260,15 +292,31 @@ struct GemmTurns {
   }
 };
 
-// Sets the scores the mask or the key length excludes to -inf.
-__device__ __forceinline__ void applyMask(float (&scores)[kScoreRegs], int row0, int keyBase,
-                                          int seqlenK, i64 shift, int lane) {
+// Sets the scores the mask, the mask_mod or the key length excludes to -inf.
+__device__ __forceinline__ void applyMask(const attn_abi::AttnFwdParams &p,
+                                          float (&scores)[kScoreRegs], const WorkTile &work,
+                                          int row0, int keyBase, i64 shift, int lane) {
 #pragma unroll
   for (int i = 0; i < kScoreRegs; ++i) {
     int row = row0 + 8 * fragmentRowHalf(i);
     int key = keyBase + fragmentColumn(i, lane);
-    if (key >= seqlenK || !Mask::allows(row, key, shift))
+    bool keep = key < p.seqlen_k && Mask::allows(row, key, shift);
+    if constexpr (Mods::kHasMaskMod)
+      keep = keep && Mods::keeps(p, work.batch, work.head, row, key);
+    if (!keep)
       scores[i] = negativeInfinity();
+  }
+}
+
+// Replaces each raw score s by score_mod(scale * s, batch, head, q, k).
+__device__ __forceinline__ void applyScoreMod(const attn_abi::AttnFwdParams &p,
+                                              float (&scores)[kScoreRegs], const WorkTile &work,
+                                              int row0, int keyBase, float scale, int lane) {
+#pragma unroll
+  for (int i = 0; i < kScoreRegs; ++i) {
+    int row = row0 + 8 * fragmentRowHalf(i);
+    int key = keyBase + fragmentColumn(i, lane);
+    scores[i] = Mods::score(p, scores[i] * scale, work.batch, work.head, row, key);
   }
 }
 
@@ -361,20 +409,31 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
   RowStatistics stats;
   stats.reset();
 
-  // Scores of key tile `iteration` -> probabilities, with the O rescale factor.
-  auto softmaxOfTile = [&](float (&scores)[kScoreRegs], int iteration, float (&rescale)[2]) {
-    int keyBase = (work.keys.begin + iteration) * kBlockN;
+  // A score_mod sees scaled scores, so the softmax then scales by log2(e)
+  // alone; without one the scale folds into the exponent.
+  const float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+  const float softmaxScaleLog2 = Mods::kHasScoreMod ? kLog2e : p.scale_log2;
+
+  // Scores of key tile `keyTile` -> probabilities, with the O rescale factor.
+  auto softmaxOfTile = [&](float (&scores)[kScoreRegs], int keyTile, float (&rescale)[2]) {
+    int keyBase = keyTile * kBlockN;
     bool needsMask = keyBase + kBlockN > p.seqlen_k ||
                      !Mask::coversTile(sliceQueryBegin, sliceLast, keyBase, keyBase + kBlockN - 1,
                                        shift);
-    // Tiles the mask fully covers skip the per-element test.
+    if constexpr (Mods::kHasMaskMod)
+      needsMask = needsMask || Mods::maskCoverage(work.batch, work.head, sliceQueryBegin, sliceLast,
+                                                  keyBase, keyBase + kBlockN - 1) != Coverage::Full;
+    if constexpr (Mods::kHasScoreMod)
+      applyScoreMod(p, scores, work, row0, keyBase, p.scale_log2 * kLn2, lane);
+    // Tiles the masks fully cover skip the per-element test.
     if (needsMask)
-      applyMask(scores, row0, keyBase, p.seqlen_k, shift, lane);
-    softmaxProbabilities<attn_plan::kSoftmaxReductionChains>(scores, p.scale_log2, stats, rescale);
+      applyMask(p, scores, work, row0, keyBase, shift, lane);
+    softmaxProbabilities<attn_plan::kSoftmaxReductionChains>(scores, softmaxScaleLog2, stats,
+                                                             rescale);
   };
 
   mbarrierWait(barriers.qFull(), qPhase);
-  const int tileCount = work.keys.end - work.keys.begin;
+  const int tileCount = work.visitedTiles;
   if (tileCount == 0) {
     releaseQAfterScores();
   } else {
@@ -383,6 +442,7 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
     float rescale[2];
 
     // Prologue: S_0 alone.
+    int keyTile = nextVisitedTile(work, work.keys.begin, p.seqlen_k);
     RingSlot slot = ringSlot(ring);
     mbarrierWait(barriers.kFull(slot.stage), slot.phase);
     turns.wait();
@@ -393,10 +453,11 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
     releaseSlot(barriers.kEmpty(slot.stage), lane);
     if (tileCount == 1)
       releaseQAfterScores();
-    softmaxOfTile(scores, 0, rescale);
+    softmaxOfTile(scores, keyTile, rescale);
     packProbabilities(scores, probabilities);
 
     for (int iteration = 1; iteration < tileCount; ++iteration) {
+      keyTile = nextVisitedTile(work, keyTile + 1, p.seqlen_k);
       RingSlot previous = slot;
       slot = ringSlot(ring + iteration);
       mbarrierWait(barriers.kFull(slot.stage), slot.phase);
@@ -411,7 +472,7 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
       releaseSlot(barriers.kEmpty(slot.stage), lane);
       if (iteration == tileCount - 1)
         releaseQAfterScores();
-      softmaxOfTile(scores, iteration, rescale);
+      softmaxOfTile(scores, keyTile, rescale);
 
       wgmmaWaitGroup<0>();
       fenceRegisters(output);
@@ -454,7 +515,7 @@ __device__ void consume(const attn_abi::AttnFwdParams &p, u32 smemBase, const Ba
   for (int index = blockIdx.x; index < schedule.count; index += gridDim.x, qPhase ^= 1) {
     const WorkTile work = schedule.at(p, index, shift);
     consumeTile(p, smemBase, barriers, consumer, work, ring, qPhase, turns, shift);
-    ring += work.keys.end - work.keys.begin;
+    ring += work.visitedTiles;
   }
   turns.close();
   // Shared memory must outlive the copy engine's reads of the last store.

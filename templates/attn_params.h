@@ -14,6 +14,16 @@ struct alignas(64) TensorMapBlob {
   unsigned long long words[16];
 };
 
+// A buffer captured by a spec's mask_mod / score_mod regions: a contiguous
+// row-major array of `rank` dimensions (rank <= kMaxCaptureRank, unused
+// trailing extents are 1). Reads outside the extents give 0.
+constexpr int kMaxCaptures = 4;
+constexpr int kMaxCaptureRank = 3;
+struct CaptureArg {
+  const void *data;
+  long long extents[kMaxCaptureRank];
+};
+
 // Parameters of the forward softmax attention kernel.
 //
 // Tensors use the BSHD layout: Q and O are [batch, seqlen_q, q_heads, head_dim],
@@ -35,6 +45,8 @@ struct AttnFwdParams {
   int kv_heads;
   // softmax scale multiplied by log2(e): the kernel works in base 2.
   float scale_log2;
+  // The spec's captured buffers, in declaration order (unused entries null).
+  CaptureArg captures[kMaxCaptures];
 };
 
 // The kernel's entry point name in the emitted translation unit.

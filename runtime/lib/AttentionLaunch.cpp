@@ -18,7 +18,7 @@ namespace {
 constexpr unsigned kBoxCols = 64; // 128-byte rows of a 16-bit type.
 constexpr unsigned kOutputBoxRows = 64; // one consumer warpgroup's WGMMA slice
 
-[[noreturn]] void fail(const char *name, const std::string &what) {
+[[noreturn]] void fail(std::string_view name, const std::string &what) {
   throw Error(std::string(name) + ": " + what);
 }
 
@@ -44,7 +44,7 @@ uint64_t viewExtentBytes(const TensorView &view) {
 }
 
 void requireDeviceMemory(const void *ptr, uint64_t extentBytes,
-                         const char *name, int device) {
+                         std::string_view name, int device) {
   PointerInfo info = queryPointer(ptr);
   if (!info.device)
     fail(name, "data pointer " + hexAddress(reinterpret_cast<uintptr_t>(ptr)) +
@@ -95,7 +95,218 @@ void requireIntRange(int64_t value, const char *name, const char *what) {
     fail(name, std::string(what) + " " + std::to_string(value) +
                    " exceeds the int range of the kernel ABI");
 }
+
+const char *symbolicDimSpelling(CaptureDim::Kind kind) {
+  switch (kind) {
+  case CaptureDim::Kind::Fixed:
+    return "fixed";
+  case CaptureDim::Kind::Any:
+    return "?";
+  case CaptureDim::Kind::Batch:
+    return "batch";
+  case CaptureDim::Kind::QHeads:
+    return "q_heads";
+  case CaptureDim::Kind::KvHeads:
+    return "kv_heads";
+  case CaptureDim::Kind::SeqlenQ:
+    return "seqlen_q";
+  case CaptureDim::Kind::SeqlenK:
+    return "seqlen_k";
+  }
+  return "<invalid capture dim>";
+}
+
+/// False for a value cast into the enum from outside its enumerators.
+bool isKnownKind(CaptureDim::Kind kind) {
+  switch (kind) {
+  case CaptureDim::Kind::Fixed:
+  case CaptureDim::Kind::Any:
+  case CaptureDim::Kind::Batch:
+  case CaptureDim::Kind::QHeads:
+  case CaptureDim::Kind::KvHeads:
+  case CaptureDim::Kind::SeqlenQ:
+  case CaptureDim::Kind::SeqlenK:
+    return true;
+  }
+  return false;
+}
+
+std::string captureLabel(const std::string &name) {
+  return "capture '" + name + "'";
+}
+
+template <typename Range, typename Format>
+std::string bracketed(const Range &items, Format format) {
+  std::string text = "[";
+  for (const auto &item : items) {
+    if (text.size() > 1)
+      text += ", ";
+    text += format(item);
+  }
+  return text + "]";
+}
+
+std::string declaredShapeString(const CaptureDecl &decl) {
+  return bracketed(decl.dims, captureDimSpelling);
+}
+
+std::string captureShapeString(const CaptureView &view) {
+  return bracketed(view.shape, [](int64_t size) { return std::to_string(size); });
+}
+
+/// Bytes of a capture's contiguous elements. A shape that needs more than
+/// int64 bytes is refused rather than wrapped, so the device-memory check
+/// cannot be fooled by an overflowed size.
+int64_t captureBytes(const CaptureView &view, const std::string &label) {
+  for (int64_t size : view.shape)
+    if (size == 0)
+      return 0;
+  int64_t bytes = static_cast<int64_t>(dtypeSize(view.dtype));
+  for (int64_t size : view.shape)
+    if (size < 0 || __builtin_mul_overflow(bytes, size, &bytes))
+      fail(label, "shape " + captureShapeString(view) +
+                      " does not fit in 2^63 bytes");
+  return bytes;
+}
+
+void validateCaptureDecls(const std::vector<CaptureDecl> &captures) {
+  if (captures.size() > size_t(attn_abi::kMaxCaptures))
+    fail("config", std::to_string(captures.size()) +
+                       " captured buffers exceed the kernel ABI's limit of " +
+                       std::to_string(attn_abi::kMaxCaptures));
+  for (size_t index = 0; index < captures.size(); ++index) {
+    const CaptureDecl &decl = captures[index];
+    if (!isCaptureName(decl.name))
+      fail("config", "capture " + std::to_string(index) + ": name '" +
+                         decl.name + "' is not an identifier");
+    // Messages name captures, so a repeated name would be ambiguous.
+    std::string label = captureLabel(decl.name) + ": ";
+    for (size_t earlier = 0; earlier < index; ++earlier)
+      if (captures[earlier].name == decl.name)
+        fail("config", label + "declared twice (captures " +
+                           std::to_string(earlier) + " and " +
+                           std::to_string(index) + ")");
+    if (decl.dtype != DType::F32 && decl.dtype != DType::I32)
+      fail("config", label + "dtype must be f32 or i32, got " +
+                         dtypeName(decl.dtype));
+    if (decl.dims.empty() || decl.dims.size() > size_t(attn_abi::kMaxCaptureRank))
+      fail("config", label + "rank must be 1 to " +
+                         std::to_string(attn_abi::kMaxCaptureRank) + ", got " +
+                         std::to_string(decl.dims.size()));
+    for (size_t dim = 0; dim < decl.dims.size(); ++dim) {
+      const CaptureDim &declared = decl.dims[dim];
+      if (!isKnownKind(declared.kind))
+        fail("config", label + "dim " + std::to_string(dim) +
+                           " has an invalid kind " +
+                           std::to_string(static_cast<int>(declared.kind)));
+      if (declared.kind == CaptureDim::Kind::Fixed && declared.size <= 0)
+        fail("config", label + "dim " + std::to_string(dim) +
+                           " has fixed size " + std::to_string(declared.size) +
+                           "; fixed sizes must be positive");
+    }
+  }
+}
+
+/// The extent a declared dim requires of this launch.
+int64_t requiredExtent(const CaptureDim &dim, const AttnLaunchConfig &config,
+                       const AttnForwardArgs &args) {
+  switch (dim.kind) {
+  case CaptureDim::Kind::Fixed:
+    return dim.size;
+  case CaptureDim::Kind::Batch:
+    return args.q.batch();
+  case CaptureDim::Kind::QHeads:
+    return config.qHeads;
+  case CaptureDim::Kind::KvHeads:
+    return config.kvHeads;
+  case CaptureDim::Kind::SeqlenQ:
+    return args.q.seqlen();
+  case CaptureDim::Kind::SeqlenK:
+    return args.k.seqlen();
+  case CaptureDim::Kind::Any:
+    break;
+  }
+  return -1; // Any has no required extent; validated config has no others.
+}
+
+void validateCapture(const CaptureDecl &decl, const CaptureView &view,
+                     const AttnLaunchConfig &config,
+                     const AttnForwardArgs &args) {
+  std::string label = captureLabel(decl.name);
+  if (view.dtype != decl.dtype)
+    fail(label, std::string("dtype ") + dtypeName(view.dtype) +
+                    " does not match the declared " + dtypeName(decl.dtype));
+  if (view.shape.size() != decl.dims.size())
+    fail(label, "shape " + captureShapeString(view) + " has rank " +
+                    std::to_string(view.shape.size()) +
+                    ", but the kernel declares rank " +
+                    std::to_string(decl.dims.size()) + ": " +
+                    declaredShapeString(decl));
+  for (size_t dim = 0; dim < decl.dims.size(); ++dim) {
+    const CaptureDim &declared = decl.dims[dim];
+    int64_t actual = view.shape[dim];
+    if (declared.kind == CaptureDim::Kind::Any) {
+      if (actual < 0)
+        fail(label, "dim " + std::to_string(dim) +
+                        " must be non-negative, got " + std::to_string(actual));
+      continue;
+    }
+    int64_t expected = requiredExtent(declared, config, args);
+    if (actual != expected)
+      fail(label, "dim " + std::to_string(dim) + " is " +
+                      std::to_string(actual) + ", expected " +
+                      std::to_string(expected) +
+                      (declared.kind == CaptureDim::Kind::Fixed
+                           ? std::string()
+                           : std::string(" (") + symbolicDimSpelling(declared.kind) +
+                                 ")"));
+  }
+  if (captureBytes(view, label) != 0 && !view.data)
+    fail(label, "data pointer is null");
+  // The kernel loads whole 4-byte elements.
+  if (reinterpret_cast<uintptr_t>(view.data) % dtypeSize(decl.dtype) != 0)
+    fail(label, "data pointer must be " +
+                    std::to_string(dtypeSize(decl.dtype)) + "-byte aligned");
+}
+
+void validateCaptures(const AttnLaunchConfig &config,
+                      const AttnForwardArgs &args) {
+  const std::vector<CaptureDecl> &decls = config.captures;
+  if (args.captures.size() != decls.size()) {
+    std::string declared = "no captured buffers";
+    if (!decls.empty()) {
+      std::string names;
+      for (const CaptureDecl &decl : decls)
+        names += (names.empty() ? "" : ", ") + decl.name;
+      declared = std::to_string(decls.size()) +
+                 (decls.size() == 1 ? " captured buffer (" : " captured buffers (") +
+                 names + ")";
+    }
+    fail("captures", "the kernel declares " + declared + ", got " +
+                         std::to_string(args.captures.size()));
+  }
+  for (size_t index = 0; index < decls.size(); ++index)
+    validateCapture(decls[index], args.captures[index], config, args);
+}
 } // namespace
+
+std::string captureDimSpelling(const CaptureDim &dim) {
+  if (dim.kind == CaptureDim::Kind::Fixed)
+    return std::to_string(dim.size);
+  return symbolicDimSpelling(dim.kind);
+}
+
+bool isCaptureName(std::string_view name) {
+  auto isLetter = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+  };
+  if (name.empty() || !isLetter(name.front()))
+    return false;
+  for (char c : name)
+    if (!isLetter(c) && !(c >= '0' && c <= '9'))
+      return false;
+  return true;
+}
 
 void validateLaunchConfig(const AttnLaunchConfig &config) {
   auto requirePositive = [](int value, const char *field) {
@@ -122,6 +333,7 @@ void validateLaunchConfig(const AttnLaunchConfig &config) {
                        dtypeName(config.dtype));
   if (!std::isfinite(config.scale))
     fail("config", "scale must be finite");
+  validateCaptureDecls(config.captures);
 }
 
 void validateForwardArgs(const AttnLaunchConfig &config,
@@ -163,9 +375,12 @@ void validateForwardArgs(const AttnLaunchConfig &config,
     fail("lse", "pointer is null");
   if (reinterpret_cast<uintptr_t>(args.lse) % alignof(float) != 0)
     fail("lse", "pointer must be 4-byte aligned");
+
+  validateCaptures(config, args);
 }
 
-void validateDevicePointers(const AttnForwardArgs &args, int qHeads) {
+void validateDevicePointers(const AttnLaunchConfig &config,
+                            const AttnForwardArgs &args) {
   // A host pointer, another device's memory or a view past its allocation
   // would otherwise surface later as an illegal address: a sticky error that
   // poisons the context.
@@ -176,10 +391,21 @@ void validateDevicePointers(const AttnForwardArgs &args, int qHeads) {
                             std::make_pair(&args.o, "o")})
     if (view->numElements() != 0)
       requireDeviceMemory(view->data, viewExtentBytes(*view), name, device);
-  uint64_t lseElements = uint64_t(args.q.batch()) * uint64_t(qHeads) *
+  uint64_t lseElements = uint64_t(args.q.batch()) * uint64_t(config.qHeads) *
                          uint64_t(args.q.seqlen());
   if (lseElements != 0)
     requireDeviceMemory(args.lse, lseElements * sizeof(float), "lse", device);
+  for (size_t index = 0; index < args.captures.size(); ++index) {
+    const CaptureView &capture = args.captures[index];
+    // The kernel bounds its reads by the extents alone, so the allocation
+    // must hold every element they cover.
+    std::string label = index < config.captures.size()
+                            ? captureLabel(config.captures[index].name)
+                            : "capture " + std::to_string(index);
+    int64_t bytes = captureBytes(capture, label);
+    if (bytes != 0)
+      requireDeviceMemory(capture.data, uint64_t(bytes), label, device);
+  }
 }
 
 namespace {
@@ -202,6 +428,7 @@ attn_abi::AttnFwdParams encodeForwardParams(const AttnLaunchConfig &config,
   // The kernel exponentiates with exp2, so fold log2(e) into the scale.
   constexpr double kLog2e = 1.4426950408889634074;
   params.scale_log2 = static_cast<float>(double(config.scale) * kLog2e);
+  fillCaptureArgs(args, params);
   return params;
 }
 
@@ -211,6 +438,32 @@ attn_abi::AttnFwdParams makeForwardParams(const AttnLaunchConfig &config,
                                           const AttnForwardArgs &args) {
   validateForwardArgs(config, args);
   return encodeForwardParams(config, args);
+}
+
+void fillCaptureArgs(const AttnForwardArgs &args,
+                     attn_abi::AttnFwdParams &params) {
+  if (args.captures.size() > size_t(attn_abi::kMaxCaptures))
+    fail("captures", std::to_string(args.captures.size()) +
+                         " captured buffers exceed the kernel ABI's limit of " +
+                         std::to_string(attn_abi::kMaxCaptures));
+  for (size_t index = 0; index < size_t(attn_abi::kMaxCaptures); ++index) {
+    attn_abi::CaptureArg &entry = params.captures[index];
+    // Extents of 1 keep every index of an unused entry or dim in bounds at 0.
+    entry.data = nullptr;
+    for (long long &extent : entry.extents)
+      extent = 1;
+    if (index >= args.captures.size())
+      continue;
+    const CaptureView &capture = args.captures[index];
+    if (capture.shape.size() > size_t(attn_abi::kMaxCaptureRank))
+      fail("capture " + std::to_string(index),
+           "rank " + std::to_string(capture.shape.size()) +
+               " exceeds the kernel ABI's limit of " +
+               std::to_string(attn_abi::kMaxCaptureRank));
+    entry.data = capture.data;
+    for (size_t dim = 0; dim < capture.shape.size(); ++dim)
+      entry.extents[dim] = capture.shape[dim];
+  }
 }
 
 int64_t forwardWorkTiles(const AttnLaunchConfig &config, int batch, int seqlenQ) {
@@ -265,7 +518,7 @@ void launchForward(KernelFunction &kernel, const AttnLaunchConfig &config,
   if (args.q.batch() == 0 || args.q.seqlen() == 0)
     return;
 
-  validateDevicePointers(args, config.qHeads);
+  validateDevicePointers(config, args);
 
   attn_abi::AttnFwdParams params = encodeForwardParams(config, args);
   kernel.setMaxDynamicSharedMemory(config.sharedMemoryBytes);

@@ -38,6 +38,7 @@ size_t dtypeSize(DType dtype) {
   case DType::F16:
     return 2;
   case DType::F32:
+  case DType::I32:
     return 4;
   }
   return 0;
@@ -51,6 +52,8 @@ const char *dtypeName(DType dtype) {
     return "f16";
   case DType::F32:
     return "f32";
+  case DType::I32:
+    return "i32";
   }
   return "<invalid dtype>";
 }
@@ -127,6 +130,8 @@ float roundTo(DType dtype, float value) {
     return f16ToFloat(floatToF16(value));
   case DType::F32:
     return value;
+  case DType::I32:
+    return std::nearbyint(value);
   }
   return value;
 }

@@ -162,12 +162,20 @@ void Kernel::run(const AttnForwardArgs &args, CUstream stream) const {
 
 void Kernel::run(const TensorView &q, const TensorView &k, const TensorView &v,
                  const TensorView &o, float *lse, CUstream stream) const {
+  run(q, k, v, o, lse, /*captures=*/{}, stream);
+}
+
+void Kernel::run(const TensorView &q, const TensorView &k, const TensorView &v,
+                 const TensorView &o, float *lse,
+                 const std::vector<CaptureView> &captures,
+                 CUstream stream) const {
   AttnForwardArgs args;
   args.q = q;
   args.k = k;
   args.v = v;
   args.o = o;
   args.lse = lse;
+  args.captures = captures;
   run(args, stream);
 }
 

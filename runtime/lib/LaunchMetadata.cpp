@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <vector>
 
 namespace attn {
 
@@ -43,6 +44,84 @@ int parseInt(const std::string &value, int line, const std::string &key) {
     fail(line, key + ": expected an integer, got '" + value + "'");
   return static_cast<int>(parsed);
 }
+
+std::string captureKey(size_t index) {
+  return "capture." + std::to_string(index);
+}
+
+/// `NAME DTYPE DIM,DIM,...`, as serializeLaunchConfig writes a CaptureDecl.
+std::string serializeCapture(const CaptureDecl &decl) {
+  std::string dims;
+  for (const CaptureDim &dim : decl.dims)
+    dims += (dims.empty() ? "" : ",") + captureDimSpelling(dim);
+  return decl.name + " " + dtypeName(decl.dtype) + " " + dims;
+}
+
+CaptureDim parseCaptureDim(const std::string &token, int line,
+                           const std::string &context) {
+  static constexpr CaptureDim::Kind kSymbolic[] = {
+      CaptureDim::Kind::Any,     CaptureDim::Kind::Batch,
+      CaptureDim::Kind::QHeads,  CaptureDim::Kind::KvHeads,
+      CaptureDim::Kind::SeqlenQ, CaptureDim::Kind::SeqlenK};
+  CaptureDim dim;
+  for (CaptureDim::Kind kind : kSymbolic) {
+    dim.kind = kind;
+    if (token == captureDimSpelling(dim))
+      return dim;
+  }
+  // Digits only: strtoll alone would also take signs and leading blanks.
+  bool digits = !token.empty() && token.find_first_not_of("0123456789") ==
+                                      std::string::npos;
+  errno = 0;
+  long long size = digits ? std::strtoll(token.c_str(), nullptr, 10) : 0;
+  if (!digits || errno != 0 || size <= 0)
+    fail(line, context + ": expected a positive integer, '?', batch, "
+                         "q_heads, kv_heads, seqlen_q or seqlen_k, got '" +
+                   token + "'");
+  dim.kind = CaptureDim::Kind::Fixed;
+  dim.size = size;
+  return dim;
+}
+
+CaptureDecl parseCapture(const std::string &value, int line,
+                         const std::string &key) {
+  std::vector<std::string> fields;
+  for (size_t start = 0;;) {
+    size_t space = value.find(' ', start);
+    fields.push_back(value.substr(start, space - start));
+    if (space == std::string::npos)
+      break;
+    start = space + 1;
+  }
+  if (fields.size() != 3)
+    fail(line, key + ": expected 'NAME DTYPE DIM,DIM,...', got '" + value +
+                   "'");
+  CaptureDecl decl;
+  decl.name = fields[0];
+  if (!isCaptureName(decl.name))
+    fail(line, key + ": name '" + decl.name + "' is not an identifier");
+  if (fields[1] == dtypeName(DType::F32))
+    decl.dtype = DType::F32;
+  else if (fields[1] == dtypeName(DType::I32))
+    decl.dtype = DType::I32;
+  else
+    fail(line, key + ": dtype: expected f32 or i32, got '" + fields[1] + "'");
+  const std::string &dims = fields[2];
+  for (size_t start = 0;;) {
+    size_t comma = dims.find(',', start);
+    if (decl.dims.size() == size_t(attn_abi::kMaxCaptureRank))
+      fail(line, key + ": more than " +
+                     std::to_string(attn_abi::kMaxCaptureRank) + " dims in '" +
+                     dims + "'");
+    decl.dims.push_back(parseCaptureDim(
+        dims.substr(start, comma - start), line,
+        key + ": dim " + std::to_string(decl.dims.size())));
+    if (comma == std::string::npos)
+      break;
+    start = comma + 1;
+  }
+  return decl;
+}
 } // namespace
 
 std::string serializeLaunchConfig(const AttnLaunchConfig &config) {
@@ -56,6 +135,10 @@ std::string serializeLaunchConfig(const AttnLaunchConfig &config) {
   char scale[64];
   std::snprintf(scale, sizeof(scale), "%a", double(config.scale));
   text += std::string("scale ") + scale + "\n";
+  text += "captures " + std::to_string(config.captures.size()) + "\n";
+  for (size_t index = 0; index < config.captures.size(); ++index)
+    text += captureKey(index) + " " + serializeCapture(config.captures[index]) +
+            "\n";
   return text;
 }
 
@@ -124,6 +207,24 @@ AttnLaunchConfig parseLaunchConfig(std::string_view text) {
   if (scale.empty() || *end != '\0' || !std::isfinite(parsedScale))
     fail(scaleLine, "scale: expected a finite number, got '" + scale + "'");
   config.scale = static_cast<float>(parsedScale);
+
+  auto [captureCount, captureCountLine] = take("captures");
+  int declaredCaptures = parseInt(captureCount, captureCountLine, "captures");
+  if (declaredCaptures < 0 || declaredCaptures > attn_abi::kMaxCaptures)
+    fail(captureCountLine, "captures: expected 0 to " +
+                               std::to_string(attn_abi::kMaxCaptures) +
+                               ", got " + captureCount);
+  for (int index = 0; index < declaredCaptures; ++index) {
+    std::string key = captureKey(index);
+    auto [value, line] = take(key);
+    config.captures.push_back(parseCapture(value, line, key));
+  }
+  for (const auto &[key, valueAndLine] : values)
+    if (key.rfind("capture.", 0) == 0)
+      fail(valueAndLine.second,
+           "unexpected key '" + key + "' (line " +
+               std::to_string(captureCountLine) + " says 'captures " +
+               captureCount + "')");
 
   if (!values.empty())
     fail(values.begin()->second.second,

@@ -33,6 +33,7 @@ CUtensorMapDataType tmaDataType(DType dtype) {
   case DType::F16:
     return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   case DType::F32:
+  case DType::I32:
     break;
   }
   return CU_TENSOR_MAP_DATA_TYPE_FLOAT32; // Rejected by validation first.

@@ -5,12 +5,15 @@
 #include <catch2/catch.hpp>
 
 #include "AttnHarness.h"
+#include "LoadedKernel.h"
 #include "attn/Compiler/Compiler.h"
 
 #include <map>
 #include <sstream>
 
 using namespace attn;
+using attn::gputest::LoadedKernel;
+using attn::gputest::loadKernel;
 
 namespace {
 
@@ -27,27 +30,6 @@ std::string specText(int headDim, const std::string &element, const std::string 
        << ", element_type = " << element << "> mask = " << mask
        << " normalizer = #attn.softmax\n";
   return spec.str();
-}
-
-// One module per spec, loaded once for the whole run.
-struct LoadedKernel {
-  CompiledKernel compiled;
-  Module module;
-  KernelFunction function;
-};
-
-LoadedKernel &loadKernel(const std::string &spec) {
-  static std::map<std::string, LoadedKernel> cache;
-  auto found = cache.find(spec);
-  if (found != cache.end())
-    return found->second;
-  ensureContext();
-  LoadedKernel loaded;
-  loaded.compiled = compileSpec(spec, "test.mlir");
-  loaded.module = Module::loadPtx(
-      std::string_view(loaded.compiled.binary.data(), loaded.compiled.binary.size()));
-  loaded.function = loaded.module.function(loaded.compiled.launch.kernelName);
-  return cache.emplace(spec, std::move(loaded)).first->second;
 }
 
 void checkAgainstReference(int headDim, const std::string &element, const std::string &mask,

@@ -203,7 +203,7 @@ TEST_CASE("launch metadata round-trips every field exactly", "[cache][metadata]"
   config.kernelName = "my_kernel";
 
   std::string text = serializeLaunchConfig(config);
-  CHECK_THAT(text, StartsWith("attn-launch-metadata 2\n"));
+  CHECK_THAT(text, StartsWith("attn-launch-metadata 3\n"));
   AttnLaunchConfig back = parseLaunchConfig(text);
   CHECK(back.headDim == 256);
   CHECK(back.qHeads == 12);
@@ -228,9 +228,9 @@ TEST_CASE("malformed launch metadata is reported with its line", "[cache][metada
                     StartsWith("launch metadata: ") && Contains("missing key 'scale'"));
   CHECK_THROWS_WITH(parseLaunchConfig(good + "extra 1\n"), Contains("unknown key 'extra'"));
   CHECK_THROWS_WITH(parseLaunchConfig(good + "block_m 64\n"),
-                    Contains("line 13") && Contains("duplicate key 'block_m'"));
-  CHECK_THROWS_WITH(parseLaunchConfig("attn-launch-metadata 3\n"),
-                    Contains("line 1") && Contains("unsupported version 3"));
+                    Contains("line 14") && Contains("duplicate key 'block_m'"));
+  CHECK_THROWS_WITH(parseLaunchConfig("attn-launch-metadata 2\n"),
+                    Contains("line 1") && Contains("unsupported version 2"));
   CHECK_THROWS_WITH(parseLaunchConfig(""), Contains("empty"));
   std::string badInt = good;
   badInt.replace(badInt.find("head_dim 0"), 10, "head_dim x");

@@ -30,9 +30,11 @@ TEST_CASE("dtype sizes and names", "[dtype]") {
   CHECK(dtypeSize(DType::BF16) == 2);
   CHECK(dtypeSize(DType::F16) == 2);
   CHECK(dtypeSize(DType::F32) == 4);
+  CHECK(dtypeSize(DType::I32) == 4);
   CHECK(std::string(dtypeName(DType::BF16)) == "bf16");
   CHECK(std::string(dtypeName(DType::F16)) == "f16");
   CHECK(std::string(dtypeName(DType::F32)) == "f32");
+  CHECK(std::string(dtypeName(DType::I32)) == "i32");
 }
 
 TEST_CASE("bf16 encodes exact values", "[dtype][bf16]") {
@@ -189,4 +191,8 @@ TEST_CASE("roundTo", "[dtype]") {
   CHECK(roundTo(DType::F16, 1.0f + std::ldexp(1.0f, -20)) == 1.0f);
   CHECK(roundTo(DType::F16, 70000.0f) ==
         std::numeric_limits<float>::infinity());
+  CHECK(roundTo(DType::I32, 2.5f) == 2.0f);
+  CHECK(roundTo(DType::I32, 3.5f) == 4.0f);
+  CHECK(roundTo(DType::I32, -1.75f) == -2.0f);
+  CHECK(roundTo(DType::I32, 7.0f) == 7.0f);
 }

@@ -24,19 +24,21 @@ bool haveDevice() {
 
 // A stand-in for the attention kernel with the real parameter block: block
 // (0,0,0) thread 0 copies seqlen_q, seqlen_k, scale_log2, q_heads and kv_heads
-// into lse[0..4]; thread 0 of every block adds 1 to lse[5] (block count).
-// Offsets follow attn_params.h (checked by static_asserts below).
+// into lse[0..4], captures[0].extents[0] into lse[6] and
+// captures[3].extents[2] into lse[7]; thread 0 of every block adds 1 to
+// lse[5] (block count). Offsets follow attn_params.h (checked by
+// static_asserts below).
 const char *kProbePtx = R"(
 .version 7.0
 .target sm_70
 .address_size 64
 
-.visible .entry attn_fwd_kernel(.param .align 64 .b8 params[576])
+.visible .entry attn_fwd_kernel(.param .align 64 .b8 params[704])
 {
   .reg .pred %p<3>;
   .reg .b32 %r<12>;
   .reg .b64 %rd<8>;
-  .reg .f32 %f<8>;
+  .reg .f32 %f<10>;
 
   ld.param.u64 %rd1, [params+512];
   cvta.to.global.u64 %rd2, %rd1;
@@ -66,6 +68,12 @@ const char *kProbePtx = R"(
   ld.param.u32 %r9, [params+536];
   cvt.rn.f32.s32 %f7, %r9;
   st.global.f32 [%rd2+16], %f7;
+  ld.param.u64 %rd3, [params+552];
+  cvt.rn.f32.s64 %f8, %rd3;
+  st.global.f32 [%rd2+24], %f8;
+  ld.param.u64 %rd4, [params+664];
+  cvt.rn.f32.s64 %f9, %rd4;
+  st.global.f32 [%rd2+28], %f9;
 DONE:
   ret;
 }
@@ -77,7 +85,11 @@ static_assert(offsetof(attn_abi::AttnFwdParams, seqlen_k) == 528, "");
 static_assert(offsetof(attn_abi::AttnFwdParams, q_heads) == 532, "");
 static_assert(offsetof(attn_abi::AttnFwdParams, kv_heads) == 536, "");
 static_assert(offsetof(attn_abi::AttnFwdParams, scale_log2) == 540, "");
-static_assert(sizeof(attn_abi::AttnFwdParams) == 576, "");
+static_assert(offsetof(attn_abi::AttnFwdParams, captures) == 544, "probe PTX");
+static_assert(sizeof(attn_abi::CaptureArg) == 32, "");
+static_assert(offsetof(attn_abi::CaptureArg, data) == 0, "");
+static_assert(offsetof(attn_abi::CaptureArg, extents) == 8, "");
+static_assert(sizeof(attn_abi::AttnFwdParams) == 704, "probe PTX");
 
 } // namespace
 
@@ -176,7 +188,7 @@ TEST_CASE("module loading and launch", "[device]") {
 
   launchForward(kernel, config, args, nullptr);
   ATTN_CU_CHECK(cuCtxSynchronize);
-  std::vector<float> out(6);
+  std::vector<float> out(8);
   lse.copyToHost(out.data(), out.size() * sizeof(float));
   CHECK(out[0] == 300.0f);
   CHECK(out[1] == 500.0f);
@@ -184,6 +196,45 @@ TEST_CASE("module loading and launch", "[device]") {
   CHECK(out[3] == 4.0f);
   CHECK(out[4] == 2.0f);
   CHECK(out[5] == 3.0f * 4 * 2); // ceil(300/128) x heads x batch blocks.
+  CHECK(out[6] == 1.0f);         // No captures: unused entries have extents 1.
+  CHECK(out[7] == 1.0f);
+
+  // Captures reach the kernel in declaration order, extents padded with 1.
+  AttnLaunchConfig withCaptures = config;
+  withCaptures.captures = {
+      {"slopes", DType::F32, {{CaptureDim::Kind::QHeads}}},
+      {"doc_ids", DType::I32, {{CaptureDim::Kind::Batch}, {CaptureDim::Kind::SeqlenK}}},
+  };
+  DeviceBuffer slopes(4 * sizeof(float)), docIds(b * sk * sizeof(int32_t));
+  AttnForwardArgs captureArgs = args;
+  captureArgs.captures = {{slopes.data(), DType::F32, {4}},
+                          {docIds.data(), DType::I32, {b, sk}}};
+  attn_abi::AttnFwdParams captureParams = makeForwardParams(withCaptures, captureArgs);
+  CHECK(captureParams.captures[0].data == slopes.data());
+  CHECK(captureParams.captures[1].data == docIds.data());
+  CHECK(captureParams.captures[1].extents[1] == sk);
+  CHECK(captureParams.captures[1].extents[2] == 1);
+  CHECK(captureParams.captures[2].data == nullptr);
+  lse.fill(0);
+  launchForward(kernel, withCaptures, captureArgs, nullptr);
+  ATTN_CU_CHECK(cuCtxSynchronize);
+  lse.copyToHost(out.data(), out.size() * sizeof(float));
+  CHECK(out[6] == 4.0f);
+  CHECK(out[7] == 1.0f);
+
+  // A capture in host memory, or larger than its allocation, is refused
+  // before anything is launched.
+  std::vector<float> hostSlopes(4);
+  AttnForwardArgs hostCapture = captureArgs;
+  hostCapture.captures[0].data = hostSlopes.data();
+  CHECK_THROWS_WITH(launchForward(kernel, withCaptures, hostCapture, nullptr),
+                    StartsWith("capture 'slopes': ") && Contains("not device memory"));
+  AttnForwardArgs shortCapture = captureArgs;
+  shortCapture.captures[1].data = static_cast<char *>(docIds.data()) + 4;
+  CHECK_THROWS_WITH(launchForward(kernel, withCaptures, shortCapture, nullptr),
+                    StartsWith("capture 'doc_ids': ") &&
+                        Contains("spans " + std::to_string(b * sk * 4)) &&
+                        Contains("holds only " + std::to_string(b * sk * 4 - 4)));
 
   // Host memory is refused before anything is launched.
   std::vector<uint16_t> hostQ(size_t(b * sq * 4 * 128));

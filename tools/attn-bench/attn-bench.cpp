@@ -2,7 +2,14 @@
 //
 //   attn-bench spec.mlir [--batch=B --seqlen=S --seqlen-k=S] [--check]
 //       compiles one spec, runs it, prints the error against the CPU
-//       reference (with --check) and the TFLOP/s.
+//       reference (with --check) and the TFLOP/s. A spec with captured
+//       buffers gets each from --capture NAME=GENERATOR[@D0xD1...]:
+//         ramp:A,B        f32, element i (row-major) = A + B * i
+//         normal:SIGMA    f32, seeded normal values
+//         segments:LO,HI  i32, along the last extent runs of LO..HI equal ids
+//                         (document ids), restarting in each row
+//         bernoulli:P     i32, 1 with probability P (seeded)
+//       The shape follows the declaration; `?` extents come from @D0xD1.
 //   attn-bench --grid
 //       the grid of the peer comparison: head dim 64/128/256, seqlen 512 to
 //       16384, causal and not, B*S = 16384 and H*D = 2048, bf16.
@@ -21,6 +28,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <cstdio>
+#include <random>
 #include <sstream>
 
 using namespace llvm;
@@ -42,6 +50,98 @@ cl::opt<int> blocksPerSm("persistent-blocks-per-sm",
                          cl::desc("Grid policy over the plan's: 0 = one block per work tile, "
                                   "k > 0 = a persistent grid of k blocks per SM"),
                          cl::init(-1));
+
+cl::list<std::string> captureOptions(
+    "capture", cl::desc("NAME=GENERATOR[@D0xD1...]: a captured buffer (see the file header)"));
+
+/// The extents of a declared capture at this shape; `?` extents come from
+/// the option's @D0xD1 suffix.
+std::vector<int64_t> captureShape(const attn::CaptureDecl &decl, const attn::AttnLaunchConfig &launch,
+                                  const attn::harness::Shape &shape, const std::string &explicitShape) {
+  std::vector<int64_t> given;
+  std::stringstream dims(explicitShape);
+  for (std::string dim; std::getline(dims, dim, 'x');)
+    given.push_back(std::stoll(dim));
+  std::vector<int64_t> extents;
+  for (size_t i = 0; i < decl.dims.size(); ++i) {
+    const attn::CaptureDim &dim = decl.dims[i];
+    switch (dim.kind) {
+    case attn::CaptureDim::Kind::Fixed: extents.push_back(dim.size); break;
+    case attn::CaptureDim::Kind::Batch: extents.push_back(shape.batch); break;
+    case attn::CaptureDim::Kind::QHeads: extents.push_back(launch.qHeads); break;
+    case attn::CaptureDim::Kind::KvHeads: extents.push_back(launch.kvHeads); break;
+    case attn::CaptureDim::Kind::SeqlenQ: extents.push_back(shape.seqlenQ); break;
+    case attn::CaptureDim::Kind::SeqlenK: extents.push_back(shape.seqlenK); break;
+    case attn::CaptureDim::Kind::Any:
+      if (i >= given.size())
+        throw attn::Error("capture '" + decl.name + "': extent " + std::to_string(i) +
+                          " is '?': give the shape as --capture " + decl.name + "=...@D0xD1");
+      extents.push_back(given[i]);
+      break;
+    }
+  }
+  return extents;
+}
+
+/// Fills every declared capture of `launch` from the --capture options.
+void addCaptures(attn::harness::ForwardProblem &data, const attn::AttnLaunchConfig &launch,
+                 const attn::harness::Shape &shape) {
+  std::mt19937_64 random(2026);
+  for (const attn::CaptureDecl &decl : launch.captures) {
+    std::string generator, explicitShape;
+    for (const std::string &option : captureOptions)
+      if (option.rfind(decl.name + "=", 0) == 0) {
+        generator = option.substr(decl.name.size() + 1);
+        size_t at = generator.find('@');
+        if (at != std::string::npos) {
+          explicitShape = generator.substr(at + 1);
+          generator.resize(at);
+        }
+      }
+    if (generator.empty())
+      throw attn::Error("capture '" + decl.name + "': the spec reads it; pass --capture " +
+                        decl.name + "=GENERATOR (see attn-bench's header)");
+    std::vector<int64_t> extents = captureShape(decl, launch, shape, explicitShape);
+    int64_t count = 1;
+    for (int64_t extent : extents)
+      count *= extent;
+    std::string kind = generator.substr(0, generator.find(':'));
+    std::string arguments = generator.find(':') == std::string::npos ? "" : generator.substr(generator.find(':') + 1);
+    double a = 0, b = 0;
+    std::sscanf(arguments.c_str(), "%lf,%lf", &a, &b);
+    bool wantsFloat = kind == "ramp" || kind == "normal";
+    if (wantsFloat != (decl.dtype == attn::DType::F32))
+      throw attn::Error("capture '" + decl.name + "': generator '" + kind + "' does not make " +
+                        attn::dtypeName(decl.dtype) + " values");
+    if (kind == "ramp" || kind == "normal") {
+      std::normal_distribution<float> normal(0.f, float(a));
+      std::vector<float> values(count);
+      for (int64_t i = 0; i < count; ++i)
+        values[i] = kind == "ramp" ? float(a + b * double(i)) : normal(random);
+      data.addCapture(std::move(values), extents);
+    } else if (kind == "segments" || kind == "bernoulli") {
+      std::vector<int32_t> values(count);
+      int64_t row = extents.back();
+      int32_t id = 0;
+      int64_t left = 0;
+      for (int64_t i = 0; i < count; ++i) {
+        if (kind == "bernoulli") {
+          values[i] = std::uniform_real_distribution<double>(0, 1)(random) < a;
+          continue;
+        }
+        if (i % row == 0 || left == 0) {
+          left = int64_t(a) + int64_t(random() % uint64_t(std::max<int64_t>(1, int64_t(b - a + 1))));
+          id = i % row == 0 ? 0 : id + 1;
+        }
+        values[i] = id;
+        --left;
+      }
+      data.addCapture(std::move(values), extents);
+    } else {
+      throw attn::Error("capture '" + decl.name + "': unknown generator '" + kind + "'");
+    }
+  }
+}
 
 struct Loaded {
   attn::CompiledKernel compiled;
@@ -76,6 +176,7 @@ int runSpec() {
   attn::harness::Shape shape{batch, seqlen, seqlenK ? seqlenK : seqlen, false};
   attn::harness::ForwardProblem data(kernel.compiled.launch, shape, 2026);
   const attn::AttnLaunchConfig &launch = kernel.compiled.launch;
+  addCaptures(data, launch, shape);
   std::printf("kernel @%s: B=%lld Sq=%lld Sk=%lld Hq=%d Hkv=%d D=%d %s, block %dx%d, %d threads, "
               "%d bytes smem\n",
               kernel.compiled.name.c_str(), (long long)shape.batch, (long long)shape.seqlenQ,
@@ -87,8 +188,14 @@ int runSpec() {
     data.poisonOutputs();
     attn::launchForward(kernel.function, launch, data.args(), nullptr);
     ATTN_CU_CHECK(cuCtxSynchronize);
-    attn::reference::Problem problem =
-        attn::referenceProblemFromSpec(spec, shape.batch, shape.seqlenQ, shape.seqlenK);
+    std::vector<attn::HostCapture> host;
+    for (const attn::harness::HostDeviceCapture &capture : data.captures)
+      host.push_back({capture.view.dtype == attn::DType::F32
+                          ? static_cast<const void *>(capture.f32.data())
+                          : static_cast<const void *>(capture.i32.data()),
+                      capture.view.dtype, capture.view.shape});
+    attn::reference::Problem problem = attn::referenceProblemFromSpec(
+        spec, shape.batch, shape.seqlenQ, shape.seqlenK, host);
     attn::harness::Comparison result =
         attn::harness::compareWithReference(problem, data, launch.dtype);
     passed = result.passed();

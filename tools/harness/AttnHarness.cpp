@@ -97,7 +97,30 @@ AttnForwardArgs ForwardProblem::args() const {
   args.v = v.view;
   args.o = o.view;
   args.lse = static_cast<float *>(lse.data());
+  for (const HostDeviceCapture &capture : captures)
+    args.captures.push_back(capture.view);
   return args;
+}
+
+namespace {
+template <typename T>
+HostDeviceCapture uploadCapture(std::vector<T> &values, DType dtype, std::vector<int64_t> shape) {
+  HostDeviceCapture capture;
+  capture.buffer = DeviceBuffer(std::max<size_t>(values.size(), 1) * sizeof(T));
+  capture.buffer.upload(values);
+  capture.view = CaptureView{capture.buffer.data(), dtype, std::move(shape)};
+  return capture;
+}
+} // namespace
+
+void ForwardProblem::addCapture(std::vector<float> values, std::vector<int64_t> shape) {
+  captures.push_back(uploadCapture(values, DType::F32, std::move(shape)));
+  captures.back().f32 = std::move(values);
+}
+
+void ForwardProblem::addCapture(std::vector<int32_t> values, std::vector<int64_t> shape) {
+  captures.push_back(uploadCapture(values, DType::I32, std::move(shape)));
+  captures.back().i32 = std::move(values);
 }
 
 void ForwardProblem::poisonOutputs() {

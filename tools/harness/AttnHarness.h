@@ -31,6 +31,14 @@ struct HostDeviceTensor {
   std::vector<float> host; // contiguous BSHD copy of the device values
 };
 
+/// A captured buffer on the device and its host copy (f32 or i32 values).
+struct HostDeviceCapture {
+  DeviceBuffer buffer;
+  CaptureView view;
+  std::vector<float> f32;
+  std::vector<int32_t> i32;
+};
+
 /// Inputs and outputs of one forward problem, allocated for `config`.
 class ForwardProblem {
 public:
@@ -39,10 +47,15 @@ public:
   AttnForwardArgs args() const;
   /// Fills O and LSE with NaN so that an element the kernel skipped is caught.
   void poisonOutputs();
+  /// Uploads a captured buffer (row-major `shape`); args() passes the
+  /// captures in the order they were added.
+  void addCapture(std::vector<float> values, std::vector<int64_t> shape);
+  void addCapture(std::vector<int32_t> values, std::vector<int64_t> shape);
   const Shape &shape() const { return shapeValue; }
 
   HostDeviceTensor q, k, v, o;
   DeviceBuffer lse;
+  std::vector<HostDeviceCapture> captures;
 
 private:
   Shape shapeValue;

@@ -76,6 +76,78 @@ int softmaxReductionChains(const ForwardKernelConfig &config) {
   return config.headDim == 128 ? 4 : 1;
 }
 
+/// The C++ expression of a formula's coverage of a tile, over the variables
+/// of userMaskCoverage (b, h, q0, q1, k0, k1).
+void emitCoverage(const TileFormula &formula, std::ostringstream &out) {
+  if (formula.kind == TileFormula::Kind::AffineGe) {
+    out << "affineCoverage(" << formula.batch << "LL * b + " << formula.head << "LL * h + "
+        << formula.c << "LL, " << formula.q << "LL, " << formula.kv << "LL, q0, q1, k0, k1)";
+    return;
+  }
+  if (formula.terms.empty()) {
+    // all_of() is true, any_of() and none_of()... of nothing: false, true.
+    bool keeps = formula.kind != TileFormula::Kind::AnyOf;
+    out << (keeps ? "Coverage::Full" : "Coverage::Empty");
+    return;
+  }
+  const char *combine = formula.kind == TileFormula::Kind::AllOf ? "coverageAnd" : "coverageOr";
+  if (formula.kind == TileFormula::Kind::NoneOf)
+    out << "coverageNot(";
+  for (size_t i = 0; i + 1 < formula.terms.size(); ++i)
+    out << combine << "(";
+  emitCoverage(formula.terms[0], out);
+  for (size_t i = 1; i < formula.terms.size(); ++i) {
+    out << ", ";
+    emitCoverage(formula.terms[i], out);
+    out << ")";
+  }
+  if (formula.kind == TileFormula::Kind::NoneOf)
+    out << ")";
+}
+
+/// namespace attn_plan's UserMods: the kernel's hooks into the user regions.
+void emitUserMods(const UserMods &mods, std::ostringstream &out) {
+  out << "struct UserMods {\n"
+      << "  static constexpr bool kHasMaskMod = " << (mods.maskFunction.empty() ? "false" : "true")
+      << ";\n"
+      << "  static constexpr bool kHasScoreMod = "
+      << (mods.scoreFunction.empty() ? "false" : "true") << ";\n";
+
+  out << "  // Whether mask_mod keeps all, none or some pairs of the tile [q0, q1] x [k0, k1].\n"
+      << "  static __device__ __forceinline__ attn_dev::Coverage maskCoverage(long long b, long long "
+         "h, long long q0, long long q1, long long k0, long long k1) {\n"
+      << "    using namespace attn_dev;\n";
+  if (mods.maskFunction.empty())
+    out << "    return Coverage::Full;\n";
+  else if (!mods.hasMaskFormula)
+    out << "    return Coverage::Partial; // not analysable: decided per element\n";
+  else {
+    out << "    return ";
+    emitCoverage(mods.maskFormula, out);
+    out << ";\n";
+  }
+  out << "  }\n";
+
+  std::ostringstream captureArgs;
+  for (size_t i = 0; i < mods.captures.size(); ++i)
+    captureArgs << ", attn_dev::captureOf<" << (mods.captures[i].isFloat ? "float" : "int")
+                << ", " << mods.captures[i].rank << ">(p.captures[" << i << "])";
+  out << "  static __device__ __forceinline__ bool keeps(const attn_abi::AttnFwdParams &p, long long "
+         "b, long long h, long long q, long long k) {\n";
+  if (mods.maskFunction.empty())
+    out << "    return true;\n";
+  else
+    out << "    return " << mods.maskFunction << "(b, h, q, k" << captureArgs.str() << ");\n";
+  out << "  }\n";
+  out << "  static __device__ __forceinline__ float score(const attn_abi::AttnFwdParams &p, float s, "
+         "long long b, long long h, long long q, long long k) {\n";
+  if (mods.scoreFunction.empty())
+    out << "    return s;\n";
+  else
+    out << "    return " << mods.scoreFunction << "(s, b, h, q, k" << captureArgs.str() << ");\n";
+  out << "  }\n};\n";
+}
+
 } // namespace
 
 std::string expandTemplate(std::string_view rootFile, std::string &error) {
@@ -133,8 +205,12 @@ std::string emitForwardKernelSource(const ForwardKernelConfig &config) {
   out << "using attn_abi::TensorMapBlob;\n\n";
   for (const char *device : {"device/numeric.cuh", "device/mbarrier.cuh", "device/tma.cuh",
                              "device/warpgroup.cuh", "device/wgmma.cuh", "device/masks.cuh",
-                             "device/online_softmax.cuh"})
+                             "device/captures.cuh", "device/online_softmax.cuh"})
     out << expandTemplate(device, error);
+
+  if (!config.mods.source.empty())
+    out << "// ---- user regions (attn-lower-mods, MLIR's C++ emitter)\n"
+        << config.mods.source << "\n";
 
   out << "// ---- WGMMA shapes of this plan\nnamespace attn_dev {\n"
       << emitWgmmaWrapper(config.tile.blockN, config.element, /*fromRegisters=*/false)
@@ -155,6 +231,7 @@ std::string emitForwardKernelSource(const ForwardKernelConfig &config) {
         << config.mask.windowRight << "LL>;\n";
     break;
   }
+  emitUserMods(config.mods, out);
   out << "constexpr bool kMaskBottomRight = " << (config.mask.bottomRight ? "true" : "false")
       << ";\n"
       << "constexpr int kHeadDim = " << config.headDim << ";\n"

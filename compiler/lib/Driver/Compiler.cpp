@@ -29,8 +29,11 @@ void registerSpecDialects(mlir::DialectRegistry &registry) {
 
 void buildCompilePipeline(mlir::OpPassManager &pm, const CompileOptions &options) {
   mlir::attn::buildPlanPipeline(pm, options.tileOverride);
-  if (!options.planOnly)
+  if (!options.planOnly) {
+    pm.addPass(mlir::attn::createAttnClassifyBlocks());
+    pm.addPass(mlir::attn::createAttnLowerMods());
     pm.addPass(mlir::attn::createAttnEmitCuda());
+  }
 }
 
 mlir::LogicalResult runCompilePipeline(mlir::ModuleOp module, const CompileOptions &options) {
@@ -70,8 +73,43 @@ AttnLaunchConfig launchConfigFor(mlir::attn::KernelOp op) {
   // per SM, round-robin) balances them and overlaps each tile's epilogue
   // with the next tile's loads. Masked tiles differ in cost; the hardware's
   // dynamic block dispatch balances those better than a static round-robin.
-  launch.persistentBlocksPerSm =
-      mlir::isa<mlir::attn::NoMaskAttr>(op.getMask()) ? 1 : 0;
+  bool evenTiles = mlir::isa<mlir::attn::NoMaskAttr>(op.getMask()) && !op.getMaskModFnAttr() &&
+                   op.getMaskMod().empty();
+  launch.persistentBlocksPerSm = evenTiles ? 1 : 0;
+  for (mlir::attn::CaptureAttr capture : op.getCaptureList()) {
+    CaptureDecl decl;
+    decl.name = capture.getName().str();
+    decl.dtype = capture.getElementType().isF32() ? DType::F32 : DType::I32;
+    for (auto [kind, size] : llvm::zip(capture.getDimKinds(), capture.getDimSizes())) {
+      CaptureDim dim;
+      switch (kind) {
+      case mlir::attn::CaptureDimKind::fixed:
+        dim.kind = CaptureDim::Kind::Fixed;
+        dim.size = size;
+        break;
+      case mlir::attn::CaptureDimKind::any:
+        dim.kind = CaptureDim::Kind::Any;
+        break;
+      case mlir::attn::CaptureDimKind::batch:
+        dim.kind = CaptureDim::Kind::Batch;
+        break;
+      case mlir::attn::CaptureDimKind::q_heads:
+        dim.kind = CaptureDim::Kind::QHeads;
+        break;
+      case mlir::attn::CaptureDimKind::kv_heads:
+        dim.kind = CaptureDim::Kind::KvHeads;
+        break;
+      case mlir::attn::CaptureDimKind::seqlen_q:
+        dim.kind = CaptureDim::Kind::SeqlenQ;
+        break;
+      case mlir::attn::CaptureDimKind::seqlen_k:
+        dim.kind = CaptureDim::Kind::SeqlenK;
+        break;
+      }
+      decl.dims.push_back(dim);
+    }
+    launch.captures.push_back(decl);
+  }
   return launch;
 }
 
@@ -229,9 +267,120 @@ reference::Problem referenceProblemFromKernel(mlir::attn::KernelOp op, int64_t b
 }
 
 reference::Problem referenceProblemFromSpec(const std::string &specText, int64_t batch,
-                                            int64_t seqlenQ, int64_t seqlenK) {
+                                            int64_t seqlenQ, int64_t seqlenK,
+                                            const std::vector<HostCapture> &captures) {
   ParsedSpec spec(specText, "spec");
-  return referenceProblemFromKernel(detail::singleKernel(*spec.module), batch, seqlenQ, seqlenK);
+  mlir::attn::KernelOp op = detail::singleKernel(*spec.module);
+  mlir::attn::ProblemAttr problemAttr = op.getProblem();
+
+  // The captures must be what the spec declares, extents included: the
+  // launch sizes are known here, and a mismatch is a bug of the caller.
+  llvm::SmallVector<mlir::attn::CaptureAttr> declared = op.getCaptureList();
+  if (captures.size() != declared.size()) {
+    std::string names;
+    for (mlir::attn::CaptureAttr capture : declared)
+      names += (names.empty() ? "'" : ", '") + capture.getName().str() + "'";
+    throw Error("the spec declares " + std::to_string(declared.size()) + " captures" +
+                (names.empty() ? std::string() : " (" + names + ")") + ", got " +
+                std::to_string(captures.size()));
+  }
+  for (auto [capture, buffer] : llvm::zip(declared, captures)) {
+    const std::string which = "capture '" + capture.getName().str() + "': ";
+    const DType dtype = capture.getElementType().isF32() ? DType::F32 : DType::I32;
+    if (buffer.dtype != dtype)
+      throw Error(which + "expected " + dtypeName(dtype) + ", got " + dtypeName(buffer.dtype));
+    if (static_cast<int64_t>(buffer.shape.size()) != capture.getRank())
+      throw Error(which + "expected rank " + std::to_string(capture.getRank()) + ", got " +
+                  std::to_string(buffer.shape.size()));
+    for (int64_t dim = 0; dim < capture.getRank(); ++dim) {
+      using Kind = mlir::attn::CaptureDimKind;
+      const Kind kind = capture.getDimKinds()[dim];
+      std::optional<int64_t> expected;
+      switch (kind) {
+      case Kind::fixed:
+        expected = capture.getDimSizes()[dim];
+        break;
+      case Kind::any:
+        break;
+      case Kind::batch:
+        expected = batch;
+        break;
+      case Kind::q_heads:
+        expected = problemAttr.getQHeads();
+        break;
+      case Kind::kv_heads:
+        expected = problemAttr.getKvHeads();
+        break;
+      case Kind::seqlen_q:
+        expected = seqlenQ;
+        break;
+      case Kind::seqlen_k:
+        expected = seqlenK;
+        break;
+      }
+      const int64_t extent = buffer.shape[dim];
+      if (extent >= 0 && (!expected || extent == *expected))
+        continue;
+      std::string wanted = "a size >= 0";
+      if (expected)
+        wanted = kind == Kind::fixed ? std::to_string(*expected)
+                                     : mlir::attn::stringifyCaptureDimKind(kind).str() + " = " +
+                                           std::to_string(*expected);
+      throw Error(which + "extent " + std::to_string(dim) + " is " + std::to_string(extent) +
+                  ", expected " + wanted);
+    }
+  }
+
+  // What maskMod and scoreMod evaluate: the region programs (they hold no
+  // reference to the module) and private copies of the captures, shared by
+  // the problem's copies.
+  struct Mods {
+    std::unique_ptr<ModInterpreter> mask, score;
+    std::vector<std::vector<uint32_t>> storage;
+    std::vector<HostCapture> captures;
+  };
+  auto mods = std::make_shared<Mods>();
+  mods->storage.reserve(captures.size());
+  for (auto [capture, buffer] : llvm::zip(declared, captures)) {
+    int64_t elements = 1;
+    for (int64_t extent : buffer.shape)
+      elements *= extent;
+    if (elements > 0 && !buffer.data)
+      throw Error("capture '" + capture.getName().str() + "': data is null");
+    const uint32_t *data = static_cast<const uint32_t *>(buffer.data);
+    std::vector<uint32_t> &copy = mods->storage.emplace_back();
+    if (elements > 0)
+      copy.assign(data, data + elements); // f32 and i32 elements are four bytes.
+    mods->captures.push_back({copy.data(), buffer.dtype, buffer.shape});
+  }
+  try {
+    if (!op.getMaskMod().empty())
+      mods->mask = std::make_unique<ModInterpreter>(op.getMaskMod());
+    if (!op.getScoreMod().empty())
+      mods->score = std::make_unique<ModInterpreter>(op.getScoreMod());
+  } catch (const std::invalid_argument &error) {
+    throw Error(std::string("the reference evaluator cannot run a user region: ") +
+                error.what());
+  }
+
+  // referenceProblemFromKernel reads the built-in parts and refuses regions;
+  // theirs live in the programs now, so this private module gives them up.
+  for (mlir::Region *region : {&op.getMaskMod(), &op.getScoreMod()}) {
+    region->dropAllReferences();
+    region->getBlocks().clear();
+  }
+  reference::Problem result = referenceProblemFromKernel(op, batch, seqlenQ, seqlenK);
+  if (mods->mask)
+    result.maskMod = [mods](int64_t b, int64_t h, int64_t q, int64_t k) {
+      return mods->mask->evaluateMask(b, h, q, k, mods->captures);
+    };
+  if (mods->score)
+    result.scoreMod = [mods](double score, int64_t b, int64_t h, int64_t q, int64_t k) {
+      // The GPU computes the region in f32 on the f32 score.
+      return static_cast<double>(
+          mods->score->evaluateScore(static_cast<float>(score), b, h, q, k, mods->captures));
+    };
+  return result;
 }
 
 } // namespace attn

@@ -9,7 +9,12 @@
 #include "attn/IR/AttnOps.h"
 #include "attn/Transforms/Passes.h"
 
+#include "mlir/Dialect/EmitC/IR/EmitC.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Target/Cpp/CppEmitter.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/raw_ostream.h"
 
 namespace mlir::attn {
 #define GEN_PASS_DEF_ATTNEMITCUDA
@@ -29,23 +34,147 @@ namespace {
   }
   return policy;
 }
+
+::attn::codegen::TileFormula tileFormulaFor(Attribute attr) {
+  ::attn::codegen::TileFormula formula;
+  if (auto atom = dyn_cast<AffineGeAttr>(attr)) {
+    formula.kind = ::attn::codegen::TileFormula::Kind::AffineGe;
+    formula.batch = atom.getBatch();
+    formula.head = atom.getHead();
+    formula.q = atom.getQ();
+    formula.kv = atom.getKv();
+    formula.c = atom.getC();
+    return formula;
+  }
+  auto tree = cast<TileFormulaAttr>(attr);
+  switch (tree.getKind()) {
+  case TileFormulaKind::all_of:
+    formula.kind = ::attn::codegen::TileFormula::Kind::AllOf;
+    break;
+  case TileFormulaKind::any_of:
+    formula.kind = ::attn::codegen::TileFormula::Kind::AnyOf;
+    break;
+  case TileFormulaKind::none_of:
+    formula.kind = ::attn::codegen::TileFormula::Kind::NoneOf;
+    break;
+  }
+  for (Attribute term : tree.getTerms())
+    formula.terms.push_back(tileFormulaFor(term));
+  return formula;
+}
+
+/// The functions attn-lower-mods calls, and nothing else, may be called from
+/// a mod function.
+bool isAllowedCallee(StringRef callee) {
+  static const llvm::StringSet<> allowed = {
+      "fabsf", "expf", "exp2f", "expm1f", "logf", "log2f", "log1pf", "sqrtf", "rsqrtf",
+      "sinf", "cosf", "erff", "floorf", "ceilf", "roundf", "powf", "copysignf", "fmaf",
+      "fmaxf", "fminf", "attn_dev::fastTanh", "attn_dev::maximumf", "attn_dev::minimumf",
+      "attn_dev::loadCapture"};
+  return allowed.contains(callee);
+}
+
+/// Checks that a mod function holds only what attn-lower-mods produces:
+/// arithmetic EmitC ops on scalar types, the allowed callees, and capture
+/// types. Spec text therefore never reaches the emitted source verbatim.
+LogicalResult checkModFunction(emitc::FuncOp func, ArrayRef<std::string> captureTypes) {
+  auto isAllowedType = [&](Type type) {
+    if (isa<IntegerType, Float32Type, emitc::SizeTType, emitc::PtrDiffTType,
+            emitc::SignedSizeTType>(type))
+      return true;
+    if (auto opaque = dyn_cast<emitc::OpaqueType>(type))
+      return llvm::is_contained(captureTypes, opaque.getValue().str());
+    return false;
+  };
+  static const llvm::StringSet<> allowedOps = {
+      "emitc.return", "emitc.constant", "emitc.add", "emitc.sub", "emitc.mul", "emitc.div",
+      "emitc.rem", "emitc.cmp", "emitc.cast", "emitc.bitwise_and", "emitc.bitwise_or",
+      "emitc.bitwise_xor", "emitc.bitwise_not", "emitc.bitwise_left_shift",
+      "emitc.bitwise_right_shift", "emitc.logical_and", "emitc.logical_or", "emitc.logical_not",
+      "emitc.conditional", "emitc.unary_minus", "emitc.unary_plus", "emitc.call_opaque"};
+  if (!func.getBody().hasOneBlock())
+    return func.emitOpError("mod function must have a single block");
+  for (Type type : func.getArgumentTypes())
+    if (!isAllowedType(type))
+      return func.emitOpError("mod function argument type ") << type << " is not allowed";
+  for (Type type : func.getResultTypes())
+    if (!isAllowedType(type))
+      return func.emitOpError("mod function result type ") << type << " is not allowed";
+  for (Operation &op : func.getBody().front()) {
+    if (!allowedOps.contains(op.getName().getStringRef()))
+      return op.emitOpError("is not allowed in a mod function (run attn-lower-mods on the "
+                            "kernel's regions instead of writing EmitC)");
+    for (Type type : op.getResultTypes())
+      if (!isAllowedType(type))
+        return op.emitOpError("result type ") << type << " is not allowed in a mod function";
+    if (auto call = dyn_cast<emitc::CallOpaqueOp>(op))
+      if (!isAllowedCallee(call.getCallee()) || call.getArgs() || call.getTemplateArgs())
+        return op.emitOpError("calls '") << call.getCallee()
+                                         << "', which a mod function may not call";
+    if (auto constant = dyn_cast<emitc::ConstantOp>(op))
+      if (!isa<IntegerAttr, FloatAttr>(constant.getValue()))
+        return op.emitOpError("constant ") << constant.getValue()
+                                           << " is not allowed in a mod function";
+  }
+  return success();
+}
+
+/// Fills `mods` from the kernel's lowered user regions.
+LogicalResult collectUserMods(KernelOp op, ::attn::codegen::UserMods &mods) {
+  if (!op.getMaskMod().empty() || !op.getScoreMod().empty())
+    return op.emitOpError("has user regions that are not lowered: run attn-lower-mods first");
+  SmallVector<std::string> captureTypes;
+  for (CaptureAttr capture : op.getCaptureList()) {
+    ::attn::codegen::CaptureShape shape;
+    shape.isFloat = capture.getElementType().isF32();
+    shape.rank = static_cast<int>(capture.getRank());
+    mods.captures.push_back(shape);
+    captureTypes.push_back("attn_dev::Capture<" + std::string(shape.isFloat ? "float" : "int") +
+                           ", " + std::to_string(shape.rank) + ">");
+  }
+  llvm::raw_string_ostream source(mods.source);
+  for (auto [ref, function] : {std::make_pair(op.getMaskModFnAttr(), &mods.maskFunction),
+                               std::make_pair(op.getScoreModFnAttr(), &mods.scoreFunction)}) {
+    if (!ref)
+      continue;
+    auto func = SymbolTable::lookupNearestSymbolFrom<emitc::FuncOp>(op, ref);
+    if (!func)
+      return op.emitOpError("refers to ") << ref << ", which is not an emitc.func";
+    StringRef name = func.getSymName();
+    bool generatedName = (name.starts_with("attn_mask_mod_") || name.starts_with("attn_score_mod_")) &&
+                         llvm::all_of(name, [](char c) { return llvm::isAlnum(c) || c == '_'; });
+    if (!generatedName)
+      return func.emitOpError("name '") << name << "' is not one attn-lower-mods generates";
+    if (failed(checkModFunction(func, captureTypes)))
+      return failure();
+    if (failed(emitc::translateToCpp(func, source)))
+      return failure();
+    *function = name.str();
+  }
+  if (TileFormulaAttr formula = op.getMaskTileFormulaAttr()) {
+    if (!mods.maskFunction.empty()) {
+      mods.hasMaskFormula = true;
+      mods.maskFormula = tileFormulaFor(formula);
+    }
+  }
+  return success();
+}
 } // namespace
 
 FailureOr<::attn::codegen::ForwardKernelConfig> buildForwardKernelConfig(KernelOp op) {
-  if (!op.getMaskMod().empty() || !op.getScoreMod().empty())
-    return op.emitOpError("user mask_mod/score_mod regions cannot be lowered yet; "
-                          "express the mask with a mask attribute");
   if (!isa<SoftmaxAttr>(op.getNormalizer()))
     return op.emitOpError("only the softmax normalizer has a kernel template");
   Attribute mask = op.getMask();
   if (!isa<NoMaskAttr, CausalAttr, SlidingWindowAttr>(mask))
     return op.emitOpError("mask ") << mask << " has no kernel template";
+  ::attn::codegen::ForwardKernelConfig config;
+  if (failed(collectUserMods(op, config.mods)))
+    return failure();
   auto tile = op.getTileAttr();
   auto smem = op.getSmemAttr();
   if (!tile || !smem)
     return op.emitOpError("needs `tile` and `smem` plans: run attn-tile and attn-plan-smem first");
 
-  ::attn::codegen::ForwardKernelConfig config;
   config.kernelName = op.getSymName().str();
   ProblemAttr problem = op.getProblem();
   config.element = problem.getElementType().isBF16() ? ::attn::codegen::ElementKind::BF16

@@ -13,7 +13,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <exception>
 #include <limits>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -118,17 +120,22 @@ void computeRow(const Problem &p, const HostTensor &q, const HostTensor &k,
   float &outLse = lse[(b * p.qHeads + h) * p.seqlenQ + row];
   const float *qRow = rowPointer(q, b, row, h);
 
-  // Pass 1: scaled scores of allowed keys and their maximum.
+  // Pass 1: scaled (and modified) scores of allowed keys and their maximum.
   constexpr double kMasked = -std::numeric_limits<double>::infinity();
   double maxScore = kMasked;
   bool anyAllowed = false;
   for (int64_t key = 0; key < p.seqlenK; ++key) {
-    if (!maskAllows(p.mask, row, key, p.seqlenQ, p.seqlenK)) {
-      scratch.scores[key] = kMasked;
+    scratch.scores[key] = kMasked;
+    if (!maskAllows(p.mask, row, key, p.seqlenQ, p.seqlenK) ||
+        (p.maskMod && !p.maskMod(b, h, row, key)))
       continue;
-    }
     double s = p.scale * dot(qRow, q.strides[3], rowPointer(k, b, key, kvHead),
                              k.strides[3], d);
+    if (p.scoreMod) {
+      s = p.scoreMod(s, b, h, row, key);
+      if (s == kMasked)
+        continue;
+    }
     scratch.scores[key] = s;
     maxScore = anyAllowed ? std::max(maxScore, s) : s;
     anyAllowed = true;
@@ -173,18 +180,29 @@ void forward(const Problem &problem, const HostTensor &q, const HostTensor &k,
   const int64_t numItems = problem.batch * problem.qHeads * blocksPerHead;
 
   std::atomic<int64_t> nextItem{0};
+  // The first exception of a maskMod or scoreMod, rethrown once every
+  // thread has stopped (escaping a helper thread would terminate).
+  std::mutex failureMutex;
+  std::exception_ptr failure;
   auto worker = [&]() {
-    Scratch scratch;
-    scratch.scores.resize(static_cast<size_t>(problem.seqlenK));
-    scratch.accum.resize(static_cast<size_t>(problem.headDim));
-    for (int64_t item = nextItem++; item < numItems; item = nextItem++) {
-      int64_t block = item % blocksPerHead;
-      int64_t head = (item / blocksPerHead) % problem.qHeads;
-      int64_t batch = item / (blocksPerHead * problem.qHeads);
-      int64_t rowEnd =
-          std::min(problem.seqlenQ, (block + 1) * kRowsPerItem);
-      for (int64_t row = block * kRowsPerItem; row < rowEnd; ++row)
-        computeRow(problem, q, k, v, batch, head, row, scratch, o, lse);
+    try {
+      Scratch scratch;
+      scratch.scores.resize(static_cast<size_t>(problem.seqlenK));
+      scratch.accum.resize(static_cast<size_t>(problem.headDim));
+      for (int64_t item = nextItem++; item < numItems; item = nextItem++) {
+        int64_t block = item % blocksPerHead;
+        int64_t head = (item / blocksPerHead) % problem.qHeads;
+        int64_t batch = item / (blocksPerHead * problem.qHeads);
+        int64_t rowEnd =
+            std::min(problem.seqlenQ, (block + 1) * kRowsPerItem);
+        for (int64_t row = block * kRowsPerItem; row < rowEnd; ++row)
+          computeRow(problem, q, k, v, batch, head, row, scratch, o, lse);
+      }
+    } catch (...) {
+      nextItem = numItems;
+      std::lock_guard<std::mutex> lock(failureMutex);
+      if (!failure)
+        failure = std::current_exception();
     }
   };
 
@@ -210,6 +228,8 @@ void forward(const Problem &problem, const HostTensor &q, const HostTensor &k,
   worker();
   for (std::thread &t : helpers)
     t.join();
+  if (failure)
+    std::rethrow_exception(failure);
 }
 
 } // namespace attn::reference

@@ -8,7 +8,7 @@ attn.kernel @unplanned
 
 // -----
 
-// expected-error @below {{user mask_mod/score_mod regions cannot be lowered yet}}
+// expected-error @below {{has user regions that are not lowered: run attn-lower-mods first}}
 attn.kernel @user_mask
     problem = #attn.problem<q_heads = 4, kv_heads = 4, head_dim = 64, element_type = bf16>
     mask = #attn.no_mask

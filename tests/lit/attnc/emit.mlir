@@ -27,7 +27,7 @@
 // PTX-DAG: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16
 
 // What Kernel::fromFiles reads beside the cubin.
-// METADATA: attn-launch-metadata 2
+// METADATA: attn-launch-metadata 3
 // METADATA-DAG: kernel attn_fwd_kernel
 // METADATA-DAG: head_dim 128
 // METADATA-DAG: q_heads 16
@@ -37,6 +37,8 @@
 // METADATA-DAG: shared_memory_bytes {{[0-9]+}}
 // A causal kernel leaves its blocks to the hardware's dispatch.
 // METADATA-DAG: persistent_blocks_per_sm 0
+// A spec without captured buffers.
+// METADATA-DAG: captures 0
 
 // OVERRIDE: tile = #attn.tile<block_m = 128, block_n = 64, stages = 3
 

@@ -34,12 +34,41 @@ struct SharedMemoryOffsets {
   int64_t q = 0, k = 0, v = 0, oStaging = 0, barriers = 0, total = 0;
 };
 
+// A mask as and/or/nor of affine inequalities (#attn.tile_formula), for the
+// per-tile coverage test.
+struct TileFormula {
+  enum class Kind { AllOf, AnyOf, NoneOf, AffineGe };
+  Kind kind = Kind::AllOf;
+  // AffineGe: batch * b + head * h + q * q_idx + kv * kv_idx + c >= 0.
+  int64_t batch = 0, head = 0, q = 0, kv = 0, c = 0;
+  std::vector<TileFormula> terms;
+};
+
+// A captured buffer as the device code sees it.
+struct CaptureShape {
+  bool isFloat = true; // f32, else i32
+  int rank = 1;
+};
+
+// User regions lowered to device functions (attn-lower-mods), printed by
+// MLIR's C++ emitter: `source` defines `maskFunction(b, h, q, kv, captures...)`
+// and/or `scoreFunction(score, b, h, q, kv, captures...)`.
+struct UserMods {
+  std::string source;
+  std::string maskFunction;  // empty: no mask_mod
+  std::string scoreFunction; // empty: no score_mod
+  std::vector<CaptureShape> captures;
+  bool hasMaskFormula = false;
+  TileFormula maskFormula;
+};
+
 struct ForwardKernelConfig {
   std::string kernelName; // the spec's symbol, for the header comment only
   ElementKind element = ElementKind::BF16;
   int headDim = 128;
   TileConfig tile;
   MaskPolicy mask;
+  UserMods mods;
   SharedMemoryOffsets smem;
 };
 

@@ -8,6 +8,7 @@
 #ifndef ATTN_COMPILER_COMPILER_H
 #define ATTN_COMPILER_COMPILER_H
 
+#include "attn/Compiler/ModInterpreter.h"
 #include "attn/IR/AttnOps.h"
 #include "attn/Reference/ReferenceAttention.h"
 #include "attn/runtime/AttentionLaunch.h"
@@ -67,9 +68,15 @@ CompiledKernel compileSpec(const std::string &specText, const std::string &buffe
                            const CompileOptions &options = {});
 
 /// The CPU reference problem of a spec, read from its IR: heads, head dim,
-/// scale and mask, with the runtime sizes given here. Throws attn::Error.
+/// scale and mask, with the runtime sizes given here. The spec's `mask_mod`
+/// and `score_mod` regions become the problem's maskMod and scoreMod,
+/// evaluated by a ModInterpreter over copies of `captures` (one per declared
+/// capture, in declaration order; the problem keeps what they need alive).
+/// Throws attn::Error, naming the capture when one does not match its
+/// declaration (count, dtype, rank, extents).
 reference::Problem referenceProblemFromSpec(const std::string &specText, int64_t batch,
-                                            int64_t seqlenQ, int64_t seqlenK);
+                                            int64_t seqlenQ, int64_t seqlenK,
+                                            const std::vector<HostCapture> &captures = {});
 reference::Problem referenceProblemFromKernel(mlir::attn::KernelOp op, int64_t batch,
                                               int64_t seqlenQ, int64_t seqlenK);
 

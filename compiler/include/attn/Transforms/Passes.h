@@ -5,6 +5,8 @@
 
 #include "attn/Compiler/TileConstraints.h"
 #include "attn/IR/AttnOps.h"
+#include "mlir/Dialect/EmitC/IR/EmitC.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Pass/Pass.h"
 #include "mlir/Pass/PassManager.h"
 

@@ -76,10 +76,58 @@ def AttnEmitCuda : Pass<"attn-emit-cuda"> {
     for the plan's shapes. The unit is attached to the op as the string
     attribute `attn.cuda_source`; NVRTC compiles it to PTX.
 
-    Kernels with user `mask_mod`/`score_mod` regions or a normalizer other
-    than softmax are rejected with a diagnostic until their lowering lands.
+    User regions must have been lowered (`attn-lower-mods`): the EmitC
+    functions named by `mask_mod_fn` / `score_mod_fn` are checked (only the
+    operations, callees and types that pass creates are accepted, so nothing
+    from a spec reaches the source as text) and translated with MLIR's C++
+    emitter into the unit, ahead of the template. `mask_tile_formula`
+    becomes the kernel's per-tile coverage test. A normalizer other than
+    softmax is rejected with a diagnostic.
   }];
   let dependentDialects = ["::mlir::attn::AttnDialect"];
+}
+
+def AttnClassifyBlocks : Pass<"attn-classify-blocks"> {
+  let summary = "Prove which (query tile, key tile) pairs a mask_mod keeps";
+  let description = [{
+    For each `attn.kernel` with a `mask_mod` region, tries to express the
+    yielded predicate as and/or/not combinations of affine inequalities over
+    `batch`, `head`, `q_idx` and `kv_idx` (integer constants, `addi`, `subi`,
+    `muli` by a constant, `index_cast`, `extsi`, `cmpi`, `andi`, `ori`,
+    `xori` with true, boolean constants). On success it records the result
+    as `mask_tile_formula = #attn.tile_formula<...>`. An affine function
+    takes its extremes over a tile at the tile's corners, so the kernel
+    classifies any tile of any sequence length exactly per inequality:
+    tiles no pair of which is kept are never loaded, tiles whose every
+    pair is kept skip the per-element mask. (Combinations are decided
+    conservatively: a tile may be reported partial although it is empty.)
+
+    Unsigned comparisons are accepted when both sides are non-negative for
+    every non-negative index. A mask the pass cannot express (it reads a
+    captured buffer, divides, ...) gets no formula: every tile in the
+    built-in mask's range is visited and masked per element.
+  }];
+  let dependentDialects = ["::mlir::attn::AttnDialect"];
+}
+
+def AttnLowerMods : Pass<"attn-lower-mods", "::mlir::ModuleOp"> {
+  let summary = "Lower mask_mod and score_mod regions to EmitC functions";
+  let description = [{
+    Moves each user region of an `attn.kernel` into an `emitc.func` in the
+    module, named `attn_mask_mod_N` or `attn_score_mod_N` (N counts kernels;
+    names from the spec never reach C++), with `__device__` and
+    `__forceinline__` specifiers, and records its symbol in the kernel's
+    `mask_mod_fn` / `score_mod_fn`. The conversion uses MLIR's arith, func
+    and size_t type conversions to EmitC; `index` becomes `size_t`. math
+    operations on f32 become calls to CUDA's single-precision functions
+    (`math.tanh` uses the hardware's `tanh.approx.f32`, relative error about
+    2^-11, below the bf16/f16 output precision); `memref.load` of a capture
+    becomes `attn_dev::loadCapture`, which reads 0 outside the extents.
+    Operations without a conversion are reported at their location.
+  }];
+  let dependentDialects = ["::mlir::attn::AttnDialect",
+                           "::mlir::emitc::EmitCDialect",
+                           "::mlir::func::FuncDialect"];
 }
 
 #endif // ATTN_TRANSFORMS_PASSES_TD

@@ -5,6 +5,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -315,4 +316,135 @@ SmemBufferAttr SmemPlanAttr::lookupBuffer(StringRef name) const {
 
 SmallVector<SmemBufferAttr> SmemPlanAttr::getBufferList() const {
   return llvm::to_vector(getBuffers().getAsRange<SmemBufferAttr>());
+}
+
+//===----------------------------------------------------------------------===//
+// CaptureAttr
+//===----------------------------------------------------------------------===//
+
+static bool isIdentifier(StringRef name) {
+  if (name.empty() || !(llvm::isAlpha(name[0]) || name[0] == '_'))
+    return false;
+  return llvm::all_of(name, [](char c) { return llvm::isAlnum(c) || c == '_'; });
+}
+
+static StringRef captureDimKeyword(CaptureDimKind kind) {
+  switch (kind) {
+  case CaptureDimKind::fixed:
+    return "";
+  case CaptureDimKind::any:
+    return "?";
+  case CaptureDimKind::batch:
+    return "batch";
+  case CaptureDimKind::q_heads:
+    return "q_heads";
+  case CaptureDimKind::kv_heads:
+    return "kv_heads";
+  case CaptureDimKind::seqlen_q:
+    return "seqlen_q";
+  case CaptureDimKind::seqlen_k:
+    return "seqlen_k";
+  }
+  llvm_unreachable("unknown capture dim kind");
+}
+
+// #attn.capture<"name", type, [extent, ...]>
+Attribute CaptureAttr::parse(AsmParser &parser, Type) {
+  std::string name;
+  Type elementType;
+  SmallVector<CaptureDimKind> kinds;
+  SmallVector<int64_t> sizes;
+  if (parser.parseLess() || parser.parseString(&name) || parser.parseComma() ||
+      parser.parseType(elementType) || parser.parseComma())
+    return {};
+  auto parseExtent = [&]() -> ParseResult {
+    SMLoc loc = parser.getCurrentLocation();
+    if (succeeded(parser.parseOptionalQuestion())) {
+      kinds.push_back(CaptureDimKind::any);
+      sizes.push_back(0);
+      return success();
+    }
+    int64_t size;
+    OptionalParseResult integer = parser.parseOptionalInteger(size);
+    if (integer.has_value()) {
+      if (failed(*integer))
+        return failure();
+      kinds.push_back(CaptureDimKind::fixed);
+      sizes.push_back(size);
+      return success();
+    }
+    StringRef keyword;
+    if (parser.parseOptionalKeyword(&keyword))
+      return parser.emitError(loc, "expected an extent: an integer, '?', batch, "
+                                   "q_heads, kv_heads, seqlen_q or seqlen_k");
+    std::optional<CaptureDimKind> kind = symbolizeCaptureDimKind(keyword);
+    if (!kind || *kind == CaptureDimKind::fixed)
+      return parser.emitError(loc) << "unknown extent '" << keyword
+                                   << "'; expected an integer, '?', batch, q_heads, "
+                                      "kv_heads, seqlen_q or seqlen_k";
+    kinds.push_back(*kind);
+    sizes.push_back(0);
+    return success();
+  };
+  if (parser.parseCommaSeparatedList(AsmParser::Delimiter::Square, parseExtent) ||
+      parser.parseGreater())
+    return {};
+  return getChecked([&] { return parser.emitError(parser.getNameLoc()); },
+                    parser.getContext(), name, elementType, kinds, sizes);
+}
+
+void CaptureAttr::print(AsmPrinter &printer) const {
+  printer << "<\"";
+  printer << getName() << "\", " << getElementType() << ", [";
+  llvm::interleaveComma(llvm::zip(getDimKinds(), getDimSizes()), printer, [&](auto dim) {
+    auto [kind, size] = dim;
+    if (kind == CaptureDimKind::fixed)
+      printer << size;
+    else
+      printer << captureDimKeyword(kind);
+  });
+  printer << "]>";
+}
+
+LogicalResult CaptureAttr::verify(function_ref<InFlightDiagnostic()> emitError, StringRef name,
+                                  Type elementType, ArrayRef<CaptureDimKind> kinds,
+                                  ArrayRef<int64_t> sizes) {
+  if (!isIdentifier(name))
+    return emitError() << "capture name '" << name
+                       << "' must be an identifier ([A-Za-z_][A-Za-z0-9_]*)";
+  if (!elementType || !(elementType.isF32() || elementType.isSignlessInteger(32)))
+    return emitError() << "capture '" << name << "': unsupported element type " << elementType
+                       << "; supported: f32, i32";
+  if (kinds.size() != sizes.size())
+    return emitError() << "capture '" << name << "': extent kinds and sizes differ in length";
+  if (kinds.empty() || static_cast<int64_t>(kinds.size()) > kMaxRank)
+    return emitError() << "capture '" << name << "': rank must be 1 to " << kMaxRank << ", got "
+                       << kinds.size();
+  for (auto [index, dim] : llvm::enumerate(llvm::zip(kinds, sizes))) {
+    auto [kind, size] = dim;
+    if (kind == CaptureDimKind::fixed && size <= 0)
+      return emitError() << "capture '" << name << "': extent #" << index
+                         << " must be positive, got " << size;
+  }
+  return success();
+}
+
+MemRefType CaptureAttr::getRegionArgType() const {
+  SmallVector<int64_t> shape(getRank(), ShapedType::kDynamic);
+  return MemRefType::get(shape, getElementType());
+}
+
+//===----------------------------------------------------------------------===//
+// TileFormulaAttr
+//===----------------------------------------------------------------------===//
+
+LogicalResult TileFormulaAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                      TileFormulaKind kind, ArrayAttr terms) {
+  if (!terms)
+    return emitError() << "tile formula needs a list of terms";
+  for (Attribute term : terms)
+    if (!isa<AffineGeAttr, TileFormulaAttr>(term))
+      return emitError() << "tile formula terms must be #attn.affine_ge or #attn.tile_formula, got "
+                         << term;
+  return success();
 }

@@ -20,13 +20,24 @@ void KernelOp::build(OpBuilder &builder, OperationState &state, StringRef name,
                      ProblemAttr problem, MaskAttrInterface mask,
                      NormalizerAttrInterface normalizer) {
   build(builder, state, builder.getStringAttr(name), problem, mask, normalizer,
-        /*tile=*/TilePlanAttr(), /*smem=*/SmemPlanAttr());
+        /*captures=*/ArrayAttr(), /*tile=*/TilePlanAttr(), /*smem=*/SmemPlanAttr(),
+        /*mask_tile_formula=*/TileFormulaAttr(), /*mask_mod_fn=*/FlatSymbolRefAttr(),
+        /*score_mod_fn=*/FlatSymbolRefAttr());
+}
+
+SmallVector<CaptureAttr> KernelOp::getCaptureList() {
+  SmallVector<CaptureAttr> captures;
+  if (ArrayAttr list = getCapturesAttr())
+    for (Attribute capture : list)
+      captures.push_back(cast<CaptureAttr>(capture));
+  return captures;
 }
 
 // attn.kernel @name
 //     problem = #attn.problem<...>
 //     mask = <MaskAttrInterface>
 //     normalizer = <NormalizerAttrInterface>
+//     (captures = [#attn.capture<...>, ...])?
 //     (attributes {...})?
 //     (mask_mod region)?
 //     (score_mod region)?
@@ -65,6 +76,16 @@ ParseResult KernelOp::parse(OpAsmParser &parser, OperationState &result) {
           "a normalizer attribute (NormalizerAttrInterface)",
           [](Attribute a) { return isa<NormalizerAttrInterface>(a); }))
     return failure();
+  if (succeeded(parser.parseOptionalKeyword("captures"))) {
+    SMLoc loc = parser.getCurrentLocation();
+    ArrayAttr captures;
+    if (parser.parseEqual() || parser.parseAttribute(captures))
+      return failure();
+    if (!llvm::all_of(captures, [](Attribute a) { return isa<CaptureAttr>(a); }))
+      return parser.emitError(loc) << "expected a list of #attn.capture for 'captures', got "
+                                   << captures;
+    result.addAttribute(getCapturesAttrName(result.name), captures);
+  }
   // Plans arrive through the attribute dictionary; check the inherent ones
   // here, since a mistyped one would otherwise be dropped from properties.
   SMLoc attrDictLoc = parser.getCurrentLocation();
@@ -101,9 +122,15 @@ void KernelOp::print(OpAsmPrinter &p) {
   p.printNewline();
   p << "normalizer = ";
   p.printAttribute(getNormalizer());
+  if (ArrayAttr captures = getCapturesAttr()) {
+    p.printNewline();
+    p << "captures = ";
+    p.printAttribute(captures);
+  }
 
   StringRef elided[] = {getSymNameAttrName(), getProblemAttrName(),
-                        getMaskAttrName(), getNormalizerAttrName()};
+                        getMaskAttrName(), getNormalizerAttrName(),
+                        getCapturesAttrName()};
   DictionaryAttr attrs = (*this)->getAttrDictionary();
   bool hasOtherAttrs = llvm::any_of(attrs, [&](NamedAttribute attr) {
     return !llvm::is_contained(elided, attr.getName().getValue());
@@ -130,6 +157,30 @@ void KernelOp::print(OpAsmPrinter &p) {
   p.decreaseIndent();
 }
 
+/// Whether `op` may appear in a user region: arith and math operations, and
+/// memref.load of a captured buffer (a region argument).
+static LogicalResult verifyUserRegionOp(Operation *op, Block &block,
+                                        StringRef regionName) {
+  if (isa<YieldOp>(op))
+    return success();
+  if (op->getNumRegions() != 0)
+    return op->emitOpError() << "cannot appear in '" << regionName
+                             << "': user regions are straight-line code";
+  StringRef dialect = op->getName().getDialectNamespace();
+  if (dialect == "arith" || dialect == "math")
+    return success();
+  if (op->getName().getStringRef() == "memref.load") {
+    auto arg = dyn_cast<BlockArgument>(op->getOperand(0));
+    if (!arg || arg.getOwner() != &block)
+      return op->emitOpError() << "in '" << regionName
+                               << "' must read a captured buffer (a region argument)";
+    return success();
+  }
+  return op->emitOpError() << "cannot appear in '" << regionName
+                           << "'; user regions use arith and math operations and "
+                              "memref.load of captured buffers";
+}
+
 /// Checks a user region's block signature and its `attn.yield`. Argument
 /// errors are reported at the argument, yield errors at the yield.
 static LogicalResult verifyUserRegion(KernelOp op, Region &region,
@@ -154,6 +205,9 @@ static LogicalResult verifyUserRegion(KernelOp op, Region &region,
              << argNames[index] << ") must have type " << argTypes[index]
              << ", got " << arg.getType();
   }
+  for (Operation &inner : block)
+    if (failed(verifyUserRegionOp(&inner, block, regionName)))
+      return failure();
   Operation *terminator = block.empty() ? nullptr : &block.back();
   auto yield = dyn_cast_or_null<YieldOp>(terminator);
   if (!yield)
@@ -176,11 +230,38 @@ LogicalResult KernelOp::verifyRegions() {
   Type index = IndexType::get(ctx);
   Type f32 = Float32Type::get(ctx);
   Type i1 = IntegerType::get(ctx, 1);
-  if (failed(verifyUserRegion(*this, getMaskMod(), "mask_mod",
-                              {"batch", "head", "q_idx", "kv_idx"},
-                              {index, index, index, index}, i1)))
+
+  SmallVector<CaptureAttr> captures = getCaptureList();
+  if (static_cast<int64_t>(captures.size()) > CaptureAttr::kMaxCaptures)
+    return emitOpError() << "declares " << captures.size()
+                         << " captured buffers; at most " << CaptureAttr::kMaxCaptures
+                         << " are supported";
+  for (auto [index, capture] : llvm::enumerate(captures))
+    for (CaptureAttr earlier : ArrayRef(captures).take_front(index))
+      if (earlier.getName() == capture.getName())
+        return emitOpError() << "captures the name '" << capture.getName() << "' twice";
+
+  // Region names and types: the fixed arguments, then one memref per capture.
+  SmallVector<std::string> captureArgNames;
+  for (CaptureAttr capture : captures)
+    captureArgNames.push_back(("capture '" + capture.getName() + "'").str());
+  auto withCaptures = [&](ArrayRef<StringRef> names, ArrayRef<Type> types,
+                          SmallVectorImpl<StringRef> &allNames,
+                          SmallVectorImpl<Type> &allTypes) {
+    allNames.assign(names.begin(), names.end());
+    allTypes.assign(types.begin(), types.end());
+    for (auto [name, capture] : llvm::zip(captureArgNames, captures)) {
+      allNames.push_back(name);
+      allTypes.push_back(capture.getRegionArgType());
+    }
+  };
+  SmallVector<StringRef> names;
+  SmallVector<Type> types;
+  withCaptures({"batch", "head", "q_idx", "kv_idx"}, {index, index, index, index},
+               names, types);
+  if (failed(verifyUserRegion(*this, getMaskMod(), "mask_mod", names, types, i1)))
     return failure();
-  return verifyUserRegion(*this, getScoreMod(), "score_mod",
-                          {"score", "batch", "head", "q_idx", "kv_idx"},
-                          {f32, index, index, index, index}, f32);
+  withCaptures({"score", "batch", "head", "q_idx", "kv_idx"},
+               {f32, index, index, index, index}, names, types);
+  return verifyUserRegion(*this, getScoreMod(), "score_mod", names, types, f32);
 }

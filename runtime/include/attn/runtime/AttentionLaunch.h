@@ -14,8 +14,36 @@
 #include "attn_params.h"
 
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace attn {
+
+/// One extent of a captured buffer as the spec declares it.
+struct CaptureDim {
+  /// Fixed: exactly `size`. Any: whatever the caller passes. The others: the
+  /// launch's batch, the kernel's query or kv heads, or q's or k's seqlen.
+  enum class Kind { Fixed, Any, Batch, QHeads, KvHeads, SeqlenQ, SeqlenK };
+  Kind kind = Kind::Any;
+  int64_t size = 0; // Fixed only
+};
+
+/// A buffer that the spec's mask or score regions read (per-head slopes, a
+/// bias table, per-token document ids), passed at every launch.
+struct CaptureDecl {
+  std::string name;             // identifier from the spec, used in error messages
+  DType dtype = DType::F32;     // F32 or I32
+  std::vector<CaptureDim> dims; // rank 1..kMaxCaptureRank
+};
+
+/// How a declared extent is written in launch metadata and messages: the
+/// size for Fixed, otherwise "?", "batch", "q_heads", "kv_heads", "seqlen_q"
+/// or "seqlen_k".
+std::string captureDimSpelling(const CaptureDim &dim);
+
+/// Whether `name` is an identifier ([A-Za-z_][A-Za-z0-9_]*), as capture
+/// names must be.
+bool isCaptureName(std::string_view name);
 
 /// What the compiler's plan fixes about a kernel (from its metadata).
 struct AttnLaunchConfig {
@@ -34,38 +62,55 @@ struct AttnLaunchConfig {
   /// grid, each block walking the work tiles round-robin).
   int persistentBlocksPerSm = 0;
   std::string kernelName = ATTN_FWD_KERNEL_NAME;
+  /// The spec's captured buffers, in declaration order (at most
+  /// attn_abi::kMaxCaptures).
+  std::vector<CaptureDecl> captures;
   // A new field must also go into LaunchMetadata.cpp (the disk cache and
   // `attnc --emit=metadata` serialize every field).
 };
 
 /// Device tensors of one forward call. q, o: [B, Sq, Hq, D]; k, v:
-/// [B, Sk, Hkv, D]; lse: [B, Hq, Sq] fp32 contiguous, device memory.
+/// [B, Sk, Hkv, D]; lse: [B, Hq, Sq] fp32 contiguous, device memory;
+/// captures: one per CaptureDecl of the config, in the same order.
 struct AttnForwardArgs {
   TensorView q, k, v, o;
   float *lse = nullptr;
+  std::vector<CaptureView> captures;
 };
 
 /// Checks that a config is self-consistent (positive sizes, kvHeads divides
-/// qHeads, a 16-bit dtype, a finite scale); throws attn::Error("config: ...").
+/// qHeads, a 16-bit dtype, a finite scale, at most kMaxCaptures captures,
+/// each with an identifier name, an f32 or i32 dtype, rank 1..kMaxCaptureRank
+/// and positive fixed sizes); throws attn::Error("config: ...").
 void validateLaunchConfig(const AttnLaunchConfig &config);
 
 /// Checks the arguments against the config without touching the driver;
 /// throws attn::Error whose message starts with the offending argument
-/// ("q: ...", "k: ...", "lse: ...", "config: ...").
+/// ("q: ...", "k: ...", "lse: ...", "config: ...", "captures: ..." for their
+/// count, "capture 'NAME': ..." for one of them).
 void validateForwardArgs(const AttnLaunchConfig &config,
                          const AttnForwardArgs &args);
 
-/// Checks with the driver that every non-empty argument is device memory of
-/// the current context's device and that its allocation holds the whole
-/// view; throws attn::Error("q: ...", ...). Makes device 0's primary
-/// context current if no context is.
-void validateDevicePointers(const AttnForwardArgs &args, int qHeads);
+/// Checks with the driver that every non-empty argument, captures included,
+/// is device memory of the current context's device and that its allocation
+/// holds the whole view; throws attn::Error("q: ...", ...,
+/// "capture 'NAME': ..."). Makes device 0's primary context current if no
+/// context is.
+void validateDevicePointers(const AttnLaunchConfig &config,
+                            const AttnForwardArgs &args);
 
 /// Builds the kernel's parameter block (encodes the tensor maps, so it needs
 /// the driver). Q maps use blockM-row boxes, K/V maps blockN-row boxes, the
 /// O map 64-row boxes, all 64 columns. Validates first.
 attn_abi::AttnFwdParams makeForwardParams(const AttnLaunchConfig &config,
                                           const AttnForwardArgs &args);
+
+/// Fills params.captures from arguments validateForwardArgs has accepted:
+/// args.captures in order, their extents padded with 1 up to
+/// kMaxCaptureRank; the unused entries get a null pointer and extents 1.
+/// Needs no driver.
+void fillCaptureArgs(const AttnForwardArgs &args,
+                     attn_abi::AttnFwdParams &params);
 
 /// The kernel's units of work: ceil(seqlenQ / blockM) query blocks for each
 /// (batch, head). Throws attn::Error naming "q" when they exceed what an int

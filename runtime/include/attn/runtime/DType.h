@@ -1,7 +1,8 @@
 //===- DType.h - Element types and host conversions -------------*- C++ -*-===//
 //
 // The element types the runtime understands, and bit-exact host conversions
-// for the 16-bit ones (used to prepare inputs and read back outputs).
+// for the 16-bit ones (used to prepare inputs and read back outputs). I32 is
+// only an element type of captured buffers (per-token ids, for example).
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTN_RUNTIME_DTYPE_H
@@ -12,12 +13,12 @@
 
 namespace attn {
 
-enum class DType { BF16, F16, F32 };
+enum class DType { BF16, F16, F32, I32 };
 
 /// Size of one element in bytes.
 size_t dtypeSize(DType dtype);
 
-/// Lower-case name ("bf16", "f16", "f32").
+/// Lower-case name ("bf16", "f16", "f32", "i32").
 const char *dtypeName(DType dtype);
 
 /// Widens a bfloat16 bit pattern to float (exact).
@@ -35,7 +36,10 @@ float f16ToFloat(uint16_t bits);
 /// infinity, tiny values give subnormals or zero, NaNs stay NaNs (quiet).
 uint16_t floatToF16(float value);
 
-/// Narrows/widens through the given 16-bit type (`value` rounded to it).
+/// Narrows/widens through the given 16-bit type (`value` rounded to it);
+/// F32 returns `value` unchanged, I32 rounds it to the nearest integer (ties
+/// to even, in the default rounding mode) without clamping to the int32
+/// range.
 float roundTo(DType dtype, float value);
 
 } // namespace attn

@@ -60,9 +60,16 @@ public:
   /// shapes, contiguity, 16-byte alignment, device memory of the current
   /// device) and launches on `stream`. Throws attn::Error naming the
   /// argument; nothing is launched after a failed check. `lse` receives the
-  /// [batch, q_heads, seqlen_q] fp32 log-sum-exp.
+  /// [batch, q_heads, seqlen_q] fp32 log-sum-exp. A kernel whose spec
+  /// captures buffers needs them too (the overload with `captures`).
   void run(const TensorView &q, const TensorView &k, const TensorView &v,
            const TensorView &o, float *lse, CUstream stream = nullptr) const;
+  /// As above, with the spec's captured buffers in declaration order
+  /// (launchConfig().captures says what each must be).
+  void run(const TensorView &q, const TensorView &k, const TensorView &v,
+           const TensorView &o, float *lse,
+           const std::vector<CaptureView> &captures,
+           CUstream stream = nullptr) const;
   void run(const AttnForwardArgs &args, CUstream stream = nullptr) const;
 
 private:

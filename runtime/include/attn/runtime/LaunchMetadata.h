@@ -4,19 +4,26 @@
 // (`attnc --emit=metadata`), and what the disk cache stores with each entry.
 // One `key value` pair per line after a versioned header:
 //
-//   attn-launch-metadata 1
+//   attn-launch-metadata 3
 //   kernel attn_fwd_kernel
 //   head_dim 128
 //   q_heads 16
 //   kv_heads 4
-//   dtype bf16
-//   scale 0x1.6a09e6p-4
 //   block_m 128
 //   block_n 128
 //   threads 384
 //   shared_memory_bytes 164920
+//   persistent_blocks_per_sm 0
+//   dtype bf16
+//   scale 0x1.6a09e6p-4
+//   captures 2
+//   capture.0 slopes f32 q_heads
+//   capture.1 bias f32 q_heads,?,16
 //
 // The scale is a C99 hex float so it survives the round trip bit-exactly.
+// `captures N` is followed by capture.0 to capture.N-1, each `NAME DTYPE
+// DIMS` with DIMS comma-separated: a size, `?` (any), `batch`, `q_heads`,
+// `kv_heads`, `seqlen_q` or `seqlen_k` (captureDimSpelling).
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTN_RUNTIME_LAUNCHMETADATA_H
@@ -31,7 +38,8 @@ namespace attn {
 
 /// The version written by serializeLaunchConfig; parseLaunchConfig accepts
 /// only this one.
-inline constexpr int kLaunchMetadataVersion = 2;
+/// Version 3 added the captured buffers.
+inline constexpr int kLaunchMetadataVersion = 3;
 
 std::string serializeLaunchConfig(const AttnLaunchConfig &config);
 

@@ -1,10 +1,11 @@
-//===- Tensor.h - Views of 4-D BSHD tensors ---------------------*- C++ -*-===//
+//===- Tensor.h - Views of BSHD tensors and captured buffers ----*- C++ -*-===//
 #ifndef ATTN_RUNTIME_TENSOR_H
 #define ATTN_RUNTIME_TENSOR_H
 
 #include "attn/runtime/DType.h"
 
 #include <cstdint>
+#include <vector>
 
 namespace attn {
 
@@ -43,6 +44,14 @@ inline TensorView contiguousBSHD(void *data, DType dtype, int64_t batch,
   view.strides[0] = seqlen * heads * headDim;
   return view;
 }
+
+/// A captured buffer passed at launch: contiguous row-major device memory.
+/// Its shape must match the kernel's declaration of it (CaptureDecl).
+struct CaptureView {
+  const void *data = nullptr;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+};
 
 } // namespace attn
 

@@ -9,6 +9,7 @@
 #define ATTN_REFERENCE_REFERENCEATTENTION_H
 
 #include <cstdint>
+#include <functional>
 
 namespace attn::reference {
 
@@ -28,11 +29,28 @@ struct MaskSpec {
 bool maskAllows(const MaskSpec &mask, int64_t q, int64_t k, int64_t seqlenQ,
                 int64_t seqlenK);
 
+/// Further restricts `mask`: the pair (query row q, key k) of batch b and
+/// query head h is kept only if this returns true. q and k are positions in
+/// the sequences, not shifted by the mask's alignment.
+using MaskModFn =
+    std::function<bool(int64_t b, int64_t h, int64_t q, int64_t k)>;
+
+/// Replaces the scaled score `scale * q.k` of a kept pair before the softmax;
+/// -inf masks the pair.
+using ScoreModFn = std::function<double(double score, int64_t b, int64_t h,
+                                        int64_t q, int64_t k)>;
+
 struct Problem {
   int64_t batch = 0, seqlenQ = 0, seqlenK = 0, qHeads = 0, kvHeads = 0,
           headDim = 0;
   double scale = 1.0;
   MaskSpec mask;
+  /// Optional; called only for pairs `mask` keeps, from several threads at
+  /// once, so they must not modify shared state.
+  MaskModFn maskMod;
+  /// Optional; called only for pairs `mask` and `maskMod` keep, from
+  /// several threads at once.
+  ScoreModFn scoreMod;
 };
 
 /// A read-only BSHD tensor: element (b, s, h, d) is at
@@ -47,7 +65,8 @@ struct HostTensor {
 /// fp32. Rows with no allowed key get o = 0 and lse = -inf. Query head h
 /// reads kv head h / (Hq / Hkv). Throws std::invalid_argument for an
 /// inconsistent problem (negative sizes, kvHeads not dividing qHeads, null
-/// pointers for non-empty tensors).
+/// pointers for non-empty tensors); an exception of maskMod or scoreMod
+/// propagates (o and lse are then partly written).
 void forward(const Problem &problem, const HostTensor &q, const HostTensor &k,
              const HostTensor &v, float *o, float *lse);
 

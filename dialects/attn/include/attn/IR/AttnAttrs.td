@@ -25,6 +25,31 @@ def Attn_MaskAlignment : I32EnumAttr<"MaskAlignment",
   let genSpecializedAttr = 0;
 }
 
+
+def Attn_CaptureDimKind : I32EnumAttr<"CaptureDimKind",
+    "what an extent of a captured buffer is tied to", [
+      I32EnumAttrCase<"fixed", 0>,
+      I32EnumAttrCase<"any", 1, "?">,
+      I32EnumAttrCase<"batch", 2>,
+      I32EnumAttrCase<"q_heads", 3>,
+      I32EnumAttrCase<"kv_heads", 4>,
+      I32EnumAttrCase<"seqlen_q", 5>,
+      I32EnumAttrCase<"seqlen_k", 6>,
+    ]> {
+  let cppNamespace = "::mlir::attn";
+  let genSpecializedAttr = 0;
+}
+
+def Attn_TileFormulaKind : I32EnumAttr<"TileFormulaKind",
+    "how a tile formula combines its terms", [
+      I32EnumAttrCase<"all_of", 0>,
+      I32EnumAttrCase<"any_of", 1>,
+      I32EnumAttrCase<"none_of", 2>,
+    ]> {
+  let cppNamespace = "::mlir::attn";
+  let genSpecializedAttr = 0;
+}
+
 //===----------------------------------------------------------------------===//
 // Problem
 //===----------------------------------------------------------------------===//
@@ -145,6 +170,97 @@ def Attn_SoftmaxAttr : Attn_Attr<"Softmax", "softmax",
     #attn.softmax
     ```
   }];
+}
+
+
+//===----------------------------------------------------------------------===//
+// Captured buffers
+//===----------------------------------------------------------------------===//
+
+def Attn_CaptureAttr : Attn_Attr<"Capture", "capture"> {
+  let summary = "a device buffer read by the user regions";
+  let description = [{
+    Declares a buffer passed at launch that `mask_mod` and `score_mod` read
+    with `memref.load` (per-head slopes, bias tables, document ids). The
+    name identifies it in runtime errors; the element type is `f32` or `i32`;
+    the shape has one to three extents, each an integer, `?` (any length,
+    taken from the buffer at launch) or one of the launch sizes `batch`,
+    `q_heads`, `kv_heads`, `seqlen_q`, `seqlen_k`. The buffer is contiguous
+    and row-major. Every user region takes one `memref` argument per capture,
+    in declaration order, with the capture's rank (all extents dynamic) and
+    element type. A read outside the extents yields 0.
+
+    ```mlir
+    #attn.capture<"slopes", f32, [q_heads]>
+    #attn.capture<"bias", f32, [16, ?]>
+    ```
+  }];
+  let parameters = (ins
+    StringRefParameter<"identifier naming the buffer">:$name,
+    "::mlir::Type":$element_type,
+    ArrayRefParameter<"::mlir::attn::CaptureDimKind", "extent kinds">:$dim_kinds,
+    ArrayRefParameter<"int64_t", "sizes of the fixed extents (0 elsewhere)">:$dim_sizes
+  );
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    int64_t getRank() const { return getDimKinds().size(); }
+    /// The region argument type: a dynamically shaped memref of the rank.
+    ::mlir::MemRefType getRegionArgType() const;
+    static constexpr int64_t kMaxCaptures = 4;
+    static constexpr int64_t kMaxRank = 3;
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Tile formulas (attn-classify-blocks)
+//===----------------------------------------------------------------------===//
+
+def Attn_AffineGeAttr : Attn_Attr<"AffineGe", "affine_ge"> {
+  let summary = "an affine inequality over the mask's index variables";
+  let description = [{
+    Holds when `batch * b + head * h + q * q_idx + kv * kv_idx + c >= 0`.
+    Zero coefficients are omitted when printing. Over a tile (a box of
+    q_idx and kv_idx values, batch and head fixed) the left side takes its
+    extremes at the box's corners, so the tile is decided from four values.
+
+    ```mlir
+    #attn.affine_ge<q = 1, kv = -1>           // kv_idx <= q_idx
+    #attn.affine_ge<kv = -1, c = 2047>        // kv_idx < 2048
+    ```
+  }];
+  let parameters = (ins
+    DefaultValuedParameter<"int64_t", "0">:$batch,
+    DefaultValuedParameter<"int64_t", "0">:$head,
+    DefaultValuedParameter<"int64_t", "0">:$q,
+    DefaultValuedParameter<"int64_t", "0">:$kv,
+    DefaultValuedParameter<"int64_t", "0">:$c
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+}
+
+def Attn_TileFormulaAttr : Attn_Attr<"TileFormula", "tile_formula"> {
+  let summary = "a mask as a combination of affine inequalities";
+  let description = [{
+    What `attn-classify-blocks` proves a `mask_mod` region computes:
+    `all_of` (and), `any_of` (or) or `none_of` (nor) of its terms, each an
+    `#attn.affine_ge` or a nested `#attn.tile_formula`. `all_of` with no
+    term is true, `any_of` with none is false. Evaluated over a tile in
+    three values (every pair kept, none kept, some kept), it tells the
+    kernel which key tiles to skip and which need no per-element mask.
+
+    ```mlir
+    // prefix-LM: kv_idx <= q_idx or kv_idx < 2048
+    #attn.tile_formula<any_of, [#attn.affine_ge<q = 1, kv = -1>,
+                                #attn.affine_ge<kv = -1, c = 2047>]>
+    ```
+  }];
+  let parameters = (ins
+    EnumParameter<Attn_TileFormulaKind>:$kind,
+    "::mlir::ArrayAttr":$terms
+  );
+  let assemblyFormat = "`<` $kind `,` $terms `>`";
+  let genVerifyDecl = 1;
 }
 
 //===----------------------------------------------------------------------===//

@@ -29,6 +29,10 @@ def Attn_Dialect : Dialect {
     sequence lengths of one launch, `q` is a query row in `[0, Sq)` and `k` a
     key row in `[0, Sk)`.
   }];
+  // The user regions hold arith, math and memref operations.
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::math::MathDialect",
+                           "::mlir::memref::MemRefDialect"];
   let useDefaultAttributePrinterParser = 1;
   let extraClassDeclaration = [{
     void registerAttributes();

@@ -34,16 +34,32 @@ def Attn_KernelOp : Attn_Op<"kernel", [
 
     * `mask_mod`: arguments `(batch, head, q_idx, kv_idx)`, all `index`;
       yields an `i1`, true to keep the pair. It further restricts `mask`.
+      The indices are positions in the sequences, not shifted by the mask's
+      alignment.
     * `score_mod`: arguments `(score: f32, batch, head, q_idx, kv_idx:
       index)`; yields the modified `f32` score (after scaling, before
       masking and normalization).
 
+    Both take, after those, one `memref` argument per entry of the optional
+    `captures` list (`#attn.capture`), read with `memref.load`. The bodies
+    use `arith` and `math` operations on `index`, integer and `f32` values;
+    a score region yielding -inf masks the pair.
+
+    `attn-classify-blocks` adds `mask_tile_formula` when it can prove what
+    `mask_mod` computes; `attn-lower-mods` moves the regions into EmitC
+    functions beside the kernel and names them in `mask_mod_fn` and
+    `score_mod_fn`.
+
     ```mlir
     attn.kernel @k problem = #attn.problem<...> mask = #attn.no_mask
         normalizer = #attn.softmax
+        captures = [#attn.capture<"doc", i32, [batch, seqlen_k]>]
         mask_mod {
-        ^bb0(%b: index, %h: index, %q: index, %kv: index):
-          %keep = arith.cmpi ule, %kv, %q : index
+        ^bb0(%b: index, %h: index, %q: index, %kv: index,
+             %doc: memref<?x?xi32>):
+          %dq = memref.load %doc[%b, %q] : memref<?x?xi32>
+          %dk = memref.load %doc[%b, %kv] : memref<?x?xi32>
+          %keep = arith.cmpi eq, %dq, %dk : i32
           attn.yield %keep : i1
         }
     ```
@@ -54,8 +70,12 @@ def Attn_KernelOp : Attn_Op<"kernel", [
     Attn_ProblemAttr:$problem,
     Attn_MaskAttrInterface:$mask,
     Attn_NormalizerAttrInterface:$normalizer,
+    OptionalAttr<TypedArrayAttrBase<Attn_CaptureAttr, "captured buffers">>:$captures,
     OptionalAttr<Attn_TilePlanAttr>:$tile,
-    OptionalAttr<Attn_SmemPlanAttr>:$smem
+    OptionalAttr<Attn_SmemPlanAttr>:$smem,
+    OptionalAttr<Attn_TileFormulaAttr>:$mask_tile_formula,
+    OptionalAttr<FlatSymbolRefAttr>:$mask_mod_fn,
+    OptionalAttr<FlatSymbolRefAttr>:$score_mod_fn
   );
   let regions = (region MaxSizedRegion<1>:$mask_mod,
                         MaxSizedRegion<1>:$score_mod);
@@ -76,6 +96,9 @@ def Attn_KernelOp : Attn_Op<"kernel", [
     /// Expected block arguments of the user regions.
     static constexpr unsigned kMaskModNumArgs = 4;
     static constexpr unsigned kScoreModNumArgs = 5;
+
+    /// The declared captures (empty when there is no `captures` list).
+    ::llvm::SmallVector<CaptureAttr> getCaptureList();
   }];
 }
 

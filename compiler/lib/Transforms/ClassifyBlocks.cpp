@@ -1,0 +1,233 @@
+//===- ClassifyBlocks.cpp - attn-classify-blocks: tile coverage of a mask -===//
+//
+// Expresses a mask_mod region as an and/or/not tree of affine inequalities
+// over (batch, head, q_idx, kv_idx), so that the kernel can classify every
+// (query tile, key tile) pair as empty, full or partial from the tile's
+// corners.
+//
+//===----------------------------------------------------------------------===//
+
+#include "attn/IR/AttnOps.h"
+#include "attn/Transforms/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "llvm/ADT/DenseMap.h"
+
+#include <optional>
+
+namespace mlir::attn {
+#define GEN_PASS_DEF_ATTNCLASSIFYBLOCKS
+#include "attn/Transforms/Passes.h.inc"
+
+namespace {
+
+/// batch * b + head * h + q * q_idx + kv * kv_idx + c.
+struct AffineForm {
+  int64_t batch = 0, head = 0, q = 0, kv = 0, c = 0;
+
+  AffineForm operator+(const AffineForm &o) const {
+    return {batch + o.batch, head + o.head, q + o.q, kv + o.kv, c + o.c};
+  }
+  AffineForm scaled(int64_t factor) const {
+    return {batch * factor, head * factor, q * factor, kv * factor, c * factor};
+  }
+  AffineForm operator-(const AffineForm &o) const { return *this + o.scaled(-1); }
+  bool isConstant() const { return batch == 0 && head == 0 && q == 0 && kv == 0; }
+  /// Non-negative whenever every index is: no negative coefficient.
+  bool isNonNegative() const { return batch >= 0 && head >= 0 && q >= 0 && kv >= 0 && c >= 0; }
+  /// Coefficients too large to be trusted not to overflow in 64 bits over
+  /// indices below 2^31.
+  bool isSmall() const {
+    const int64_t limit = int64_t(1) << 30;
+    return std::abs(batch) < limit && std::abs(head) < limit && std::abs(q) < limit &&
+           std::abs(kv) < limit && std::abs(c) < (int64_t(1) << 60);
+  }
+};
+
+class MaskAnalysis {
+public:
+  MaskAnalysis(Block &block, MLIRContext *context) : context(context) {
+    // The first four arguments are batch, head, q_idx, kv_idx.
+    AffineForm unit[4];
+    unit[0].batch = unit[1].head = unit[2].q = unit[3].kv = 1;
+    for (int i = 0; i < 4; ++i)
+      affine[block.getArgument(i)] = unit[i];
+  }
+
+  /// The formula of an i1 value, or nullopt if it is not expressible.
+  std::optional<Attribute> formulaOf(Value value) {
+    Operation *op = value.getDefiningOp();
+    if (!op)
+      return std::nullopt;
+    if (auto constant = dyn_cast<arith::ConstantOp>(op)) {
+      auto boolean = dyn_cast<BoolAttr>(constant.getValue());
+      if (!boolean) {
+        auto integer = dyn_cast<IntegerAttr>(constant.getValue());
+        if (!integer)
+          return std::nullopt;
+        return constantFormula(!integer.getValue().isZero());
+      }
+      return constantFormula(boolean.getValue());
+    }
+    if (auto cmp = dyn_cast<arith::CmpIOp>(op))
+      return compareFormula(cmp);
+    if (isa<arith::AndIOp, arith::OrIOp>(op)) {
+      std::optional<Attribute> lhs = formulaOf(op->getOperand(0));
+      std::optional<Attribute> rhs = formulaOf(op->getOperand(1));
+      if (!lhs || !rhs)
+        return std::nullopt;
+      return combine(isa<arith::AndIOp>(op) ? TileFormulaKind::all_of : TileFormulaKind::any_of,
+                     {*lhs, *rhs});
+    }
+    if (auto xorOp = dyn_cast<arith::XOrIOp>(op)) {
+      // x ^ true is not x; x ^ false is x.
+      for (int side = 0; side < 2; ++side) {
+        std::optional<bool> constant = boolConstant(xorOp->getOperand(side));
+        if (!constant)
+          continue;
+        std::optional<Attribute> other = formulaOf(xorOp->getOperand(1 - side));
+        if (!other)
+          return std::nullopt;
+        return *constant ? combine(TileFormulaKind::none_of, {*other}) : *other;
+      }
+    }
+    return std::nullopt;
+  }
+
+private:
+  std::optional<bool> boolConstant(Value value) {
+    auto constant = value.getDefiningOp<arith::ConstantOp>();
+    if (!constant)
+      return std::nullopt;
+    if (auto boolean = dyn_cast<BoolAttr>(constant.getValue()))
+      return boolean.getValue();
+    if (auto integer = dyn_cast<IntegerAttr>(constant.getValue()))
+      return !integer.getValue().isZero();
+    return std::nullopt;
+  }
+
+  Attribute constantFormula(bool value) {
+    return TileFormulaAttr::get(context, value ? TileFormulaKind::all_of : TileFormulaKind::any_of,
+                                ArrayAttr::get(context, {}));
+  }
+
+  Attribute combine(TileFormulaKind kind, ArrayRef<Attribute> terms) {
+    return TileFormulaAttr::get(context, kind, ArrayAttr::get(context, terms));
+  }
+
+  /// form >= 0.
+  Attribute atLeastZero(const AffineForm &form) {
+    return AffineGeAttr::get(context, form.batch, form.head, form.q, form.kv, form.c);
+  }
+
+  /// The affine form of an index or i64 value. Narrower integers are not
+  /// analysed: their arithmetic may wrap for long sequences, and the
+  /// formula must equal the region exactly.
+  std::optional<AffineForm> affineOf(Value value) {
+    Type type = value.getType();
+    if (!type.isIndex() && !type.isSignlessInteger(64))
+      return std::nullopt;
+    auto known = affine.find(value);
+    if (known != affine.end())
+      return known->second;
+    std::optional<AffineForm> form = computeAffine(value);
+    if (form && !form->isSmall())
+      form = std::nullopt;
+    if (form)
+      affine[value] = *form;
+    return form;
+  }
+
+  std::optional<AffineForm> computeAffine(Value value) {
+    Operation *op = value.getDefiningOp();
+    if (!op)
+      return std::nullopt;
+    if (auto constant = dyn_cast<arith::ConstantOp>(op)) {
+      auto integer = dyn_cast<IntegerAttr>(constant.getValue());
+      if (!integer || integer.getType().isInteger(1))
+        return std::nullopt;
+      AffineForm form;
+      form.c = integer.getValue().getSExtValue();
+      return form;
+    }
+    // index <-> i64 casts keep the value.
+    if (isa<arith::IndexCastOp>(op))
+      return affineOf(op->getOperand(0));
+    if (isa<arith::AddIOp, arith::SubIOp, arith::MulIOp>(op)) {
+      std::optional<AffineForm> lhs = affineOf(op->getOperand(0));
+      std::optional<AffineForm> rhs = affineOf(op->getOperand(1));
+      if (!lhs || !rhs)
+        return std::nullopt;
+      if (isa<arith::AddIOp>(op))
+        return *lhs + *rhs;
+      if (isa<arith::SubIOp>(op))
+        return *lhs - *rhs;
+      if (rhs->isConstant())
+        return lhs->scaled(rhs->c);
+      if (lhs->isConstant())
+        return rhs->scaled(lhs->c);
+    }
+    return std::nullopt;
+  }
+
+  std::optional<Attribute> compareFormula(arith::CmpIOp cmp) {
+    std::optional<AffineForm> lhs = affineOf(cmp.getLhs());
+    std::optional<AffineForm> rhs = affineOf(cmp.getRhs());
+    if (!lhs || !rhs)
+      return std::nullopt;
+    using P = arith::CmpIPredicate;
+    P predicate = cmp.getPredicate();
+    // An unsigned comparison equals the signed one when neither side can be
+    // negative.
+    bool isUnsigned = predicate == P::ult || predicate == P::ule || predicate == P::ugt ||
+                      predicate == P::uge;
+    if (isUnsigned && !(lhs->isNonNegative() && rhs->isNonNegative()))
+      return std::nullopt;
+    AffineForm one;
+    one.c = 1;
+    AffineForm less = *rhs - *lhs - one; // lhs < rhs  <=> less >= 0
+    AffineForm lessEq = *rhs - *lhs;     // lhs <= rhs
+    AffineForm greater = *lhs - *rhs - one;
+    AffineForm greaterEq = *lhs - *rhs;
+    switch (predicate) {
+    case P::slt:
+    case P::ult:
+      return atLeastZero(less);
+    case P::sle:
+    case P::ule:
+      return atLeastZero(lessEq);
+    case P::sgt:
+    case P::ugt:
+      return atLeastZero(greater);
+    case P::sge:
+    case P::uge:
+      return atLeastZero(greaterEq);
+    case P::eq:
+      return combine(TileFormulaKind::all_of, {atLeastZero(lessEq), atLeastZero(greaterEq)});
+    case P::ne:
+      return combine(TileFormulaKind::any_of, {atLeastZero(less), atLeastZero(greater)});
+    }
+    return std::nullopt;
+  }
+
+  MLIRContext *context;
+  llvm::DenseMap<Value, AffineForm> affine;
+};
+
+struct ClassifyBlocksPass : impl::AttnClassifyBlocksBase<ClassifyBlocksPass> {
+  void runOnOperation() override {
+    getOperation()->walk([](KernelOp op) {
+      op.removeMaskTileFormulaAttr();
+      if (op.getMaskMod().empty())
+        return;
+      Block &block = op.getMaskMod().front();
+      auto yield = cast<YieldOp>(block.getTerminator());
+      MaskAnalysis analysis(block, op.getContext());
+      if (std::optional<Attribute> formula = analysis.formulaOf(yield.getValues().front()))
+        op.setMaskTileFormulaAttr(cast<TileFormulaAttr>(*formula));
+    });
+  }
+};
+
+} // namespace
+} // namespace mlir::attn

@@ -1,0 +1,259 @@
+//===- LowerMods.cpp - attn-lower-mods: user regions to EmitC -------------===//
+//
+// Moves the mask_mod and score_mod regions of each attn.kernel into EmitC
+// functions that MLIR's C++ emitter prints as CUDA device functions.
+//
+//===----------------------------------------------------------------------===//
+
+#include "attn/IR/AttnOps.h"
+#include "attn/Transforms/Passes.h"
+
+#include "mlir/Conversion/ArithToEmitC/ArithToEmitC.h"
+#include "mlir/Conversion/FuncToEmitC/FuncToEmitC.h"
+#include "mlir/Dialect/EmitC/IR/EmitC.h"
+#include "mlir/Dialect/EmitC/Transforms/TypeConversions.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Transforms/DialectConversion.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+namespace mlir::attn {
+#define GEN_PASS_DEF_ATTNLOWERMODS
+#include "attn/Transforms/Passes.h.inc"
+
+namespace {
+
+/// The C++ type of a capture argument (templates/device/captures.cuh).
+std::string captureCppType(MemRefType type) {
+  return "attn_dev::Capture<" + std::string(type.getElementType().isF32() ? "float" : "int") +
+         ", " + std::to_string(type.getRank()) + ">";
+}
+
+/// CUDA single-precision function called for each supported math op (and
+/// the arith float min/max, which have no EmitC lowering).
+StringRef mathCallee(Operation *op) {
+  return llvm::TypeSwitch<Operation *, StringRef>(op)
+      .Case([](math::AbsFOp) { return "fabsf"; })
+      .Case([](math::ExpOp) { return "expf"; })
+      .Case([](math::Exp2Op) { return "exp2f"; })
+      .Case([](math::ExpM1Op) { return "expm1f"; })
+      .Case([](math::LogOp) { return "logf"; })
+      .Case([](math::Log2Op) { return "log2f"; })
+      .Case([](math::Log1pOp) { return "log1pf"; })
+      .Case([](math::SqrtOp) { return "sqrtf"; })
+      .Case([](math::RsqrtOp) { return "rsqrtf"; })
+      .Case([](math::TanhOp) { return "attn_dev::fastTanh"; })
+      .Case([](math::SinOp) { return "sinf"; })
+      .Case([](math::CosOp) { return "cosf"; })
+      .Case([](math::ErfOp) { return "erff"; })
+      .Case([](math::FloorOp) { return "floorf"; })
+      .Case([](math::CeilOp) { return "ceilf"; })
+      .Case([](math::RoundOp) { return "roundf"; })
+      .Case([](math::PowFOp) { return "powf"; })
+      .Case([](math::CopySignOp) { return "copysignf"; })
+      .Case([](math::FmaOp) { return "fmaf"; })
+      .Case([](arith::MaximumFOp) { return "attn_dev::maximumf"; })
+      .Case([](arith::MinimumFOp) { return "attn_dev::minimumf"; })
+      .Case([](arith::MaxNumFOp) { return "fmaxf"; })
+      .Case([](arith::MinNumFOp) { return "fminf"; })
+      .Default([](Operation *) { return StringRef(); });
+}
+
+/// f32 math (and float min/max) -> a call of the CUDA function.
+struct FloatCallLowering : ConversionPattern {
+  FloatCallLowering(const TypeConverter &converter, MLIRContext *context)
+      : ConversionPattern(converter, MatchAnyOpTypeTag(), /*benefit=*/1, context) {}
+
+  LogicalResult matchAndRewrite(Operation *op, ArrayRef<Value> operands,
+                                ConversionPatternRewriter &rewriter) const override {
+    StringRef callee = mathCallee(op);
+    if (callee.empty() || op->getNumResults() != 1 || !op->getResult(0).getType().isF32())
+      return failure();
+    rewriter.replaceOpWithNewOp<emitc::CallOpaqueOp>(op, op->getResultTypes(), callee, operands);
+    return success();
+  }
+};
+
+/// memref.load of a capture -> attn_dev::loadCapture(capture, i...).
+struct CaptureLoadLowering : OpConversionPattern<memref::LoadOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(memref::LoadOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    SmallVector<Value> operands{adaptor.getMemref()};
+    llvm::append_range(operands, adaptor.getIndices());
+    rewriter.replaceOpWithNewOp<emitc::CallOpaqueOp>(op, op.getType(), "attn_dev::loadCapture",
+                                                     operands);
+    return success();
+  }
+};
+
+/// The operand's C type viewed as unsigned (size_t stays size_t) or signed
+/// (size_t becomes ptrdiff_t), for operations whose signedness the C types
+/// do not carry.
+Type withSignedness(Type type, bool isSigned) {
+  if (isa<emitc::SizeTType, emitc::PtrDiffTType, emitc::SignedSizeTType>(type))
+    return isSigned ? Type(emitc::PtrDiffTType::get(type.getContext()))
+                    : Type(emitc::SizeTType::get(type.getContext()));
+  auto integer = cast<IntegerType>(type);
+  return IntegerType::get(type.getContext(), integer.getWidth(),
+                          isSigned ? IntegerType::Signless : IntegerType::Unsigned);
+}
+
+Value castTo(ConversionPatternRewriter &rewriter, Location loc, Type type, Value value) {
+  if (value.getType() == type)
+    return value;
+  return rewriter.create<emitc::CastOp>(loc, type, value);
+}
+
+/// arith.divui / remui: the division of the operands as unsigned values.
+template <typename ArithOp, typename EmitCOp>
+struct UnsignedDivisionLowering : OpConversionPattern<ArithOp> {
+  using OpConversionPattern<ArithOp>::OpConversionPattern;
+  LogicalResult matchAndRewrite(ArithOp op, typename ArithOp::Adaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Type type = this->getTypeConverter()->convertType(op.getType());
+    if (!type || type.isInteger(1))
+      return failure();
+    Type unsignedType = withSignedness(type, /*isSigned=*/false);
+    Location loc = op.getLoc();
+    Value result = rewriter.create<EmitCOp>(loc, unsignedType,
+                                            castTo(rewriter, loc, unsignedType, adaptor.getLhs()),
+                                            castTo(rewriter, loc, unsignedType, adaptor.getRhs()));
+    rewriter.replaceOp(op, castTo(rewriter, loc, type, result));
+    return success();
+  }
+};
+
+/// arith.maxsi / minsi / maxui / minui: a conditional on the comparison of
+/// the operands with the op's signedness.
+template <typename ArithOp, bool IsSigned, bool IsMax>
+struct IntegerMinMaxLowering : OpConversionPattern<ArithOp> {
+  using OpConversionPattern<ArithOp>::OpConversionPattern;
+  LogicalResult matchAndRewrite(ArithOp op, typename ArithOp::Adaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Type type = this->getTypeConverter()->convertType(op.getType());
+    if (!type || type.isInteger(1))
+      return failure();
+    Type compareType = withSignedness(type, IsSigned);
+    Location loc = op.getLoc();
+    Value lhs = castTo(rewriter, loc, compareType, adaptor.getLhs());
+    Value rhs = castTo(rewriter, loc, compareType, adaptor.getRhs());
+    Value lhsWins = rewriter.create<emitc::CmpOp>(
+        loc, rewriter.getI1Type(), IsMax ? emitc::CmpPredicate::gt : emitc::CmpPredicate::lt, lhs,
+        rhs);
+    rewriter.replaceOpWithNewOp<emitc::ConditionalOp>(op, type, lhsWins, adaptor.getLhs(),
+                                                      adaptor.getRhs());
+    return success();
+  }
+};
+
+/// Reports ops the conversion has no pattern for, at their location, before
+/// the conversion's generic "failed to legalize".
+LogicalResult checkLowerable(Region &region, StringRef regionName) {
+  for (Operation &op : region.front()) {
+    StringRef dialect = op.getName().getDialectNamespace();
+    if (dialect == "math" && mathCallee(&op).empty())
+      return op.emitOpError() << "in '" << regionName << "' has no lowering to CUDA";
+    if (!mathCallee(&op).empty() && !op.getResult(0).getType().isF32())
+      return op.emitOpError() << "in '" << regionName << "' is lowered for f32 only, got "
+                              << op.getResult(0).getType();
+  }
+  return success();
+}
+
+/// A free symbol name `<base>_<n>` in `table`, counting from `n`.
+std::string freeName(SymbolTable &table, StringRef base, int n) {
+  for (;; ++n) {
+    std::string name = (base + "_" + Twine(n)).str();
+    if (!table.lookup(name))
+      return name;
+  }
+}
+
+/// Moves `region` into a func.func named `name` inserted before `kernel`;
+/// attn.yield becomes func.return.
+func::FuncOp outlineRegion(KernelOp kernel, Region &region, StringRef name) {
+  OpBuilder builder(kernel);
+  Block &block = region.front();
+  auto yield = cast<YieldOp>(block.getTerminator());
+  auto type = builder.getFunctionType(block.getArgumentTypes(), yield.getValues().getTypes());
+  auto func = builder.create<func::FuncOp>(kernel.getLoc(), name, type);
+  func.getBody().takeBody(region);
+  builder.setInsertionPoint(yield);
+  builder.create<func::ReturnOp>(yield.getLoc(), yield.getValues());
+  yield.erase();
+  return func;
+}
+
+struct LowerModsPass : impl::AttnLowerModsBase<LowerModsPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    MLIRContext *context = &getContext();
+    SymbolTable symbols(module);
+    SmallVector<Operation *> outlined;
+    SmallVector<std::string> outlinedNames;
+    int kernelIndex = 0;
+    for (KernelOp kernel : llvm::make_early_inc_range(module.getOps<KernelOp>())) {
+      int index = kernelIndex++;
+      struct {
+        Region &region;
+        StringRef regionName, base;
+        bool isMask;
+      } mods[] = {{kernel.getMaskMod(), "mask_mod", "attn_mask_mod", true},
+                  {kernel.getScoreMod(), "score_mod", "attn_score_mod", false}};
+      for (auto &mod : mods) {
+        if (mod.region.empty())
+          continue;
+        if (failed(checkLowerable(mod.region, mod.regionName)))
+          return signalPassFailure();
+        std::string name = freeName(symbols, mod.base, index);
+        func::FuncOp func = outlineRegion(kernel, mod.region, name);
+        symbols.insert(func);
+        outlined.push_back(func);
+        outlinedNames.push_back(name);
+        auto ref = FlatSymbolRefAttr::get(context, func.getSymName());
+        if (mod.isMask)
+          kernel.setMaskModFnAttr(ref);
+        else
+          kernel.setScoreModFnAttr(ref);
+      }
+    }
+    if (outlined.empty())
+      return;
+
+    TypeConverter converter;
+    converter.addConversion([](Type type) { return type; });
+    populateEmitCSizeTTypeConversions(converter);
+    converter.addConversion([context](MemRefType type) -> Type {
+      return emitc::OpaqueType::get(context, captureCppType(type));
+    });
+
+    RewritePatternSet patterns(context);
+    populateArithToEmitCPatterns(converter, patterns);
+    populateFuncToEmitCPatterns(converter, patterns);
+    patterns.add<FloatCallLowering>(converter, context);
+    patterns.add<CaptureLoadLowering,
+                 UnsignedDivisionLowering<arith::DivUIOp, emitc::DivOp>,
+                 UnsignedDivisionLowering<arith::RemUIOp, emitc::RemOp>,
+                 IntegerMinMaxLowering<arith::MaxSIOp, true, true>,
+                 IntegerMinMaxLowering<arith::MinSIOp, true, false>,
+                 IntegerMinMaxLowering<arith::MaxUIOp, false, true>,
+                 IntegerMinMaxLowering<arith::MinUIOp, false, false>>(converter, context);
+
+    ConversionTarget target(*context);
+    target.addLegalDialect<emitc::EmitCDialect>();
+    target.addIllegalDialect<arith::ArithDialect, math::MathDialect, memref::MemRefDialect,
+                             func::FuncDialect>();
+    if (failed(applyPartialConversion(outlined, target, std::move(patterns))))
+      return signalPassFailure();
+
+    Builder builder(context);
+    // The conversion replaced the outlined functions: look them up afresh.
+    for (const std::string &name : outlinedNames)
+      if (auto func = dyn_cast_or_null<emitc::FuncOp>(SymbolTable::lookupSymbolIn(module, name)))
+        func.setSpecifiersAttr(builder.getStrArrayAttr({"__device__", "__forceinline__"}));
+  }
+};
+
+} // namespace
+} // namespace mlir::attn

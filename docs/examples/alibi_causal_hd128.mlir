@@ -1,0 +1,18 @@
+// ALiBi: causal attention whose scores fall linearly with the distance to the
+// key, score - slope[h] * (q - kv), with per-head slopes passed at launch.
+attn.kernel @alibi_causal_hd128
+    problem = #attn.problem<q_heads = 16, kv_heads = 16, head_dim = 128, element_type = bf16>
+    mask = #attn.causal<bottom_right>
+    normalizer = #attn.softmax
+    captures = [#attn.capture<"slopes", f32, [q_heads]>]
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index, %slopes: memref<?xf32>):
+      %slope = memref.load %slopes[%h] : memref<?xf32>
+      %qi = arith.index_cast %q : index to i64
+      %kvi = arith.index_cast %kv : index to i64
+      %distance = arith.subi %qi, %kvi : i64
+      %distance_f = arith.sitofp %distance : i64 to f32
+      %bias = arith.mulf %slope, %distance_f : f32
+      %biased = arith.subf %s, %bias : f32
+      attn.yield %biased : f32
+    }

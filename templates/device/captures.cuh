@@ -1,0 +1,74 @@
+// Support for the user regions (mask_mod, score_mod) that attn-lower-mods
+// turns into device functions: the C types MLIR's C++ emitter names, the
+// captured buffers, and the functions its math lowering calls.
+#pragma once
+
+// The fixed-width and size types of the emitted code. NVRTC compiles without
+// system headers; repeating a typedef of the same type is allowed.
+typedef signed char int8_t;
+typedef short int16_t;
+typedef int int32_t;
+typedef long long int64_t;
+typedef unsigned char uint8_t;
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+typedef decltype(sizeof(0)) size_t;
+typedef decltype((char *)0 - (char *)0) ptrdiff_t;
+typedef ptrdiff_t ssize_t;
+
+namespace attn_dev {
+
+// A captured buffer: contiguous, row-major, Rank extents.
+template <typename T, int Rank> struct Capture {
+  const T *data;
+  long long extent[Rank];
+};
+
+template <typename T, int Rank>
+__device__ __forceinline__ Capture<T, Rank> captureOf(const attn_abi::CaptureArg &arg) {
+  Capture<T, Rank> capture;
+  capture.data = static_cast<const T *>(arg.data);
+#pragma unroll
+  for (int i = 0; i < Rank; ++i)
+    capture.extent[i] = arg.extents[i];
+  return capture;
+}
+
+// Reads outside the extents give 0. Indices are size_t (MLIR's index), so a
+// negative index wraps to a huge one and fails the same test. The buffers
+// are read-only for the kernel's lifetime: the non-coherent path lets the
+// compiler keep a value loaded once per tile in a register.
+template <typename T>
+__device__ __forceinline__ T loadCapture(const Capture<T, 1> &c, size_t i) {
+  return i < static_cast<size_t>(c.extent[0]) ? __ldg(c.data + i) : T(0);
+}
+template <typename T>
+__device__ __forceinline__ T loadCapture(const Capture<T, 2> &c, size_t i, size_t j) {
+  bool inside = i < static_cast<size_t>(c.extent[0]) && j < static_cast<size_t>(c.extent[1]);
+  return inside ? __ldg(c.data + i * c.extent[1] + j) : T(0);
+}
+template <typename T>
+__device__ __forceinline__ T loadCapture(const Capture<T, 3> &c, size_t i, size_t j, size_t k) {
+  bool inside = i < static_cast<size_t>(c.extent[0]) && j < static_cast<size_t>(c.extent[1]) &&
+                k < static_cast<size_t>(c.extent[2]);
+  return inside ? __ldg(c.data + (i * c.extent[1] + j) * c.extent[2] + k) : T(0);
+}
+
+// tanh on the special function unit: one instruction, relative error about
+// 2^-11, below the precision of bf16/f16 outputs.
+__device__ __forceinline__ float fastTanh(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// arith.maximumf / minimumf: NaN if either operand is NaN.
+__device__ __forceinline__ float maximumf(float a, float b) {
+  return (a != a || b != b) ? __int_as_float(0x7fffffff) : fmaxf(a, b);
+}
+__device__ __forceinline__ float minimumf(float a, float b) {
+  return (a != a || b != b) ? __int_as_float(0x7fffffff) : fminf(a, b);
+}
+
+} // namespace attn_dev

@@ -1,0 +1,35 @@
+// A compiled spec loaded into the current context, shared by the GPU tests:
+// one module per spec text, compiled and loaded once for the whole run.
+#ifndef ATTN_TESTS_GPU_LOADEDKERNEL_H
+#define ATTN_TESTS_GPU_LOADEDKERNEL_H
+
+#include "attn/Compiler/Compiler.h"
+
+#include <map>
+#include <string>
+
+namespace attn::gputest {
+
+struct LoadedKernel {
+  CompiledKernel compiled;
+  Module module;
+  KernelFunction function;
+};
+
+inline LoadedKernel &loadKernel(const std::string &spec) {
+  static std::map<std::string, LoadedKernel> cache;
+  auto found = cache.find(spec);
+  if (found != cache.end())
+    return found->second;
+  ensureContext();
+  LoadedKernel loaded;
+  loaded.compiled = compileSpec(spec, "test.mlir");
+  loaded.module = Module::loadPtx(
+      std::string_view(loaded.compiled.binary.data(), loaded.compiled.binary.size()));
+  loaded.function = loaded.module.function(loaded.compiled.launch.kernelName);
+  return cache.emplace(spec, std::move(loaded)).first->second;
+}
+
+} // namespace attn::gputest
+
+#endif // ATTN_TESTS_GPU_LOADEDKERNEL_H

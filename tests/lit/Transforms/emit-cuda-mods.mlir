@@ -1,0 +1,50 @@
+// attn-emit-cuda prints the lowered user regions with MLIR's C++ emitter
+// ahead of the template and turns the tile formula into the kernel's
+// coverage test.
+// RUN: attn-opt --attn-tile --attn-plan-smem --attn-classify-blocks --attn-lower-mods --attn-emit-cuda %s | FileCheck %s
+
+// CHECK-LABEL: attn.kernel @alibi_prefix
+// CHECK: attn.cuda_source = "
+// CHECK-SAME: __device__ __forceinline__ bool attn_mask_mod_0(size_t [[B:v[0-9]+]], size_t
+// CHECK-SAME: __device__ __forceinline__ float attn_score_mod_0(float
+// CHECK-SAME: attn_dev::Capture<float, 1>
+// CHECK-SAME: attn_dev::loadCapture(
+// CHECK-SAME: struct UserMods {
+// CHECK-SAME: static constexpr bool kHasMaskMod = true;
+// CHECK-SAME: static constexpr bool kHasScoreMod = true;
+// CHECK-SAME: return coverageOr(affineCoverage(0LL * b + 0LL * h + 2047LL, 0LL, -1LL, q0, q1, k0, k1), affineCoverage(0LL * b + 0LL * h + 0LL, 1LL, -1LL, q0, q1, k0, k1));
+// CHECK-SAME: return attn_mask_mod_0(b, h, q, k, attn_dev::captureOf<float, 1>(p.captures[0]));
+// CHECK-SAME: return attn_score_mod_0(s, b, h, q, k, attn_dev::captureOf<float, 1>(p.captures[0]));
+attn.kernel @alibi_prefix
+    problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask normalizer = #attn.softmax
+    captures = [#attn.capture<"slopes", f32, [q_heads]>]
+    mask_mod {
+    ^bb0(%b: index, %h: index, %q: index, %kv: index, %slopes: memref<?xf32>):
+      %prefix = arith.constant 2048 : index
+      %in_prefix = arith.cmpi slt, %kv, %prefix : index
+      %causal = arith.cmpi sle, %kv, %q : index
+      %keep = arith.ori %in_prefix, %causal : i1
+      attn.yield %keep : i1
+    }
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index, %slopes: memref<?xf32>):
+      %slope = memref.load %slopes[%h] : memref<?xf32>
+      %r = arith.mulf %s, %slope : f32
+      attn.yield %r : f32
+    }
+
+// A mask_mod the classifier cannot prove is decided per element.
+// CHECK-LABEL: attn.kernel @opaque_mask
+// CHECK: return Coverage::Partial; // not analysable: decided per element
+attn.kernel @opaque_mask
+    problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask normalizer = #attn.softmax
+    mask_mod {
+    ^bb0(%b: index, %h: index, %q: index, %kv: index):
+      %c = arith.constant 64 : index
+      %qb = arith.divui %q, %c : index
+      %kb = arith.divui %kv, %c : index
+      %keep = arith.cmpi eq, %qb, %kb : index
+      attn.yield %keep : i1
+    }

@@ -1,0 +1,55 @@
+// attn-lower-mods moves the user regions into EmitC device functions with
+// generated names; captures become attn_dev::Capture values read through
+// attn_dev::loadCapture, math.tanh the hardware tanh.
+// RUN: attn-opt --attn-lower-mods %s | FileCheck %s
+
+// CHECK-LABEL: emitc.func @attn_mask_mod_0(
+// CHECK-SAME:      %{{.*}}: !emitc.size_t, %{{.*}}: !emitc.size_t, %{{.*}}: !emitc.size_t, %{{.*}}: !emitc.size_t, %{{.*}}: !emitc.opaque<"attn_dev::Capture<int, 2>">, %{{.*}}: !emitc.opaque<"attn_dev::Capture<float, 1>">) -> i1
+// CHECK-SAME:      specifiers = ["__device__", "__forceinline__"]
+// CHECK:         call_opaque "attn_dev::loadCapture"(%{{.*}}, %{{.*}}, %{{.*}}) : (!emitc.opaque<"attn_dev::Capture<int, 2>">, !emitc.size_t, !emitc.size_t) -> i32
+// CHECK:         return
+// CHECK-LABEL: emitc.func @attn_score_mod_0(
+// CHECK-SAME:      %{{.*}}: f32
+// CHECK:         call_opaque "attn_dev::loadCapture"(%{{.*}}, %{{.*}}) : (!emitc.opaque<"attn_dev::Capture<float, 1>">, !emitc.size_t) -> f32
+// CHECK:         call_opaque "attn_dev::fastTanh"
+// CHECK:         call_opaque "expf"
+// CHECK-LABEL: attn.kernel @doc_softcap
+// CHECK:         attributes {mask_mod_fn = @attn_mask_mod_0, score_mod_fn = @attn_score_mod_0}
+// CHECK-NOT:     mask_mod {
+// CHECK-NOT:     score_mod {
+attn.kernel @doc_softcap
+    problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask normalizer = #attn.softmax
+    captures = [#attn.capture<"document", i32, [batch, seqlen_k]>, #attn.capture<"slopes", f32, [q_heads]>]
+    mask_mod {
+    ^bb0(%b: index, %h: index, %q: index, %kv: index, %doc: memref<?x?xi32>, %slopes: memref<?xf32>):
+      %dq = memref.load %doc[%b, %q] : memref<?x?xi32>
+      %dk = memref.load %doc[%b, %kv] : memref<?x?xi32>
+      %same = arith.cmpi eq, %dq, %dk : i32
+      attn.yield %same : i1
+    }
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index, %doc: memref<?x?xi32>, %slopes: memref<?xf32>):
+      %slope = memref.load %slopes[%h] : memref<?xf32>
+      %t = math.tanh %s : f32
+      %e = math.exp %t : f32
+      %r = arith.mulf %e, %slope : f32
+      attn.yield %r : f32
+    }
+
+// A second kernel gets the next number; a symbol already taken is skipped.
+// CHECK-LABEL: emitc.func @attn_mask_mod_2(
+// CHECK-LABEL: attn.kernel @second
+// CHECK:         mask_mod_fn = @attn_mask_mod_2
+func.func private @attn_mask_mod_1()
+attn.kernel @second
+    problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask normalizer = #attn.softmax
+    mask_mod {
+    ^bb0(%b: index, %h: index, %q: index, %kv: index):
+      %c = arith.constant 64 : index
+      %m = arith.divui %kv, %c : index
+      %n = arith.maxsi %m, %q : index
+      %keep = arith.cmpi ne, %n, %q : index
+      attn.yield %keep : i1
+    }
