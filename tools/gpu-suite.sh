@@ -3,14 +3,16 @@
 # tests, compute-sanitizer over them, the example against the reference, the
 # attn-bench grid and the peer script. Every log goes to the output folder.
 #
-# Usage: tools/gpu-suite.sh BIN_DIR OUT_DIR [full|quick|checks|bench]
+# Usage: tools/gpu-suite.sh BIN_DIR OUT_DIR [full|quick|checks|bench|variants]
 #   BIN_DIR holds attnc, attn-bench, attn-compile-bench, jit_host and
 #   attn_gpu_tests (built elsewhere: the tools link LLVM statically and need
 #   only the CUDA toolkit's libnvrtc).
 #   full (default): everything. quick: tests, examples and the grid, without
 #   the sanitizer, the peers and the profile. checks: tests, sanitizer,
 #   examples, compile latency. bench: the grid, the peers and the profile.
-#   (checks and bench split a full run into two shorter ones.)
+#   variants: the variant specs of docs/examples at head dim 128, B = 2,
+#   S = 8192, H = 16, and FlexAttention on the same variants.
+#   (checks, bench and variants split a full run into shorter ones.)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin="$1"
@@ -32,6 +34,7 @@ step() {
 want() { # want PART: does this mode run PART (checks, sanitizer, bench, peers)?
   case "$mode:$1" in
     full:*|quick:checks|quick:bench|checks:checks|checks:sanitizer|bench:bench|bench:peers) return 0 ;;
+    variants:variants) return 0 ;;
     *) return 1 ;;
   esac
 }
@@ -63,4 +66,25 @@ if want peers; then
     --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
     "$bin/attn-bench" "$root/docs/examples/full_hd128.mlir" --batch=2 --seqlen=8192 \
     --warmup=0 --repeats=1
+fi
+if want variants; then
+  examples="$root/docs/examples"
+  variant() { local name="$1"; shift; step "variant_$name" "$bin/attn-bench" "$@" --batch=2 --seqlen=8192; }
+  # The plain causal kernel at the variants' heads (16 query, 16 key/value).
+  sed 's/kv_heads = 4/kv_heads = 16/' "$examples/causal_hd128.mlir" > "$out/causal_mha_hd128.mlir"
+  variant causal "$out/causal_mha_hd128.mlir"
+  variant sliding_window_1024 "$examples/sliding_window_hd128.mlir"
+  variant alibi_causal "$examples/alibi_causal_hd128.mlir" --capture slopes=ramp:0.0625,0.0625
+  variant softcap50_causal "$examples/softcap_causal_hd128.mlir"
+  variant longformer_w512_g64 "$examples/longformer_hd128.mlir"
+  variant prefix_lm_2048 "$examples/prefix_lm_hd128.mlir"
+  variant document_mask "$examples/document_mask_hd128.mlir" --capture document=segments:256,2048
+  variant relpos_bias_causal "$examples/relpos_bias_causal_hd128.mlir" \
+    --capture bias=normal:0.5@16x16383
+  variant chunked_local_1024 "$examples/chunked_local_hd128.mlir"
+  variant bigbird "$examples/bigbird_hd128.mlir" --capture random_blocks=bernoulli:0.05@128x128
+  for log in "$out"/variant_*.log; do
+    echo "$(basename "$log" .log) $(grep -o 'time [0-9.]* ms' "$log")"
+  done > "$out/variants_table.txt"
+  step variant_peers python3 "$root/tools/peers/attn_variant_peers.py" --csv "$out/variant_peers.csv"
 fi

@@ -8,10 +8,11 @@ attn.kernel @alibi_causal_hd128
     score_mod {
     ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index, %slopes: memref<?xf32>):
       %slope = memref.load %slopes[%h] : memref<?xf32>
-      %qi = arith.index_cast %q : index to i64
-      %kvi = arith.index_cast %kv : index to i64
-      %distance = arith.subi %qi, %kvi : i64
-      %distance_f = arith.sitofp %distance : i64 to f32
+      %qi = arith.index_cast %q : index to i32
+      %kvi = arith.index_cast %kv : index to i32
+      %qf = arith.sitofp %qi : i32 to f32
+      %kvf = arith.sitofp %kvi : i32 to f32
+      %distance_f = arith.subf %qf, %kvf : f32
       %bias = arith.mulf %slope, %distance_f : f32
       %biased = arith.subf %s, %bias : f32
       attn.yield %biased : f32

@@ -17,6 +17,14 @@ typedef decltype(sizeof(0)) size_t;
 typedef decltype((char *)0 - (char *)0) ptrdiff_t;
 typedef ptrdiff_t ssize_t;
 
+// Special float constants as the C++ emitter spells them (math.h's macros).
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+#ifndef NAN
+#define NAN __int_as_float(0x7fffffff)
+#endif
+
 namespace attn_dev {
 
 // A captured buffer: contiguous, row-major, Rank extents.
@@ -45,8 +53,10 @@ __device__ __forceinline__ T loadCapture(const Capture<T, 1> &c, size_t i) {
 }
 template <typename T>
 __device__ __forceinline__ T loadCapture(const Capture<T, 2> &c, size_t i, size_t j) {
-  bool inside = i < static_cast<size_t>(c.extent[0]) && j < static_cast<size_t>(c.extent[1]);
-  return inside ? __ldg(c.data + i * c.extent[1] + j) : T(0);
+  // One unsigned test per extent; the address is formed only when inside.
+  if (i >= static_cast<size_t>(c.extent[0]) || j >= static_cast<size_t>(c.extent[1]))
+    return T(0);
+  return __ldg(c.data + i * static_cast<size_t>(c.extent[1]) + j);
 }
 template <typename T>
 __device__ __forceinline__ T loadCapture(const Capture<T, 3> &c, size_t i, size_t j, size_t k) {
@@ -61,6 +71,19 @@ __device__ __forceinline__ float fastTanh(float x) {
   float y;
   asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
+}
+
+// arith.sitofp from i32, correctly rounded like the conversion instruction
+// but on the FMA and integer pipes: the conversion instruction runs on the
+// same narrow pipe as the softmax's ex2, which a per-score conversion (a
+// position bias) would then saturate. The halves of x convert exactly by
+// placing them in a float's mantissa; one FMA rounds their sum once.
+__device__ __forceinline__ float exactIntToFloat(int32_t x) {
+  int32_t high = x >> 16;                 // in [-2^15, 2^15)
+  uint32_t low = static_cast<uint32_t>(x) & 0xffffu;
+  float highF = __int_as_float(0x4B400000 + high) - 12582912.0f; // 1.5 * 2^23
+  float lowF = __int_as_float(0x4B000000 | low) - 8388608.0f;    // 2^23
+  return fmaf(highF, 65536.0f, lowF);
 }
 
 // arith.maximumf / minimumf: NaN if either operand is NaN.

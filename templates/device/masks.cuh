@@ -15,6 +15,26 @@ typedef long long i64;
 __device__ __forceinline__ i64 maxI64(i64 a, i64 b) { return a > b ? a : b; }
 __device__ __forceinline__ i64 minI64(i64 a, i64 b) { return a < b ? a : b; }
 
+// How much of a tile a mask keeps. The order matters: the and of two
+// coverages is their minimum, the or their maximum.
+enum class Coverage { Empty = 0, Partial = 1, Full = 2 };
+
+__device__ __forceinline__ Coverage coverageAnd(Coverage a, Coverage b) { return a < b ? a : b; }
+__device__ __forceinline__ Coverage coverageOr(Coverage a, Coverage b) { return a > b ? a : b; }
+__device__ __forceinline__ Coverage coverageNot(Coverage a) {
+  return static_cast<Coverage>(2 - static_cast<int>(a));
+}
+
+// Coverage of `base + q * qi + kv * ki >= 0` over qi in [q0, q1], ki in
+// [k0, k1]: an affine function is extreme at the corners.
+__device__ __forceinline__ Coverage affineCoverage(i64 base, i64 q, i64 kv, i64 q0, i64 q1, i64 k0,
+                                                   i64 k1) {
+  i64 low = base + minI64(q * q0, q * q1) + minI64(kv * k0, kv * k1);
+  i64 high = base + maxI64(q * q0, q * q1) + maxI64(kv * k0, kv * k1);
+  return low >= 0 ? Coverage::Full : (high < 0 ? Coverage::Empty : Coverage::Partial);
+}
+
+
 struct NoMask {
   static __device__ __forceinline__ i64 keyBegin(i64, i64) { return 0; }
   static __device__ __forceinline__ i64 keyEnd(i64, i64, i64 seqlenK) { return seqlenK; }
@@ -50,28 +70,5 @@ template <i64 Left, i64 Right> struct SlidingWindowMask {
     return k >= q + shift - Left && k <= q + shift + Right;
   }
 };
-
-} // namespace attn_dev
-
-namespace attn_dev {
-
-// How much of a tile a mask keeps. The order matters: the and of two
-// coverages is their minimum, the or their maximum.
-enum class Coverage { Empty = 0, Partial = 1, Full = 2 };
-
-__device__ __forceinline__ Coverage coverageAnd(Coverage a, Coverage b) { return a < b ? a : b; }
-__device__ __forceinline__ Coverage coverageOr(Coverage a, Coverage b) { return a > b ? a : b; }
-__device__ __forceinline__ Coverage coverageNot(Coverage a) {
-  return static_cast<Coverage>(2 - static_cast<int>(a));
-}
-
-// Coverage of `base + q * qi + kv * ki >= 0` over qi in [q0, q1], ki in
-// [k0, k1]: an affine function is extreme at the corners.
-__device__ __forceinline__ Coverage affineCoverage(i64 base, i64 q, i64 kv, i64 q0, i64 q1, i64 k0,
-                                                   i64 k1) {
-  i64 low = base + minI64(q * q0, q * q1) + minI64(kv * k0, kv * k1);
-  i64 high = base + maxI64(q * q0, q * q1) + maxI64(kv * k0, kv * k1);
-  return low >= 0 ? Coverage::Full : (high < 0 ? Coverage::Empty : Coverage::Partial);
-}
 
 } // namespace attn_dev

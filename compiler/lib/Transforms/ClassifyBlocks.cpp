@@ -223,8 +223,15 @@ struct ClassifyBlocksPass : impl::AttnClassifyBlocksBase<ClassifyBlocksPass> {
       Block &block = op.getMaskMod().front();
       auto yield = cast<YieldOp>(block.getTerminator());
       MaskAnalysis analysis(block, op.getContext());
-      if (std::optional<Attribute> formula = analysis.formulaOf(yield.getValues().front()))
-        op.setMaskTileFormulaAttr(cast<TileFormulaAttr>(*formula));
+      std::optional<Attribute> formula = analysis.formulaOf(yield.getValues().front());
+      if (!formula)
+        return;
+      // The op holds a tree: a single inequality becomes all_of of one term.
+      auto tree = dyn_cast<TileFormulaAttr>(*formula);
+      if (!tree)
+        tree = TileFormulaAttr::get(op.getContext(), TileFormulaKind::all_of,
+                                    ArrayAttr::get(op.getContext(), {*formula}));
+      op.setMaskTileFormulaAttr(tree);
     });
   }
 };

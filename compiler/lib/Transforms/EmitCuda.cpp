@@ -70,7 +70,7 @@ bool isAllowedCallee(StringRef callee) {
       "fabsf", "expf", "exp2f", "expm1f", "logf", "log2f", "log1pf", "sqrtf", "rsqrtf",
       "sinf", "cosf", "erff", "floorf", "ceilf", "roundf", "powf", "copysignf", "fmaf",
       "fmaxf", "fminf", "attn_dev::fastTanh", "attn_dev::maximumf", "attn_dev::minimumf",
-      "attn_dev::loadCapture"};
+      "attn_dev::loadCapture", "attn_dev::exactIntToFloat"};
   return allowed.contains(callee);
 }
 

@@ -147,6 +147,22 @@ struct IntegerMinMaxLowering : OpConversionPattern<ArithOp> {
   }
 };
 
+/// arith.sitofp i32 -> f32 as attn_dev::exactIntToFloat: the same value
+/// without the conversion instruction's narrow pipe, which the softmax's
+/// exponentials already keep busy.
+struct IntToFloatLowering : OpConversionPattern<arith::SIToFPOp> {
+  IntToFloatLowering(const TypeConverter &converter, MLIRContext *context)
+      : OpConversionPattern(converter, context, /*benefit=*/2) {}
+  LogicalResult matchAndRewrite(arith::SIToFPOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    if (!op.getIn().getType().isSignlessInteger(32) || !op.getType().isF32())
+      return failure();
+    rewriter.replaceOpWithNewOp<emitc::CallOpaqueOp>(op, op.getType(), "attn_dev::exactIntToFloat",
+                                                     adaptor.getIn());
+    return success();
+  }
+};
+
 /// Reports ops the conversion has no pattern for, at their location, before
 /// the conversion's generic "failed to legalize".
 LogicalResult checkLowerable(Region &region, StringRef regionName) {
@@ -232,6 +248,7 @@ struct LowerModsPass : impl::AttnLowerModsBase<LowerModsPass> {
     populateArithToEmitCPatterns(converter, patterns);
     populateFuncToEmitCPatterns(converter, patterns);
     patterns.add<FloatCallLowering>(converter, context);
+    patterns.add<IntToFloatLowering>(converter, context);
     patterns.add<CaptureLoadLowering,
                  UnsignedDivisionLowering<arith::DivUIOp, emitc::DivOp>,
                  UnsignedDivisionLowering<arith::RemUIOp, emitc::RemOp>,

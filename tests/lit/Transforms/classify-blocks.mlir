@@ -86,3 +86,16 @@ attn.kernel @document
       %same = arith.cmpi eq, %dq, %dk : i32
       attn.yield %same : i1
     }
+
+// A single inequality is recorded as all_of of one term.
+// CHECK-LABEL: attn.kernel @late_rows
+// CHECK: mask_tile_formula = #attn.tile_formula<all_of, [#attn.affine_ge<q = 1, c = -300>]>
+attn.kernel @late_rows
+    problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask normalizer = #attn.softmax
+    mask_mod {
+    ^bb0(%b: index, %h: index, %q: index, %kv: index):
+      %first = arith.constant 300 : index
+      %keep = arith.cmpi sge, %q, %first : index
+      attn.yield %keep : i1
+    }
