@@ -128,11 +128,43 @@ __device__ __forceinline__ bool visitsKeyTile(const WorkTile &work, int tile, in
                             keyLast) != Coverage::Empty;
 }
 
-// The first visited key tile at or after `tile` (keys.end if none).
+// The first visited key tile at or after `tile` (keys.end if none), for the
+// producer's single thread.
 __device__ __forceinline__ int nextVisitedTile(const WorkTile &work, int tile, int seqlenK) {
   while (tile < work.keys.end && !visitsKeyTile(work, tile, seqlenK))
     ++tile;
   return tile;
+}
+
+// The same for a whole consumer warp: each lane tests one tile of a window
+// of 32, so skipping a run of empty tiles costs one test per lane instead
+// of one per tile.
+__device__ __forceinline__ int nextVisitedTileInWarp(const WorkTile &work, int tile, int seqlenK,
+                                                     int lane) {
+  if constexpr (!Mods::kHasMaskMod)
+    return tile;
+  for (int base = tile; base < work.keys.end; base += 32) {
+    int candidate = base + lane;
+    unsigned visited = __ballot_sync(0xffffffffu, candidate < work.keys.end &&
+                                                      visitsKeyTile(work, candidate, seqlenK));
+    if (visited)
+      return base + __ffs(visited) - 1;
+  }
+  return work.keys.end;
+}
+
+// How many key tiles of `work` the block visits, counted by a whole warp.
+__device__ __forceinline__ int countVisitedTilesInWarp(const WorkTile &work, int seqlenK,
+                                                       int lane) {
+  if constexpr (!Mods::kHasMaskMod)
+    return work.keys.end - work.keys.begin;
+  int count = 0;
+  for (int base = work.keys.begin; base < work.keys.end; base += 32) {
+    int candidate = base + lane;
+    count += __popc(__ballot_sync(0xffffffffu, candidate < work.keys.end &&
+                                                   visitsKeyTile(work, candidate, seqlenK)));
+  }
+  return count;
 }
 
 // Block b takes work tiles b, b + gridDim.x, ... The query block runs
@@ -157,12 +189,9 @@ struct TileSchedule {
     work.kvHead = work.head / (p.q_heads / p.kv_heads);
     work.batch = headBatch / p.q_heads;
     work.keys = keyTilesFor(work.queryBegin, work.queryLast + 1, p.seqlen_k, shift);
+    // The consumers count the visited tiles (countVisitedTilesInWarp); the
+    // producer needs no count.
     work.visitedTiles = work.keys.end - work.keys.begin;
-    if constexpr (Mods::kHasMaskMod) {
-      work.visitedTiles = 0;
-      for (int tile = work.keys.begin; tile < work.keys.end; ++tile)
-        work.visitedTiles += visitsKeyTile(work, tile, p.seqlen_k);
-    }
     return work;
   }
 };
@@ -445,7 +474,7 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
     float rescale[2];
 
     // Prologue: S_0 alone.
-    int keyTile = nextVisitedTile(work, work.keys.begin, p.seqlen_k);
+    int keyTile = nextVisitedTileInWarp(work, work.keys.begin, p.seqlen_k, lane);
     RingSlot slot = ringSlot(ring);
     mbarrierWait(barriers.kFull(slot.stage), slot.phase);
     turns.wait();
@@ -460,7 +489,7 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
     packProbabilities(scores, probabilities);
 
     for (int iteration = 1; iteration < tileCount; ++iteration) {
-      keyTile = nextVisitedTile(work, keyTile + 1, p.seqlen_k);
+      keyTile = nextVisitedTileInWarp(work, keyTile + 1, p.seqlen_k, lane);
       RingSlot previous = slot;
       slot = ringSlot(ring + iteration);
       mbarrierWait(barriers.kFull(slot.stage), slot.phase);
@@ -516,7 +545,8 @@ __device__ void consume(const attn_abi::AttnFwdParams &p, u32 smemBase, const Ba
   int ring = 0;
   u32 qPhase = 0;
   for (int index = blockIdx.x; index < schedule.count; index += gridDim.x, qPhase ^= 1) {
-    const WorkTile work = schedule.at(p, index, shift);
+    WorkTile work = schedule.at(p, index, shift);
+    work.visitedTiles = countVisitedTilesInWarp(work, p.seqlen_k, threadIdx.x % 32);
     consumeTile(p, smemBase, barriers, consumer, work, ring, qPhase, turns, shift);
     ring += work.visitedTiles;
   }
