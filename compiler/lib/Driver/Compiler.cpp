@@ -261,8 +261,6 @@ reference::Problem referenceProblemFromKernel(mlir::attn::KernelOp op, int64_t b
   } else if (!mlir::isa<mlir::attn::NoMaskAttr>(mask)) {
     throw Error("the reference evaluator does not know this mask yet");
   }
-  if (!op.getMaskMod().empty() || !op.getScoreMod().empty())
-    throw Error("the reference evaluator does not interpret user regions yet");
   return result;
 }
 
@@ -363,12 +361,6 @@ reference::Problem referenceProblemFromSpec(const std::string &specText, int64_t
                 error.what());
   }
 
-  // referenceProblemFromKernel reads the built-in parts and refuses regions;
-  // theirs live in the programs now, so this private module gives them up.
-  for (mlir::Region *region : {&op.getMaskMod(), &op.getScoreMod()}) {
-    region->dropAllReferences();
-    region->getBlocks().clear();
-  }
   reference::Problem result = referenceProblemFromKernel(op, batch, seqlenQ, seqlenK);
   if (mods->mask)
     result.maskMod = [mods](int64_t b, int64_t h, int64_t q, int64_t k) {

@@ -45,7 +45,8 @@ struct CompiledKernel {
 /// The dialects a spec may use.
 void registerSpecDialects(mlir::DialectRegistry &registry);
 
-/// Adds attn-tile, attn-plan-smem and (unless planOnly) attn-emit-cuda.
+/// Adds attn-tile, attn-plan-smem and (unless planOnly) attn-classify-blocks,
+/// attn-lower-mods and attn-emit-cuda.
 void buildCompilePipeline(mlir::OpPassManager &pm, const CompileOptions &options);
 
 /// Plans and emits every kernel of `module`; errors are reported through the
@@ -77,6 +78,9 @@ CompiledKernel compileSpec(const std::string &specText, const std::string &buffe
 reference::Problem referenceProblemFromSpec(const std::string &specText, int64_t batch,
                                             int64_t seqlenQ, int64_t seqlenK,
                                             const std::vector<HostCapture> &captures = {});
+/// The built-in parts of a kernel's problem (heads, scale, mask attribute);
+/// its user regions are left to the caller (referenceProblemFromSpec adds
+/// them as interpreted maskMod / scoreMod).
 reference::Problem referenceProblemFromKernel(mlir::attn::KernelOp op, int64_t batch,
                                               int64_t seqlenQ, int64_t seqlenK);
 

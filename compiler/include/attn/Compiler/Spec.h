@@ -14,9 +14,9 @@
 // variants can be added without changing Spec: a `Mask::predicate(Expr)` and
 // a `Spec::scoreMod` holding trees built with operator overloading over the
 // index variables (batch, head, q_idx, kv_idx) and the score, lowered by
-// buildKernelOp into the op's `mask_mod` / `score_mod` regions. They are not
-// here yet because the regions have no lowering to CUDA yet (attn-emit-cuda
-// rejects them).
+// buildKernelOp into the op's `mask_mod` / `score_mod` regions. The compiler
+// lowers those regions (docs/variants.md); this builder does not build them
+// yet, so a variant with regions is written as spec text.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTN_COMPILER_SPEC_H

@@ -24,7 +24,8 @@ namespace attn {
 /// `tileOverride` keeps the heuristic; see the attn-tile pass.
 void buildPlanPipeline(OpPassManager &pm, llvm::StringRef tileOverride = "");
 
-/// Registers the passes (attn-tile, attn-plan-smem) and the `attn-plan`
+/// Registers the passes (attn-tile, attn-plan-smem, attn-classify-blocks,
+/// attn-lower-mods, attn-emit-cuda) and the `attn-plan`
 /// pipeline (option `tile-override`) with the global registry, for
 /// attn-opt style tools.
 void registerAttnPasses();
