@@ -25,6 +25,31 @@ __device__ __forceinline__ Coverage coverageNot(Coverage a) {
   return static_cast<Coverage>(2 - static_cast<int>(a));
 }
 
+// Bounds of a sum of parts over a tile (interval arithmetic).
+struct Range {
+  i64 low, high;
+};
+__device__ __forceinline__ Range operator+(Range a, Range b) {
+  return Range{a.low + b.low, a.high + b.high};
+}
+
+__device__ __forceinline__ i64 floorDiv(i64 a, i64 d) { return a >= 0 ? a / d : -((-a + d - 1) / d); }
+
+// Range of coef * floor((base + q * qi + kv * ki) / divisor) over qi in
+// [q0, q1], ki in [k0, k1]: floor is monotone, so the dividend's extremes
+// (at the corners) give the term's.
+__device__ __forceinline__ Range divTermRange(i64 coef, i64 base, i64 q, i64 kv, i64 divisor,
+                                              i64 q0, i64 q1, i64 k0, i64 k1) {
+  i64 low = floorDiv(base + minI64(q * q0, q * q1) + minI64(kv * k0, kv * k1), divisor);
+  i64 high = floorDiv(base + maxI64(q * q0, q * q1) + maxI64(kv * k0, kv * k1), divisor);
+  return coef >= 0 ? Range{coef * low, coef * high} : Range{coef * high, coef * low};
+}
+
+// Coverage of `range >= 0`.
+__device__ __forceinline__ Coverage rangeCoverage(Range range) {
+  return range.low >= 0 ? Coverage::Full : (range.high < 0 ? Coverage::Empty : Coverage::Partial);
+}
+
 // Coverage of `base + q * qi + kv * ki >= 0` over qi in [q0, q1], ki in
 // [k0, k1]: an affine function is extreme at the corners.
 __device__ __forceinline__ Coverage affineCoverage(i64 base, i64 q, i64 kv, i64 q0, i64 q1, i64 k0,

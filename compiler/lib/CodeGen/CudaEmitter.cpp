@@ -79,6 +79,21 @@ int softmaxReductionChains(const ForwardKernelConfig &config) {
 /// The C++ expression of a formula's coverage of a tile, over the variables
 /// of userMaskCoverage (b, h, q0, q1, k0, k1).
 void emitCoverage(const TileFormula &formula, std::ostringstream &out) {
+  if (formula.kind == TileFormula::Kind::DivSumGe) {
+    // The affine part is a term with divisor 1; the parts' ranges add up.
+    auto term = [&](const TileFormula::DivTerm &t) {
+      out << "divTermRange(" << t.coef << "LL, " << t.batch << "LL * b + " << t.head << "LL * h + "
+          << t.c << "LL, " << t.q << "LL, " << t.kv << "LL, " << t.divisor << "LL, q0, q1, k0, k1)";
+    };
+    out << "rangeCoverage(";
+    term({1, formula.batch, formula.head, formula.q, formula.kv, formula.c, 1});
+    for (const TileFormula::DivTerm &t : formula.divTerms) {
+      out << " + ";
+      term(t);
+    }
+    out << ")";
+    return;
+  }
   if (formula.kind == TileFormula::Kind::AffineGe) {
     out << "affineCoverage(" << formula.batch << "LL * b + " << formula.head << "LL * h + "
         << formula.c << "LL, " << formula.q << "LL, " << formula.kv << "LL, q0, q1, k0, k1)";

@@ -22,16 +22,15 @@ namespace mlir::attn {
 namespace {
 
 /// batch * b + head * h + q * q_idx + kv * kv_idx + c.
-struct AffineForm {
+struct Affine {
   int64_t batch = 0, head = 0, q = 0, kv = 0, c = 0;
 
-  AffineForm operator+(const AffineForm &o) const {
+  Affine operator+(const Affine &o) const {
     return {batch + o.batch, head + o.head, q + o.q, kv + o.kv, c + o.c};
   }
-  AffineForm scaled(int64_t factor) const {
+  Affine scaled(int64_t factor) const {
     return {batch * factor, head * factor, q * factor, kv * factor, c * factor};
   }
-  AffineForm operator-(const AffineForm &o) const { return *this + o.scaled(-1); }
   bool isConstant() const { return batch == 0 && head == 0 && q == 0 && kv == 0; }
   /// Non-negative whenever every index is: no negative coefficient.
   bool isNonNegative() const { return batch >= 0 && head >= 0 && q >= 0 && kv >= 0 && c >= 0; }
@@ -44,14 +43,59 @@ struct AffineForm {
   }
 };
 
+/// coef * floor(dividend / divisor), dividend never negative, divisor > 1.
+struct FloorDivTerm {
+  int64_t coef;
+  Affine dividend;
+  int64_t divisor;
+};
+
+/// An affine part plus floor-quotient terms: what index arithmetic with
+/// constant multipliers and divisors computes.
+struct AffineForm {
+  Affine affine;
+  SmallVector<FloorDivTerm> terms;
+
+  AffineForm() = default;
+  explicit AffineForm(Affine affine) : affine(affine) {}
+
+  AffineForm operator+(const AffineForm &o) const {
+    AffineForm sum(affine + o.affine);
+    sum.terms = terms;
+    sum.terms.append(o.terms.begin(), o.terms.end());
+    return sum;
+  }
+  AffineForm scaled(int64_t factor) const {
+    AffineForm result(affine.scaled(factor));
+    for (FloorDivTerm term : terms) {
+      term.coef *= factor;
+      result.terms.push_back(term);
+    }
+    return result;
+  }
+  AffineForm operator-(const AffineForm &o) const { return *this + o.scaled(-1); }
+  bool isConstant() const { return affine.isConstant() && terms.empty(); }
+  int64_t constant() const { return affine.c; }
+  /// Dividends are never negative, so a term is non-negative iff its coef is.
+  bool isNonNegative() const {
+    return affine.isNonNegative() &&
+           llvm::all_of(terms, [](const FloorDivTerm &t) { return t.coef >= 0; });
+  }
+  bool isSmall() const {
+    return affine.isSmall() && llvm::all_of(terms, [](const FloorDivTerm &t) {
+             return t.dividend.isSmall() && std::abs(t.coef) < (int64_t(1) << 30);
+           });
+  }
+};
+
 class MaskAnalysis {
 public:
   MaskAnalysis(Block &block, MLIRContext *context) : context(context) {
     // The first four arguments are batch, head, q_idx, kv_idx.
-    AffineForm unit[4];
+    Affine unit[4];
     unit[0].batch = unit[1].head = unit[2].q = unit[3].kv = 1;
     for (int i = 0; i < 4; ++i)
-      affine[block.getArgument(i)] = unit[i];
+      affine[block.getArgument(i)] = AffineForm(unit[i]);
   }
 
   /// The formula of an i1 value, or nullopt if it is not expressible.
@@ -117,7 +161,17 @@ private:
 
   /// form >= 0.
   Attribute atLeastZero(const AffineForm &form) {
-    return AffineGeAttr::get(context, form.batch, form.head, form.q, form.kv, form.c);
+    const Affine &a = form.affine;
+    if (form.terms.empty())
+      return AffineGeAttr::get(context, a.batch, a.head, a.q, a.kv, a.c);
+    SmallVector<Attribute> terms;
+    for (const FloorDivTerm &term : form.terms) {
+      const Affine &d = term.dividend;
+      terms.push_back(FloorDivTermAttr::get(context, term.coef, d.batch, d.head, d.q, d.kv, d.c,
+                                            term.divisor));
+    }
+    return DivSumGeAttr::get(context, a.batch, a.head, a.q, a.kv, a.c,
+                             ArrayAttr::get(context, terms));
   }
 
   /// The affine form of an index or i64 value. Narrower integers are not
@@ -146,9 +200,9 @@ private:
       auto integer = dyn_cast<IntegerAttr>(constant.getValue());
       if (!integer || integer.getType().isInteger(1))
         return std::nullopt;
-      AffineForm form;
-      form.c = integer.getValue().getSExtValue();
-      return form;
+      Affine constantForm;
+      constantForm.c = integer.getValue().getSExtValue();
+      return AffineForm(constantForm);
     }
     // index <-> i64 casts keep the value.
     if (isa<arith::IndexCastOp>(op))
@@ -163,9 +217,24 @@ private:
       if (isa<arith::SubIOp>(op))
         return *lhs - *rhs;
       if (rhs->isConstant())
-        return lhs->scaled(rhs->c);
+        return lhs->scaled(rhs->constant());
       if (lhs->isConstant())
-        return rhs->scaled(lhs->c);
+        return rhs->scaled(lhs->constant());
+      return std::nullopt;
+    }
+    // Division of a never-negative affine form by a positive constant: the
+    // signed, unsigned and floor quotients then agree.
+    if (isa<arith::DivUIOp, arith::DivSIOp, arith::FloorDivSIOp>(op)) {
+      std::optional<AffineForm> lhs = affineOf(op->getOperand(0));
+      std::optional<AffineForm> rhs = affineOf(op->getOperand(1));
+      if (!lhs || !rhs || !rhs->isConstant() || rhs->constant() <= 0 || !lhs->terms.empty() ||
+          !lhs->affine.isNonNegative())
+        return std::nullopt;
+      if (rhs->constant() == 1)
+        return lhs;
+      AffineForm quotient;
+      quotient.terms.push_back(FloorDivTerm{1, lhs->affine, rhs->constant()});
+      return quotient;
     }
     return std::nullopt;
   }
@@ -183,8 +252,9 @@ private:
                       predicate == P::uge;
     if (isUnsigned && !(lhs->isNonNegative() && rhs->isNonNegative()))
       return std::nullopt;
-    AffineForm one;
-    one.c = 1;
+    Affine unit;
+    unit.c = 1;
+    AffineForm one(unit);
     AffineForm less = *rhs - *lhs - one; // lhs < rhs  <=> less >= 0
     AffineForm lessEq = *rhs - *lhs;     // lhs <= rhs
     AffineForm greater = *lhs - *rhs - one;

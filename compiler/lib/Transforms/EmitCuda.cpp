@@ -46,6 +46,20 @@ namespace {
     formula.c = atom.getC();
     return formula;
   }
+  if (auto sum = dyn_cast<DivSumGeAttr>(attr)) {
+    formula.kind = ::attn::codegen::TileFormula::Kind::DivSumGe;
+    formula.batch = sum.getBatch();
+    formula.head = sum.getHead();
+    formula.q = sum.getQ();
+    formula.kv = sum.getKv();
+    formula.c = sum.getC();
+    for (Attribute termAttr : sum.getTerms()) {
+      auto term = cast<FloorDivTermAttr>(termAttr);
+      formula.divTerms.push_back({term.getCoef(), term.getBatch(), term.getHead(), term.getQ(),
+                                  term.getKv(), term.getC(), term.getDivisor()});
+    }
+    return formula;
+  }
   auto tree = cast<TileFormulaAttr>(attr);
   switch (tree.getKind()) {
   case TileFormulaKind::all_of:

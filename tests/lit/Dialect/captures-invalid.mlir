@@ -68,3 +68,10 @@ attn.kernel @k problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64,
       memref.store %s, %x[%h] : memref<?xf32>
       attn.yield %s : f32
     }
+
+// -----
+
+// expected-error @+3 {{floordiv divisor must be positive, got 0}}
+// expected-error @+2 {{failed to parse Attn_DivSumGeAttr parameter 'terms'}}
+// expected-error @+1 {{failed to parse Attn_TileFormulaAttr parameter 'terms'}}
+attn.kernel @k problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16> mask = #attn.no_mask normalizer = #attn.softmax attributes {mask_tile_formula = #attn.tile_formula<all_of, [#attn.div_sum_ge<terms = [#attn.floordiv<q = 1, divisor = 0>]>]>}

@@ -41,3 +41,12 @@ attn.kernel @formula
     mask = #attn.no_mask
     normalizer = #attn.softmax
     attributes {mask_tile_formula = #attn.tile_formula<any_of, [#attn.affine_ge<q = 1, kv = -1>, #attn.affine_ge<kv = -1, c = 2047>]>}
+
+// Floor-quotient inequalities print with defaults omitted.
+// CHECK-LABEL: attn.kernel @quotients
+// CHECK: mask_tile_formula = #attn.tile_formula<all_of, [#attn.div_sum_ge<c = -1, terms = [#attn.floordiv<coef = 2, q = 1, c = 3, divisor = 64>]>]>
+attn.kernel @quotients
+    problem = #attn.problem<q_heads = 4, kv_heads = 4, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask
+    normalizer = #attn.softmax
+    attributes {mask_tile_formula = #attn.tile_formula<all_of, [#attn.div_sum_ge<c = -1, terms = [#attn.floordiv<coef = 2, q = 1, c = 3, divisor = 64>]>]>}

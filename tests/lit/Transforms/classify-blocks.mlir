@@ -99,3 +99,37 @@ attn.kernel @late_rows
       %keep = arith.cmpi sge, %q, %first : index
       attn.yield %keep : i1
     }
+
+// Division of a never-negative form by a positive constant: chunked local
+// attention, q / 1024 == kv / 1024, becomes two div_sum_ge inequalities.
+// CHECK-LABEL: attn.kernel @chunked
+// CHECK: mask_tile_formula = #attn.tile_formula<all_of, [#attn.div_sum_ge<terms = [#attn.floordiv<kv = 1, divisor = 1024>, #attn.floordiv<coef = -1, q = 1, divisor = 1024>]>, #attn.div_sum_ge<terms = [#attn.floordiv<q = 1, divisor = 1024>, #attn.floordiv<coef = -1, kv = 1, divisor = 1024>]>]>
+attn.kernel @chunked
+    problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask normalizer = #attn.softmax
+    mask_mod {
+    ^bb0(%b: index, %h: index, %q: index, %kv: index):
+      %chunk = arith.constant 1024 : index
+      %q_chunk = arith.divui %q, %chunk : index
+      %kv_chunk = arith.divsi %kv, %chunk : index
+      %same = arith.cmpi eq, %q_chunk, %kv_chunk : index
+      attn.yield %same : i1
+    }
+
+// A signed quotient of a form that may be negative truncates, unlike floor:
+// not analysed.
+// CHECK-LABEL: attn.kernel @signed_quotient
+// CHECK-NOT: mask_tile_formula
+// CHECK: mask_mod
+attn.kernel @signed_quotient
+    problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask normalizer = #attn.softmax
+    mask_mod {
+    ^bb0(%b: index, %h: index, %q: index, %kv: index):
+      %c64 = arith.constant 64 : index
+      %zero = arith.constant 0 : index
+      %d = arith.subi %q, %kv : index
+      %block = arith.divsi %d, %c64 : index
+      %keep = arith.cmpi sge, %block, %zero : index
+      attn.yield %keep : i1
+    }

@@ -43,8 +43,23 @@ attn.kernel @opaque_mask
     mask_mod {
     ^bb0(%b: index, %h: index, %q: index, %kv: index):
       %c = arith.constant 64 : index
-      %qb = arith.divui %q, %c : index
-      %kb = arith.divui %kv, %c : index
+      %qb = arith.remui %q, %c : index
+      %kb = arith.remui %kv, %c : index
       %keep = arith.cmpi eq, %qb, %kb : index
       attn.yield %keep : i1
+    }
+
+// A formula with floor quotients becomes interval bounds of its parts.
+// CHECK-LABEL: attn.kernel @chunked
+// CHECK: return coverageAnd(rangeCoverage(divTermRange(1LL, 0LL * b + 0LL * h + 0LL, 0LL, 0LL, 1LL, q0, q1, k0, k1) + divTermRange(1LL, 0LL * b + 0LL * h + 0LL, 0LL, 1LL, 1024LL, q0, q1, k0, k1) + divTermRange(-1LL, 0LL * b + 0LL * h + 0LL, 1LL, 0LL, 1024LL, q0, q1, k0, k1))
+attn.kernel @chunked
+    problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask normalizer = #attn.softmax
+    mask_mod {
+    ^bb0(%b: index, %h: index, %q: index, %kv: index):
+      %chunk = arith.constant 1024 : index
+      %q_chunk = arith.divui %q, %chunk : index
+      %kv_chunk = arith.divui %kv, %chunk : index
+      %same = arith.cmpi eq, %q_chunk, %kv_chunk : index
+      attn.yield %same : i1
     }

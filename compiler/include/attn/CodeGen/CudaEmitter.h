@@ -37,10 +37,16 @@ struct SharedMemoryOffsets {
 // A mask as and/or/nor of affine inequalities (#attn.tile_formula), for the
 // per-tile coverage test.
 struct TileFormula {
-  enum class Kind { AllOf, AnyOf, NoneOf, AffineGe };
+  enum class Kind { AllOf, AnyOf, NoneOf, AffineGe, DivSumGe };
   Kind kind = Kind::AllOf;
   // AffineGe: batch * b + head * h + q * q_idx + kv * kv_idx + c >= 0.
+  // DivSumGe: the same plus the sum of divTerms >= 0.
   int64_t batch = 0, head = 0, q = 0, kv = 0, c = 0;
+  // coef * floor((batch * b + head * h + q * q_idx + kv * kv_idx + c) / divisor)
+  struct DivTerm {
+    int64_t coef = 1, batch = 0, head = 0, q = 0, kv = 0, c = 0, divisor = 1;
+  };
+  std::vector<DivTerm> divTerms;
   std::vector<TileFormula> terms;
 };
 

@@ -93,8 +93,11 @@ def AttnClassifyBlocks : Pass<"attn-classify-blocks"> {
     For each `attn.kernel` with a `mask_mod` region, tries to express the
     yielded predicate as and/or/not combinations of affine inequalities over
     `batch`, `head`, `q_idx` and `kv_idx` (integer constants, `addi`, `subi`,
-    `muli` by a constant, `index_cast`, `extsi`, `cmpi`, `andi`, `ori`,
-    `xori` with true, boolean constants). On success it records the result
+    `muli` by a constant, `index_cast`, `cmpi`, `andi`, `ori`, `xori` with
+    true, boolean constants) on index or i64 values, and of floor quotients
+    of never-negative affine forms by positive constants (`divui`, `divsi`,
+    `floordivsi`), recorded as `#attn.div_sum_ge` and bounded per tile by
+    interval arithmetic. On success it records the result
     as `mask_tile_formula = #attn.tile_formula<...>`. An affine function
     takes its extremes over a tile at the tile's corners, so the kernel
     classifies any tile of any sequence length exactly per inequality:
@@ -104,7 +107,7 @@ def AttnClassifyBlocks : Pass<"attn-classify-blocks"> {
 
     Unsigned comparisons are accepted when both sides are non-negative for
     every non-negative index. A mask the pass cannot express (it reads a
-    captured buffer, divides, ...) gets no formula: every tile in the
+    captured buffer, uses remainders, ...) gets no formula: every tile in the
     built-in mask's range is visited and masked per element.
   }];
   let dependentDialects = ["::mlir::attn::AttnDialect"];

@@ -443,8 +443,27 @@ LogicalResult TileFormulaAttr::verify(function_ref<InFlightDiagnostic()> emitErr
   if (!terms)
     return emitError() << "tile formula needs a list of terms";
   for (Attribute term : terms)
-    if (!isa<AffineGeAttr, TileFormulaAttr>(term))
-      return emitError() << "tile formula terms must be #attn.affine_ge or #attn.tile_formula, got "
+    if (!isa<AffineGeAttr, DivSumGeAttr, TileFormulaAttr>(term))
+      return emitError() << "tile formula terms must be #attn.affine_ge, #attn.div_sum_ge or "
+                            "#attn.tile_formula, got "
                          << term;
+  return success();
+}
+
+LogicalResult FloorDivTermAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t,
+                                       int64_t, int64_t, int64_t, int64_t, int64_t,
+                                       int64_t divisor) {
+  if (divisor <= 0)
+    return emitError() << "floordiv divisor must be positive, got " << divisor;
+  return success();
+}
+
+LogicalResult DivSumGeAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t,
+                                   int64_t, int64_t, int64_t, int64_t, ArrayAttr terms) {
+  if (!terms)
+    return emitError() << "div_sum_ge needs a list of terms";
+  for (Attribute term : terms)
+    if (!isa<FloorDivTermAttr>(term))
+      return emitError() << "div_sum_ge terms must be #attn.floordiv, got " << term;
   return success();
 }

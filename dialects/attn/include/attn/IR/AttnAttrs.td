@@ -239,12 +239,62 @@ def Attn_AffineGeAttr : Attn_Attr<"AffineGe", "affine_ge"> {
   let assemblyFormat = "`<` struct(params) `>`";
 }
 
+def Attn_FloorDivTermAttr : Attn_Attr<"FloorDivTerm", "floordiv"> {
+  let summary = "a multiple of the floor quotient of an affine form";
+  let description = [{
+    `coef * floor((batch * b + head * h + q * q_idx + kv * kv_idx + c) /
+    divisor)`, with `divisor > 0` and a dividend that is never negative (so
+    floor, truncating and unsigned division agree). Floor is monotone, so
+    over a tile the term's extremes come from the dividend's.
+
+    ```mlir
+    #attn.floordiv<coef = -1, kv = 1, divisor = 1024>   // -(kv_idx / 1024)
+    ```
+  }];
+  let parameters = (ins
+    DefaultValuedParameter<"int64_t", "1">:$coef,
+    DefaultValuedParameter<"int64_t", "0">:$batch,
+    DefaultValuedParameter<"int64_t", "0">:$head,
+    DefaultValuedParameter<"int64_t", "0">:$q,
+    DefaultValuedParameter<"int64_t", "0">:$kv,
+    DefaultValuedParameter<"int64_t", "0">:$c,
+    "int64_t":$divisor
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+def Attn_DivSumGeAttr : Attn_Attr<"DivSumGe", "div_sum_ge"> {
+  let summary = "an inequality over affine forms and floor quotients";
+  let description = [{
+    Holds when `batch * b + head * h + q * q_idx + kv * kv_idx + c + sum(terms)
+    >= 0`, each term an `#attn.floordiv`. Over a tile the kernel bounds each
+    part separately (interval arithmetic): sound, and exact when the parts
+    depend on different indices, as in `q_idx / C == kv_idx / C`.
+
+    ```mlir
+    #attn.div_sum_ge<terms = [#attn.floordiv<q = 1, divisor = 1024>,
+                              #attn.floordiv<coef = -1, kv = 1, divisor = 1024>]>
+    ```
+  }];
+  let parameters = (ins
+    DefaultValuedParameter<"int64_t", "0">:$batch,
+    DefaultValuedParameter<"int64_t", "0">:$head,
+    DefaultValuedParameter<"int64_t", "0">:$q,
+    DefaultValuedParameter<"int64_t", "0">:$kv,
+    DefaultValuedParameter<"int64_t", "0">:$c,
+    "::mlir::ArrayAttr":$terms
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
 def Attn_TileFormulaAttr : Attn_Attr<"TileFormula", "tile_formula"> {
   let summary = "a mask as a combination of affine inequalities";
   let description = [{
     What `attn-classify-blocks` proves a `mask_mod` region computes:
     `all_of` (and), `any_of` (or) or `none_of` (nor) of its terms, each an
-    `#attn.affine_ge` or a nested `#attn.tile_formula`. `all_of` with no
+    `#attn.affine_ge`, an `#attn.div_sum_ge` or a nested `#attn.tile_formula`. `all_of` with no
     term is true, `any_of` with none is false. Evaluated over a tile in
     three values (every pair kept, none kept, some kept), it tells the
     kernel which key tiles to skip and which need no per-element mask.
