@@ -11,6 +11,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/EmitC/IR/EmitC.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "mlir/Transforms/Passes.h"
@@ -20,8 +21,10 @@ int main(int argc, char **argv) {
   mlir::attn::registerAttnPasses();
 
   mlir::DialectRegistry registry;
+  // EmitC too, so that attn-lower-mods' output parses back.
   registry.insert<mlir::attn::AttnDialect, mlir::arith::ArithDialect,
-                  mlir::func::FuncDialect, mlir::math::MathDialect>();
+                  mlir::emitc::EmitCDialect, mlir::func::FuncDialect,
+                  mlir::math::MathDialect>();
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "attn optimizer driver\n", registry));
 }

@@ -18,3 +18,58 @@ attn.kernel @user_mask
       %keep = arith.cmpi ule, %kv, %q : index
       attn.yield %keep : i1
     }
+
+// -----
+
+// A mod function must be what attn-lower-mods generates: no verbatim C++.
+emitc.func @attn_mask_mod_0(%b: !emitc.size_t, %h: !emitc.size_t, %q: !emitc.size_t, %kv: !emitc.size_t) -> i1 attributes {specifiers = ["__device__"]} {
+  // expected-error @below {{is not allowed in a mod function}}
+  emitc.verbatim "system(\"rm -rf /\");"
+  %t = "emitc.constant"() <{value = true}> : () -> i1
+  emitc.return %t : i1
+}
+attn.kernel @injected
+    problem = #attn.problem<q_heads = 4, kv_heads = 4, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask
+    normalizer = #attn.softmax
+    attributes {mask_mod_fn = @attn_mask_mod_0}
+
+// -----
+
+// Nor a callee of its own choosing.
+emitc.func @attn_score_mod_0(%s: f32, %b: !emitc.size_t, %h: !emitc.size_t, %q: !emitc.size_t, %kv: !emitc.size_t) -> f32 {
+  // expected-error @below {{calls 'launch_missiles', which a mod function may not call}}
+  %r = emitc.call_opaque "launch_missiles"(%s) : (f32) -> f32
+  emitc.return %r : f32
+}
+attn.kernel @bad_callee
+    problem = #attn.problem<q_heads = 4, kv_heads = 4, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask
+    normalizer = #attn.softmax
+    attributes {score_mod_fn = @attn_score_mod_0}
+
+// -----
+
+// Nor a name of its own choosing: names reach the C++ source.
+// expected-error @below {{name 'evil' is not one attn-lower-mods generates}}
+emitc.func @evil(%s: f32, %b: !emitc.size_t, %h: !emitc.size_t, %q: !emitc.size_t, %kv: !emitc.size_t) -> f32 {
+  emitc.return %s : f32
+}
+attn.kernel @bad_name
+    problem = #attn.problem<q_heads = 4, kv_heads = 4, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask
+    normalizer = #attn.softmax
+    attributes {score_mod_fn = @evil}
+
+// -----
+
+// Nor an opaque type that is not a capture.
+// expected-error @below {{mod function argument type '!emitc.opaque<"int; evil()">' is not allowed}}
+emitc.func @attn_score_mod_0(%s: f32, %b: !emitc.size_t, %h: !emitc.size_t, %q: !emitc.size_t, %kv: !emitc.size_t, %x: !emitc.opaque<"int; evil()">) -> f32 {
+  emitc.return %s : f32
+}
+attn.kernel @bad_type
+    problem = #attn.problem<q_heads = 4, kv_heads = 4, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask
+    normalizer = #attn.softmax
+    attributes {score_mod_fn = @attn_score_mod_0}
