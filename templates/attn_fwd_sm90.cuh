@@ -107,6 +107,7 @@ __device__ __forceinline__ KeyTileRange keyTilesFor(int queryBegin, int queryEnd
 // head) and the key tiles they visit: those of `keys` that the mask_mod's
 // coverage test does not prove empty (all of them without a mask_mod).
 struct WorkTile {
+  int queryBlock;
   int queryBegin;
   int queryLast;
   int head;
@@ -116,22 +117,39 @@ struct WorkTile {
   int visitedTiles;
 };
 
+// A mask_mod the compiler could not classify may come with a tile coverage
+// computed at run time (p.tile_coverage, see attn_tile_coverage_kernel).
+constexpr bool kRuntimeCoverage = Mods::kHasMaskMod && !Mods::kMaskProved;
+
+__device__ __forceinline__ Coverage runtimeCoverage(const attn_abi::AttnFwdParams &p,
+                                                    const WorkTile &work, int tile) {
+  i64 queryBlocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
+  i64 keyTiles = (p.seqlen_k + kBlockN - 1) / kBlockN;
+  i64 row = (static_cast<i64>(work.batch) * p.q_heads + work.head) * queryBlocks + work.queryBlock;
+  return static_cast<Coverage>(__ldg(p.tile_coverage + row * keyTiles + tile));
+}
+
 // Whether the block loads and computes key tile `tile` of `work`. The
 // producer and every consumer ask the same question for the whole work tile,
 // so they agree on the sequence of tiles.
-__device__ __forceinline__ bool visitsKeyTile(const WorkTile &work, int tile, int seqlenK) {
+__device__ __forceinline__ bool visitsKeyTile(const attn_abi::AttnFwdParams &p,
+                                              const WorkTile &work, int tile) {
   if constexpr (!Mods::kHasMaskMod)
     return true;
+  if constexpr (kRuntimeCoverage)
+    if (p.tile_coverage)
+      return runtimeCoverage(p, work, tile) != Coverage::Empty;
   i64 keyFirst = static_cast<i64>(tile) * kBlockN;
-  i64 keyLast = minI64(keyFirst + kBlockN, seqlenK) - 1;
+  i64 keyLast = minI64(keyFirst + kBlockN, p.seqlen_k) - 1;
   return Mods::maskCoverage(work.batch, work.head, work.queryBegin, work.queryLast, keyFirst,
                             keyLast) != Coverage::Empty;
 }
 
 // The first visited key tile at or after `tile` (keys.end if none), for the
 // producer's single thread.
-__device__ __forceinline__ int nextVisitedTile(const WorkTile &work, int tile, int seqlenK) {
-  while (tile < work.keys.end && !visitsKeyTile(work, tile, seqlenK))
+__device__ __forceinline__ int nextVisitedTile(const attn_abi::AttnFwdParams &p,
+                                               const WorkTile &work, int tile) {
+  while (tile < work.keys.end && !visitsKeyTile(p, work, tile))
     ++tile;
   return tile;
 }
@@ -139,14 +157,14 @@ __device__ __forceinline__ int nextVisitedTile(const WorkTile &work, int tile, i
 // The same for a whole consumer warp: each lane tests one tile of a window
 // of 32, so skipping a run of empty tiles costs one test per lane instead
 // of one per tile.
-__device__ __forceinline__ int nextVisitedTileInWarp(const WorkTile &work, int tile, int seqlenK,
-                                                     int lane) {
+__device__ __forceinline__ int nextVisitedTileInWarp(const attn_abi::AttnFwdParams &p,
+                                                     const WorkTile &work, int tile, int lane) {
   if constexpr (!Mods::kHasMaskMod)
     return tile;
   for (int base = tile; base < work.keys.end; base += 32) {
     int candidate = base + lane;
     unsigned visited = __ballot_sync(0xffffffffu, candidate < work.keys.end &&
-                                                      visitsKeyTile(work, candidate, seqlenK));
+                                                      visitsKeyTile(p, work, candidate));
     if (visited)
       return base + __ffs(visited) - 1;
   }
@@ -154,15 +172,15 @@ __device__ __forceinline__ int nextVisitedTileInWarp(const WorkTile &work, int t
 }
 
 // How many key tiles of `work` the block visits, counted by a whole warp.
-__device__ __forceinline__ int countVisitedTilesInWarp(const WorkTile &work, int seqlenK,
-                                                       int lane) {
+__device__ __forceinline__ int countVisitedTilesInWarp(const attn_abi::AttnFwdParams &p,
+                                                       const WorkTile &work, int lane) {
   if constexpr (!Mods::kHasMaskMod)
     return work.keys.end - work.keys.begin;
   int count = 0;
   for (int base = work.keys.begin; base < work.keys.end; base += 32) {
     int candidate = base + lane;
     count += __popc(__ballot_sync(0xffffffffu, candidate < work.keys.end &&
-                                                   visitsKeyTile(work, candidate, seqlenK)));
+                                                   visitsKeyTile(p, work, candidate)));
   }
   return count;
 }
@@ -183,6 +201,7 @@ struct TileSchedule {
     int queryBlock = queryBlocks - 1 - index % queryBlocks;
     int headBatch = index / queryBlocks;
     WorkTile work;
+    work.queryBlock = queryBlock;
     work.queryBegin = queryBlock * kBlockM;
     work.queryLast = min(work.queryBegin + kBlockM, p.seqlen_q) - 1;
     work.head = headBatch % p.q_heads;
@@ -227,8 +246,8 @@ __device__ void produce(const attn_abi::AttnFwdParams &p, u32 smemBase, const Ba
     loadTile(smemBase + attn_plan::kSmemQ, kBlockM, &p.q_map, barriers.qFull(), work.queryBegin,
              work.head, work.batch);
 
-    for (int tile = nextVisitedTile(work, work.keys.begin, p.seqlen_k); tile < work.keys.end;
-         tile = nextVisitedTile(work, tile + 1, p.seqlen_k), ++ring) {
+    for (int tile = nextVisitedTile(p, work, work.keys.begin); tile < work.keys.end;
+         tile = nextVisitedTile(p, work, tile + 1), ++ring) {
       RingSlot slot = ringSlot(ring);
       // The slot's previous tile (ring - kStages) must have been released;
       // its release completed the phase before this slot's current one.
@@ -452,9 +471,14 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
     bool needsMask = keyBase + kBlockN > p.seqlen_k ||
                      !Mask::coversTile(sliceQueryBegin, sliceLast, keyBase, keyBase + kBlockN - 1,
                                        shift);
-    if constexpr (Mods::kHasMaskMod)
+    if constexpr (kRuntimeCoverage) {
+      // The run-time coverage is per work tile, so it holds for each slice.
+      needsMask = needsMask || !p.tile_coverage ||
+                  runtimeCoverage(p, work, keyTile) != Coverage::Full;
+    } else if constexpr (Mods::kHasMaskMod) {
       needsMask = needsMask || Mods::maskCoverage(work.batch, work.head, sliceQueryBegin, sliceLast,
                                                   keyBase, keyBase + kBlockN - 1) != Coverage::Full;
+    }
     if constexpr (Mods::kHasScoreMod)
       applyScoreMod(p, scores, work, row0, keyBase, p.scale_log2 * kLn2, lane);
     // Tiles the masks fully cover skip the per-element test.
@@ -474,7 +498,7 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
     float rescale[2];
 
     // Prologue: S_0 alone.
-    int keyTile = nextVisitedTileInWarp(work, work.keys.begin, p.seqlen_k, lane);
+    int keyTile = nextVisitedTileInWarp(p, work, work.keys.begin, lane);
     RingSlot slot = ringSlot(ring);
     mbarrierWait(barriers.kFull(slot.stage), slot.phase);
     turns.wait();
@@ -489,7 +513,7 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
     packProbabilities(scores, probabilities);
 
     for (int iteration = 1; iteration < tileCount; ++iteration) {
-      keyTile = nextVisitedTileInWarp(work, keyTile + 1, p.seqlen_k, lane);
+      keyTile = nextVisitedTileInWarp(p, work, keyTile + 1, lane);
       RingSlot previous = slot;
       slot = ringSlot(ring + iteration);
       mbarrierWait(barriers.kFull(slot.stage), slot.phase);
@@ -546,7 +570,7 @@ __device__ void consume(const attn_abi::AttnFwdParams &p, u32 smemBase, const Ba
   u32 qPhase = 0;
   for (int index = blockIdx.x; index < schedule.count; index += gridDim.x, qPhase ^= 1) {
     WorkTile work = schedule.at(p, index, shift);
-    work.visitedTiles = countVisitedTilesInWarp(work, p.seqlen_k, threadIdx.x % 32);
+    work.visitedTiles = countVisitedTilesInWarp(p, work, threadIdx.x % 32);
     consumeTile(p, smemBase, barriers, consumer, work, ring, qPhase, turns, shift);
     ring += work.visitedTiles;
   }
@@ -589,5 +613,41 @@ extern "C" __global__ void __launch_bounds__(attn_kernel::kThreads, 1)
   } else {
     claimRegisters<attn_plan::kConsumerRegisters>();
     consume(p, smemBase, barriers, warpgroup - 1, schedule, shift);
+  }
+}
+
+// Tile coverage of the masks at run time, for a mask_mod the compiler could
+// not classify (it reads a buffer, ...): block (key tile, query block,
+// batch * head) tests every pair of its tile inside the sequences against the
+// built-in mask and the mask_mod and writes Empty, Partial or Full. The
+// forward kernel then skips the empty tiles and the per-pair test of the full
+// ones. Built once per shape and captures, reused by every launch.
+extern "C" __global__ void __launch_bounds__(ATTN_TILE_COVERAGE_THREADS)
+    attn_tile_coverage_kernel(const __grid_constant__ attn_abi::AttnFwdParams p) {
+  using namespace attn_kernel;
+  const int keyTile = blockIdx.x, queryBlock = blockIdx.y;
+  const int batch = blockIdx.z / p.q_heads, head = blockIdx.z % p.q_heads;
+  const i64 shift = attn_plan::kMaskBottomRight ? static_cast<i64>(p.seqlen_k) - p.seqlen_q : 0;
+  __shared__ int counts[2]; // pairs inside the sequences, pairs kept
+  if (threadIdx.x == 0)
+    counts[0] = counts[1] = 0;
+  __syncthreads();
+  int inside = 0, kept = 0;
+  for (int pair = threadIdx.x; pair < kBlockM * kBlockN; pair += blockDim.x) {
+    int q = queryBlock * kBlockM + pair / kBlockN, k = keyTile * kBlockN + pair % kBlockN;
+    if (q >= p.seqlen_q || k >= p.seqlen_k)
+      continue;
+    ++inside;
+    kept += Mask::allows(q, k, shift) && Mods::keeps(p, batch, head, q, k);
+  }
+  atomicAdd(&counts[0], inside);
+  atomicAdd(&counts[1], kept);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    Coverage coverage = counts[1] == 0 ? Coverage::Empty
+                                       : (counts[1] == counts[0] ? Coverage::Full : Coverage::Partial);
+    i64 queryBlocks = gridDim.y, keyTiles = gridDim.x;
+    i64 row = static_cast<i64>(blockIdx.z) * queryBlocks + queryBlock;
+    p.tile_coverage[row * keyTiles + keyTile] = static_cast<unsigned char>(coverage);
   }
 }

@@ -47,10 +47,19 @@ struct AttnFwdParams {
   float scale_log2;
   // The spec's captured buffers, in declaration order (unused entries null).
   CaptureArg captures[kMaxCaptures];
+  // Optional tile coverage of the masks, one byte (0 empty, 1 partial,
+  // 2 full) per [batch][q_heads][query block][key tile], written by the
+  // coverage kernel for masks the compiler could not classify; null when
+  // absent. The forward kernel only reads it.
+  unsigned char *tile_coverage;
 };
 
 // The kernel's entry point name in the emitted translation unit.
 #define ATTN_FWD_KERNEL_NAME "attn_fwd_kernel"
+// The tile coverage kernel's entry point, in the same unit: grid
+// (key tiles, query blocks, batch * q_heads), 256 threads.
+#define ATTN_TILE_COVERAGE_KERNEL_NAME "attn_tile_coverage_kernel"
+#define ATTN_TILE_COVERAGE_THREADS 256
 
 } // namespace attn_abi
 

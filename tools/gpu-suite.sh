@@ -83,8 +83,14 @@ if want variants; then
     --capture bias=normal:0.5@16x16383
   variant chunked_local_1024 "$examples/chunked_local_hd128.mlir"
   variant bigbird "$examples/bigbird_hd128.mlir" --capture random_blocks=bernoulli:0.05@128x128
+  # The masks above that the compiler cannot classify, with the tile
+  # coverage built at run time (its build time is printed apart).
+  variant document_mask_coverage "$examples/document_mask_hd128.mlir" \
+    --capture document=segments:256,2048 --tile-coverage
+  variant bigbird_coverage "$examples/bigbird_hd128.mlir" \
+    --capture random_blocks=bernoulli:0.05@128x128 --tile-coverage
   for log in "$out"/variant_*.log; do
-    echo "$(basename "$log" .log) $(grep -o 'time [0-9.]* ms' "$log")"
+    echo "$(basename "$log" .log) $(grep -o 'time [0-9.]* ms' "$log") $(grep -o 'built in [0-9.]* ms' "$log")"
   done > "$out/variants_table.txt"
   step variant_peers python3 "$root/tools/peers/attn_variant_peers.py" --csv "$out/variant_peers.csv"
 fi

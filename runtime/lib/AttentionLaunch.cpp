@@ -4,6 +4,7 @@
 
 #include "attn/runtime/TensorMap.h"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -395,6 +396,9 @@ void validateDevicePointers(const AttnLaunchConfig &config,
                          uint64_t(args.q.seqlen());
   if (lseElements != 0)
     requireDeviceMemory(args.lse, lseElements * sizeof(float), "lse", device);
+  if (args.tileCoverage)
+    requireDeviceMemory(args.tileCoverage, tileCoverageBytes(config, args), "tileCoverage",
+                        device);
   for (size_t index = 0; index < args.captures.size(); ++index) {
     const CaptureView &capture = args.captures[index];
     // The kernel bounds its reads by the extents alone, so the allocation
@@ -429,6 +433,7 @@ attn_abi::AttnFwdParams encodeForwardParams(const AttnLaunchConfig &config,
   constexpr double kLog2e = 1.4426950408889634074;
   params.scale_log2 = static_cast<float>(double(config.scale) * kLog2e);
   fillCaptureArgs(args, params);
+  params.tile_coverage = const_cast<unsigned char *>(args.tileCoverage);
   return params;
 }
 
@@ -527,6 +532,39 @@ void launchForward(KernelFunction &kernel, const AttnLaunchConfig &config,
   Dim3 block{static_cast<unsigned>(config.threadsPerBlock), 1, 1};
   void *kernelArgs[] = {&params};
   kernel.launch(grid, block, config.sharedMemoryBytes, stream, kernelArgs);
+}
+
+uint64_t tileCoverageBytes(const AttnLaunchConfig &config, const AttnForwardArgs &args) {
+  uint64_t queryBlocks = (uint64_t(args.q.seqlen()) + config.blockM - 1) / config.blockM;
+  uint64_t keyTiles = (uint64_t(args.k.seqlen()) + config.blockN - 1) / config.blockN;
+  return uint64_t(args.q.batch()) * uint64_t(config.qHeads) * queryBlocks * keyTiles;
+}
+
+DeviceBuffer buildTileCoverage(const Module &module, const AttnLaunchConfig &config,
+                               const AttnForwardArgs &args, CUstream stream) {
+  AttnForwardArgs checked = args;
+  checked.tileCoverage = nullptr;
+  validateForwardArgs(config, checked);
+  uint64_t bytes = tileCoverageBytes(config, checked);
+  DeviceBuffer coverage(std::max<uint64_t>(bytes, 1));
+  if (bytes == 0)
+    return coverage;
+  validateDevicePointers(config, checked);
+  uint64_t batchHeads = uint64_t(checked.q.batch()) * uint64_t(config.qHeads);
+  uint64_t queryBlocks = (uint64_t(checked.q.seqlen()) + config.blockM - 1) / config.blockM;
+  if (batchHeads > 65535 || queryBlocks > 65535)
+    fail("q", "the tile coverage grid takes at most 65535 (batch x heads) and 65535 query "
+              "blocks, got " + std::to_string(batchHeads) + " and " + std::to_string(queryBlocks));
+  uint64_t keyTiles = bytes / (batchHeads * queryBlocks);
+  attn_abi::AttnFwdParams params = encodeForwardParams(config, checked);
+  params.tile_coverage = static_cast<unsigned char *>(coverage.data());
+  KernelFunction kernel = module.function(ATTN_TILE_COVERAGE_KERNEL_NAME);
+  Dim3 grid{static_cast<unsigned>(keyTiles), static_cast<unsigned>(queryBlocks),
+            static_cast<unsigned>(batchHeads)};
+  Dim3 block{ATTN_TILE_COVERAGE_THREADS, 1, 1};
+  void *kernelArgs[] = {&params};
+  kernel.launch(grid, block, 0, stream, kernelArgs);
+  return coverage;
 }
 
 } // namespace attn

@@ -47,8 +47,32 @@ std::string replaceAll(std::string text, const std::string &from, const std::str
 using CaptureMaker = std::function<void(harness::ForwardProblem &, const AttnLaunchConfig &,
                                         const harness::Shape &, std::mt19937_64 &)>;
 
+// The coverage byte of every (batch, head, query block, key tile) from the
+// reference's mask predicates: 0 no pair kept, 2 all pairs inside the
+// sequences kept, 1 otherwise.
+std::vector<uint8_t> referenceTileCoverage(const reference::Problem &problem,
+                                           const AttnLaunchConfig &launch) {
+  int64_t queryBlocks = (problem.seqlenQ + launch.blockM - 1) / launch.blockM;
+  int64_t keyTiles = (problem.seqlenK + launch.blockN - 1) / launch.blockN;
+  std::vector<uint8_t> coverage;
+  for (int64_t b = 0; b < problem.batch; ++b)
+    for (int64_t h = 0; h < problem.qHeads; ++h)
+      for (int64_t qb = 0; qb < queryBlocks; ++qb)
+        for (int64_t kt = 0; kt < keyTiles; ++kt) {
+          int64_t inside = 0, kept = 0;
+          for (int64_t q = qb * launch.blockM; q < std::min((qb + 1) * launch.blockM, problem.seqlenQ); ++q)
+            for (int64_t k = kt * launch.blockN; k < std::min((kt + 1) * launch.blockN, problem.seqlenK); ++k) {
+              ++inside;
+              kept += reference::maskAllows(problem.mask, q, k, problem.seqlenQ, problem.seqlenK) &&
+                      (!problem.maskMod || problem.maskMod(b, h, q, k));
+            }
+          coverage.push_back(kept == 0 ? 0 : (kept == inside ? 2 : 1));
+        }
+  return coverage;
+}
+
 void runVariant(const std::string &spec, const harness::Shape &shape, const CaptureMaker &captures,
-                uint64_t seed) {
+                uint64_t seed, bool withTileCoverage = false) {
   LoadedKernel &kernel = loadKernel(spec);
   const AttnLaunchConfig &launch = kernel.compiled.launch;
   harness::ForwardProblem data(launch, shape, seed);
@@ -56,7 +80,13 @@ void runVariant(const std::string &spec, const harness::Shape &shape, const Capt
   if (captures)
     captures(data, launch, shape, random);
   data.poisonOutputs();
-  launchForward(kernel.function, launch, data.args(), nullptr);
+  AttnForwardArgs args = data.args();
+  DeviceBuffer coverage;
+  if (withTileCoverage) {
+    coverage = buildTileCoverage(kernel.module, launch, args, nullptr);
+    args.tileCoverage = static_cast<const unsigned char *>(coverage.data());
+  }
+  launchForward(kernel.function, launch, args, nullptr);
   ATTN_CU_CHECK(cuCtxSynchronize);
 
   std::vector<HostCapture> host;
@@ -67,6 +97,12 @@ void runVariant(const std::string &spec, const harness::Shape &shape, const Capt
                                capture.view.dtype, capture.view.shape});
   reference::Problem problem =
       referenceProblemFromSpec(spec, shape.batch, shape.seqlenQ, shape.seqlenK, host);
+  if (withTileCoverage) {
+    std::vector<uint8_t> expected = referenceTileCoverage(problem, launch);
+    std::vector<uint8_t> actual(expected.size());
+    coverage.copyToHost(actual.data(), actual.size());
+    CHECK(actual == expected);
+  }
   harness::Comparison result = harness::compareWithReference(problem, data, launch.dtype);
   INFO("spec: " << spec << "\nB=" << shape.batch << " Sq=" << shape.seqlenQ
                 << " Sk=" << shape.seqlenK << "\nmax|dO|=" << result.maxAbsError
@@ -140,6 +176,10 @@ TEST_CASE("document masking with captured ids matches the reference", "[gpu][var
   };
   runVariant(spec, {2, 1000, 1000, false}, documents, 11);
   runVariant(spec, {1, 1500, 1500, true}, documents, 12);
+  // With the tile coverage built at run time (checked against the
+  // reference's): empty tiles skipped, full ones untested per pair.
+  runVariant(spec, {2, 1000, 1000, false}, documents, 21, /*withTileCoverage=*/true);
+  runVariant(spec, {1, 700, 1300, false}, documents, 22, /*withTileCoverage=*/true);
 }
 
 TEST_CASE("relative-position bias from a captured table matches the reference",
@@ -174,6 +214,7 @@ TEST_CASE("BigBird with captured random blocks matches the reference", "[gpu][va
   };
   runVariant(spec, {1, 1000, 1000, false}, blocks, 16);
   runVariant(spec, {2, 640, 1100, false}, blocks, 17);
+  runVariant(spec, {2, 640, 1100, false}, blocks, 23, /*withTileCoverage=*/true);
 }
 
 TEST_CASE("rows that no key survives give 0 and -inf", "[gpu][variants]") {

@@ -27,6 +27,7 @@
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
 
+#include <chrono>
 #include <cstdio>
 #include <random>
 #include <sstream>
@@ -50,6 +51,11 @@ cl::opt<int> blocksPerSm("persistent-blocks-per-sm",
                          cl::desc("Grid policy over the plan's: 0 = one block per work tile, "
                                   "k > 0 = a persistent grid of k blocks per SM"),
                          cl::init(-1));
+
+cl::opt<bool> tileCoverage(
+    "tile-coverage",
+    cl::desc("Build the masks' tile coverage once (timed separately) and pass it to every launch"),
+    cl::init(false));
 
 cl::list<std::string> captureOptions(
     "capture", cl::desc("NAME=GENERATOR[@D0xD1...]: a captured buffer (see the file header)"));
@@ -204,7 +210,18 @@ int runSpec() {
                 result.maxAbsError, result.relativeL2Error, result.maxLseError,
                 passed ? "PASS" : ("FAIL: " + result.firstViolation).c_str());
   }
-  double ms = attn::harness::medianLaunchMs(kernel.function, launch, data.args(), warmup, repeats);
+  attn::AttnForwardArgs args = data.args();
+  attn::DeviceBuffer coverage;
+  if (tileCoverage) {
+    auto start = std::chrono::steady_clock::now();
+    coverage = attn::buildTileCoverage(kernel.module, launch, args, nullptr);
+    ATTN_CU_CHECK(cuCtxSynchronize);
+    double buildMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    args.tileCoverage = static_cast<const unsigned char *>(coverage.data());
+    std::printf("tile coverage built in %.3f ms (%llu bytes)\n", buildMs,
+                (unsigned long long)attn::tileCoverageBytes(launch, args));
+  }
+  double ms = attn::harness::medianLaunchMs(kernel.function, launch, args, warmup, repeats);
   double flops = attn::harness::forwardFlops(launch, shape, isCausal(spec));
   std::printf("time %.3f ms (median of %d), %.1f TFLOP/s\n", ms, int(repeats), flops / ms / 1e9);
   return passed ? 0 : 1;

@@ -125,6 +125,8 @@ void emitUserMods(const UserMods &mods, std::ostringstream &out) {
   out << "struct UserMods {\n"
       << "  static constexpr bool kHasMaskMod = " << (mods.maskFunction.empty() ? "false" : "true")
       << ";\n"
+      << "  static constexpr bool kMaskProved = " << (mods.hasMaskFormula ? "true" : "false")
+      << ";\n"
       << "  static constexpr bool kHasScoreMod = "
       << (mods.scoreFunction.empty() ? "false" : "true") << ";\n";
 

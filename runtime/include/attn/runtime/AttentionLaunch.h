@@ -8,6 +8,7 @@
 #ifndef ATTN_RUNTIME_ATTENTIONLAUNCH_H
 #define ATTN_RUNTIME_ATTENTIONLAUNCH_H
 
+#include "attn/runtime/DeviceBuffer.h"
 #include "attn/runtime/Module.h"
 #include "attn/runtime/Tensor.h"
 
@@ -76,7 +77,16 @@ struct AttnForwardArgs {
   TensorView q, k, v, o;
   float *lse = nullptr;
   std::vector<CaptureView> captures;
+  /// Optional: the masks' tile coverage from buildTileCoverage for these
+  /// shapes and captures (device memory of tileCoverageBytes bytes). Without
+  /// it a mask the compiler could not classify is tested on every tile of
+  /// the built-in mask's range.
+  const unsigned char *tileCoverage = nullptr;
 };
+
+/// Bytes of a tile coverage: one per (batch, query head, query block of
+/// blockM rows, key tile of blockN rows).
+uint64_t tileCoverageBytes(const AttnLaunchConfig &config, const AttnForwardArgs &args);
 
 /// Checks that a config is self-consistent (positive sizes, kvHeads divides
 /// qHeads, a 16-bit dtype, a finite scale, at most kMaxCaptures captures,
@@ -128,6 +138,15 @@ Dim3 forwardGrid(const AttnLaunchConfig &config, int batch, int seqlenQ, int mul
 /// a check fails.
 void launchForward(KernelFunction &kernel, const AttnLaunchConfig &config,
                    const AttnForwardArgs &args, CUstream stream);
+
+/// Runs the module's tile coverage kernel (ATTN_TILE_COVERAGE_KERNEL_NAME)
+/// for the arguments' shapes and captures (q, k, captures; O, V and LSE are
+/// not touched) and returns the coverage, to pass as args.tileCoverage to
+/// every launch with the same shapes and captures. It tests every pair once
+/// (B x Hq x Sq x Sk evaluations of the masks): build it once, reuse it.
+/// Validates like launchForward (args.tileCoverage is ignored).
+DeviceBuffer buildTileCoverage(const Module &module, const AttnLaunchConfig &config,
+                               const AttnForwardArgs &args, CUstream stream);
 
 } // namespace attn
 
