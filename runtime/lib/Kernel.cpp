@@ -151,6 +151,22 @@ KernelFunction &Kernel::functionForCurrentContext() const {
 
 void Kernel::load() const { functionForCurrentContext(); }
 
+const Module &Kernel::moduleForCurrentContext() const {
+  functionForCurrentContext(); // loads the module into this context if needed
+  CUcontext context = ensureContext();
+  std::lock_guard<std::mutex> lock(state->mutex);
+  for (const auto &loaded : state->loaded)
+    if (loaded->context == context)
+      return loaded->module;
+  throw Error("kernel '" + image().name + "': not loaded in the current context");
+}
+
+DeviceBuffer Kernel::buildTileCoverage(const AttnForwardArgs &args, CUstream stream) const {
+  const AttnLaunchConfig &config = launchConfig();
+  validateForwardArgs(config, args);
+  return ::attn::buildTileCoverage(moduleForCurrentContext(), config, args, stream);
+}
+
 void Kernel::run(const AttnForwardArgs &args, CUstream stream) const {
   const AttnLaunchConfig &config = launchConfig();
   // Argument errors first: they need no driver, and name what to fix.

@@ -9,6 +9,7 @@
 #include "AttnHarness.h"
 #include "LoadedKernel.h"
 #include "attn/Compiler/Compiler.h"
+#include "attn/Compiler/Jit.h"
 
 #include <fstream>
 #include <functional>
@@ -242,6 +243,34 @@ TEST_CASE("rows that no key survives give 0 and -inf", "[gpu][variants]") {
     }
 )";
   runVariant(spec, {1, 700, 500, false}, {}, 18);
+}
+
+TEST_CASE("a JIT kernel builds and uses the tile coverage", "[gpu][variants]") {
+  // attn::Compiler -> attn::Kernel: coverage from Kernel::buildTileCoverage,
+  // output against the reference.
+  std::string spec = exampleWithHeads("document_mask_hd128.mlir");
+  JitOptions options;
+  options.diskCache = DiskCacheOptions{}; // memory cache only
+  Compiler compiler(options);
+  Kernel kernel = compiler.compile(spec, "document_mask.mlir");
+  harness::Shape shape{1, 900, 900, false};
+  harness::ForwardProblem data(kernel.launchConfig(), shape, 24);
+  std::vector<int32_t> ids;
+  for (int64_t s = 0; s < shape.seqlenK; ++s)
+    ids.push_back(int32_t(s / 250));
+  data.addCapture(ids, {1, shape.seqlenK});
+  data.poisonOutputs();
+  AttnForwardArgs args = data.args();
+  DeviceBuffer coverage = kernel.buildTileCoverage(args);
+  args.tileCoverage = static_cast<const unsigned char *>(coverage.data());
+  kernel.run(args);
+  ATTN_CU_CHECK(cuCtxSynchronize);
+  std::vector<HostCapture> host{{data.captures[0].i32.data(), DType::I32, {1, shape.seqlenK}}};
+  reference::Problem problem =
+      referenceProblemFromSpec(spec, shape.batch, shape.seqlenQ, shape.seqlenK, host);
+  harness::Comparison result = harness::compareWithReference(problem, data, DType::BF16);
+  INFO("first violation: " << result.firstViolation);
+  CHECK(result.passed());
 }
 
 TEST_CASE("a variant launched without its captured buffer is refused", "[gpu][variants]") {

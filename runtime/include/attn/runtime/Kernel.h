@@ -72,9 +72,15 @@ public:
            CUstream stream = nullptr) const;
   void run(const AttnForwardArgs &args, CUstream stream = nullptr) const;
 
+  /// The masks' tile coverage for these arguments' shapes and captures
+  /// (attn::buildTileCoverage with this kernel's module): pass it as
+  /// args.tileCoverage to later runs with the same shapes and captures.
+  DeviceBuffer buildTileCoverage(const AttnForwardArgs &args, CUstream stream = nullptr) const;
+
 private:
   struct State;
   KernelFunction &functionForCurrentContext() const;
+  const Module &moduleForCurrentContext() const;
 
   std::shared_ptr<State> state;
 };
