@@ -374,6 +374,25 @@ TEST_CASE("JIT: spec text errors carry their location", "[jit]") {
   CHECK_THROWS_WITH(Compiler(badArch), StartsWith("arch: ") && Contains("sm_80"));
 }
 
+TEST_CASE("JIT: variants with regions and captures compile like attnc's", "[jit]") {
+  // The JIT runs the same emit pipeline as attnc: the regions are lowered,
+  // the captures reach the launch config, the coverage kernel is in the PTX.
+  Compiler compiler(optionsWithCache(""));
+  for (const char *name : {"document_mask_hd128", "alibi_causal_hd128", "chunked_local_hd128"}) {
+    INFO(name);
+    Kernel kernel = compiler.compile(exampleText(name), std::string(name) + ".mlir");
+    const std::string &ptx = kernel.image().ptx;
+    CHECK(ptx.find(".entry attn_fwd_kernel") != std::string::npos);
+    CHECK(ptx.find(".entry " ATTN_TILE_COVERAGE_KERNEL_NAME) != std::string::npos);
+    CHECK(ptx.find("wgmma.mma_async") != std::string::npos);
+  }
+  Kernel document = compiler.compile(exampleText("document_mask_hd128"), "document.mlir");
+  REQUIRE(document.launchConfig().captures.size() == 1);
+  CHECK(document.launchConfig().captures[0].name == "document");
+  CHECK(document.launchConfig().captures[0].dtype == DType::I32);
+  CHECK(document.launchConfig().persistentBlocksPerSm == 0);
+}
+
 //===----------------------------------------------------------------------===//
 // Kernel before the device
 //===----------------------------------------------------------------------===//

@@ -29,11 +29,8 @@ void registerSpecDialects(mlir::DialectRegistry &registry) {
 
 void buildCompilePipeline(mlir::OpPassManager &pm, const CompileOptions &options) {
   mlir::attn::buildPlanPipeline(pm, options.tileOverride);
-  if (!options.planOnly) {
-    pm.addPass(mlir::attn::createAttnClassifyBlocks());
-    pm.addPass(mlir::attn::createAttnLowerMods());
-    pm.addPass(mlir::attn::createAttnEmitCuda());
-  }
+  if (!options.planOnly)
+    mlir::attn::buildEmitPipeline(pm);
 }
 
 mlir::LogicalResult runCompilePipeline(mlir::ModuleOp module, const CompileOptions &options) {

@@ -124,7 +124,7 @@ struct Compiler::Impl {
     planned.launch = launchConfigFor(op);
 
     mlir::PassManager emit(&context);
-    emit.addPass(mlir::attn::createAttnEmitCuda());
+    mlir::attn::buildEmitPipeline(emit);
     if (mlir::failed(emit.run(module)))
       diagnostics.fail(what);
     planned.cudaSource =

@@ -27,6 +27,12 @@ void mlir::attn::buildPlanPipeline(OpPassManager &pm,
   pm.addPass(createAttnPlanSmem());
 }
 
+void mlir::attn::buildEmitPipeline(OpPassManager &pm) {
+  pm.addPass(createAttnClassifyBlocks());
+  pm.addPass(createAttnLowerMods());
+  pm.addPass(createAttnEmitCuda());
+}
+
 void mlir::attn::registerAttnPasses() {
   registerAttnTransformsPasses();
   PassPipelineRegistration<PlanPipelineOptions>(

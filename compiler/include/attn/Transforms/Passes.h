@@ -24,6 +24,10 @@ namespace attn {
 /// `tileOverride` keeps the heuristic; see the attn-tile pass.
 void buildPlanPipeline(OpPassManager &pm, llvm::StringRef tileOverride = "");
 
+/// Adds what turns planned kernels into CUDA: attn-classify-blocks,
+/// attn-lower-mods, then attn-emit-cuda. `pm` must run on a module.
+void buildEmitPipeline(OpPassManager &pm);
+
 /// Registers the passes (attn-tile, attn-plan-smem, attn-classify-blocks,
 /// attn-lower-mods, attn-emit-cuda) and the `attn-plan`
 /// pipeline (option `tile-override`) with the global registry, for
