@@ -92,10 +92,7 @@ void runVariant(const std::string &spec, const harness::Shape &shape, const Capt
 
   std::vector<HostCapture> host;
   for (const harness::HostDeviceCapture &capture : data.captures)
-    host.push_back(HostCapture{capture.view.dtype == DType::F32
-                                   ? static_cast<const void *>(capture.f32.data())
-                                   : static_cast<const void *>(capture.i32.data()),
-                               capture.view.dtype, capture.view.shape});
+    host.push_back(HostCapture{capture.hostData(), capture.view.dtype, capture.view.shape});
   reference::Problem problem =
       referenceProblemFromSpec(spec, shape.batch, shape.seqlenQ, shape.seqlenK, host);
   if (withTileCoverage) {

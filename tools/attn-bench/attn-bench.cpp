@@ -70,21 +70,15 @@ std::vector<int64_t> captureShape(const attn::CaptureDecl &decl, const attn::Att
     given.push_back(std::stoll(dim));
   std::vector<int64_t> extents;
   for (size_t i = 0; i < decl.dims.size(); ++i) {
-    const attn::CaptureDim &dim = decl.dims[i];
-    switch (dim.kind) {
-    case attn::CaptureDim::Kind::Fixed: extents.push_back(dim.size); break;
-    case attn::CaptureDim::Kind::Batch: extents.push_back(shape.batch); break;
-    case attn::CaptureDim::Kind::QHeads: extents.push_back(launch.qHeads); break;
-    case attn::CaptureDim::Kind::KvHeads: extents.push_back(launch.kvHeads); break;
-    case attn::CaptureDim::Kind::SeqlenQ: extents.push_back(shape.seqlenQ); break;
-    case attn::CaptureDim::Kind::SeqlenK: extents.push_back(shape.seqlenK); break;
-    case attn::CaptureDim::Kind::Any:
+    int64_t extent = attn::requiredCaptureExtent(decl.dims[i], shape.batch, launch.qHeads,
+                                                 launch.kvHeads, shape.seqlenQ, shape.seqlenK);
+    if (extent < 0) {
       if (i >= given.size())
         throw attn::Error("capture '" + decl.name + "': extent " + std::to_string(i) +
                           " is '?': give the shape as --capture " + decl.name + "=...@D0xD1");
-      extents.push_back(given[i]);
-      break;
+      extent = given[i];
     }
+    extents.push_back(extent);
   }
   return extents;
 }
@@ -196,10 +190,7 @@ int runSpec() {
     ATTN_CU_CHECK(cuCtxSynchronize);
     std::vector<attn::HostCapture> host;
     for (const attn::harness::HostDeviceCapture &capture : data.captures)
-      host.push_back({capture.view.dtype == attn::DType::F32
-                          ? static_cast<const void *>(capture.f32.data())
-                          : static_cast<const void *>(capture.i32.data()),
-                      capture.view.dtype, capture.view.shape});
+      host.push_back({capture.hostData(), capture.view.dtype, capture.view.shape});
     attn::reference::Problem problem = attn::referenceProblemFromSpec(
         spec, shape.batch, shape.seqlenQ, shape.seqlenK, host);
     attn::harness::Comparison result =

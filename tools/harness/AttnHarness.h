@@ -37,6 +37,12 @@ struct HostDeviceCapture {
   CaptureView view;
   std::vector<float> f32;
   std::vector<int32_t> i32;
+
+  /// The host copy's elements, of view.dtype.
+  const void *hostData() const {
+    return view.dtype == DType::F32 ? static_cast<const void *>(f32.data())
+                                    : static_cast<const void *>(i32.data());
+  }
 };
 
 /// Inputs and outputs of one forward problem, allocated for `config`.

@@ -53,6 +53,42 @@ mlir::LogicalResult runCompilePipeline(mlir::ModuleOp module, const CompileOptio
   return pm.run(module);
 }
 
+/// The runtime's form of a capture declaration.
+static CaptureDecl captureDeclFor(mlir::attn::CaptureAttr capture) {
+  CaptureDecl decl;
+  decl.name = capture.getName().str();
+  decl.dtype = capture.getElementType().isF32() ? DType::F32 : DType::I32;
+  for (auto [kind, size] : llvm::zip(capture.getDimKinds(), capture.getDimSizes())) {
+    CaptureDim dim;
+    switch (kind) {
+    case mlir::attn::CaptureDimKind::fixed:
+      dim.kind = CaptureDim::Kind::Fixed;
+      dim.size = size;
+      break;
+    case mlir::attn::CaptureDimKind::any:
+      dim.kind = CaptureDim::Kind::Any;
+      break;
+    case mlir::attn::CaptureDimKind::batch:
+      dim.kind = CaptureDim::Kind::Batch;
+      break;
+    case mlir::attn::CaptureDimKind::q_heads:
+      dim.kind = CaptureDim::Kind::QHeads;
+      break;
+    case mlir::attn::CaptureDimKind::kv_heads:
+      dim.kind = CaptureDim::Kind::KvHeads;
+      break;
+    case mlir::attn::CaptureDimKind::seqlen_q:
+      dim.kind = CaptureDim::Kind::SeqlenQ;
+      break;
+    case mlir::attn::CaptureDimKind::seqlen_k:
+      dim.kind = CaptureDim::Kind::SeqlenK;
+      break;
+    }
+    decl.dims.push_back(dim);
+  }
+  return decl;
+}
+
 AttnLaunchConfig launchConfigFor(mlir::attn::KernelOp op) {
   mlir::attn::ProblemAttr problem = op.getProblem();
   mlir::attn::TilePlanAttr tile = op.getTileAttr();
@@ -73,40 +109,8 @@ AttnLaunchConfig launchConfigFor(mlir::attn::KernelOp op) {
   bool evenTiles = mlir::isa<mlir::attn::NoMaskAttr>(op.getMask()) && !op.getMaskModFnAttr() &&
                    op.getMaskMod().empty();
   launch.persistentBlocksPerSm = evenTiles ? 1 : 0;
-  for (mlir::attn::CaptureAttr capture : op.getCaptureList()) {
-    CaptureDecl decl;
-    decl.name = capture.getName().str();
-    decl.dtype = capture.getElementType().isF32() ? DType::F32 : DType::I32;
-    for (auto [kind, size] : llvm::zip(capture.getDimKinds(), capture.getDimSizes())) {
-      CaptureDim dim;
-      switch (kind) {
-      case mlir::attn::CaptureDimKind::fixed:
-        dim.kind = CaptureDim::Kind::Fixed;
-        dim.size = size;
-        break;
-      case mlir::attn::CaptureDimKind::any:
-        dim.kind = CaptureDim::Kind::Any;
-        break;
-      case mlir::attn::CaptureDimKind::batch:
-        dim.kind = CaptureDim::Kind::Batch;
-        break;
-      case mlir::attn::CaptureDimKind::q_heads:
-        dim.kind = CaptureDim::Kind::QHeads;
-        break;
-      case mlir::attn::CaptureDimKind::kv_heads:
-        dim.kind = CaptureDim::Kind::KvHeads;
-        break;
-      case mlir::attn::CaptureDimKind::seqlen_q:
-        dim.kind = CaptureDim::Kind::SeqlenQ;
-        break;
-      case mlir::attn::CaptureDimKind::seqlen_k:
-        dim.kind = CaptureDim::Kind::SeqlenK;
-        break;
-      }
-      decl.dims.push_back(dim);
-    }
-    launch.captures.push_back(decl);
-  }
+  for (mlir::attn::CaptureAttr capture : op.getCaptureList())
+    launch.captures.push_back(captureDeclFor(capture));
   return launch;
 }
 
@@ -281,46 +285,26 @@ reference::Problem referenceProblemFromSpec(const std::string &specText, int64_t
   }
   for (auto [capture, buffer] : llvm::zip(declared, captures)) {
     const std::string which = "capture '" + capture.getName().str() + "': ";
-    const DType dtype = capture.getElementType().isF32() ? DType::F32 : DType::I32;
-    if (buffer.dtype != dtype)
-      throw Error(which + "expected " + dtypeName(dtype) + ", got " + dtypeName(buffer.dtype));
-    if (static_cast<int64_t>(buffer.shape.size()) != capture.getRank())
-      throw Error(which + "expected rank " + std::to_string(capture.getRank()) + ", got " +
+    const CaptureDecl decl = captureDeclFor(capture);
+    if (buffer.dtype != decl.dtype)
+      throw Error(which + "expected " + dtypeName(decl.dtype) + ", got " +
+                  dtypeName(buffer.dtype));
+    if (buffer.shape.size() != decl.dims.size())
+      throw Error(which + "expected rank " + std::to_string(decl.dims.size()) + ", got " +
                   std::to_string(buffer.shape.size()));
-    for (int64_t dim = 0; dim < capture.getRank(); ++dim) {
-      using Kind = mlir::attn::CaptureDimKind;
-      const Kind kind = capture.getDimKinds()[dim];
-      std::optional<int64_t> expected;
-      switch (kind) {
-      case Kind::fixed:
-        expected = capture.getDimSizes()[dim];
-        break;
-      case Kind::any:
-        break;
-      case Kind::batch:
-        expected = batch;
-        break;
-      case Kind::q_heads:
-        expected = problemAttr.getQHeads();
-        break;
-      case Kind::kv_heads:
-        expected = problemAttr.getKvHeads();
-        break;
-      case Kind::seqlen_q:
-        expected = seqlenQ;
-        break;
-      case Kind::seqlen_k:
-        expected = seqlenK;
-        break;
-      }
+    for (size_t dim = 0; dim < decl.dims.size(); ++dim) {
+      const CaptureDim &declaredDim = decl.dims[dim];
+      const int64_t expected =
+          requiredCaptureExtent(declaredDim, batch, problemAttr.getQHeads(),
+                                problemAttr.getKvHeads(), seqlenQ, seqlenK);
       const int64_t extent = buffer.shape[dim];
-      if (extent >= 0 && (!expected || extent == *expected))
+      if (extent >= 0 && (expected < 0 || extent == expected))
         continue;
       std::string wanted = "a size >= 0";
-      if (expected)
-        wanted = kind == Kind::fixed ? std::to_string(*expected)
-                                     : mlir::attn::stringifyCaptureDimKind(kind).str() + " = " +
-                                           std::to_string(*expected);
+      if (expected >= 0)
+        wanted = declaredDim.kind == CaptureDim::Kind::Fixed
+                     ? std::to_string(expected)
+                     : captureDimSpelling(declaredDim) + " = " + std::to_string(expected);
       throw Error(which + "extent " + std::to_string(dim) + " is " + std::to_string(extent) +
                   ", expected " + wanted);
     }

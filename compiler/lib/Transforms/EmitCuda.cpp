@@ -77,17 +77,6 @@ namespace {
   return formula;
 }
 
-/// The functions attn-lower-mods calls, and nothing else, may be called from
-/// a mod function.
-bool isAllowedCallee(StringRef callee) {
-  static const llvm::StringSet<> allowed = {
-      "fabsf", "expf", "exp2f", "expm1f", "logf", "log2f", "log1pf", "sqrtf", "rsqrtf",
-      "sinf", "cosf", "erff", "floorf", "ceilf", "roundf", "powf", "copysignf", "fmaf",
-      "fmaxf", "fminf", "attn_dev::fastTanh", "attn_dev::maximumf", "attn_dev::minimumf",
-      "attn_dev::loadCapture", "attn_dev::exactIntToFloat"};
-  return allowed.contains(callee);
-}
-
 /// Checks that a mod function holds only what attn-lower-mods produces:
 /// arithmetic EmitC ops on scalar types, the allowed callees, and capture
 /// types. Spec text therefore never reaches the emitted source verbatim.
@@ -122,7 +111,7 @@ LogicalResult checkModFunction(emitc::FuncOp func, ArrayRef<std::string> capture
       if (!isAllowedType(type))
         return op.emitOpError("result type ") << type << " is not allowed in a mod function";
     if (auto call = dyn_cast<emitc::CallOpaqueOp>(op))
-      if (!isAllowedCallee(call.getCallee()) || call.getArgs() || call.getTemplateArgs())
+      if (!isModFunctionCallee(call.getCallee()) || call.getArgs() || call.getTemplateArgs())
         return op.emitOpError("calls '") << call.getCallee()
                                          << "', which a mod function may not call";
     if (auto constant = dyn_cast<emitc::ConstantOp>(op))
@@ -143,8 +132,7 @@ LogicalResult collectUserMods(KernelOp op, ::attn::codegen::UserMods &mods) {
     shape.isFloat = capture.getElementType().isF32();
     shape.rank = static_cast<int>(capture.getRank());
     mods.captures.push_back(shape);
-    captureTypes.push_back("attn_dev::Capture<" + std::string(shape.isFloat ? "float" : "int") +
-                           ", " + std::to_string(shape.rank) + ">");
+    captureTypes.push_back(getCaptureCppType(capture.getElementType(), capture.getRank()));
   }
   llvm::raw_string_ostream source(mods.source);
   for (auto [ref, function] : {std::make_pair(op.getMaskModFnAttr(), &mods.maskFunction),

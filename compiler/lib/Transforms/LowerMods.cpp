@@ -15,7 +15,6 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Transforms/DialectConversion.h"
-#include "llvm/ADT/TypeSwitch.h"
 
 namespace mlir::attn {
 #define GEN_PASS_DEF_ATTNLOWERMODS
@@ -23,40 +22,44 @@ namespace mlir::attn {
 
 namespace {
 
-/// The C++ type of a capture argument (templates/device/captures.cuh).
-std::string captureCppType(MemRefType type) {
-  return "attn_dev::Capture<" + std::string(type.getElementType().isF32() ? "float" : "int") +
-         ", " + std::to_string(type.getRank()) + ">";
-}
-
 /// CUDA single-precision function called for each supported math op (and
 /// the arith float min/max, which have no EmitC lowering).
+struct FloatCall {
+  StringLiteral op, callee;
+};
+constexpr FloatCall kFloatCalls[] = {
+    {"math.absf", "fabsf"},
+    {"math.exp", "expf"},
+    {"math.exp2", "exp2f"},
+    {"math.expm1", "expm1f"},
+    {"math.log", "logf"},
+    {"math.log2", "log2f"},
+    {"math.log1p", "log1pf"},
+    {"math.sqrt", "sqrtf"},
+    {"math.rsqrt", "rsqrtf"},
+    {"math.tanh", "attn_dev::fastTanh"},
+    {"math.sin", "sinf"},
+    {"math.cos", "cosf"},
+    {"math.erf", "erff"},
+    {"math.floor", "floorf"},
+    {"math.ceil", "ceilf"},
+    {"math.round", "roundf"},
+    {"math.powf", "powf"},
+    {"math.copysign", "copysignf"},
+    {"math.fma", "fmaf"},
+    {"arith.maximumf", "attn_dev::maximumf"},
+    {"arith.minimumf", "attn_dev::minimumf"},
+    {"arith.maxnumf", "fmaxf"},
+    {"arith.minnumf", "fminf"},
+};
+constexpr StringLiteral kCaptureLoadCallee = "attn_dev::loadCapture";
+constexpr StringLiteral kIntToFloatCallee = "attn_dev::exactIntToFloat";
+
 StringRef mathCallee(Operation *op) {
-  return llvm::TypeSwitch<Operation *, StringRef>(op)
-      .Case([](math::AbsFOp) { return "fabsf"; })
-      .Case([](math::ExpOp) { return "expf"; })
-      .Case([](math::Exp2Op) { return "exp2f"; })
-      .Case([](math::ExpM1Op) { return "expm1f"; })
-      .Case([](math::LogOp) { return "logf"; })
-      .Case([](math::Log2Op) { return "log2f"; })
-      .Case([](math::Log1pOp) { return "log1pf"; })
-      .Case([](math::SqrtOp) { return "sqrtf"; })
-      .Case([](math::RsqrtOp) { return "rsqrtf"; })
-      .Case([](math::TanhOp) { return "attn_dev::fastTanh"; })
-      .Case([](math::SinOp) { return "sinf"; })
-      .Case([](math::CosOp) { return "cosf"; })
-      .Case([](math::ErfOp) { return "erff"; })
-      .Case([](math::FloorOp) { return "floorf"; })
-      .Case([](math::CeilOp) { return "ceilf"; })
-      .Case([](math::RoundOp) { return "roundf"; })
-      .Case([](math::PowFOp) { return "powf"; })
-      .Case([](math::CopySignOp) { return "copysignf"; })
-      .Case([](math::FmaOp) { return "fmaf"; })
-      .Case([](arith::MaximumFOp) { return "attn_dev::maximumf"; })
-      .Case([](arith::MinimumFOp) { return "attn_dev::minimumf"; })
-      .Case([](arith::MaxNumFOp) { return "fmaxf"; })
-      .Case([](arith::MinNumFOp) { return "fminf"; })
-      .Default([](Operation *) { return StringRef(); });
+  for (const FloatCall &call : kFloatCalls)
+    if (op->getName().getStringRef() == call.op)
+      return call.callee;
+  return StringRef();
 }
 
 /// f32 math (and float min/max) -> a call of the CUDA function.
@@ -81,7 +84,7 @@ struct CaptureLoadLowering : OpConversionPattern<memref::LoadOp> {
                                 ConversionPatternRewriter &rewriter) const override {
     SmallVector<Value> operands{adaptor.getMemref()};
     llvm::append_range(operands, adaptor.getIndices());
-    rewriter.replaceOpWithNewOp<emitc::CallOpaqueOp>(op, op.getType(), "attn_dev::loadCapture",
+    rewriter.replaceOpWithNewOp<emitc::CallOpaqueOp>(op, op.getType(), kCaptureLoadCallee,
                                                      operands);
     return success();
   }
@@ -157,7 +160,7 @@ struct IntToFloatLowering : OpConversionPattern<arith::SIToFPOp> {
                                 ConversionPatternRewriter &rewriter) const override {
     if (!op.getIn().getType().isSignlessInteger(32) || !op.getType().isF32())
       return failure();
-    rewriter.replaceOpWithNewOp<emitc::CallOpaqueOp>(op, op.getType(), "attn_dev::exactIntToFloat",
+    rewriter.replaceOpWithNewOp<emitc::CallOpaqueOp>(op, op.getType(), kIntToFloatCallee,
                                                      adaptor.getIn());
     return success();
   }
@@ -241,7 +244,8 @@ struct LowerModsPass : impl::AttnLowerModsBase<LowerModsPass> {
     converter.addConversion([](Type type) { return type; });
     populateEmitCSizeTTypeConversions(converter);
     converter.addConversion([context](MemRefType type) -> Type {
-      return emitc::OpaqueType::get(context, captureCppType(type));
+      return emitc::OpaqueType::get(context,
+                                    getCaptureCppType(type.getElementType(), type.getRank()));
     });
 
     RewritePatternSet patterns(context);
@@ -273,4 +277,15 @@ struct LowerModsPass : impl::AttnLowerModsBase<LowerModsPass> {
 };
 
 } // namespace
+
+std::string getCaptureCppType(Type elementType, int64_t rank) {
+  return "attn_dev::Capture<" + std::string(elementType.isF32() ? "float" : "int") + ", " +
+         std::to_string(rank) + ">";
+}
+
+bool isModFunctionCallee(StringRef callee) {
+  return callee == kCaptureLoadCallee || callee == kIntToFloatCallee ||
+         llvm::any_of(kFloatCalls, [&](const FloatCall &call) { return call.callee == callee; });
+}
+
 } // namespace mlir::attn

@@ -34,6 +34,14 @@ void buildEmitPipeline(OpPassManager &pm);
 /// attn-opt style tools.
 void registerAttnPasses();
 
+/// The C++ type of a captured buffer of `rank` extents in the mod functions
+/// attn-lower-mods emits (attn_dev::Capture in templates/device/captures.cuh).
+std::string getCaptureCppType(Type elementType, int64_t rank);
+
+/// Whether attn-lower-mods emits calls of `callee` (attn-emit-cuda accepts
+/// no other callee in a mod function).
+bool isModFunctionCallee(llvm::StringRef callee);
+
 /// Conversions between the plan attributes and the MLIR-free structs of
 /// attn/Compiler/TileConstraints.h.
 ::attn::TileProblem getTileProblem(ProblemAttr problem);
