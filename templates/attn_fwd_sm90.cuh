@@ -114,19 +114,26 @@ struct WorkTile {
   int kvHead;
   int batch;
   KeyTileRange keys;
-  int visitedTiles;
 };
 
 // A mask_mod the compiler could not classify may come with a tile coverage
 // computed at run time (p.tile_coverage, see attn_tile_coverage_kernel).
 constexpr bool kRuntimeCoverage = Mods::kHasMaskMod && !Mods::kMaskProved;
 
-__device__ __forceinline__ Coverage runtimeCoverage(const attn_abi::AttnFwdParams &p,
-                                                    const WorkTile &work, int tile) {
+// Position of a tile's byte in p.tile_coverage, laid out
+// [batch][q_heads][query block][key tile].
+__device__ __forceinline__ i64 tileCoverageIndex(const attn_abi::AttnFwdParams &p, int batch,
+                                                 int head, int queryBlock, int keyTile) {
   i64 queryBlocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
   i64 keyTiles = (p.seqlen_k + kBlockN - 1) / kBlockN;
-  i64 row = (static_cast<i64>(work.batch) * p.q_heads + work.head) * queryBlocks + work.queryBlock;
-  return static_cast<Coverage>(__ldg(p.tile_coverage + row * keyTiles + tile));
+  return ((static_cast<i64>(batch) * p.q_heads + head) * queryBlocks + queryBlock) * keyTiles +
+         keyTile;
+}
+
+__device__ __forceinline__ Coverage runtimeCoverage(const attn_abi::AttnFwdParams &p,
+                                                    const WorkTile &work, int tile) {
+  return static_cast<Coverage>(__ldg(
+      p.tile_coverage + tileCoverageIndex(p, work.batch, work.head, work.queryBlock, tile)));
 }
 
 // Whether the block loads and computes key tile `tile` of `work`. The
@@ -208,9 +215,6 @@ struct TileSchedule {
     work.kvHead = work.head / (p.q_heads / p.kv_heads);
     work.batch = headBatch / p.q_heads;
     work.keys = keyTilesFor(work.queryBegin, work.queryLast + 1, p.seqlen_k, shift);
-    // The consumers count the visited tiles (countVisitedTilesInWarp); the
-    // producer needs no count.
-    work.visitedTiles = work.keys.end - work.keys.begin;
     return work;
   }
 };
@@ -434,11 +438,13 @@ __device__ void storeOutput(const attn_abi::AttnFwdParams &p, const float (&outp
 // One work tile of a consumer, software-pipelined inside the warpgroup:
 // iteration j issues S_j = Q K_jᵀ and O += P_{j-1} V_{j-1} back to back, then
 // runs the softmax of S_j while the PV product is still on the tensor cores.
-// Only the rescaling of O waits for that product. `ring` counts the key tiles
-// this block consumed before this work tile; `qPhase` is this tile's Q load.
+// Only the rescaling of O waits for that product. `tileCount` is the number
+// of key tiles the work tile visits, `ring` the key tiles this block consumed
+// before it; `qPhase` is this tile's Q load.
 __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
-                            const Barriers &barriers, int consumer, const WorkTile &work, int ring,
-                            u32 qPhase, const GemmTurns &turns, i64 shift) {
+                            const Barriers &barriers, int consumer, const WorkTile &work,
+                            int tileCount, int ring, u32 qPhase, const GemmTurns &turns,
+                            i64 shift) {
   const int thread = threadIdx.x % kWarpgroupThreads;
   const int warp = thread / 32, lane = thread % 32;
   const int sliceQueryBegin = work.queryBegin + 64 * consumer;
@@ -489,7 +495,6 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
   };
 
   mbarrierWait(barriers.qFull(), qPhase);
-  const int tileCount = work.visitedTiles;
   if (tileCount == 0) {
     releaseQAfterScores();
   } else {
@@ -569,10 +574,10 @@ __device__ void consume(const attn_abi::AttnFwdParams &p, u32 smemBase, const Ba
   int ring = 0;
   u32 qPhase = 0;
   for (int index = blockIdx.x; index < schedule.count; index += gridDim.x, qPhase ^= 1) {
-    WorkTile work = schedule.at(p, index, shift);
-    work.visitedTiles = countVisitedTilesInWarp(p, work, threadIdx.x % 32);
-    consumeTile(p, smemBase, barriers, consumer, work, ring, qPhase, turns, shift);
-    ring += work.visitedTiles;
+    const WorkTile work = schedule.at(p, index, shift);
+    const int tileCount = countVisitedTilesInWarp(p, work, threadIdx.x % 32);
+    consumeTile(p, smemBase, barriers, consumer, work, tileCount, ring, qPhase, turns, shift);
+    ring += tileCount;
   }
   turns.close();
   // Shared memory must outlive the copy engine's reads of the last store.
@@ -646,8 +651,7 @@ extern "C" __global__ void __launch_bounds__(ATTN_TILE_COVERAGE_THREADS)
   if (threadIdx.x == 0) {
     Coverage coverage = counts[1] == 0 ? Coverage::Empty
                                        : (counts[1] == counts[0] ? Coverage::Full : Coverage::Partial);
-    i64 queryBlocks = gridDim.y, keyTiles = gridDim.x;
-    i64 row = static_cast<i64>(blockIdx.z) * queryBlocks + queryBlock;
-    p.tile_coverage[row * keyTiles + keyTile] = static_cast<unsigned char>(coverage);
+    p.tile_coverage[tileCoverageIndex(p, batch, head, queryBlock, keyTile)] =
+        static_cast<unsigned char>(coverage);
   }
 }

@@ -211,23 +211,8 @@ void validateCaptureDecls(const std::vector<CaptureDecl> &captures) {
 /// The extent a declared dim requires of this launch.
 int64_t requiredExtent(const CaptureDim &dim, const AttnLaunchConfig &config,
                        const AttnForwardArgs &args) {
-  switch (dim.kind) {
-  case CaptureDim::Kind::Fixed:
-    return dim.size;
-  case CaptureDim::Kind::Batch:
-    return args.q.batch();
-  case CaptureDim::Kind::QHeads:
-    return config.qHeads;
-  case CaptureDim::Kind::KvHeads:
-    return config.kvHeads;
-  case CaptureDim::Kind::SeqlenQ:
-    return args.q.seqlen();
-  case CaptureDim::Kind::SeqlenK:
-    return args.k.seqlen();
-  case CaptureDim::Kind::Any:
-    break;
-  }
-  return -1; // Any has no required extent; validated config has no others.
+  return requiredCaptureExtent(dim, args.q.batch(), config.qHeads, config.kvHeads,
+                               args.q.seqlen(), args.k.seqlen());
 }
 
 void validateCapture(const CaptureDecl &decl, const CaptureView &view,
@@ -290,6 +275,27 @@ void validateCaptures(const AttnLaunchConfig &config,
     validateCapture(decls[index], args.captures[index], config, args);
 }
 } // namespace
+
+int64_t requiredCaptureExtent(const CaptureDim &dim, int64_t batch, int64_t qHeads,
+                              int64_t kvHeads, int64_t seqlenQ, int64_t seqlenK) {
+  switch (dim.kind) {
+  case CaptureDim::Kind::Fixed:
+    return dim.size;
+  case CaptureDim::Kind::Batch:
+    return batch;
+  case CaptureDim::Kind::QHeads:
+    return qHeads;
+  case CaptureDim::Kind::KvHeads:
+    return kvHeads;
+  case CaptureDim::Kind::SeqlenQ:
+    return seqlenQ;
+  case CaptureDim::Kind::SeqlenK:
+    return seqlenK;
+  case CaptureDim::Kind::Any:
+    break;
+  }
+  return -1; // Any has no required extent; validated configs have no others.
+}
 
 std::string captureDimSpelling(const CaptureDim &dim) {
   if (dim.kind == CaptureDim::Kind::Fixed)
@@ -534,10 +540,22 @@ void launchForward(KernelFunction &kernel, const AttnLaunchConfig &config,
   kernel.launch(grid, block, config.sharedMemoryBytes, stream, kernelArgs);
 }
 
+namespace {
+/// The tile coverage's extents: [batch x q_heads][query blocks][key tiles].
+struct TileCoverageShape {
+  uint64_t batchHeads, queryBlocks, keyTiles;
+  uint64_t bytes() const { return batchHeads * queryBlocks * keyTiles; }
+};
+
+TileCoverageShape tileCoverageShape(const AttnLaunchConfig &config, const AttnForwardArgs &args) {
+  return {uint64_t(args.q.batch()) * uint64_t(config.qHeads),
+          (uint64_t(args.q.seqlen()) + config.blockM - 1) / config.blockM,
+          (uint64_t(args.k.seqlen()) + config.blockN - 1) / config.blockN};
+}
+} // namespace
+
 uint64_t tileCoverageBytes(const AttnLaunchConfig &config, const AttnForwardArgs &args) {
-  uint64_t queryBlocks = (uint64_t(args.q.seqlen()) + config.blockM - 1) / config.blockM;
-  uint64_t keyTiles = (uint64_t(args.k.seqlen()) + config.blockN - 1) / config.blockN;
-  return uint64_t(args.q.batch()) * uint64_t(config.qHeads) * queryBlocks * keyTiles;
+  return tileCoverageShape(config, args).bytes();
 }
 
 DeviceBuffer buildTileCoverage(const Module &module, const AttnLaunchConfig &config,
@@ -545,22 +563,20 @@ DeviceBuffer buildTileCoverage(const Module &module, const AttnLaunchConfig &con
   AttnForwardArgs checked = args;
   checked.tileCoverage = nullptr;
   validateForwardArgs(config, checked);
-  uint64_t bytes = tileCoverageBytes(config, checked);
-  DeviceBuffer coverage(std::max<uint64_t>(bytes, 1));
-  if (bytes == 0)
+  TileCoverageShape shape = tileCoverageShape(config, checked);
+  DeviceBuffer coverage(std::max<uint64_t>(shape.bytes(), 1));
+  if (shape.bytes() == 0)
     return coverage;
   validateDevicePointers(config, checked);
-  uint64_t batchHeads = uint64_t(checked.q.batch()) * uint64_t(config.qHeads);
-  uint64_t queryBlocks = (uint64_t(checked.q.seqlen()) + config.blockM - 1) / config.blockM;
-  if (batchHeads > 65535 || queryBlocks > 65535)
+  if (shape.batchHeads > 65535 || shape.queryBlocks > 65535)
     fail("q", "the tile coverage grid takes at most 65535 (batch x heads) and 65535 query "
-              "blocks, got " + std::to_string(batchHeads) + " and " + std::to_string(queryBlocks));
-  uint64_t keyTiles = bytes / (batchHeads * queryBlocks);
+              "blocks, got " + std::to_string(shape.batchHeads) + " and " +
+              std::to_string(shape.queryBlocks));
   attn_abi::AttnFwdParams params = encodeForwardParams(config, checked);
   params.tile_coverage = static_cast<unsigned char *>(coverage.data());
   KernelFunction kernel = module.function(ATTN_TILE_COVERAGE_KERNEL_NAME);
-  Dim3 grid{static_cast<unsigned>(keyTiles), static_cast<unsigned>(queryBlocks),
-            static_cast<unsigned>(batchHeads)};
+  Dim3 grid{static_cast<unsigned>(shape.keyTiles), static_cast<unsigned>(shape.queryBlocks),
+            static_cast<unsigned>(shape.batchHeads)};
   Dim3 block{ATTN_TILE_COVERAGE_THREADS, 1, 1};
   void *kernelArgs[] = {&params};
   kernel.launch(grid, block, 0, stream, kernelArgs);

@@ -12,14 +12,14 @@
 
 namespace attn {
 
+struct Kernel::Loaded {
+  CUcontext context;
+  Module module;
+  KernelFunction function;
+};
+
 struct Kernel::State {
   KernelImage image;
-
-  struct Loaded {
-    CUcontext context;
-    Module module;
-    KernelFunction function;
-  };
   std::mutex mutex;
   // unique_ptr keeps each function at a fixed address while runs use it and
   // another context's load grows the vector.
@@ -103,7 +103,7 @@ const std::string &Kernel::name() const { return image().name; }
 
 const AttnLaunchConfig &Kernel::launchConfig() const { return image().launch; }
 
-KernelFunction &Kernel::functionForCurrentContext() const {
+Kernel::Loaded &Kernel::loadedForCurrentContext() const {
   const KernelImage &kernel = image();
   CUcontext context = ensureContext();
   std::lock_guard<std::mutex> lock(state->mutex);
@@ -111,7 +111,7 @@ KernelFunction &Kernel::functionForCurrentContext() const {
   // would reuse a stale entry; primary contexts (ensureContext) never go.
   for (const auto &loaded : state->loaded)
     if (loaded->context == context)
-      return loaded->function;
+      return *loaded;
 
   checkDeviceSupported(queryDevice(currentDevice()));
   Module module;
@@ -138,7 +138,7 @@ KernelFunction &Kernel::functionForCurrentContext() const {
                   "loading its PTX failed: " + error.what());
     }
   }
-  auto loaded = std::make_unique<State::Loaded>();
+  auto loaded = std::make_unique<Loaded>();
   loaded->context = context;
   loaded->function = module.function(kernel.launch.kernelName);
   // Set once here, so that launches only read it (launchForward skips the
@@ -146,25 +146,15 @@ KernelFunction &Kernel::functionForCurrentContext() const {
   loaded->function.setMaxDynamicSharedMemory(kernel.launch.sharedMemoryBytes);
   loaded->module = std::move(module);
   state->loaded.push_back(std::move(loaded));
-  return state->loaded.back()->function;
+  return *state->loaded.back();
 }
 
-void Kernel::load() const { functionForCurrentContext(); }
-
-const Module &Kernel::moduleForCurrentContext() const {
-  functionForCurrentContext(); // loads the module into this context if needed
-  CUcontext context = ensureContext();
-  std::lock_guard<std::mutex> lock(state->mutex);
-  for (const auto &loaded : state->loaded)
-    if (loaded->context == context)
-      return loaded->module;
-  throw Error("kernel '" + image().name + "': not loaded in the current context");
-}
+void Kernel::load() const { loadedForCurrentContext(); }
 
 DeviceBuffer Kernel::buildTileCoverage(const AttnForwardArgs &args, CUstream stream) const {
   const AttnLaunchConfig &config = launchConfig();
   validateForwardArgs(config, args);
-  return ::attn::buildTileCoverage(moduleForCurrentContext(), config, args, stream);
+  return ::attn::buildTileCoverage(loadedForCurrentContext().module, config, args, stream);
 }
 
 void Kernel::run(const AttnForwardArgs &args, CUstream stream) const {
@@ -173,7 +163,7 @@ void Kernel::run(const AttnForwardArgs &args, CUstream stream) const {
   validateForwardArgs(config, args);
   if (args.q.batch() == 0 || args.q.seqlen() == 0)
     return;
-  launchForward(functionForCurrentContext(), config, args, stream);
+  launchForward(loadedForCurrentContext().function, config, args, stream);
 }
 
 void Kernel::run(const TensorView &q, const TensorView &k, const TensorView &v,

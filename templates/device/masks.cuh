@@ -33,15 +33,22 @@ __device__ __forceinline__ Range operator+(Range a, Range b) {
   return Range{a.low + b.low, a.high + b.high};
 }
 
+// Range of base + q * qi + kv * ki over qi in [q0, q1], ki in [k0, k1]: an
+// affine function is extreme at the corners.
+__device__ __forceinline__ Range affineRange(i64 base, i64 q, i64 kv, i64 q0, i64 q1, i64 k0,
+                                             i64 k1) {
+  return Range{base + minI64(q * q0, q * q1) + minI64(kv * k0, kv * k1),
+               base + maxI64(q * q0, q * q1) + maxI64(kv * k0, kv * k1)};
+}
+
 __device__ __forceinline__ i64 floorDiv(i64 a, i64 d) { return a >= 0 ? a / d : -((-a + d - 1) / d); }
 
-// Range of coef * floor((base + q * qi + kv * ki) / divisor) over qi in
-// [q0, q1], ki in [k0, k1]: floor is monotone, so the dividend's extremes
-// (at the corners) give the term's.
+// Range of coef * floor((base + q * qi + kv * ki) / divisor) over the same
+// box: floor is monotone, so the dividend's extremes give the term's.
 __device__ __forceinline__ Range divTermRange(i64 coef, i64 base, i64 q, i64 kv, i64 divisor,
                                               i64 q0, i64 q1, i64 k0, i64 k1) {
-  i64 low = floorDiv(base + minI64(q * q0, q * q1) + minI64(kv * k0, kv * k1), divisor);
-  i64 high = floorDiv(base + maxI64(q * q0, q * q1) + maxI64(kv * k0, kv * k1), divisor);
+  Range dividend = affineRange(base, q, kv, q0, q1, k0, k1);
+  i64 low = floorDiv(dividend.low, divisor), high = floorDiv(dividend.high, divisor);
   return coef >= 0 ? Range{coef * low, coef * high} : Range{coef * high, coef * low};
 }
 
@@ -50,15 +57,11 @@ __device__ __forceinline__ Coverage rangeCoverage(Range range) {
   return range.low >= 0 ? Coverage::Full : (range.high < 0 ? Coverage::Empty : Coverage::Partial);
 }
 
-// Coverage of `base + q * qi + kv * ki >= 0` over qi in [q0, q1], ki in
-// [k0, k1]: an affine function is extreme at the corners.
+// Coverage of `base + q * qi + kv * ki >= 0` over the box.
 __device__ __forceinline__ Coverage affineCoverage(i64 base, i64 q, i64 kv, i64 q0, i64 q1, i64 k0,
                                                    i64 k1) {
-  i64 low = base + minI64(q * q0, q * q1) + minI64(kv * k0, kv * k1);
-  i64 high = base + maxI64(q * q0, q * q1) + maxI64(kv * k0, kv * k1);
-  return low >= 0 ? Coverage::Full : (high < 0 ? Coverage::Empty : Coverage::Partial);
+  return rangeCoverage(affineRange(base, q, kv, q0, q1, k0, k1));
 }
-
 
 struct NoMask {
   static __device__ __forceinline__ i64 keyBegin(i64, i64) { return 0; }

@@ -42,6 +42,11 @@ struct CaptureDecl {
 /// or "seqlen_k".
 std::string captureDimSpelling(const CaptureDim &dim);
 
+/// The extent a declared dim requires at a launch of these sizes: the fixed
+/// size, or the size it is tied to; -1 for Any (any extent >= 0).
+int64_t requiredCaptureExtent(const CaptureDim &dim, int64_t batch, int64_t qHeads,
+                              int64_t kvHeads, int64_t seqlenQ, int64_t seqlenK);
+
 /// Whether `name` is an identifier ([A-Za-z_][A-Za-z0-9_]*), as capture
 /// names must be.
 bool isCaptureName(std::string_view name);

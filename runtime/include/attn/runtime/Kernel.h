@@ -79,8 +79,10 @@ public:
 
 private:
   struct State;
-  KernelFunction &functionForCurrentContext() const;
-  const Module &moduleForCurrentContext() const;
+  struct Loaded;
+  /// The module and function loaded into the current context (loaded on
+  /// first use).
+  Loaded &loadedForCurrentContext() const;
 
   std::shared_ptr<State> state;
 };
