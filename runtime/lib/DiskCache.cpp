@@ -5,6 +5,8 @@
 #include "attn/runtime/Error.h"
 #include "attn/runtime/Hash.h"
 
+#include "FileUtil.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
@@ -36,9 +38,6 @@ constexpr size_t kHeaderProbeBytes = 64 * 1024;
 // Temporary files of writers that died are removed after this long.
 constexpr int64_t kStaleTempNs = int64_t(3600) * 1000000000;
 
-std::string describeErrno(int error) {
-  return std::generic_category().message(error);
-}
 
 int64_t nowNs() {
   timespec now;
@@ -67,74 +66,9 @@ bool isValidKey(std::string_view key) {
          std::all_of(key.begin(), key.end(), isKeyCharacter);
 }
 
-/// Closes a file descriptor on every path.
-struct FileHandle {
-  int fd = -1;
-  explicit FileHandle(int descriptor) : fd(descriptor) {}
-  ~FileHandle() {
-    if (fd >= 0)
-      ::close(fd);
-  }
-  FileHandle(const FileHandle &) = delete;
-  FileHandle &operator=(const FileHandle &) = delete;
-};
 
-/// mkdir -p; returns an empty string or why it failed.
-std::string makeDirectories(const std::string &path) {
-  std::string partial;
-  size_t position = 0;
-  while (position <= path.size()) {
-    size_t slash = path.find('/', position);
-    if (slash == std::string::npos)
-      slash = path.size();
-    partial = path.substr(0, slash);
-    position = slash + 1;
-    if (partial.empty())
-      continue;
-    if (::mkdir(partial.c_str(), 0755) == 0 || errno == EEXIST) {
-      struct stat status;
-      if (::stat(partial.c_str(), &status) != 0)
-        return "cannot stat '" + partial + "': " + describeErrno(errno);
-      if (!S_ISDIR(status.st_mode))
-        return "'" + partial + "' is not a directory";
-      continue;
-    }
-    return "cannot create '" + partial + "': " + describeErrno(errno);
-  }
-  return {};
-}
 
-bool writeAll(int fd, const char *data, size_t size) {
-  while (size > 0) {
-    ssize_t written = ::write(fd, data, size);
-    if (written < 0) {
-      if (errno == EINTR)
-        continue;
-      return false;
-    }
-    data += written;
-    size -= static_cast<size_t>(written);
-  }
-  return true;
-}
 
-/// Reads up to `limit` bytes from the start of the file.
-bool readPrefix(int fd, size_t limit, std::string &out) {
-  out.clear();
-  char chunk[65536];
-  while (out.size() < limit) {
-    ssize_t got = ::read(fd, chunk, std::min(sizeof(chunk), limit - out.size()));
-    if (got < 0) {
-      if (errno == EINTR)
-        continue;
-      return false;
-    }
-    if (got == 0)
-      break;
-    out.append(chunk, static_cast<size_t>(got));
-  }
-  return true;
-}
 
 void setTimes(int fd, int64_t ns) {
   timespec times[2];
@@ -249,37 +183,6 @@ std::optional<CacheEntry> parseEntry(std::string_view bytes,
   return entry;
 }
 
-/// Holds flock(LOCK_EX) on a lock file, if it could be had in time.
-class KeyLock {
-public:
-  KeyLock(const std::string &path, double timeoutSeconds) {
-    fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0)
-      return; // Build without the lock: correctness never depends on it.
-    auto deadline = std::chrono::steady_clock::now() +
-                    std::chrono::duration<double>(timeoutSeconds);
-    auto pause = std::chrono::milliseconds(1);
-    while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-      if ((errno != EWOULDBLOCK && errno != EINTR) ||
-          std::chrono::steady_clock::now() >= deadline) {
-        ::close(fd);
-        fd = -1;
-        return;
-      }
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::milliseconds(20));
-    }
-  }
-  ~KeyLock() {
-    if (fd >= 0)
-      ::close(fd); // Releases the lock.
-  }
-  KeyLock(const KeyLock &) = delete;
-  KeyLock &operator=(const KeyLock &) = delete;
-
-private:
-  int fd = -1;
-};
 
 struct DirectoryEntry {
   std::string name;
@@ -500,27 +403,10 @@ bool DiskCache::store(std::string_view key, const CacheEntry &entry) {
                      std::string(key) + "-" + std::to_string(::getpid()) +
                      "-" + std::to_string(counter++) + "-" +
                      std::to_string(nowNs());
-  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    disable("cannot create '" + temp + "': " + describeErrno(errno));
-    return false;
-  }
-  bool ok = writeAll(fd, bytes.data(), bytes.size());
-  int error = errno;
-  if (ok) {
-    setTimes(fd, nowNs());
-    ok = ::fsync(fd) == 0;
-    error = errno;
-  }
-  ::close(fd);
   std::string path = entryPath(key);
-  if (ok) {
-    ok = ::rename(temp.c_str(), path.c_str()) == 0;
-    error = errno;
-  }
-  if (!ok) {
-    ::unlink(temp.c_str());
-    disable("cannot write '" + path + "': " + describeErrno(error));
+  std::string error = writeFileAtomically(path, temp, bytes, [](int fd) { setTimes(fd, nowNs()); });
+  if (!error.empty()) {
+    disable(error);
     return false;
   }
   evict(key);
@@ -539,7 +425,7 @@ CacheEntry DiskCache::loadOrBuild(std::string_view key,
       *built = true;
     return build();
   }
-  KeyLock lock(opts.directory + "/" + kLockDirectory + "/" + std::string(key) +
+  FileLock lock(opts.directory + "/" + kLockDirectory + "/" + std::string(key) +
                    std::string(kLockSuffix),
                opts.lockTimeoutSeconds);
   // Whoever held the lock before may have just stored it.

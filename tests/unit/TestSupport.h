@@ -7,6 +7,10 @@
 
 #include <stdlib.h>
 #include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <functional>
 
 #include <filesystem>
 #include <fstream>
@@ -54,6 +58,36 @@ inline std::vector<int> waitForExitCodes(const std::vector<pid_t> &children) {
     codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
   }
   return codes;
+}
+
+/// Forks one child per body; the children start together once all exist,
+/// run their body and exit with its result. Returns the exit codes.
+inline std::vector<int> runInChildren(const std::vector<std::function<int()>> &bodies) {
+  int gate[2];
+  REQUIRE(::pipe(gate) == 0);
+  std::vector<pid_t> children;
+  for (const auto &body : bodies) {
+    pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      ::close(gate[1]);
+      char byte;
+      // Returns 0 (EOF) when the parent closes its end: the start signal.
+      while (::read(gate[0], &byte, 1) < 0 && errno == EINTR) {
+      }
+      int code = 1;
+      try {
+        code = body();
+      } catch (...) {
+        code = 99;
+      }
+      ::_exit(code);
+    }
+    children.push_back(pid);
+  }
+  ::close(gate[0]);
+  ::close(gate[1]);
+  return waitForExitCodes(children);
 }
 
 } // namespace attn::test

@@ -81,35 +81,6 @@ std::vector<std::string> filesIn(const std::string &directory) {
 
 void waitATick() { std::this_thread::sleep_for(std::chrono::milliseconds(3)); }
 
-/// Forks one child per body; the children start together once all exist,
-/// run their body and exit with its result. Returns the exit codes.
-std::vector<int> runInChildren(const std::vector<std::function<int()>> &bodies) {
-  int gate[2];
-  REQUIRE(::pipe(gate) == 0);
-  std::vector<pid_t> children;
-  for (const auto &body : bodies) {
-    pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      ::close(gate[1]);
-      char byte;
-      // Returns 0 (EOF) when the parent closes its end: the start signal.
-      while (::read(gate[0], &byte, 1) < 0 && errno == EINTR) {
-      }
-      int code = 1;
-      try {
-        code = body();
-      } catch (...) {
-        code = 99;
-      }
-      ::_exit(code);
-    }
-    children.push_back(pid);
-  }
-  ::close(gate[0]);
-  ::close(gate[1]);
-  return test::waitForExitCodes(children);
-}
 
 /// Sets (or unsets, for null) environment variables for one scope.
 class ScopedEnvironment {
@@ -554,7 +525,7 @@ TEST_CASE("disk cache: two processes building one key build it once and agree",
         &built);
     return entry.sections == expected.sections ? 0 : 1;
   };
-  std::vector<int> codes = runInChildren({child, child});
+  std::vector<int> codes = test::runInChildren({child, child});
   CHECK(codes == std::vector<int>{0, 0});
   std::string log = readFile(counter);
   CHECK(std::count(log.begin(), log.end(), '\n') == 1);
@@ -609,7 +580,7 @@ TEST_CASE("disk cache: racing stores of one key leave one valid entry; readers "
     }
     return hits >= 5 ? 0 : 4;
   };
-  std::vector<int> codes = runInChildren({writer(first), writer(second), reader});
+  std::vector<int> codes = test::runInChildren({writer(first), writer(second), reader});
   CHECK(codes == std::vector<int>{0, 0, 0});
   CHECK(filesIn(directory) == std::vector<std::string>{key('r') + ".attnc"});
   DiskCache cache(optionsFor(directory));

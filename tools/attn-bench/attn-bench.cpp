@@ -29,7 +29,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <random>
 #include <sstream>
 
 using namespace llvm;
@@ -47,6 +46,11 @@ cl::opt<int> warmup("warmup", cl::desc("Untimed launches first"), cl::init(5));
 cl::opt<int> repeats("repeats", cl::desc("Timed launches (median reported)"), cl::init(20));
 cl::opt<std::string> tileOverride("tile", cl::desc("Tile override passed to attn-tile"),
                                   cl::init(""));
+cl::opt<std::string> tuningDatabase(
+    "tuning-db",
+    cl::desc("Take the tile plan from this tuning database (the record nearest --batch, "
+             "--seqlen, --seqlen-k); default: the heuristic"),
+    cl::value_desc("file"), cl::init(""));
 cl::opt<int> blocksPerSm("persistent-blocks-per-sm",
                          cl::desc("Grid policy over the plan's: 0 = one block per work tile, "
                                   "k > 0 = a persistent grid of k blocks per SM"),
@@ -60,89 +64,6 @@ cl::opt<bool> tileCoverage(
 cl::list<std::string> captureOptions(
     "capture", cl::desc("NAME=GENERATOR[@D0xD1...]: a captured buffer (see the file header)"));
 
-/// The extents of a declared capture at this shape; `?` extents come from
-/// the option's @D0xD1 suffix.
-std::vector<int64_t> captureShape(const attn::CaptureDecl &decl, const attn::AttnLaunchConfig &launch,
-                                  const attn::harness::Shape &shape, const std::string &explicitShape) {
-  std::vector<int64_t> given;
-  std::stringstream dims(explicitShape);
-  for (std::string dim; std::getline(dims, dim, 'x');)
-    given.push_back(std::stoll(dim));
-  std::vector<int64_t> extents;
-  for (size_t i = 0; i < decl.dims.size(); ++i) {
-    int64_t extent = attn::requiredCaptureExtent(decl.dims[i], shape.batch, launch.qHeads,
-                                                 launch.kvHeads, shape.seqlenQ, shape.seqlenK);
-    if (extent < 0) {
-      if (i >= given.size())
-        throw attn::Error("capture '" + decl.name + "': extent " + std::to_string(i) +
-                          " is '?': give the shape as --capture " + decl.name + "=...@D0xD1");
-      extent = given[i];
-    }
-    extents.push_back(extent);
-  }
-  return extents;
-}
-
-/// Fills every declared capture of `launch` from the --capture options.
-void addCaptures(attn::harness::ForwardProblem &data, const attn::AttnLaunchConfig &launch,
-                 const attn::harness::Shape &shape) {
-  std::mt19937_64 random(2026);
-  for (const attn::CaptureDecl &decl : launch.captures) {
-    std::string generator, explicitShape;
-    for (const std::string &option : captureOptions)
-      if (option.rfind(decl.name + "=", 0) == 0) {
-        generator = option.substr(decl.name.size() + 1);
-        size_t at = generator.find('@');
-        if (at != std::string::npos) {
-          explicitShape = generator.substr(at + 1);
-          generator.resize(at);
-        }
-      }
-    if (generator.empty())
-      throw attn::Error("capture '" + decl.name + "': the spec reads it; pass --capture " +
-                        decl.name + "=GENERATOR (see attn-bench's header)");
-    std::vector<int64_t> extents = captureShape(decl, launch, shape, explicitShape);
-    int64_t count = 1;
-    for (int64_t extent : extents)
-      count *= extent;
-    std::string kind = generator.substr(0, generator.find(':'));
-    std::string arguments = generator.find(':') == std::string::npos ? "" : generator.substr(generator.find(':') + 1);
-    double a = 0, b = 0;
-    std::sscanf(arguments.c_str(), "%lf,%lf", &a, &b);
-    bool wantsFloat = kind == "ramp" || kind == "normal";
-    if (wantsFloat != (decl.dtype == attn::DType::F32))
-      throw attn::Error("capture '" + decl.name + "': generator '" + kind + "' does not make " +
-                        attn::dtypeName(decl.dtype) + " values");
-    if (kind == "ramp" || kind == "normal") {
-      std::normal_distribution<float> normal(0.f, float(a));
-      std::vector<float> values(count);
-      for (int64_t i = 0; i < count; ++i)
-        values[i] = kind == "ramp" ? float(a + b * double(i)) : normal(random);
-      data.addCapture(std::move(values), extents);
-    } else if (kind == "segments" || kind == "bernoulli") {
-      std::vector<int32_t> values(count);
-      int64_t row = extents.back();
-      int32_t id = 0;
-      int64_t left = 0;
-      for (int64_t i = 0; i < count; ++i) {
-        if (kind == "bernoulli") {
-          values[i] = std::uniform_real_distribution<double>(0, 1)(random) < a;
-          continue;
-        }
-        if (i % row == 0 || left == 0) {
-          left = int64_t(a) + int64_t(random() % uint64_t(std::max<int64_t>(1, int64_t(b - a + 1))));
-          id = i % row == 0 ? 0 : id + 1;
-        }
-        values[i] = id;
-        --left;
-      }
-      data.addCapture(std::move(values), extents);
-    } else {
-      throw attn::Error("capture '" + decl.name + "': unknown generator '" + kind + "'");
-    }
-  }
-}
-
 struct Loaded {
   attn::CompiledKernel compiled;
   attn::Module module;
@@ -152,6 +73,10 @@ struct Loaded {
 Loaded load(const std::string &spec, const std::string &name) {
   attn::CompileOptions options;
   options.tileOverride = tileOverride;
+  options.tuningDatabase = tuningDatabase;
+  if (!tuningDatabase.empty() && !grid)
+    options.tuningShape = std::to_string(batch) + "," + std::to_string(seqlen) + "," +
+                          std::to_string(seqlenK ? seqlenK : seqlen);
   Loaded loaded;
   loaded.compiled = attn::compileSpec(spec, name, options);
   if (blocksPerSm >= 0)
@@ -176,7 +101,7 @@ int runSpec() {
   attn::harness::Shape shape{batch, seqlen, seqlenK ? seqlenK : seqlen, false};
   attn::harness::ForwardProblem data(kernel.compiled.launch, shape, 2026);
   const attn::AttnLaunchConfig &launch = kernel.compiled.launch;
-  addCaptures(data, launch, shape);
+  attn::harness::addGeneratedCaptures(data, launch, shape, captureOptions);
   std::printf("kernel @%s: B=%lld Sq=%lld Sk=%lld Hq=%d Hkv=%d D=%d %s, block %dx%d, %d threads, "
               "%d bytes smem\n",
               kernel.compiled.name.c_str(), (long long)shape.batch, (long long)shape.seqlenQ,

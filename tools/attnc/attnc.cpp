@@ -62,6 +62,18 @@ cl::opt<std::string> tileOverride(
     "tile", cl::desc("Override the tile heuristic, e.g. block_n=64,stages=3"),
     cl::value_desc("key=value,..."), cl::init(""), cl::sub(cl::SubCommand::getTopLevel()),
     cl::sub(cacheCommand));
+cl::opt<std::string> shape(
+    "shape",
+    cl::desc("The problem size the kernel is for: the tuning database's plan for the nearest "
+             "shape is used (default: its largest tuned shape)"),
+    cl::value_desc("B,S or B,Sq,Sk"), cl::init(""), cl::sub(cl::SubCommand::getTopLevel()),
+    cl::sub(cacheCommand));
+cl::opt<std::string> tuningDatabase(
+    "tuning-db",
+    cl::desc("Tuning database written by attn-tune (default: ATTNC_TUNING_DB, else tuning.tsv "
+             "in the kernel cache directory); 'none' uses the heuristic plans"),
+    cl::value_desc("file"), cl::init(""), cl::sub(cl::SubCommand::getTopLevel()),
+    cl::sub(cacheCommand));
 cl::opt<bool> printIrAfterAll("print-ir-after-all", cl::desc("Print the IR after each pass"),
                               cl::init(false));
 cl::opt<std::string> kernelName("kernel",
@@ -75,6 +87,13 @@ cl::opt<std::string> cacheDirectory(
     cl::desc("The cache directory (default: ATTNC_CACHE_DIR, else $XDG_CACHE_HOME/attnc, "
              "else ~/.cache/attnc)"),
     cl::value_desc("dir"), cl::init(""), cl::sub(cacheCommand));
+
+/// --tuning-db, its default, or empty for 'none'.
+std::string tuningDatabasePath() {
+  if (tuningDatabase == "none")
+    return "";
+  return tuningDatabase.empty() ? attn::TuningDatabase::defaultPath() : tuningDatabase.getValue();
+}
 
 mlir::FailureOr<mlir::attn::KernelOp> selectKernel(mlir::ModuleOp module) {
   SmallVector<mlir::attn::KernelOp> kernels;
@@ -101,6 +120,8 @@ int compile(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
   attn::CompileOptions options;
   options.arch = arch;
   options.tileOverride = tileOverride;
+  options.tuningDatabase = tuningDatabasePath();
+  options.tuningShape = shape;
   options.planOnly = emitKind == EmitKind::Mlir || emitKind == EmitKind::Metadata;
   options.printIrAfterEachPass = printIrAfterAll;
   if (mlir::failed(attn::runCompilePipeline(*module, options)))
@@ -202,11 +223,16 @@ int warmCache(attn::DiskCacheOptions options, ArrayRef<std::string> specFiles,
   attn::JitOptions jitOptions;
   jitOptions.arch = arch;
   jitOptions.tileOverride = tileOverride;
+  jitOptions.tuningDatabase = tuningDatabasePath();
   jitOptions.diskCache = std::move(options);
   attn::Compiler compiler(std::move(jitOptions));
   if (!compiler.diskCache()->usable())
     return cacheError(unusableDirectoryError(directory, warning));
 
+  attn::TuningShape tuningShape;
+  if (!shape.empty())
+    if (std::optional<std::string> error = attn::parseTuningShape(shape, tuningShape))
+      return cacheError("--shape: " + *error);
   bool failed = false;
   for (const std::string &specFile : specFiles) {
     ErrorOr<std::unique_ptr<MemoryBuffer>> text = MemoryBuffer::getFile(specFile);
@@ -217,7 +243,9 @@ int warmCache(attn::DiskCacheOptions options, ArrayRef<std::string> specFiles,
     }
     attn::JitStats before = compiler.stats();
     try {
-      attn::Kernel kernel = compiler.compile((*text)->getBuffer(), specFile);
+      attn::Kernel kernel = shape.empty()
+                                ? compiler.compile((*text)->getBuffer(), specFile)
+                                : compiler.compile((*text)->getBuffer(), specFile, tuningShape);
       bool compiled = compiler.stats().compiles != before.compiles;
       outs() << specFile << ": @" << kernel.name() << " "
              << (compiled ? "compiled into the cache" : "already in the cache") << "\n";

@@ -141,8 +141,7 @@ Tolerance toleranceFor(DType dtype) {
   return {0.003, 1.0 / 1024, 2e-3};
 }
 
-Comparison compareWithReference(const reference::Problem &problem, const ForwardProblem &data,
-                                DType dtype) {
+ReferenceOutputs computeReference(const reference::Problem &problem, const ForwardProblem &data) {
   const int64_t b = problem.batch, sq = problem.seqlenQ, sk = problem.seqlenK;
   const int64_t hq = problem.qHeads, hk = problem.kvHeads, d = problem.headDim;
   auto packed = [](int64_t s, int64_t h, int64_t dim) {
@@ -153,8 +152,23 @@ Comparison compareWithReference(const reference::Problem &problem, const Forward
   q.data = data.q.host.data();
   k.data = data.k.host.data();
   v.data = data.v.host.data();
-  std::vector<float> refO(b * sq * hq * d), refLse(b * hq * sq);
-  reference::forward(problem, q, k, v, refO.data(), refLse.data());
+  ReferenceOutputs reference;
+  reference.o.assign(b * sq * hq * d, 0.f);
+  reference.lse.assign(b * hq * sq, 0.f);
+  reference::forward(problem, q, k, v, reference.o.data(), reference.lse.data());
+  return reference;
+}
+
+Comparison compareWithReference(const reference::Problem &problem, const ForwardProblem &data,
+                                DType dtype) {
+  return compareOutputs(problem, computeReference(problem, data), data, dtype);
+}
+
+Comparison compareOutputs(const reference::Problem &problem, const ReferenceOutputs &reference,
+                          const ForwardProblem &data, DType dtype) {
+  const int64_t b = problem.batch, sq = problem.seqlenQ;
+  const int64_t hq = problem.qHeads, d = problem.headDim;
+  const std::vector<float> &refO = reference.o, &refLse = reference.lse;
 
   std::vector<uint16_t> gpuBits(data.o.buffer.size() / sizeof(uint16_t));
   data.o.buffer.copyToHost(gpuBits.data(), gpuBits.size() * sizeof(uint16_t));
@@ -172,6 +186,8 @@ Comparison compareWithReference(const reference::Problem &problem, const Forward
   for (int64_t bi = 0; bi < b; ++bi)
     for (int64_t h = 0; h < hq; ++h)
       for (int64_t s = 0; s < sq; ++s) {
+        if (problem.rows && !problem.rows(bi, h, s))
+          continue;
         float want = refLse[(bi * hq + h) * sq + s], got = gpuLse[(bi * hq + h) * sq + s];
         bool maskedRow = std::isinf(want) && want < 0;
         if (maskedRow != (std::isinf(got) && got < 0)) {
@@ -268,6 +284,88 @@ std::string gpuUnavailableReason() {
     return error.what();
   }
   return {};
+}
+
+/// The extents of a declared capture at this shape; `?` extents come from
+/// the option's @D0xD1 suffix.
+static std::vector<int64_t> captureShape(const CaptureDecl &decl, const AttnLaunchConfig &launch,
+                                  const Shape &shape, const std::string &explicitShape) {
+  std::vector<int64_t> given;
+  std::stringstream dims(explicitShape);
+  for (std::string dim; std::getline(dims, dim, 'x');)
+    given.push_back(std::stoll(dim));
+  std::vector<int64_t> extents;
+  for (size_t i = 0; i < decl.dims.size(); ++i) {
+    int64_t extent = requiredCaptureExtent(decl.dims[i], shape.batch, launch.qHeads,
+                                                 launch.kvHeads, shape.seqlenQ, shape.seqlenK);
+    if (extent < 0) {
+      if (i >= given.size())
+        throw Error("capture '" + decl.name + "': extent " + std::to_string(i) +
+                          " is '?': give the shape as --capture " + decl.name + "=...@D0xD1");
+      extent = given[i];
+    }
+    extents.push_back(extent);
+  }
+  return extents;
+}
+
+void addGeneratedCaptures(ForwardProblem &data, const AttnLaunchConfig &launch, const Shape &shape,
+                          const std::vector<std::string> &captureOptions) {
+  std::mt19937_64 random(2026);
+  for (const CaptureDecl &decl : launch.captures) {
+    std::string generator, explicitShape;
+    for (const std::string &option : captureOptions)
+      if (option.rfind(decl.name + "=", 0) == 0) {
+        generator = option.substr(decl.name.size() + 1);
+        size_t at = generator.find('@');
+        if (at != std::string::npos) {
+          explicitShape = generator.substr(at + 1);
+          generator.resize(at);
+        }
+      }
+    if (generator.empty())
+      throw Error("capture '" + decl.name + "': the spec reads it; pass --capture " +
+                        decl.name + "=GENERATOR (see attn-bench's header)");
+    std::vector<int64_t> extents = captureShape(decl, launch, shape, explicitShape);
+    int64_t count = 1;
+    for (int64_t extent : extents)
+      count *= extent;
+    std::string kind = generator.substr(0, generator.find(':'));
+    std::string arguments = generator.find(':') == std::string::npos ? "" : generator.substr(generator.find(':') + 1);
+    double a = 0, b = 0;
+    std::sscanf(arguments.c_str(), "%lf,%lf", &a, &b);
+    bool wantsFloat = kind == "ramp" || kind == "normal";
+    if (wantsFloat != (decl.dtype == DType::F32))
+      throw Error("capture '" + decl.name + "': generator '" + kind + "' does not make " +
+                        dtypeName(decl.dtype) + " values");
+    if (kind == "ramp" || kind == "normal") {
+      std::normal_distribution<float> normal(0.f, float(a));
+      std::vector<float> values(count);
+      for (int64_t i = 0; i < count; ++i)
+        values[i] = kind == "ramp" ? float(a + b * double(i)) : normal(random);
+      data.addCapture(std::move(values), extents);
+    } else if (kind == "segments" || kind == "bernoulli") {
+      std::vector<int32_t> values(count);
+      int64_t row = extents.back();
+      int32_t id = 0;
+      int64_t left = 0;
+      for (int64_t i = 0; i < count; ++i) {
+        if (kind == "bernoulli") {
+          values[i] = std::uniform_real_distribution<double>(0, 1)(random) < a;
+          continue;
+        }
+        if (i % row == 0 || left == 0) {
+          left = int64_t(a) + int64_t(random() % uint64_t(std::max<int64_t>(1, int64_t(b - a + 1))));
+          id = i % row == 0 ? 0 : id + 1;
+        }
+        values[i] = id;
+        --left;
+      }
+      data.addCapture(std::move(values), extents);
+    } else {
+      throw Error("capture '" + decl.name + "': unknown generator '" + kind + "'");
+    }
+  }
 }
 
 } // namespace attn::harness

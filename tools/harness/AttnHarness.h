@@ -90,6 +90,18 @@ struct Tolerance {
 /// Tolerances for the element type (see the derivation in the .cpp).
 Tolerance toleranceFor(DType dtype);
 
+/// The reference's O ([B, Sq, Hq, D]) and LSE ([B, Hq, Sq]) for the
+/// problem's host inputs (only the rows problem.rows selects, when set).
+struct ReferenceOutputs {
+  std::vector<float> o, lse;
+};
+ReferenceOutputs computeReference(const reference::Problem &problem, const ForwardProblem &data);
+
+/// Compares the device outputs with `reference` over the rows problem.rows
+/// selects (all rows when unset).
+Comparison compareOutputs(const reference::Problem &problem, const ReferenceOutputs &reference,
+                          const ForwardProblem &data, DType dtype);
+
 /// Runs the reference on the problem's host inputs and compares the device
 /// outputs with it.
 Comparison compareWithReference(const reference::Problem &problem, const ForwardProblem &data,
@@ -101,6 +113,18 @@ double medianLaunchMs(KernelFunction &kernel, const AttnLaunchConfig &config,
 
 /// 4·B·H·Sq·Sk·D floating-point operations, halved for causal masks.
 double forwardFlops(const AttnLaunchConfig &config, const Shape &shape, bool causal);
+
+/// Fills every capture `launch` declares from NAME=GENERATOR[@D0xD1...]
+/// options (attn-bench's --capture):
+///   ramp:A,B        f32, element i (row-major) = A + B * i
+///   normal:SIGMA    f32, seeded normal values
+///   segments:LO,HI  i32, along the last extent runs of LO..HI equal ids
+///                   (document ids), restarting in each row
+///   bernoulli:P     i32, 1 with probability P (seeded)
+/// The shape follows the declaration; `?` extents come from @D0xD1. Throws
+/// attn::Error naming the capture for a missing or mismatched generator.
+void addGeneratedCaptures(ForwardProblem &data, const AttnLaunchConfig &launch, const Shape &shape,
+                          const std::vector<std::string> &captureOptions);
 
 /// Why GPU work cannot run here (no driver, no device, not sm_90), or empty.
 std::string gpuUnavailableReason();

@@ -67,15 +67,6 @@ void expandInto(std::string_view path, std::set<std::string> &included, std::ost
   }
 }
 
-/// Independent partial results per row in the softmax's max and sum
-/// reductions. Measured on H100 (same-run A/B, S = 8192): four chains gain
-/// 1.5 % at head dim 128 (two consumers, 240 registers each) and lose 3 % at
-/// head dims 64 and 256, whose schedules have less room (160 registers, or
-/// twice the output accumulator).
-int softmaxReductionChains(const ForwardKernelConfig &config) {
-  return config.headDim == 128 ? 4 : 1;
-}
-
 /// The C++ expression of a formula's coverage of a tile, over the variables
 /// of userMaskCoverage (b, h, q0, q1, k0, k1).
 void emitCoverage(const TileFormula &formula, std::ostringstream &out) {
@@ -258,7 +249,7 @@ std::string emitForwardKernelSource(const ForwardKernelConfig &config) {
       << "constexpr int kConsumerWarpgroups = " << config.tile.consumerWarpgroups << ";\n"
       << "constexpr int kConsumerRegisters = " << config.tile.consumerRegisters << ";\n"
       << "constexpr int kProducerRegisters = " << config.tile.producerRegisters << ";\n"
-      << "constexpr int kSoftmaxReductionChains = " << softmaxReductionChains(config) << ";\n"
+      << "constexpr int kSoftmaxReductionChains = " << config.tile.softmaxChains << ";\n"
       << "constexpr unsigned kSmemQ = " << config.smem.q << ";\n"
       << "constexpr unsigned kSmemK = " << config.smem.k << ";\n"
       << "constexpr unsigned kSmemV = " << config.smem.v << ";\n"

@@ -28,7 +28,12 @@ void registerSpecDialects(mlir::DialectRegistry &registry) {
 }
 
 void buildCompilePipeline(mlir::OpPassManager &pm, const CompileOptions &options) {
-  mlir::attn::buildPlanPipeline(pm, options.tileOverride);
+  mlir::attn::AttnTileOptions tileOptions;
+  tileOptions.tileOverride = options.tileOverride;
+  tileOptions.tuningDatabase = options.tuningDatabase;
+  tileOptions.tuningShape = options.tuningShape;
+  tileOptions.arch = options.arch;
+  mlir::attn::buildPlanPipeline(pm, tileOptions);
   if (!options.planOnly)
     mlir::attn::buildEmitPipeline(pm);
 }
@@ -102,13 +107,7 @@ AttnLaunchConfig launchConfigFor(mlir::attn::KernelOp op) {
   launch.blockN = tile.getBlockN();
   launch.threadsPerBlock = tile.getThreadsPerBlock();
   launch.sharedMemoryBytes = op.getSmemAttr().getLaunchBytes();
-  // Unmasked work tiles all cost the same, so a persistent grid (one block
-  // per SM, round-robin) balances them and overlaps each tile's epilogue
-  // with the next tile's loads. Masked tiles differ in cost; the hardware's
-  // dynamic block dispatch balances those better than a static round-robin.
-  bool evenTiles = mlir::isa<mlir::attn::NoMaskAttr>(op.getMask()) && !op.getMaskModFnAttr() &&
-                   op.getMaskMod().empty();
-  launch.persistentBlocksPerSm = evenTiles ? 1 : 0;
+  launch.persistentBlocksPerSm = tile.getPersistentBlocksPerSm();
   for (mlir::attn::CaptureAttr capture : op.getCaptureList())
     launch.captures.push_back(captureDeclFor(capture));
   return launch;
@@ -223,15 +222,26 @@ struct ParsedSpec {
 } // namespace
 
 CompiledKernel compileSpec(const std::string &specText, const std::string &bufferName,
-                           const CompileOptions &options) {
+                           const CompileOptions &options, BinaryKind kind) {
   ParsedSpec spec(specText, bufferName);
   mlir::attn::KernelOp op = detail::singleKernel(*spec.module);
   if (mlir::failed(runCompilePipeline(*spec.module, options)))
     spec.diagnostics.fail("compiling " + bufferName + " failed");
-  mlir::FailureOr<CompiledKernel> kernel = compileEmittedKernel(op, options, BinaryKind::Ptx);
+  mlir::FailureOr<CompiledKernel> kernel = compileEmittedKernel(op, options, kind);
   if (mlir::failed(kernel))
     spec.diagnostics.fail("compiling " + bufferName + " failed");
   return std::move(*kernel);
+}
+
+SpecTuningKey tuningKeyOfSpec(const std::string &specText, const std::string &bufferName) {
+  ParsedSpec spec(specText, bufferName);
+  mlir::attn::KernelOp op = detail::singleKernel(*spec.module);
+  SpecTuningKey key;
+  key.specHash = mlir::attn::tuningSpecHash(op);
+  key.problem = mlir::attn::getTileProblem(op);
+  key.heuristic = defaultTileConfig(key.problem);
+  key.qHeads = op.getProblem().getQHeads();
+  return key;
 }
 
 reference::Problem referenceProblemFromKernel(mlir::attn::KernelOp op, int64_t batch,

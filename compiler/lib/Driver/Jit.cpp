@@ -76,6 +76,8 @@ struct Compiler::Impl {
         options.diskCache ? *options.diskCache : DiskCacheOptions::fromEnvironment();
     if (!diskOptions.directory.empty())
       disk = std::make_unique<DiskCache>(std::move(diskOptions));
+    if (!options.tuningDatabase)
+      options.tuningDatabase = TuningDatabase::defaultPath();
     detail::prepareSpecContext(context);
 
     char templates[17];
@@ -107,10 +109,13 @@ struct Compiler::Impl {
   /// Runs the planning passes and the emitter over the module's kernel. The
   /// caller holds irMutex.
   PlannedKernel plan(mlir::ModuleOp module, mlir::attn::KernelOp op,
-                     detail::DiagnosticCapture &diagnostics, const std::string &what) {
+                     detail::DiagnosticCapture &diagnostics, const std::string &what,
+                     const std::string &tuningShape) {
     CompileOptions planOptions;
     planOptions.arch = options.arch;
     planOptions.tileOverride = options.tileOverride;
+    planOptions.tuningDatabase = *options.tuningDatabase;
+    planOptions.tuningShape = tuningShape;
     planOptions.planOnly = true;
     if (mlir::failed(mlir::verify(module)) ||
         mlir::failed(runCompilePipeline(module, planOptions)))
@@ -220,8 +225,35 @@ struct Compiler::Impl {
     return kernel;
   }
 
-  std::string requestPrefix(char kind) const {
-    return std::string(1, kind) + "\n" + options.arch + "\n" + options.tileOverride + "\n";
+  std::string requestPrefix(char kind, const std::string &tuningShape) const {
+    return std::string(1, kind) + "\n" + options.arch + "\n" + options.tileOverride + "\n" +
+           tuningShape + "\n";
+  }
+
+  Kernel compileSpec(const Spec &spec, const std::string &tuningShape) {
+    spec.validate();
+    return compileRequest(requestPrefix('S', tuningShape) + spec.fingerprint(), [&] {
+      std::lock_guard<std::mutex> lock(irMutex);
+      detail::DiagnosticCapture diagnostics(context);
+      std::string what = "spec @" + spec.name + " is invalid";
+      mlir::attn::KernelOp op;
+      mlir::OwningOpRef<mlir::ModuleOp> module = buildModule(spec, diagnostics, what, op);
+      return plan(*module, op, diagnostics, what, tuningShape);
+    });
+  }
+
+  Kernel compileText(std::string_view specText, std::string_view bufferName,
+                     const std::string &tuningShape) {
+    std::string text(specText);
+    return compileRequest(requestPrefix('T', tuningShape) + text, [&] {
+      std::lock_guard<std::mutex> lock(irMutex);
+      detail::DiagnosticCapture diagnostics(context);
+      std::string name(bufferName);
+      mlir::OwningOpRef<mlir::ModuleOp> module =
+          detail::parseSpecModule(context, diagnostics, text, name);
+      mlir::attn::KernelOp op = detail::singleKernel(*module);
+      return plan(*module, op, diagnostics, "compiling " + name + " failed", tuningShape);
+    });
   }
 };
 
@@ -229,29 +261,29 @@ Compiler::Compiler(JitOptions options) : impl(std::make_unique<Impl>(std::move(o
 
 Compiler::~Compiler() = default;
 
-Kernel Compiler::compile(const Spec &spec) {
-  spec.validate();
-  return impl->compileRequest(impl->requestPrefix('S') + spec.fingerprint(), [&] {
-    std::lock_guard<std::mutex> lock(impl->irMutex);
-    detail::DiagnosticCapture diagnostics(impl->context);
-    std::string what = "spec @" + spec.name + " is invalid";
-    mlir::attn::KernelOp op;
-    mlir::OwningOpRef<mlir::ModuleOp> module = impl->buildModule(spec, diagnostics, what, op);
-    return impl->plan(*module, op, diagnostics, what);
-  });
+/// "B,Sq,Sk", the form attn-tile's tuning-shape option reads.
+static std::string tuningShapeText(const TuningShape &shape) {
+  if (shape.batch <= 0 || shape.seqlenQ <= 0 || shape.seqlenK <= 0)
+    throw Error("shape: batch, seqlenQ and seqlenK must be positive, got " +
+                std::to_string(shape.batch) + ", " + std::to_string(shape.seqlenQ) + ", " +
+                std::to_string(shape.seqlenK));
+  return std::to_string(shape.batch) + "," + std::to_string(shape.seqlenQ) + "," +
+         std::to_string(shape.seqlenK);
 }
 
+Kernel Compiler::compile(const Spec &spec) { return impl->compileSpec(spec, ""); }
+
 Kernel Compiler::compile(std::string_view specText, std::string_view bufferName) {
-  std::string text(specText);
-  return impl->compileRequest(impl->requestPrefix('T') + text, [&] {
-    std::lock_guard<std::mutex> lock(impl->irMutex);
-    detail::DiagnosticCapture diagnostics(impl->context);
-    std::string name(bufferName);
-    mlir::OwningOpRef<mlir::ModuleOp> module =
-        detail::parseSpecModule(impl->context, diagnostics, text, name);
-    mlir::attn::KernelOp op = detail::singleKernel(*module);
-    return impl->plan(*module, op, diagnostics, "compiling " + name + " failed");
-  });
+  return impl->compileText(specText, bufferName, "");
+}
+
+Kernel Compiler::compile(const Spec &spec, const TuningShape &shape) {
+  return impl->compileSpec(spec, tuningShapeText(shape));
+}
+
+Kernel Compiler::compile(std::string_view specText, std::string_view bufferName,
+                         const TuningShape &shape) {
+  return impl->compileText(specText, bufferName, tuningShapeText(shape));
 }
 
 std::string Compiler::printSpec(const Spec &spec) {

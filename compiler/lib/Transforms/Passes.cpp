@@ -20,9 +20,7 @@ struct PlanPipelineOptions
 } // namespace
 
 void mlir::attn::buildPlanPipeline(OpPassManager &pm,
-                                   llvm::StringRef tileOverride) {
-  AttnTileOptions tileOptions;
-  tileOptions.tileOverride = tileOverride.str();
+                                   const AttnTileOptions &tileOptions) {
   pm.addPass(createAttnTile(tileOptions));
   pm.addPass(createAttnPlanSmem());
 }
@@ -38,13 +36,20 @@ void mlir::attn::registerAttnPasses() {
   PassPipelineRegistration<PlanPipelineOptions>(
       "attn-plan", "Plan attn.kernel ops: attn-tile, then attn-plan-smem",
       [](OpPassManager &pm, const PlanPipelineOptions &options) {
-        buildPlanPipeline(pm, options.tileOverride);
+        AttnTileOptions tileOptions;
+        tileOptions.tileOverride = options.tileOverride;
+        buildPlanPipeline(pm, tileOptions);
       });
 }
 
-::attn::TileProblem mlir::attn::getTileProblem(ProblemAttr problem) {
-  return {static_cast<int>(problem.getHeadDim()),
-          static_cast<int>(problem.getElementBytes())};
+::attn::TileProblem mlir::attn::getTileProblem(KernelOp kernel) {
+  ProblemAttr problem = kernel.getProblem();
+  ::attn::TileProblem result;
+  result.headDim = static_cast<int>(problem.getHeadDim());
+  result.elementBytes = static_cast<int>(problem.getElementBytes());
+  result.evenTiles = isa<NoMaskAttr>(kernel.getMask()) &&
+                     !kernel.getMaskModFnAttr() && kernel.getMaskMod().empty();
+  return result;
 }
 
 ::attn::TileConfig mlir::attn::getTileConfig(TilePlanAttr tile) {
@@ -56,6 +61,8 @@ void mlir::attn::registerAttnPasses() {
   config.producerWarpgroups = tile.getProducerWarpgroups();
   config.consumerRegisters = tile.getConsumerRegisters();
   config.producerRegisters = tile.getProducerRegisters();
+  config.softmaxChains = tile.getSoftmaxChains();
+  config.persistentBlocksPerSm = tile.getPersistentBlocksPerSm();
   return config;
 }
 
@@ -64,5 +71,6 @@ TilePlanAttr mlir::attn::getTilePlanAttr(MLIRContext *context,
   return TilePlanAttr::get(context, config.blockM, config.blockN,
                            config.stages, config.consumerWarpgroups,
                            config.producerWarpgroups, config.consumerRegisters,
-                           config.producerRegisters);
+                           config.producerRegisters, config.softmaxChains,
+                           config.persistentBlocksPerSm);
 }

@@ -36,7 +36,7 @@ struct AttnPlanSmemPass : public mlir::attn::impl::AttnPlanSmemBase<AttnPlanSmem
         return;
       }
       ::attn::SmemLayout layout = ::attn::allocateSharedMemory(
-          ::attn::forwardKernelSmemRequests(getTileProblem(kernel.getProblem()),
+          ::attn::forwardKernelSmemRequests(getTileProblem(kernel),
                                             getTileConfig(tile)));
 
       int64_t launchBytes = layout.total + SmemPlanAttr::kBaseAlignSlack;

@@ -33,6 +33,14 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
   }
   config.blockM = kWgmmaM * config.consumerWarpgroups;
   config.consumerRegisters = defaultConsumerRegisters(config.consumerWarpgroups);
+  // Same-run A/B at S = 8192: four chains gain 1.5 % at head dim 128 (two
+  // consumers, 240 registers each) and lose 3 % at head dims 64 and 256,
+  // whose schedules have less room.
+  config.softmaxChains = problem.headDim == 128 ? 4 : 1;
+  // Even tiles: a persistent grid overlaps each tile's epilogue with the
+  // next tile's loads (+18 % at S = 512). Uneven (masked) tiles: a static
+  // round-robin lost 6-28 % to the hardware's dynamic block dispatch.
+  config.persistentBlocksPerSm = problem.evenTiles ? 1 : 0;
   return config;
 }
 
@@ -61,6 +69,10 @@ TileConfig applyTileOverride(const TileConfig &base,
           : defaultConsumerRegisters(config.consumerWarpgroups);
   if (override.producerRegisters)
     config.producerRegisters = *override.producerRegisters;
+  if (override.softmaxChains)
+    config.softmaxChains = *override.softmaxChains;
+  if (override.persistentBlocksPerSm)
+    config.persistentBlocksPerSm = *override.persistentBlocksPerSm;
   return config;
 }
 
@@ -87,6 +99,8 @@ std::optional<std::string> parseTileOverride(const std::string &text,
           {"producer_warpgroups", &TileOverride::producerWarpgroups},
           {"consumer_registers", &TileOverride::consumerRegisters},
           {"producer_registers", &TileOverride::producerRegisters},
+          {"softmax_chains", &TileOverride::softmaxChains},
+          {"persistent_blocks_per_sm", &TileOverride::persistentBlocksPerSm},
       };
   size_t start = 0;
   while (start <= text.size()) {
@@ -109,19 +123,35 @@ std::optional<std::string> parseTileOverride(const std::string &text,
     if (!field)
       return "unknown key '" + key +
              "'; expected block_m, block_n, stages, consumer_warpgroups, "
-             "producer_warpgroups, consumer_registers or producer_registers";
+             "producer_warpgroups, consumer_registers, producer_registers, "
+             "softmax_chains or persistent_blocks_per_sm";
     if (result.*field)
       return "duplicate key '" + key + "'";
 
     bool digits = !value.empty() && value.size() <= 9;
     for (char c : value)
       digits = digits && std::isdigit(static_cast<unsigned char>(c));
-    if (!digits || std::atoi(value.c_str()) <= 0)
-      return "value of '" + key + "' must be a positive integer, got '" +
+    bool mayBeZero = field == &TileOverride::persistentBlocksPerSm;
+    if (!digits || std::atoi(value.c_str()) < (mayBeZero ? 0 : 1))
+      return "value of '" + key + "' must be a " +
+             (mayBeZero ? "non-negative" : "positive") + " integer, got '" +
              value + "'";
     result.*field = std::atoi(value.c_str());
   }
   return std::nullopt;
+}
+
+std::string formatTileOverride(const TileConfig &config) {
+  std::ostringstream os;
+  os << "block_m=" << config.blockM << ",block_n=" << config.blockN
+     << ",stages=" << config.stages
+     << ",consumer_warpgroups=" << config.consumerWarpgroups
+     << ",producer_warpgroups=" << config.producerWarpgroups
+     << ",consumer_registers=" << config.consumerRegisters
+     << ",producer_registers=" << config.producerRegisters
+     << ",softmax_chains=" << config.softmaxChains
+     << ",persistent_blocks_per_sm=" << config.persistentBlocksPerSm;
+  return os.str();
 }
 
 int64_t estimateConsumerRegisters(const TileProblem &problem,
@@ -213,7 +243,44 @@ std::optional<std::string> checkTileLegality(const TileProblem &problem,
        << kMaxSharedMemoryPerBlock;
     return os.str();
   }
+  if (config.softmaxChains != 1 && config.softmaxChains != 2 &&
+      config.softmaxChains != 4) {
+    os << "schedule: softmax_chains (" << config.softmaxChains
+       << ") must be 1, 2 or 4";
+    return os.str();
+  }
+  if (config.persistentBlocksPerSm < 0 || config.persistentBlocksPerSm > 1) {
+    // The kernel's persistent schedule holds at most one block per SM.
+    os << "schedule: persistent_blocks_per_sm ("
+       << config.persistentBlocksPerSm
+       << ") must be 0 (a block per work tile) or 1";
+    return os.str();
+  }
   return std::nullopt;
+}
+
+std::vector<TileConfig> enumerateTileCandidates(const TileProblem &problem,
+                                                const TileSearchSpace &space) {
+  std::vector<TileConfig> candidates;
+  for (int consumers : space.consumerWarpgroups)
+    for (int blockN : space.blockN)
+      for (int stages : space.stages)
+        for (int chains : space.softmaxChains)
+          for (int grid : space.persistentBlocksPerSm) {
+            TileConfig config;
+            config.consumerWarpgroups = consumers;
+            config.blockM = kWgmmaM * consumers;
+            config.blockN = blockN;
+            config.stages = stages;
+            config.producerWarpgroups = 1;
+            config.producerRegisters = 24;
+            config.consumerRegisters = defaultConsumerRegisters(consumers);
+            config.softmaxChains = chains;
+            config.persistentBlocksPerSm = grid;
+            if (!checkTileLegality(problem, config))
+              candidates.push_back(config);
+          }
+  return candidates;
 }
 
 } // namespace attn

@@ -6,8 +6,15 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "attn/CodeGen/CudaEmitter.h"
+#include "attn/Compiler/KernelConfig.h"
 #include "attn/Compiler/TileConstraints.h"
 #include "attn/Transforms/Passes.h"
+#include "attn/runtime/Hash.h"
+#include "attn/runtime/TuningDatabase.h"
+
+#include "mlir/IR/OperationSupport.h"
+#include "llvm/Support/raw_ostream.h"
 
 namespace mlir {
 namespace attn {
@@ -19,6 +26,26 @@ namespace attn {
 using namespace mlir;
 using namespace mlir::attn;
 
+std::string mlir::attn::tuningSpecHash(KernelOp kernel) {
+  auto copy = cast<KernelOp>(kernel->clone());
+  copy.setSymName("kernel");
+  copy.removeTileAttr();
+  copy.removeSmemAttr();
+  copy.removeMaskTileFormulaAttr();
+  copy.removeMaskModFnAttr();
+  copy.removeScoreModFnAttr();
+  copy->removeAttr(kCudaSourceAttrName);
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  copy->print(os, OpPrintingFlags().printGenericOpForm());
+  copy->erase();
+  ::attn::Sha256 hash;
+  hash.updateField("attnc-tuning-key 1");
+  hash.updateField(text);
+  hash.updateField(std::to_string(::attn::codegen::templatesFingerprint()));
+  return ::attn::Sha256::toHex(hash.finish());
+}
+
 namespace {
 struct AttnTilePass : public mlir::attn::impl::AttnTileBase<AttnTilePass> {
   using Base::Base;
@@ -29,22 +56,30 @@ struct AttnTilePass : public mlir::attn::impl::AttnTileBase<AttnTilePass> {
         ::attn::parseTileOverride(tileOverride, override);
     bool hasOverride = !override.empty();
 
+    ::attn::TuningShape shape;
+    std::optional<std::string> shapeError;
+    if (!tuningShape.empty())
+      shapeError = ::attn::parseTuningShape(tuningShape, shape);
+
     bool failed = false;
     getOperation()->walk([&](KernelOp kernel) {
-      if (overrideError) {
-        kernel.emitOpError() << "invalid tile-override '" << tileOverride
-                             << "': " << *overrideError;
+      if (overrideError || shapeError) {
+        if (overrideError)
+          kernel.emitOpError() << "invalid tile-override '" << tileOverride
+                               << "': " << *overrideError;
+        else
+          kernel.emitOpError() << "invalid tuning-shape: " << *shapeError;
         failed = true;
         return;
       }
-      ::attn::TileProblem problem = getTileProblem(kernel.getProblem());
+      ::attn::TileProblem problem = getTileProblem(kernel);
       ::attn::TileConfig config;
       TilePlanAttr existing = kernel.getTileAttr();
       if (existing && !hasOverride)
         config = getTileConfig(existing);
       else
-        config = ::attn::applyTileOverride(::attn::defaultTileConfig(problem),
-                                           override);
+        config = ::attn::applyTileOverride(
+            tunedOrDefaultConfig(kernel, problem, shape), override);
 
       if (std::optional<std::string> violation =
               ::attn::checkTileLegality(problem, config)) {
@@ -57,6 +92,40 @@ struct AttnTilePass : public mlir::attn::impl::AttnTileBase<AttnTilePass> {
     });
     if (failed)
       signalPassFailure();
+  }
+
+  /// The tuning database's plan for the kernel, else the heuristic's.
+  ::attn::TileConfig tunedOrDefaultConfig(KernelOp kernel,
+                                          const ::attn::TileProblem &problem,
+                                          const ::attn::TuningShape &shape) {
+    ::attn::TileConfig heuristic = ::attn::defaultTileConfig(problem);
+    if (tuningDatabase.empty())
+      return heuristic;
+    std::optional<::attn::ShapeBucket> bucket;
+    if (!tuningShape.empty())
+      bucket = ::attn::ShapeBucket::of(shape, kernel.getProblem().getQHeads());
+    std::string error;
+    std::optional<::attn::TuningRecord> record =
+        ::attn::TuningDatabase(tuningDatabase)
+            .lookup(tuningSpecHash(kernel), arch, bucket, &error);
+    if (!error.empty())
+      kernel.emitWarning() << error << "; using the heuristic plan";
+    if (!record)
+      return heuristic;
+    ::attn::TileOverride tuned;
+    std::optional<std::string> problemText =
+        ::attn::parseTileOverride(record->config, tuned);
+    ::attn::TileConfig config = ::attn::applyTileOverride(heuristic, tuned);
+    if (!problemText)
+      problemText = ::attn::checkTileLegality(problem, config);
+    if (problemText) {
+      kernel.emitWarning() << "tuning database '" << tuningDatabase
+                           << "': record '" << record->config << "' for "
+                           << record->bucket.str() << " is unusable ("
+                           << *problemText << "); using the heuristic plan";
+      return heuristic;
+    }
+    return config;
   }
 };
 } // namespace

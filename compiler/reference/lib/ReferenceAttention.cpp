@@ -196,7 +196,8 @@ void forward(const Problem &problem, const HostTensor &q, const HostTensor &k,
         int64_t rowEnd =
             std::min(problem.seqlenQ, (block + 1) * kRowsPerItem);
         for (int64_t row = block * kRowsPerItem; row < rowEnd; ++row)
-          computeRow(problem, q, k, v, batch, head, row, scratch, o, lse);
+          if (!problem.rows || problem.rows(batch, head, row))
+            computeRow(problem, q, k, v, batch, head, row, scratch, o, lse);
       }
     } catch (...) {
       nextItem = numItems;

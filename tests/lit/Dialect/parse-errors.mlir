@@ -42,4 +42,4 @@ attn.kernel @k problem = #attn.problem<q_heads = 16, kv_heads = 2, head_dim = 12
 // -----
 
 attn.kernel @k problem = #attn.problem<q_heads = 16, kv_heads = 2, head_dim = 128, element_type = bf16> mask = #attn.no_mask normalizer = #attn.softmax attributes {tile = #attn.tile<block_m = 128, block_n = 128>}
-// CHECK: parse-errors.mlir:[[# @LINE - 1]]:{{[0-9]+}}: error: expected ','
+// CHECK: parse-errors.mlir:[[# @LINE - 1]]:{{[0-9]+}}: error: struct is missing required parameter: stages

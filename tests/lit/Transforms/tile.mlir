@@ -6,17 +6,19 @@
 // RUN: attn-opt --attn-tile --attn-tile %s | FileCheck %s
 
 // head_dim 64: 192 x 128 tiles, three consumers at 160 registers
-// (64/2 + 128/2 + 128/4 + 32 = 160).
+// (64/2 + 128/2 + 128/4 + 32 = 160). No mask: every work tile costs the
+// same, so the grid is persistent (one block per SM).
 // CHECK-LABEL: attn.kernel @hd64
-// CHECK:      tile = #attn.tile<block_m = 192, block_n = 128, stages = 2, consumer_warpgroups = 3, producer_warpgroups = 1, consumer_registers = 160, producer_registers = 24>
+// CHECK:      tile = #attn.tile<block_m = 192, block_n = 128, stages = 2, consumer_warpgroups = 3, producer_warpgroups = 1, consumer_registers = 160, producer_registers = 24, persistent_blocks_per_sm = 1>
 attn.kernel @hd64
     problem = #attn.problem<q_heads = 8, kv_heads = 8, head_dim = 64, element_type = bf16>
     mask = #attn.no_mask
     normalizer = #attn.softmax
 
-// head_dim 128: 128 x 128 tiles, 2 stages (f16 plans like bf16).
+// head_dim 128: 128 x 128 tiles, 2 stages (f16 plans like bf16), four
+// softmax reduction chains. Causal tiles differ in cost: a block per tile.
 // CHECK-LABEL: attn.kernel @hd128
-// CHECK:      tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24>
+// CHECK:      tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, softmax_chains = 4>
 attn.kernel @hd128
     problem = #attn.problem<q_heads = 16, kv_heads = 2, head_dim = 128, element_type = f16>
     mask = #attn.causal<bottom_right>
@@ -25,15 +27,16 @@ attn.kernel @hd128
 // head_dim 256: block_n drops to 80 so the accumulators fit 240 registers
 // (256/2 + 80/2 + 80/4 + 32 = 220).
 // CHECK-LABEL: attn.kernel @hd256
-// CHECK:      tile = #attn.tile<block_m = 128, block_n = 80, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24>
+// CHECK:      tile = #attn.tile<block_m = 128, block_n = 80, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24>}
 attn.kernel @hd256
     problem = #attn.problem<q_heads = 16, kv_heads = 16, head_dim = 256, element_type = bf16>
     mask = #attn.sliding_window<left = 512, right = 0>
     normalizer = #attn.softmax
 
-// A legal plan already on the op is kept.
+// A legal plan already on the op is kept; its omitted schedule fields take
+// their defaults (one chain, a block per work tile).
 // CHECK-LABEL: attn.kernel @preset
-// CHECK:      tile = #attn.tile<block_m = 64, block_n = 112, stages = 3, consumer_warpgroups = 1, producer_warpgroups = 1, consumer_registers = 232, producer_registers = 24>
+// CHECK:      tile = #attn.tile<block_m = 64, block_n = 112, stages = 3, consumer_warpgroups = 1, producer_warpgroups = 1, consumer_registers = 232, producer_registers = 24>}
 attn.kernel @preset
     problem = #attn.problem<q_heads = 16, kv_heads = 2, head_dim = 128, element_type = bf16>
     mask = #attn.no_mask

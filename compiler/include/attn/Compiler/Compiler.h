@@ -9,6 +9,7 @@
 #define ATTN_COMPILER_COMPILER_H
 
 #include "attn/Compiler/ModInterpreter.h"
+#include "attn/Compiler/TileConstraints.h"
 #include "attn/IR/AttnOps.h"
 #include "attn/Reference/ReferenceAttention.h"
 #include "attn/runtime/AttentionLaunch.h"
@@ -26,6 +27,11 @@ struct CompileOptions {
   std::string arch = "sm_90a";
   /// `key=value,...` applied by attn-tile over its heuristic.
   std::string tileOverride;
+  /// The tuning database attn-tile consults (empty: none; drivers pass
+  /// TuningDatabase::defaultPath()) and the shape to ask it for ("B,S" or
+  /// "B,Sq,Sk"; empty: the largest tuned shape).
+  std::string tuningDatabase;
+  std::string tuningShape;
   /// Stop after planning (no CUDA emission).
   bool planOnly = false;
   /// Print the IR after each pass to stderr.
@@ -66,7 +72,19 @@ AttnLaunchConfig launchConfigFor(mlir::attn::KernelOp op);
 /// compiles it to PTX and returns the kernel. Throws attn::Error carrying the
 /// rendered diagnostics (buffer:line:col) on any failure.
 CompiledKernel compileSpec(const std::string &specText, const std::string &bufferName,
-                           const CompileOptions &options = {});
+                           const CompileOptions &options = {},
+                           BinaryKind kind = BinaryKind::Ptx);
+
+/// What the tuner needs of a spec (one attn.kernel): its key in the tuning
+/// database, the tile problem and attn-tile's heuristic plan for it.
+struct SpecTuningKey {
+  std::string specHash;
+  TileProblem problem;
+  TileConfig heuristic;
+  int64_t qHeads = 0;
+};
+/// Throws attn::Error with the rendered diagnostics for an invalid spec.
+SpecTuningKey tuningKeyOfSpec(const std::string &specText, const std::string &bufferName);
 
 /// The CPU reference problem of a spec, read from its IR: heads, head dim,
 /// scale and mask, with the runtime sizes given here. The spec's `mask_mod`

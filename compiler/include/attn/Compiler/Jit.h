@@ -23,6 +23,7 @@
 #include "attn/Compiler/Spec.h"
 #include "attn/runtime/DiskCache.h"
 #include "attn/runtime/Kernel.h"
+#include "attn/runtime/TuningDatabase.h"
 
 #include <cstdint>
 #include <memory>
@@ -37,6 +38,11 @@ struct JitOptions {
   std::string arch = "sm_90a";
   /// `key=value,...` over attn-tile's heuristic (see attnc --tile).
   std::string tileOverride;
+  /// The tuning database attn-tile consults. Unset: TuningDatabase::
+  /// defaultPath() when the Compiler is constructed. Empty: none (the
+  /// heuristic plans). Records written after a kernel was compiled reach it
+  /// after clearMemoryCache().
+  std::optional<std::string> tuningDatabase;
   /// The disk cache. Unset: DiskCacheOptions::fromEnvironment() when the
   /// Compiler is constructed. An empty directory turns the disk cache off.
   std::optional<DiskCacheOptions> diskCache;
@@ -65,6 +71,11 @@ public:
   /// The same from MLIR text holding one attn.kernel; `bufferName` names it
   /// in diagnostics (buffer:line:col).
   Kernel compile(std::string_view specText, std::string_view bufferName = "spec");
+  /// The same, with the tile plan the tuning database holds for the bucket
+  /// nearest `shape` (without a shape: for the largest tuned bucket).
+  Kernel compile(const Spec &spec, const TuningShape &shape);
+  Kernel compile(std::string_view specText, std::string_view bufferName,
+                 const TuningShape &shape);
 
   /// The `attn.kernel` op a Spec builds, printed as MLIR (what attnc would
   /// read). Throws attn::Error like compile().

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace attn {
 
@@ -32,6 +33,12 @@ struct TileConfig {
   int producerWarpgroups = 1;
   int consumerRegisters = 240;
   int producerRegisters = 24;
+  /// Schedule: independent partial results per row in the softmax's max and
+  /// sum reductions (1, 2 or 4; more hide latency, hold more registers).
+  int softmaxChains = 1;
+  /// Grid: 0 launches one block per work tile (the hardware balances uneven
+  /// tiles), k > 0 a persistent grid of k blocks per SM walking the tiles.
+  int persistentBlocksPerSm = 0;
 
   int threadsPerBlock() const {
     return kThreadsPerWarpgroup * (consumerWarpgroups + producerWarpgroups);
@@ -41,23 +48,31 @@ struct TileConfig {
            consumerWarpgroups == o.consumerWarpgroups &&
            producerWarpgroups == o.producerWarpgroups &&
            consumerRegisters == o.consumerRegisters &&
-           producerRegisters == o.producerRegisters;
+           producerRegisters == o.producerRegisters &&
+           softmaxChains == o.softmaxChains &&
+           persistentBlocksPerSm == o.persistentBlocksPerSm;
   }
+  bool operator!=(const TileConfig &o) const { return !(*this == o); }
 };
 
 /// The compile-time part of the problem the tile depends on.
 struct TileProblem {
   int headDim;
   int elementBytes; // 2 for bf16/f16
+  /// Every work tile costs the same (no mask, no mask_mod): the default grid
+  /// is persistent.
+  bool evenTiles = false;
 };
 
 /// A partial TileConfig: set fields replace the heuristic's.
 struct TileOverride {
   std::optional<int> blockM, blockN, stages, consumerWarpgroups,
-      producerWarpgroups, consumerRegisters, producerRegisters;
+      producerWarpgroups, consumerRegisters, producerRegisters, softmaxChains,
+      persistentBlocksPerSm;
   bool empty() const {
     return !blockM && !blockN && !stages && !consumerWarpgroups &&
-           !producerWarpgroups && !consumerRegisters && !producerRegisters;
+           !producerWarpgroups && !consumerRegisters && !producerRegisters &&
+           !softmaxChains && !persistentBlocksPerSm;
   }
 };
 
@@ -69,7 +84,9 @@ int defaultConsumerRegisters(int consumerWarpgroups);
 /// warpgroup, one TMA producer warpgroup, 2 stages):
 ///   head_dim  64: 192 x 128, 3 consumer warpgroups;
 ///   head_dim 128: 128 x 128, 2 consumer warpgroups;
-///   head_dim 256: 128 x  80, 2 consumer warpgroups.
+///   head_dim 256: 128 x  80, 2 consumer warpgroups;
+/// four softmax reduction chains at head dim 128 (one otherwise) and a
+/// persistent grid of one block per SM when the work tiles are even.
 TileConfig defaultTileConfig(const TileProblem &problem);
 
 /// Applies `override` on top of `base`. When block_m is given without
@@ -80,9 +97,15 @@ TileConfig applyTileOverride(const TileConfig &base,
 
 /// Parses "key=value,key=value" with keys block_m, block_n, stages,
 /// consumer_warpgroups, producer_warpgroups, consumer_registers,
-/// producer_registers. Returns an error message on malformed input.
+/// producer_registers, softmax_chains, persistent_blocks_per_sm (the last
+/// may be 0, the others are positive). Returns an error message on
+/// malformed input.
 std::optional<std::string> parseTileOverride(const std::string &text,
                                              TileOverride &result);
+
+/// The override that sets every field of `config` (parseTileOverride reads
+/// it back to `config`).
+std::string formatTileOverride(const TileConfig &config);
 
 /// Registers one consumer thread needs: O accumulator (head_dim/2 fp32),
 /// S accumulator (block_n/2 fp32), P in 16 bits (block_n/4) and 32 for
@@ -98,9 +121,29 @@ int64_t estimateSharedMemoryBytes(const TileProblem &problem,
 
 /// Returns the first violated constraint, prefixed by its name ("WGMMA
 /// shape: ...", "pipeline: ...", "warpgroups: ...", "register budget: ...",
-/// "shared-memory capacity: ..."), or nullopt if the plan is legal.
+/// "shared-memory capacity: ...", "schedule: ..."), or nullopt if the plan
+/// is legal.
 std::optional<std::string> checkTileLegality(const TileProblem &problem,
                                              const TileConfig &config);
+
+/// Every value of each tunable field the generator tries; together with
+/// checkTileLegality they define the tuning space.
+struct TileSearchSpace {
+  std::vector<int> consumerWarpgroups{1, 2, 3};
+  std::vector<int> blockN{32,  48,  64,  80,  96,  112, 128, 144,
+                          160, 176, 192, 208, 224, 240, 256};
+  std::vector<int> stages{1, 2, 3, 4};
+  std::vector<int> softmaxChains{1, 2, 4};
+  std::vector<int> persistentBlocksPerSm{0, 1};
+};
+
+/// Every legal configuration of the search space for `problem`, ordered by
+/// (consumer warpgroups, block_n, stages, chains, grid). block_m follows the
+/// consumer warpgroups, registers their default budget, one producer
+/// warpgroup at 24 registers. The candidates that differ only in the grid
+/// policy share one compiled binary (it is a launch setting).
+std::vector<TileConfig> enumerateTileCandidates(
+    const TileProblem &problem, const TileSearchSpace &space = {});
 
 } // namespace attn
 

@@ -19,10 +19,17 @@ namespace attn {
 #define GEN_PASS_DECL
 #include "attn/Transforms/Passes.h.inc"
 
-/// Adds the planning pipeline (attn-tile, then attn-plan-smem) to `pm`, whose
-/// operation holds the attn.kernel ops (typically the module). An empty
-/// `tileOverride` keeps the heuristic; see the attn-tile pass.
-void buildPlanPipeline(OpPassManager &pm, llvm::StringRef tileOverride = "");
+/// Adds the planning pipeline (attn-tile with `tileOptions`, then
+/// attn-plan-smem) to `pm`, whose operation holds the attn.kernel ops
+/// (typically the module); see the attn-tile pass for the options.
+void buildPlanPipeline(OpPassManager &pm, const AttnTileOptions &tileOptions = {});
+
+/// The key of a kernel in the tuning database: SHA-256 (hex) of the kernel
+/// as written (problem, mask, normalizer, captures and regions, printed in
+/// generic form, without its name, locations or any plan attributes) and of
+/// the kernel templates' fingerprint, so a template change retires old
+/// records.
+std::string tuningSpecHash(KernelOp kernel);
 
 /// Adds what turns planned kernels into CUDA: attn-classify-blocks,
 /// attn-lower-mods, then attn-emit-cuda. `pm` must run on a module.
@@ -44,7 +51,7 @@ bool isModFunctionCallee(llvm::StringRef callee);
 
 /// Conversions between the plan attributes and the MLIR-free structs of
 /// attn/Compiler/TileConstraints.h.
-::attn::TileProblem getTileProblem(ProblemAttr problem);
+::attn::TileProblem getTileProblem(KernelOp kernel);
 ::attn::TileConfig getTileConfig(TilePlanAttr tile);
 TilePlanAttr getTilePlanAttr(MLIRContext *context,
                              const ::attn::TileConfig &config);

@@ -10,33 +10,46 @@ def AttnTile : Pass<"attn-tile"> {
   let description = [{
     Records `tile = #attn.tile<...>` on every `attn.kernel` nested under the
     pass's operation. The default plan depends on the head dimension: one
-    64-row WGMMA slice of Q per consumer warpgroup (two consumer
-    warpgroups, so `block_m = 128`) and one producer warpgroup issuing TMA:
+    64-row WGMMA slice of Q per consumer warpgroup, one producer warpgroup
+    issuing TMA at 24 registers, 2 stages:
 
-    | head_dim | block_m | block_n | stages |
-    |----------|---------|---------|--------|
-    | 64       | 128     | 128     | 3      |
-    | 128      | 128     | 128     | 2      |
-    | 256      | 128     | 64      | 2      |
+    | head_dim | block_m | block_n | consumers (registers) | softmax_chains |
+    |----------|---------|---------|-----------------------|----------------|
+    | 64       | 192     | 128     | 3 (160)               | 1              |
+    | 128      | 128     | 128     | 2 (240)               | 4              |
+    | 256      | 128     | 80      | 2 (240)               | 1              |
 
-    with `producer_registers = 24` and `consumer_registers = 240` (160 with
-    three consumer warpgroups).
+    and `persistent_blocks_per_sm = 1` when every work tile costs the same
+    (no mask, no `mask_mod`), 0 (a block per work tile) otherwise.
+
+    With `tuning-db`, the tuning database's record for the kernel (its
+    tuning hash, the target `arch`, and the shape bucket nearest
+    `tuning-shape`, or the largest bucket when no shape is given) replaces
+    the heuristic. A record that no longer parses or is illegal is reported
+    as a warning and the heuristic is used.
 
     A kernel that already has a `tile` keeps it unless `tile-override` is
     given. `tile-override` is a comma-separated `key=value` list over
     `block_m`, `block_n`, `stages`, `consumer_warpgroups`,
-    `producer_warpgroups`, `consumer_registers`, `producer_registers`; the
-    missing keys come from the default plan, and `consumer_warpgroups`
-    follows `block_m` (and vice versa) when only one is given.
+    `producer_warpgroups`, `consumer_registers`, `producer_registers`,
+    `softmax_chains`, `persistent_blocks_per_sm`; the missing keys come from
+    the tuned or default plan, and `consumer_warpgroups` follows `block_m`
+    (and vice versa) when only one is given.
 
     Every plan is checked against the sm_90a constraints (WGMMA shapes,
-    pipeline depth, warpgroups, register budget, shared-memory capacity); a
-    violation is reported on the kernel and fails the pass.
+    pipeline depth, warpgroups, register budget, shared-memory capacity,
+    schedule); a violation is reported on the kernel and fails the pass.
   }];
   let options = [
     Option<"tileOverride", "tile-override", "std::string", /*default=*/"\"\"",
            "Comma-separated key=value tile settings that replace the "
            "heuristic's (e.g. block_m=64,block_n=64,stages=2)">,
+    Option<"tuningDatabase", "tuning-db", "std::string", /*default=*/"\"\"",
+           "Tuning database to consult (empty: none)">,
+    Option<"tuningShape", "tuning-shape", "std::string", /*default=*/"\"\"",
+           "B,S or B,Sq,Sk: the shape whose bucket the database is asked for">,
+    Option<"arch", "arch", "std::string", /*default=*/"\"sm_90a\"",
+           "Target architecture of the database lookup">,
   ];
   let dependentDialects = ["::mlir::attn::AttnDialect"];
 }

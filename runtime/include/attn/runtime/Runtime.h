@@ -15,5 +15,6 @@
 #include "attn/runtime/SingleFlightCache.h"
 #include "attn/runtime/Tensor.h"
 #include "attn/runtime/TensorMap.h"
+#include "attn/runtime/TuningDatabase.h"
 
 #endif // ATTN_RUNTIME_RUNTIME_H

@@ -40,6 +40,9 @@ using MaskModFn =
 using ScoreModFn = std::function<double(double score, int64_t b, int64_t h,
                                         int64_t q, int64_t k)>;
 
+/// Selects the query rows (batch b, query head h, row q) to compute.
+using RowFilter = std::function<bool(int64_t b, int64_t h, int64_t q)>;
+
 struct Problem {
   int64_t batch = 0, seqlenQ = 0, seqlenK = 0, qHeads = 0, kvHeads = 0,
           headDim = 0;
@@ -51,6 +54,10 @@ struct Problem {
   /// Optional; called only for pairs `mask` and `maskMod` keep, from
   /// several threads at once.
   ScoreModFn scoreMod;
+  /// Optional; when set, only the rows it selects are computed and the other
+  /// rows of o and lse are left as they were (a sample of a problem too big
+  /// to evaluate whole).
+  RowFilter rows;
 };
 
 /// A read-only BSHD tensor: element (b, s, h, d) is at

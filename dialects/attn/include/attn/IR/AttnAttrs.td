@@ -328,10 +328,17 @@ def Attn_TilePlanAttr : Attn_Attr<"TilePlan", "tile"> {
     `*_registers` are the per-thread register counts set with `setmaxnreg`.
     Threads per CTA: `128 * (consumer_warpgroups + producer_warpgroups)`.
 
+    Two schedule choices follow, omitted when they have their defaults:
+    `softmax_chains` (1, 2 or 4, default 1) independent partial results per
+    row in the softmax's max and sum reductions, and
+    `persistent_blocks_per_sm` (default 0): 0 launches one block per work
+    tile, 1 a persistent grid of one block per SM that walks the tiles.
+
     ```mlir
     #attn.tile<block_m = 128, block_n = 128, stages = 2,
                consumer_warpgroups = 2, producer_warpgroups = 1,
-               consumer_registers = 240, producer_registers = 24>
+               consumer_registers = 240, producer_registers = 24,
+               softmax_chains = 4, persistent_blocks_per_sm = 1>
     ```
   }];
   let parameters = (ins
@@ -341,7 +348,9 @@ def Attn_TilePlanAttr : Attn_Attr<"TilePlan", "tile"> {
     "int64_t":$consumer_warpgroups,
     "int64_t":$producer_warpgroups,
     "int64_t":$consumer_registers,
-    "int64_t":$producer_registers
+    "int64_t":$producer_registers,
+    DefaultValuedParameter<"int64_t", "1">:$softmax_chains,
+    DefaultValuedParameter<"int64_t", "0">:$persistent_blocks_per_sm
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let extraClassDeclaration = [{

@@ -1,0 +1,578 @@
+// The tuning database and the tuner's candidate generator without a GPU or
+// MLIR: shape buckets, the shape syntax, records (merge, lookup, malformed
+// lines, processes writing at once) and the legality of every candidate.
+
+#include "attn/Compiler/TileConstraints.h"
+#include "attn/runtime/Error.h"
+#include "attn/runtime/TuningDatabase.h"
+
+#include "TestSupport.h"
+
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+using namespace attn;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+using test::readFile;
+using test::TempDir;
+using test::writeFile;
+
+std::string hashOf(char digit) { return std::string(64, digit); }
+
+ShapeBucket bucket(int64_t batchHeads, int64_t seqlenQ, int64_t seqlenK) {
+  ShapeBucket result;
+  result.batchHeads = batchHeads;
+  result.seqlenQ = seqlenQ;
+  result.seqlenK = seqlenK;
+  return result;
+}
+
+// Values with few significant digits: the file keeps six.
+TuningRecord makeRecord(const std::string &specHash, const ShapeBucket &shapeBucket,
+                        double milliseconds, const std::string &config = "block_n=64",
+                        const std::string &arch = "sm_90a") {
+  TuningRecord record;
+  record.specHash = specHash;
+  record.arch = arch;
+  record.bucket = shapeBucket;
+  record.config = config;
+  record.milliseconds = milliseconds;
+  record.tflops = 512.5;
+  record.device = "NVIDIA H100 80GB HBM3";
+  record.unixSeconds = 1700000000;
+  return record;
+}
+
+void requireSameRecord(const TuningRecord &a, const TuningRecord &b) {
+  CHECK(a.specHash == b.specHash);
+  CHECK(a.arch == b.arch);
+  CHECK(a.bucket == b.bucket);
+  CHECK(a.config == b.config);
+  CHECK(a.milliseconds == b.milliseconds);
+  CHECK(a.tflops == b.tflops);
+  CHECK(a.device == b.device);
+  CHECK(a.unixSeconds == b.unixSeconds);
+}
+
+/// The records of `all` with key (specHash, arch, bucket).
+std::vector<TuningRecord> withKey(const std::vector<TuningRecord> &all,
+                                  const std::string &specHash, const std::string &arch,
+                                  const ShapeBucket &shapeBucket) {
+  std::vector<TuningRecord> found;
+  for (const TuningRecord &r : all)
+    if (r.specHash == specHash && r.arch == arch && r.bucket == shapeBucket)
+      found.push_back(r);
+  return found;
+}
+
+
+const char *kHeaderLine = "# attnc tuning database 1: spec_hash arch bucket config "
+                          "milliseconds tflops device unix_seconds\n";
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Shape buckets and shapes
+//===----------------------------------------------------------------------===//
+
+TEST_CASE("shape bucket: sizes round up to powers of two", "[tuning][bucket]") {
+  TuningShape shape;
+  shape.batch = 3;
+  shape.seqlenQ = 1000;
+  shape.seqlenK = 4096;
+  // 3 x 5 = 15 -> 16; 1000 -> 1024; 4096 stays.
+  ShapeBucket b = ShapeBucket::of(shape, 5);
+  CHECK(b == bucket(16, 1024, 4096));
+  CHECK(b.str() == "bh16_q1024_k4096");
+
+  // Exact powers stay; 1 stays 1; 1025 goes to 2048.
+  shape.batch = 2;
+  shape.seqlenQ = 1;
+  shape.seqlenK = 1025;
+  CHECK(ShapeBucket::of(shape, 16).str() == "bh32_q1_k2048");
+}
+
+TEST_CASE("shape bucket: the printed form parses back", "[tuning][bucket]") {
+  for (const ShapeBucket &b : {bucket(1, 1, 1), bucket(16, 1024, 4096), bucket(32, 8192, 512),
+                               bucket(int64_t(1) << 20, int64_t(1) << 30, 2)}) {
+    std::optional<ShapeBucket> parsed = ShapeBucket::parse(b.str());
+    REQUIRE(parsed);
+    CHECK(*parsed == b);
+    CHECK(parsed->str() == b.str());
+  }
+}
+
+TEST_CASE("shape bucket: malformed text and non powers of two are rejected",
+          "[tuning][bucket]") {
+  for (const char *text :
+       {"", "bh", "bh16", "bh16_q1024", "bh16_k4096", "q1024_k4096_bh16", "bh16_k4096_q1024",
+        "xbh16_q1024_k4096", "bh16_q1024_k4096x", "bh16_q1024_k4096 ", "bh_q1024_k4096",
+        "bh16_q_k4096", "bh16_q1024_k", "bh-16_q1024_k4096", "bh+16_q1024_k4096",
+        "bh0_q1024_k4096", "bh16_q0_k4096", "BH16_Q1024_K4096", "bh16_q1024_k4096_k8",
+        // Not powers of two.
+        "bh15_q1024_k4096", "bh16_q1000_k4096", "bh16_q1024_k4095", "bh3_q3_k3"}) {
+    INFO("text: '" << text << "'");
+    CHECK_FALSE(ShapeBucket::parse(text));
+  }
+}
+
+TEST_CASE("shape bucket: distance sums |log2| of the size ratios", "[tuning][bucket]") {
+  ShapeBucket a = bucket(16, 1024, 4096);
+  CHECK(a.distance(a) == 0);
+  // |log2(16/4)| + |log2(1024/2048)| + |log2(4096/4096)| = 2 + 1 + 0.
+  CHECK(a.distance(bucket(4, 2048, 4096)) == 3);
+  CHECK(bucket(4, 2048, 4096).distance(a) == 3);
+  // 5 + 3 + 1 = 9.
+  CHECK(bucket(1, 8192, 2048).distance(bucket(32, 1024, 4096)) == 9);
+}
+
+TEST_CASE("tuning shape: 'B,S' and 'B,Sq,Sk'", "[tuning][shape]") {
+  TuningShape shape;
+  REQUIRE_FALSE(parseTuningShape("2,8192", shape));
+  CHECK(shape.batch == 2);
+  CHECK(shape.seqlenQ == 8192);
+  CHECK(shape.seqlenK == 8192); // Sk = Sq
+
+  REQUIRE_FALSE(parseTuningShape("1,300,517", shape));
+  CHECK(shape.batch == 1);
+  CHECK(shape.seqlenQ == 300);
+  CHECK(shape.seqlenK == 517);
+}
+
+TEST_CASE("tuning shape: malformed text is rejected with a message", "[tuning][shape]") {
+  for (const char *text : {"", "2", "0,5", "2,0", "a,b", "1,2,3,4", "-1,5", "2,,5", ",2,5",
+                           "2;8192", "2, 8192", "2,8192x"}) {
+    INFO("text: '" << text << "'");
+    TuningShape shape;
+    std::optional<std::string> error = parseTuningShape(text, shape);
+    REQUIRE(error);
+    CHECK_THAT(*error, Contains("expected 'B,S' or 'B,Sq,Sk'"));
+    CHECK_THAT(*error, Contains("'" + std::string(text) + "'"));
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// The database
+//===----------------------------------------------------------------------===//
+
+TEST_CASE("tuning database: a missing file has no records", "[tuning][db]") {
+  TempDir dir;
+  TuningDatabase db(dir.path + "/tuning.tsv");
+  size_t skipped = 7;
+  CHECK(db.records(&skipped).empty());
+  CHECK(skipped == 0);
+  std::string error;
+  CHECK_FALSE(db.lookup(hashOf('a'), "sm_90a", std::nullopt, &error));
+  CHECK_FALSE(db.lookup(hashOf('a'), "sm_90a", bucket(32, 8192, 8192), &error));
+  CHECK(error.empty());
+  CHECK_FALSE(fs::exists(dir.path + "/tuning.tsv"));
+}
+
+TEST_CASE("tuning database: a record reads back with every field", "[tuning][db]") {
+  TempDir dir;
+  TuningDatabase db(dir.path + "/tuning.tsv");
+  CHECK(db.path() == dir.path + "/tuning.tsv");
+  TuningRecord record = makeRecord(
+      "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", bucket(32, 8192, 8192),
+      1.25,
+      "block_m=128,block_n=64,stages=2,consumer_warpgroups=2,producer_warpgroups=1,"
+      "consumer_registers=240,producer_registers=24,softmax_chains=1,persistent_blocks_per_sm=0");
+  record.tflops = 601.75;
+  db.record(record);
+
+  size_t skipped = 7;
+  std::vector<TuningRecord> all = db.records(&skipped);
+  CHECK(skipped == 0);
+  REQUIRE(all.size() == 1);
+  requireSameRecord(all[0], record);
+
+  // The file starts with its header line.
+  CHECK(readFile(db.path()).rfind("# attnc tuning database 1", 0) == 0);
+
+  std::optional<TuningRecord> found = db.lookup(record.specHash, "sm_90a", std::nullopt);
+  REQUIRE(found);
+  requireSameRecord(*found, record);
+}
+
+TEST_CASE("tuning database: tabs and line breaks in the device name do not break the file",
+          "[tuning][db]") {
+  TempDir dir;
+  TuningDatabase db(dir.path + "/tuning.tsv");
+  TuningRecord record = makeRecord(hashOf('a'), bucket(1, 2, 4), 2);
+  record.device = "odd\tname\nwith breaks";
+  db.record(record);
+  size_t skipped = 7;
+  std::vector<TuningRecord> all = db.records(&skipped);
+  CHECK(skipped == 0);
+  REQUIRE(all.size() == 1);
+  CHECK(all[0].device == "odd name with breaks");
+}
+
+TEST_CASE("tuning database: of two records for one key the faster stays", "[tuning][db]") {
+  TempDir dir;
+  TuningDatabase db(dir.path + "/tuning.tsv");
+  ShapeBucket b = bucket(32, 8192, 8192);
+  TuningRecord slow = makeRecord(hashOf('a'), b, 2.5, "block_n=128");
+  TuningRecord fast = makeRecord(hashOf('a'), b, 1.5, "block_n=64");
+
+  SECTION("slower first") {
+    db.record(slow);
+    db.record(fast);
+  }
+  SECTION("faster first") {
+    db.record(fast);
+    db.record(slow);
+  }
+  std::vector<TuningRecord> all = db.records();
+  REQUIRE(all.size() == 1);
+  requireSameRecord(all[0], fast);
+
+  // An equal time keeps the record already there.
+  TuningRecord tie = makeRecord(hashOf('a'), b, 1.5, "block_n=96");
+  db.record(tie);
+  all = db.records();
+  REQUIRE(all.size() == 1);
+  CHECK(all[0].config == "block_n=64");
+}
+
+TEST_CASE("tuning database: records of other keys are kept", "[tuning][db]") {
+  TempDir dir;
+  TuningDatabase db(dir.path + "/tuning.tsv");
+  ShapeBucket b = bucket(32, 8192, 8192);
+  std::vector<TuningRecord> records = {
+      makeRecord(hashOf('a'), b, 1.0, "block_n=64"),
+      makeRecord(hashOf('b'), b, 2.0, "block_n=80"),                  // other spec
+      makeRecord(hashOf('a'), bucket(32, 1024, 1024), 3.0, "block_n=96"), // other bucket
+      makeRecord(hashOf('a'), b, 4.0, "block_n=112", "sm_100a"),      // other arch
+  };
+  for (const TuningRecord &r : records)
+    db.record(r);
+  // A slower record for the first key replaces nothing.
+  db.record(makeRecord(hashOf('a'), b, 9.0, "block_n=128"));
+
+  std::vector<TuningRecord> all = db.records();
+  REQUIRE(all.size() == records.size());
+  for (const TuningRecord &r : records) {
+    std::vector<TuningRecord> found = withKey(all, r.specHash, r.arch, r.bucket);
+    REQUIRE(found.size() == 1);
+    requireSameRecord(found[0], r);
+  }
+}
+
+TEST_CASE("tuning database: lookup picks the nearest bucket, or the largest without one",
+          "[tuning][db]") {
+  TempDir dir;
+  TuningDatabase db(dir.path + "/tuning.tsv");
+  std::string spec = hashOf('a');
+  db.record(makeRecord(spec, bucket(32, 1024, 1024), 1.0, "block_n=64"));
+  db.record(makeRecord(spec, bucket(32, 8192, 8192), 1.0, "block_n=80"));
+  db.record(makeRecord(spec, bucket(1, 512, 512), 1.0, "block_n=96"));
+  // Closer buckets of another spec and another arch never count.
+  db.record(makeRecord(hashOf('b'), bucket(32, 4096, 4096), 1.0, "block_n=112"));
+  db.record(makeRecord(spec, bucket(32, 4096, 4096), 1.0, "block_n=128", "sm_100a"));
+
+  auto configFor = [&](const std::optional<ShapeBucket> &b) -> std::string {
+    std::string error;
+    std::optional<TuningRecord> found = db.lookup(spec, "sm_90a", b, &error);
+    CHECK(error.empty());
+    return found ? found->config : "none";
+  };
+  // Exact buckets.
+  CHECK(configFor(bucket(32, 1024, 1024)) == "block_n=64");
+  CHECK(configFor(bucket(32, 8192, 8192)) == "block_n=80");
+  CHECK(configFor(bucket(1, 512, 512)) == "block_n=96");
+  // 32/4096/4096: 8192 is 0+1+1 = 2 away, 1024 is 0+2+2 = 4, 512 is 5+3+3 = 11.
+  CHECK(configFor(bucket(32, 4096, 4096)) == "block_n=80");
+  // 16/2048/2048: 1024 is 1+1+1 = 3 away, 8192 is 1+2+2 = 5, 512 is 4+2+2 = 8.
+  CHECK(configFor(bucket(16, 2048, 2048)) == "block_n=64");
+  // 1/256/256: 512 is 0+1+1 = 2 away, 1024 is 5+2+2 = 9.
+  CHECK(configFor(bucket(1, 256, 256)) == "block_n=96");
+  // No bucket: the largest (32 x 8192 x 8192).
+  CHECK(configFor(std::nullopt) == "block_n=80");
+
+  // The other spec and the other arch have their own records.
+  std::optional<TuningRecord> other = db.lookup(hashOf('b'), "sm_90a", bucket(1, 512, 512));
+  REQUIRE(other);
+  CHECK(other->config == "block_n=112");
+  std::optional<TuningRecord> otherArch = db.lookup(spec, "sm_100a", bucket(1, 512, 512));
+  REQUIRE(otherArch);
+  CHECK(otherArch->config == "block_n=128");
+
+  // Never tuned for this arch or spec.
+  CHECK_FALSE(db.lookup(spec, "sm_80", std::nullopt));
+  CHECK_FALSE(db.lookup(hashOf('c'), "sm_90a", bucket(32, 8192, 8192)));
+}
+
+TEST_CASE("tuning database: malformed lines are skipped, counted and dropped by the next writer",
+          "[tuning][db]") {
+  TempDir dir;
+  std::string path = dir.path + "/tuning.tsv";
+  std::string good = hashOf('a') +
+                     "\tsm_90a\tbh32_q8192_k8192\tblock_n=64\t1.5\t600\tNVIDIA H100\t1700000000";
+  auto line = [](std::vector<std::string> fields) {
+    std::string text;
+    for (size_t i = 0; i < fields.size(); ++i)
+      text += (i ? "\t" : "") + fields[i];
+    return text + "\n";
+  };
+  std::string h = hashOf('b');
+  std::vector<std::string> bad = {
+      "garbage without tabs\n",
+      line({h, "sm_90a", "bh32_q8192_k8192", "block_n=64", "1.5", "600", "H100"}), // 7 fields
+      line({h, "sm_90a", "bh32_q8192_k8192", "block_n=64", "1.5", "600", "H100", "1", "x"}),
+      line({std::string(64, 'A'), "sm_90a", "bh32_q8192_k8192", "c", "1.5", "600", "H", "1"}),
+      line({std::string(63, 'b'), "sm_90a", "bh32_q8192_k8192", "c", "1.5", "600", "H", "1"}),
+      line({std::string(64, 'g'), "sm_90a", "bh32_q8192_k8192", "c", "1.5", "600", "H", "1"}),
+      line({h, "", "bh32_q8192_k8192", "c", "1.5", "600", "H", "1"}),         // no arch
+      line({h, "sm_90a", "bh30_q8192_k8192", "c", "1.5", "600", "H", "1"}),   // bucket
+      line({h, "sm_90a", "bh32_q8192_k8192", "", "1.5", "600", "H", "1"}),    // no config
+      line({h, "sm_90a", "bh32_q8192_k8192", "c", "0", "600", "H", "1"}),     // 0 ms
+      line({h, "sm_90a", "bh32_q8192_k8192", "c", "-1", "600", "H", "1"}),    // < 0 ms
+      line({h, "sm_90a", "bh32_q8192_k8192", "c", "fast", "600", "H", "1"}),  // ms
+      line({h, "sm_90a", "bh32_q8192_k8192", "c", "1.5x", "600", "H", "1"}),  // ms
+      line({h, "sm_90a", "bh32_q8192_k8192", "c", "inf", "600", "H", "1"}),   // ms
+      line({h, "sm_90a", "bh32_q8192_k8192", "c", "1.5", "", "H", "1"}),      // tflops
+      line({h, "sm_90a", "bh32_q8192_k8192", "c", "1.5", "nan", "H", "1"}),   // tflops
+      line({h, "sm_90a", "bh32_q8192_k8192", "c", "1.5", "600", "H", "0"}),   // seconds
+      line({h, "sm_90a", "bh32_q8192_k8192", "c", "1.5", "600", "H", "-5"}),  // seconds
+      line({h, "sm_90a", "bh32_q8192_k8192", "c", "1.5", "600", "H", "1e9"}), // seconds
+  };
+  std::string text = kHeaderLine + good + "\n\n";
+  for (const std::string &b : bad)
+    text += b;
+  // A truncated last line (no newline) is malformed too.
+  text += hashOf('c') + "\tsm_90a\tbh32_q8";
+  writeFile(path, text);
+
+  TuningDatabase db(path);
+  size_t skipped = 0;
+  std::vector<TuningRecord> all = db.records(&skipped);
+  CHECK(skipped == bad.size() + 1);
+  REQUIRE(all.size() == 1);
+  CHECK(all[0].specHash == hashOf('a'));
+  CHECK(all[0].config == "block_n=64");
+  CHECK(all[0].milliseconds == 1.5);
+  CHECK(all[0].tflops == 600);
+  CHECK(all[0].device == "NVIDIA H100");
+  CHECK(all[0].unixSeconds == 1700000000);
+  std::optional<TuningRecord> found = db.lookup(hashOf('a'), "sm_90a", std::nullopt);
+  REQUIRE(found);
+  CHECK(found->config == "block_n=64");
+  CHECK_FALSE(db.lookup(hashOf('b'), "sm_90a", std::nullopt));
+
+  // The next writer keeps the good line, adds its own and drops the rest.
+  TuningRecord added = makeRecord(hashOf('d'), bucket(1, 1, 1), 3.0);
+  db.record(added);
+  all = db.records(&skipped);
+  CHECK(skipped == 0);
+  REQUIRE(all.size() == 2);
+  CHECK(all[0].specHash == hashOf('a'));
+  requireSameRecord(all[1], added);
+  std::string rewritten = readFile(path);
+  CHECK(rewritten.find("garbage") == std::string::npos);
+  CHECK(rewritten.find(std::string(64, 'A')) == std::string::npos);
+}
+
+TEST_CASE("tuning database: malformed records are refused and write nothing", "[tuning][db]") {
+  TempDir dir;
+  std::string path = dir.path + "/tuning.tsv";
+  TuningDatabase db(path);
+  ShapeBucket b = bucket(32, 8192, 8192);
+
+  TuningRecord record = makeRecord(hashOf('a'), b, 1.0);
+  SECTION("spec hash too short") { record.specHash = std::string(63, 'a'); }
+  SECTION("spec hash in upper case") { record.specHash = std::string(64, 'A'); }
+  SECTION("spec hash not hex") { record.specHash = std::string(64, 'z'); }
+  SECTION("no arch") { record.arch = ""; }
+  SECTION("a tab in the arch") { record.arch = "sm_90a\tx"; }
+  SECTION("no config") { record.config = ""; }
+  SECTION("a tab in the config") { record.config = "block_n=64\tstages=2"; }
+  SECTION("bucket not of powers of two") { record.bucket = bucket(3, 8192, 8192); }
+  SECTION("no time") { record.milliseconds = 0; }
+  SECTION("no timestamp") { record.unixSeconds = 0; }
+
+  REQUIRE_THROWS_AS(db.record(record), Error);
+  REQUIRE_THROWS_WITH(db.record(record), Contains(path) && Contains("malformed record"));
+  CHECK_FALSE(fs::exists(path));
+  CHECK(db.records().empty());
+}
+
+TEST_CASE("tuning database: recording creates the missing directories", "[tuning][db]") {
+  TempDir dir;
+  std::string path = dir.path + "/a/b/c/tuning.tsv";
+  TuningDatabase db(path);
+  CHECK(db.records().empty());
+  TuningRecord record = makeRecord(hashOf('a'), bucket(32, 8192, 8192), 1.0);
+  db.record(record);
+  REQUIRE(fs::is_regular_file(path));
+  std::vector<TuningRecord> all = TuningDatabase(path).records();
+  REQUIRE(all.size() == 1);
+  requireSameRecord(all[0], record);
+}
+
+TEST_CASE("tuning database: an unreadable file reads as an error, lookup says why",
+          "[tuning][db]") {
+  TempDir dir;
+  // A directory where the file should be.
+  std::string path = dir.path + "/tuning.tsv";
+  fs::create_directories(path);
+  TuningDatabase db(path);
+  CHECK_THROWS_WITH(db.records(), Contains(path));
+  std::string error;
+  CHECK_FALSE(db.lookup(hashOf('a'), "sm_90a", std::nullopt, &error));
+  CHECK_THAT(error, Contains(path));
+  // Without `error` lookup does not throw either.
+  CHECK_NOTHROW(db.lookup(hashOf('a'), "sm_90a", std::nullopt));
+  CHECK_THROWS_AS(db.record(makeRecord(hashOf('a'), bucket(1, 1, 1), 1.0)), Error);
+}
+
+TEST_CASE("tuning database: two tuners writing at once lose nothing", "[tuning][db][process]") {
+  TempDir dir;
+  std::string path = dir.path + "/tuning.tsv";
+  constexpr int kChildren = 8, kRecordsEach = 20;
+  // Child c, record j: spec hash by child, bucket by record.
+  auto specOf = [](int child) { return std::string(63, 'e') + char('0' + child); };
+  auto bucketOf = [](int j) { return bucket(int64_t(1) << j, 1024, 2048); };
+
+  std::vector<std::function<int()>> bodies;
+  for (int c = 0; c < kChildren; ++c)
+    bodies.push_back([&, c] {
+      TuningDatabase db(path);
+      for (int j = 0; j < kRecordsEach; ++j) {
+        TuningRecord r = makeRecord(specOf(c), bucketOf(j), 1.0 + j, "block_n=64");
+        r.device = "child " + std::to_string(c);
+        db.record(r);
+      }
+      return 0;
+    });
+  std::vector<int> codes = test::runInChildren(bodies);
+  CHECK(codes == std::vector<int>(kChildren, 0));
+
+  size_t skipped = 7;
+  std::vector<TuningRecord> all = TuningDatabase(path).records(&skipped);
+  CHECK(skipped == 0);
+  REQUIRE(all.size() == size_t(kChildren * kRecordsEach));
+  std::set<std::pair<std::string, std::string>> keys;
+  for (const TuningRecord &r : all)
+    keys.insert({r.specHash, r.bucket.str()});
+  CHECK(keys.size() == all.size());
+  for (int c = 0; c < kChildren; ++c)
+    for (int j = 0; j < kRecordsEach; ++j) {
+      std::vector<TuningRecord> found = withKey(all, specOf(c), "sm_90a", bucketOf(j));
+      REQUIRE(found.size() == 1);
+      CHECK(found[0].milliseconds == 1.0 + j);
+      CHECK(found[0].device == "child " + std::to_string(c));
+    }
+  // No temporary files are left behind.
+  for (const auto &item : fs::directory_iterator(dir.path)) {
+    std::string name = item.path().filename().string();
+    INFO(name);
+    CHECK((name == "tuning.tsv" || name == "tuning.tsv.lock"));
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// The candidate generator
+//===----------------------------------------------------------------------===//
+
+TEST_CASE("tile candidates: legal, distinct, round-trip as overrides, include the heuristic",
+          "[tuning][candidates]") {
+  int headDim = GENERATE(64, 128, 256);
+  INFO("head_dim " << headDim);
+  TileProblem problem{headDim, /*elementBytes=*/2, /*evenTiles=*/true};
+  std::vector<TileConfig> candidates = enumerateTileCandidates(problem);
+  REQUIRE_FALSE(candidates.empty());
+
+  TileConfig heuristic = defaultTileConfig(problem);
+  bool hasHeuristic = false;
+  std::set<std::string> seen;
+  for (const TileConfig &config : candidates) {
+    std::string text = formatTileOverride(config);
+    INFO("candidate " << text);
+    CHECK_FALSE(checkTileLegality(problem, config));
+    CHECK(estimateSharedMemoryBytes(problem, config) <= kMaxSharedMemoryPerBlock);
+    CHECK(estimateConsumerRegisters(problem, config) <= config.consumerRegisters);
+    CHECK(seen.insert(text).second);
+    hasHeuristic = hasHeuristic || config == heuristic;
+
+    // What the tuner records is what attn-tile rebuilds.
+    TileOverride parsed;
+    REQUIRE_FALSE(parseTileOverride(text, parsed));
+    CHECK(applyTileOverride(heuristic, parsed) == config);
+    CHECK(applyTileOverride(TileConfig{}, parsed) == config);
+  }
+  CHECK(hasHeuristic);
+
+  // The grid policy does not change legality: every plan comes in both.
+  for (const TileConfig &config : candidates) {
+    TileConfig twin = config;
+    twin.persistentBlocksPerSm = 1 - config.persistentBlocksPerSm;
+    CHECK(seen.count(formatTileOverride(twin)) == 1);
+  }
+}
+
+TEST_CASE("tile candidates: every legal point of the space and nothing else",
+          "[tuning][candidates]") {
+  int headDim = GENERATE(64, 128, 256);
+  TileProblem problem{headDim, 2, true};
+  TileSearchSpace space;
+  size_t legal = 0, total = 0;
+  for (int consumers : space.consumerWarpgroups)
+    for (int blockN : space.blockN)
+      for (int stages : space.stages)
+        for (int chains : space.softmaxChains)
+          for (int grid : space.persistentBlocksPerSm) {
+            TileConfig config;
+            config.consumerWarpgroups = consumers;
+            config.blockM = kWgmmaM * consumers;
+            config.blockN = blockN;
+            config.stages = stages;
+            config.consumerRegisters = defaultConsumerRegisters(consumers);
+            config.softmaxChains = chains;
+            config.persistentBlocksPerSm = grid;
+            ++total;
+            legal += !checkTileLegality(problem, config);
+          }
+  INFO("head_dim " << headDim << ": " << legal << " of " << total);
+  CHECK(enumerateTileCandidates(problem, space).size() == legal);
+  // The limits cut the space: some points are illegal.
+  CHECK(legal < total);
+}
+
+TEST_CASE("tile candidates: a space of illegal values has none", "[tuning][candidates]") {
+  TileProblem problem{128, 2, true};
+  TileSearchSpace space;
+  space.blockN = {8};
+  CHECK(enumerateTileCandidates(problem, space).empty());
+
+  space = TileSearchSpace();
+  space.stages = {0, 9};
+  CHECK(enumerateTileCandidates(problem, space).empty());
+
+  space = TileSearchSpace();
+  space.softmaxChains = {3};
+  CHECK(enumerateTileCandidates(problem, space).empty());
+
+  space = TileSearchSpace();
+  space.consumerWarpgroups = {4};
+  CHECK(enumerateTileCandidates(problem, space).empty());
+
+  // Head dim 256, 3 consumers at 160 registers: 256/2 + 32 already needs 160
+  // before any key tile, so no block_n fits.
+  space = TileSearchSpace();
+  space.consumerWarpgroups = {3};
+  CHECK(enumerateTileCandidates(TileProblem{256, 2, true}, space).empty());
+}

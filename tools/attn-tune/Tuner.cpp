@@ -1,0 +1,505 @@
+//===- Tuner.cpp - Measure every legal tile plan of a spec ----------------===//
+
+#include "Tuner.h"
+
+#include "AttnHarness.h"
+#include "attn/Compiler/Compiler.h"
+#include "attn/runtime/Error.h"
+#include "attn/runtime/Runtime.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+namespace attn::tune {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+/// Candidates that differ only in the grid policy share one binary.
+std::string binaryKey(TileConfig config) {
+  config.persistentBlocksPerSm = 0;
+  return formatTileOverride(config);
+}
+
+/// One compiled binary and the candidates (indices into results) using it.
+struct Binary {
+  TileConfig config;
+  std::vector<size_t> members;
+  CompiledKernel compiled;
+  std::string error;
+};
+
+/// Compiles every binary on `threads` threads; `progress` after each.
+void compileAll(std::vector<Binary> &binaries, const TuneOptions &options) {
+  std::atomic<size_t> next{0}, done{0};
+  std::mutex progressMutex;
+  auto worker = [&] {
+    for (size_t i = next++; i < binaries.size(); i = next++) {
+      Binary &binary = binaries[i];
+      CompileOptions compile;
+      compile.arch = options.arch;
+      compile.tileOverride = formatTileOverride(binary.config);
+      try {
+        binary.compiled = compileSpec(options.specText, options.specName, compile, BinaryKind::Cubin);
+      } catch (const Error &error) {
+        binary.error = error.what();
+      }
+      size_t finished = ++done;
+      if (options.progress) {
+        std::lock_guard<std::mutex> lock(progressMutex);
+        options.progress("compile", finished, binaries.size());
+      }
+    }
+  };
+  unsigned threads = options.compileThreads ? options.compileThreads
+                                            : std::max(1u, std::thread::hardware_concurrency());
+  threads = unsigned(std::min<size_t>(threads, binaries.size()));
+  std::vector<std::thread> pool;
+  for (unsigned i = 1; i < threads; ++i)
+    pool.emplace_back(worker);
+  worker();
+  for (std::thread &thread : pool)
+    thread.join();
+}
+
+/// A deterministic spread of rows plus the first and last two of every
+/// (batch, head): the edges are where tile boundaries and masks bite.
+reference::RowFilter sampleRows(const TuningShape &shape, int64_t qHeads, int64_t sampled) {
+  int64_t total = shape.batch * qHeads * shape.seqlenQ;
+  uint64_t stride = uint64_t(std::max<int64_t>(1, total / std::max<int64_t>(1, sampled)));
+  int64_t seqlenQ = shape.seqlenQ;
+  return [=](int64_t b, int64_t h, int64_t q) {
+    if (q < 2 || q >= seqlenQ - 2)
+      return true;
+    uint64_t x = uint64_t(b) * 0x9E3779B97F4A7C15ull ^ uint64_t(h) * 0xC2B2AE3D27D4EB4Full ^
+                 uint64_t(q) * 0x165667B19E3779F9ull;
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 29;
+    return x % stride == 0;
+  };
+}
+
+bool isCausalSpec(const std::string &spec) {
+  return spec.find("#attn.causal") != std::string::npos;
+}
+
+std::string describe(const TileConfig &c) {
+  std::ostringstream os;
+  os << c.blockM << "x" << c.blockN << " s" << c.stages << " c" << c.softmaxChains << " p"
+     << c.persistentBlocksPerSm;
+  return os.str();
+}
+} // namespace
+
+const char *statusName(CandidateStatus status) {
+  switch (status) {
+  case CandidateStatus::Measured:
+    return "measured";
+  case CandidateStatus::CompileFailed:
+    return "compile failed";
+  case CandidateStatus::WrongResult:
+    return "wrong result";
+  case CandidateStatus::LaunchFailed:
+    return "launch failed";
+  }
+  return "?";
+}
+
+const CandidateResult *TuneReport::best() const {
+  if (results.empty() || results.front().status != CandidateStatus::Measured)
+    return nullptr;
+  // Within the noise floor the heuristic stays: a record then changes
+  // nothing rather than swapping plans on a measurement's whim.
+  const CandidateResult *heuristic = heuristicResult();
+  if (heuristic && heuristic->finalist &&
+      heuristic->milliseconds <= results.front().milliseconds * (1 + kNoiseFloor))
+    return heuristic;
+  return &results.front();
+}
+
+const CandidateResult *TuneReport::heuristicResult() const {
+  for (const CandidateResult &result : results)
+    if (result.heuristic)
+      return &result;
+  return nullptr;
+}
+
+TuningRecord TuneReport::bestRecord() const {
+  const CandidateResult *winner = best();
+  if (!winner)
+    throw Error("attn-tune: no candidate of @" + specName + " was measured");
+  TuningRecord record;
+  record.specHash = specHash;
+  record.arch = arch;
+  record.bucket = bucket;
+  record.config = formatTileOverride(winner->config);
+  record.milliseconds = winner->milliseconds;
+  record.tflops = winner->tflops;
+  record.device = device;
+  record.unixSeconds = int64_t(std::time(nullptr));
+  return record;
+}
+
+namespace {
+/// Checks and times every candidate at one shape.
+void measureShape(const TuneOptions &options, const SpecTuningKey &key,
+                  std::vector<Binary> &binaries, std::vector<Module> &modules,
+                  std::vector<KernelFunction> &functions, const TuningShape &tuningShape,
+                  std::vector<CandidateResult> &results) {
+  const Binary *first = nullptr;
+  for (const Binary &binary : binaries)
+    if (binary.error.empty() && !first)
+      first = &binary;
+  if (!first)
+    return;
+  harness::Shape shape{tuningShape.batch, tuningShape.seqlenQ, tuningShape.seqlenK, false};
+  // Inputs depend on heads, head dim and dtype only, shared by all plans.
+  const AttnLaunchConfig &firstLaunch = first->compiled.launch;
+  harness::ForwardProblem data(firstLaunch, shape, 2026);
+  harness::addGeneratedCaptures(data, firstLaunch, shape, options.captures);
+  std::vector<HostCapture> hostCaptures;
+  for (const harness::HostDeviceCapture &capture : data.captures)
+    hostCaptures.push_back({capture.hostData(), capture.view.dtype, capture.view.shape});
+  reference::Problem problem = referenceProblemFromSpec(options.specText, shape.batch,
+                                                        shape.seqlenQ, shape.seqlenK, hostCaptures);
+  problem.rows = sampleRows(tuningShape, key.qHeads, options.sampledRows);
+  harness::ReferenceOutputs expected = harness::computeReference(problem, data);
+  bool causal = isCausalSpec(options.specText);
+
+  size_t done = 0;
+  for (size_t b = 0; b < binaries.size(); ++b) {
+    const Binary &binary = binaries[b];
+    for (size_t member : binary.members) {
+      CandidateResult &result = results[member];
+      if (!binary.error.empty() || !functions[b].get()) {
+        result.status = binary.error.empty() ? CandidateStatus::LaunchFailed
+                                             : CandidateStatus::CompileFailed;
+        result.message = binary.error;
+      } else {
+        KernelFunction &function = functions[b];
+        result.registers = function.attribute(CU_FUNC_ATTRIBUTE_NUM_REGS);
+        result.localBytes = function.attribute(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES);
+        AttnLaunchConfig launch = binary.compiled.launch;
+        launch.persistentBlocksPerSm = result.config.persistentBlocksPerSm;
+        try {
+          data.poisonOutputs();
+          launchForward(function, launch, data.args(), nullptr);
+          ATTN_CU_CHECK(cuCtxSynchronize);
+          harness::Comparison check =
+              harness::compareOutputs(problem, expected, data, launch.dtype);
+          result.maxAbsError = check.maxAbsError;
+          if (!check.passed()) {
+            result.status = CandidateStatus::WrongResult;
+            result.message = check.firstViolation;
+          } else {
+            result.milliseconds =
+                harness::medianLaunchMs(function, launch, data.args(), 1, options.screenRepeats);
+          }
+        } catch (const Error &error) {
+          result.status = CandidateStatus::LaunchFailed;
+          result.message = error.what();
+        }
+      }
+      if (options.progress)
+        options.progress("measure", ++done, results.size());
+    }
+  }
+
+  // Finalists: the screen's few launches rank the field; the close ones
+  // (and always the heuristic, the baseline) are timed again in rounds that
+  // visit every finalist once, so clock and temperature drift over the run
+  // reaches all of them alike. A finalist's time is its median round.
+  double fastest = std::numeric_limits<double>::infinity();
+  for (const CandidateResult &result : results)
+    if (result.status == CandidateStatus::Measured)
+      fastest = std::min(fastest, result.milliseconds);
+  std::vector<std::pair<size_t, size_t>> finalists; // (binary, result)
+  for (size_t b = 0; b < binaries.size(); ++b)
+    for (size_t member : binaries[b].members) {
+      const CandidateResult &result = results[member];
+      if (result.status == CandidateStatus::Measured &&
+          (result.heuristic || result.milliseconds <= fastest * (1 + options.finalistMargin)))
+        finalists.emplace_back(b, member);
+    }
+  std::sort(finalists.begin(), finalists.end(), [&](auto a, auto b) {
+    return results[a.second].milliseconds < results[b.second].milliseconds;
+  });
+  if (finalists.size() > options.maxFinalists) {
+    auto heuristic = std::find_if(finalists.begin(), finalists.end(),
+                                  [&](auto f) { return results[f.second].heuristic; });
+    if (heuristic != finalists.end() && heuristic - finalists.begin() >= long(options.maxFinalists))
+      std::iter_swap(finalists.begin() + (options.maxFinalists - 1), heuristic);
+    finalists.resize(options.maxFinalists);
+  }
+  std::vector<std::vector<double>> rounds(finalists.size());
+  for (int round = 0; round < options.rounds; ++round)
+    for (size_t f = 0; f < finalists.size(); ++f) {
+      auto [b, member] = finalists[f];
+      AttnLaunchConfig launch = binaries[b].compiled.launch;
+      launch.persistentBlocksPerSm = results[member].config.persistentBlocksPerSm;
+      rounds[f].push_back(harness::medianLaunchMs(functions[b], launch, data.args(),
+                                                  options.warmup, options.repeats));
+    }
+  for (size_t f = 0; f < finalists.size(); ++f) {
+    std::vector<double> &times = rounds[f];
+    std::sort(times.begin(), times.end());
+    CandidateResult &result = results[finalists[f].second];
+    result.milliseconds = times[times.size() / 2];
+    result.finalist = true;
+  }
+  for (CandidateResult &result : results)
+    if (result.status == CandidateStatus::Measured)
+      result.tflops = harness::forwardFlops(binaries.front().compiled.launch, shape, causal) /
+                      result.milliseconds / 1e9;
+}
+} // namespace
+
+std::vector<TuneReport> tune(const TuneOptions &options, const ReportCallback &onReport) {
+  Clock::time_point start = Clock::now();
+  if (options.shapes.empty())
+    throw Error("attn-tune: no shape to tune for");
+  SpecTuningKey key = tuningKeyOfSpec(options.specText, options.specName);
+
+  std::vector<TileConfig> candidates = enumerateTileCandidates(key.problem, options.space);
+  if (std::find(candidates.begin(), candidates.end(), key.heuristic) == candidates.end() &&
+      !checkTileLegality(key.problem, key.heuristic))
+    candidates.push_back(key.heuristic); // The baseline is always measured.
+  if (candidates.empty())
+    throw Error("attn-tune: the search space holds no legal tile plan for @" + options.specName);
+
+  std::vector<CandidateResult> blank(candidates.size());
+  std::vector<Binary> binaries;
+  std::map<std::string, size_t> binaryOf;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    blank[i].config = candidates[i];
+    blank[i].heuristic = candidates[i] == key.heuristic;
+    auto [it, inserted] = binaryOf.emplace(binaryKey(candidates[i]), binaries.size());
+    if (inserted) {
+      binaries.push_back({});
+      binaries.back().config = candidates[i];
+      binaries.back().config.persistentBlocksPerSm = 0;
+    }
+    binaries[it->second].members.push_back(i);
+  }
+
+  Clock::time_point compileStart = Clock::now();
+  compileAll(binaries, options);
+  double compileSeconds = secondsSince(compileStart);
+
+  ensureContext();
+  std::string device = queryDevice().name;
+  std::vector<Module> modules(binaries.size());
+  std::vector<KernelFunction> functions(binaries.size());
+  for (size_t b = 0; b < binaries.size(); ++b) {
+    if (!binaries[b].error.empty())
+      continue;
+    try {
+      modules[b] = Module::loadCubin(binaries[b].compiled.binary.data(),
+                                     binaries[b].compiled.binary.size());
+      functions[b] = modules[b].function(binaries[b].compiled.launch.kernelName);
+    } catch (const Error &error) {
+      binaries[b].error = std::string("loading the cubin: ") + error.what();
+    }
+  }
+  double setupSeconds = secondsSince(start);
+
+  std::vector<TuneReport> reports;
+  for (const TuningShape &shape : options.shapes) {
+    Clock::time_point measureStart = Clock::now();
+    TuneReport report;
+    report.specName = options.specName;
+    report.specHash = key.specHash;
+    report.arch = options.arch;
+    report.device = device;
+    report.shape = shape;
+    report.bucket = ShapeBucket::of(shape, key.qHeads);
+    report.heuristic = key.heuristic;
+    report.binaries = binaries.size();
+    report.compileSeconds = compileSeconds;
+    std::vector<CandidateResult> results = blank;
+    measureShape(options, key, binaries, modules, functions, shape, results);
+    std::stable_sort(results.begin(), results.end(),
+                     [](const CandidateResult &a, const CandidateResult &b) {
+                       bool aOk = a.status == CandidateStatus::Measured;
+                       bool bOk = b.status == CandidateStatus::Measured;
+                       if (aOk != bOk)
+                         return aOk;
+                       if (a.finalist != b.finalist)
+                         return a.finalist;
+                       return aOk && a.milliseconds < b.milliseconds;
+                     });
+    report.results = std::move(results);
+    report.measureSeconds = secondsSince(measureStart);
+    // One shape tuned alone: setup (compile, load) plus its measurement.
+    report.totalSeconds = setupSeconds + report.measureSeconds;
+    if (onReport)
+      onReport(report);
+    reports.push_back(std::move(report));
+  }
+  return reports;
+}
+
+std::string renderTable(const TuneReport &report, size_t top) {
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  const CandidateResult *heuristic = report.heuristicResult();
+  double heuristicMs = heuristic && heuristic->status == CandidateStatus::Measured
+                           ? heuristic->milliseconds
+                           : 0;
+  os << "| rank | block_m | block_n | stages | consumers | chains | persistent | regs | local B "
+        "| ms | TFLOP/s | vs heuristic |\n"
+     << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  auto row = [&](size_t rank, const CandidateResult &r) {
+    const TileConfig &c = r.config;
+    os << "| " << rank << (r.heuristic ? " (heuristic)" : "") << " | " << c.blockM << " | "
+       << c.blockN << " | " << c.stages << " | " << c.consumerWarpgroups << " | "
+       << c.softmaxChains << " | " << c.persistentBlocksPerSm << " | " << r.registers << " | "
+       << r.localBytes << " | ";
+    os.precision(3);
+    os << r.milliseconds << " | ";
+    os.precision(1);
+    os << r.tflops << " | ";
+    os.precision(3);
+    if (heuristicMs > 0)
+      os << heuristicMs / r.milliseconds << "x";
+    else
+      os << "-";
+    os << " |\n";
+  };
+  size_t measured = 0;
+  std::map<std::string, size_t> failures;
+  std::string firstFailure;
+  for (size_t i = 0; i < report.results.size(); ++i) {
+    const CandidateResult &r = report.results[i];
+    if (r.status != CandidateStatus::Measured) {
+      ++failures[statusName(r.status)];
+      if (firstFailure.empty())
+        firstFailure = describe(r.config) + ": " + r.message.substr(0, 300);
+      continue;
+    }
+    ++measured;
+    if (i < top || r.heuristic)
+      row(i + 1, r);
+  }
+  size_t finalists = 0;
+  for (const CandidateResult &r : report.results)
+    finalists += r.finalist;
+  os << "\n" << report.results.size() << " candidates (" << report.binaries << " binaries), "
+     << measured << " measured, " << finalists << " finalists";
+  for (const auto &[what, count] : failures)
+    os << ", " << count << " " << what;
+  os.precision(1);
+  os << "; compile " << report.compileSeconds << " s, measure " << report.measureSeconds
+     << " s, total " << report.totalSeconds << " s\n";
+  if (!firstFailure.empty())
+    os << "first failure: " << firstFailure << "\n";
+  if (!heuristic)
+    os << "the heuristic plan is outside the search space\n";
+  return os.str();
+}
+
+std::string renderSvg(const TuneReport &report) {
+  const double width = 960, height = 540, left = 70, right = 210, top = 50, bottom = 60;
+  double maxTflops = 1;
+  for (const CandidateResult &r : report.results)
+    if (r.status == CandidateStatus::Measured)
+      maxTflops = std::max(maxTflops, r.tflops);
+  maxTflops *= 1.08;
+  const double minN = 16, maxN = 272;
+  auto xOf = [&](const TileConfig &c) {
+    // Stages and chains spread the points of one block_n apart.
+    double jitter = (c.stages - 2.5) * 2.2 + (c.softmaxChains == 1 ? -0.7 : c.softmaxChains == 2 ? 0 : 0.7);
+    return left + (c.blockN + jitter - minN) / (maxN - minN) * (width - left - right);
+  };
+  auto yOf = [&](double tflops) { return height - bottom - tflops / maxTflops * (height - top - bottom); };
+  const char *colors[] = {"#1b9e77", "#d95f02", "#7570b3"};
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(1);
+  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
+     << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
+     << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  auto escape = [](const std::string &text) {
+    std::string out;
+    for (char c : text)
+      out += c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : std::string(1, c);
+    return out;
+  };
+  os << "<text x=\"" << left << "\" y=\"24\" font-size=\"15\">attn-tune @" << escape(report.specName)
+     << ": B=" << report.shape.batch << " Sq=" << report.shape.seqlenQ << " Sk="
+     << report.shape.seqlenK << " on " << escape(report.device) << "</text>\n";
+  // Axes, grid and ticks.
+  for (int i = 0; i <= 5; ++i) {
+    double value = maxTflops * i / 5, y = yOf(value);
+    os << "<line x1=\"" << left << "\" x2=\"" << width - right << "\" y1=\"" << y << "\" y2=\"" << y
+       << "\" stroke=\"#ddd\"/>\n<text x=\"" << left - 8 << "\" y=\"" << y + 4
+       << "\" text-anchor=\"end\">" << value << "</text>\n";
+  }
+  for (int n = 32; n <= 256; n += 32) {
+    double x = left + (n - minN) / (maxN - minN) * (width - left - right);
+    os << "<text x=\"" << x << "\" y=\"" << height - bottom + 18 << "\" text-anchor=\"middle\">" << n
+       << "</text>\n";
+  }
+  os << "<line x1=\"" << left << "\" x2=\"" << width - right << "\" y1=\"" << height - bottom
+     << "\" y2=\"" << height - bottom << "\" stroke=\"black\"/>\n"
+     << "<line x1=\"" << left << "\" x2=\"" << left << "\" y1=\"" << top << "\" y2=\""
+     << height - bottom << "\" stroke=\"black\"/>\n"
+     << "<text x=\"" << (left + width - right) / 2 << "\" y=\"" << height - 18
+     << "\" text-anchor=\"middle\">block_n (points spread by stages and softmax chains)</text>\n"
+     << "<text transform=\"translate(18," << (top + height - bottom) / 2
+     << ") rotate(-90)\" text-anchor=\"middle\">TFLOP/s</text>\n";
+  // Points: colour = block_m, circle = a block per tile, square = persistent.
+  for (const CandidateResult &r : report.results) {
+    if (r.status != CandidateStatus::Measured)
+      continue;
+    const TileConfig &c = r.config;
+    const char *color = colors[std::clamp(c.consumerWarpgroups - 1, 0, 2)];
+    double x = xOf(c), y = yOf(r.tflops);
+    os << (c.persistentBlocksPerSm ? "<rect" : "<circle");
+    if (c.persistentBlocksPerSm)
+      os << " x=\"" << x - 3 << "\" y=\"" << y - 3 << "\" width=\"6\" height=\"6\"";
+    else
+      os << " cx=\"" << x << "\" cy=\"" << y << "\" r=\"3.2\"";
+    os << " fill=\"" << color << "\" fill-opacity=\"0.75\"><title>" << describe(c) << ": "
+       << r.tflops << " TFLOP/s</title>" << (c.persistentBlocksPerSm ? "</rect>\n" : "</circle>\n");
+  }
+  auto ring = [&](const CandidateResult *r, const char *stroke, const char *label) {
+    if (!r || r->status != CandidateStatus::Measured)
+      return;
+    double x = xOf(r->config), y = yOf(r->tflops);
+    os << "<circle cx=\"" << x << "\" cy=\"" << y << "\" r=\"8\" fill=\"none\" stroke=\"" << stroke
+       << "\" stroke-width=\"2\"/>\n<text x=\"" << x + 10 << "\" y=\"" << y - 10 << "\" fill=\""
+       << stroke << "\">" << label << " " << describe(r->config) << " (" << r->tflops
+       << ")</text>\n";
+  };
+  ring(report.heuristicResult(), "#c00", "heuristic");
+  ring(report.best(), "black", "best");
+  // Legend.
+  double lx = width - right + 20, ly = top + 10;
+  const char *names[] = {"block_m 64", "block_m 128", "block_m 192"};
+  for (int i = 0; i < 3; ++i)
+    os << "<circle cx=\"" << lx << "\" cy=\"" << ly + 20 * i << "\" r=\"4\" fill=\"" << colors[i]
+       << "\"/><text x=\"" << lx + 10 << "\" y=\"" << ly + 20 * i + 4 << "\">" << names[i]
+       << "</text>\n";
+  os << "<circle cx=\"" << lx << "\" cy=\"" << ly + 70 << "\" r=\"4\" fill=\"#888\"/><text x=\""
+     << lx + 10 << "\" y=\"" << ly + 74 << "\">a block per tile</text>\n"
+     << "<rect x=\"" << lx - 4 << "\" y=\"" << ly + 86 << "\" width=\"8\" height=\"8\" fill=\"#888\"/>"
+     << "<text x=\"" << lx + 10 << "\" y=\"" << ly + 94 << "\">persistent grid</text>\n"
+     << "</svg>\n";
+  return os.str();
+}
+
+} // namespace attn::tune

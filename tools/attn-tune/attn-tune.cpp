@@ -1,0 +1,159 @@
+//===- attn-tune.cpp - Find the fastest tile plan of a spec ---------------===//
+//
+//   attn-tune spec.mlir --shape=B,S[,Sk][;B,S...] [--capture NAME=GEN...]
+//       [--tuning-db=FILE|none] [--plot=FILE.svg] [--top=N] [--jobs=N]
+//
+// Compiles every legal tile plan of the spec on CPU threads, runs each on the
+// GPU, checks its output against the CPU reference on sampled rows, times
+// the ones that pass (median of --repeats launches after --warmup), prints
+// them ranked, records the fastest in the tuning database (which attnc and
+// the JIT consult) and draws every candidate's TFLOP/s as an SVG. Several
+// shapes (separated by ';') share one compilation; each gets its table, its
+// record and its plot (FILE-<bucket>.svg).
+//
+//===----------------------------------------------------------------------===//
+
+#include "AttnHarness.h"
+#include "Tuner.h"
+
+#include "attn/runtime/Error.h"
+#include "attn/runtime/TuningDatabase.h"
+
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+using namespace llvm;
+
+namespace {
+cl::opt<std::string> specFile(cl::Positional, cl::desc("<spec.mlir>"), cl::Required);
+cl::opt<std::string> shapeText("shape", cl::desc("Problem sizes to tune for"),
+                               cl::value_desc("B,S or B,Sq,Sk[;...]"), cl::init("2,8192"));
+cl::list<std::string> captureOptions(
+    "capture", cl::desc("NAME=GENERATOR[@D0xD1...]: a captured buffer (as attn-bench)"));
+cl::opt<int> warmup("warmup", cl::desc("Untimed launches per finalist round"), cl::init(2));
+cl::opt<int> repeats("repeats", cl::desc("Timed launches per finalist round (median)"),
+                     cl::init(5));
+cl::opt<int> rounds("rounds", cl::desc("Interleaved timing rounds of the finalists"), cl::init(5));
+cl::opt<unsigned> jobs("jobs", cl::desc("Compile threads (default: all hardware threads)"),
+                       cl::init(0));
+cl::opt<unsigned> top("top", cl::desc("Rows of the ranked table"), cl::init(15));
+cl::opt<std::string> tuningDatabase(
+    "tuning-db",
+    cl::desc("Where the best plan is recorded (default: ATTNC_TUNING_DB, else tuning.tsv in "
+             "the kernel cache directory); 'none' records nothing"),
+    cl::value_desc("file"), cl::init(""));
+cl::opt<std::string> plotFile("plot",
+                              cl::desc("SVG of every candidate (default: <spec>.tune.svg in the "
+                                       "current directory; 'none' for no plot)"),
+                              cl::value_desc("file"), cl::init(""));
+cl::list<int> onlyBlockN("block-n", cl::desc("Restrict the search to these block_n values"),
+                         cl::CommaSeparated);
+cl::list<int> onlyStages("stages", cl::desc("Restrict the search to these stage counts"),
+                         cl::CommaSeparated);
+
+/// One line of progress: redrawn in place on a terminal, a line per tenth
+/// otherwise (logs stay short).
+void showProgress(const char *phase, size_t done, size_t total) {
+  static bool terminal = ::isatty(STDERR_FILENO);
+  constexpr int kWidth = 30;
+  int filled = total ? int(kWidth * done / total) : kWidth;
+  if (terminal) {
+    std::fprintf(stderr, "\r%-8s [%s%s] %zu/%zu", phase, std::string(filled, '#').c_str(),
+                 std::string(kWidth - filled, '.').c_str(), done, total);
+    if (done == total)
+      std::fprintf(stderr, "\n");
+  } else if (done == total || (total >= 10 && done % (total / 10) == 0)) {
+    std::fprintf(stderr, "%s: %zu/%zu\n", phase, done, total);
+  }
+  std::fflush(stderr);
+}
+} // namespace
+
+int main(int argc, char **argv) {
+  InitLLVM initLLVM(argc, argv);
+  cl::ParseCommandLineOptions(argc, argv, "attn-tune: find the fastest tile plan of a spec\n");
+  auto buffer = MemoryBuffer::getFile(specFile);
+  if (!buffer) {
+    errs() << "attn-tune: cannot read " << specFile << ": " << buffer.getError().message() << "\n";
+    return 1;
+  }
+  attn::tune::TuneOptions options;
+  options.specText = (*buffer)->getBuffer().str();
+  options.specName = specFile;
+  std::stringstream shapes(shapeText);
+  for (std::string item; std::getline(shapes, item, ';');) {
+    attn::TuningShape shape;
+    if (std::optional<std::string> error = attn::parseTuningShape(item, shape)) {
+      errs() << "attn-tune: --shape: " << *error << "\n";
+      return 1;
+    }
+    options.shapes.push_back(shape);
+  }
+  options.captures.assign(captureOptions.begin(), captureOptions.end());
+  options.warmup = warmup;
+  options.repeats = repeats;
+  options.rounds = rounds;
+  options.compileThreads = jobs;
+  if (!onlyBlockN.empty())
+    options.space.blockN.assign(onlyBlockN.begin(), onlyBlockN.end());
+  if (!onlyStages.empty())
+    options.space.stages.assign(onlyStages.begin(), onlyStages.end());
+  options.progress = showProgress;
+
+  std::string reason = attn::harness::gpuUnavailableReason();
+  if (!reason.empty()) {
+    errs() << "attn-tune: needs an sm_90 GPU to measure: " << reason << "\n";
+    return 1;
+  }
+  try {
+    std::string databasePath = tuningDatabase.empty() ? attn::TuningDatabase::defaultPath()
+                                                      : tuningDatabase.getValue();
+    bool allMeasured = true;
+    bool several = options.shapes.size() > 1;
+    // Each shape is reported and recorded as soon as it is measured.
+    attn::tune::tune(options, [&](const attn::tune::TuneReport &report) {
+      outs() << "\nattn-tune @" << specFile << " B=" << report.shape.batch
+             << " Sq=" << report.shape.seqlenQ << " Sk=" << report.shape.seqlenK << " ("
+             << report.bucket.str() << ") on " << report.device << "\n\n"
+             << attn::tune::renderTable(report, top);
+      const attn::tune::CandidateResult *best = report.best();
+      const attn::tune::CandidateResult *heuristic = report.heuristicResult();
+      if (best && heuristic && heuristic->status == attn::tune::CandidateStatus::Measured)
+        outs() << "best " << attn::formatTileOverride(best->config) << ": "
+               << format("%.3f", best->milliseconds) << " ms, heuristic "
+               << format("%.3f", heuristic->milliseconds) << " ms ("
+               << format("%.3f", heuristic->milliseconds / best->milliseconds) << "x)\n";
+      allMeasured = allMeasured && best;
+
+      std::string plot = plotFile.empty() ? sys::path::stem(specFile).str() + ".tune.svg"
+                                          : plotFile.getValue();
+      if (plot != "none") {
+        if (several)
+          plot = (sys::path::parent_path(plot).empty() ? std::string()
+                                                       : sys::path::parent_path(plot).str() + "/") +
+                 sys::path::stem(plot).str() + "-" + report.bucket.str() + ".svg";
+        std::ofstream(plot) << attn::tune::renderSvg(report);
+        outs() << "plot: " << plot << "\n";
+      }
+      if (best && databasePath != "none" && !databasePath.empty()) {
+        attn::TuningDatabase(databasePath).record(report.bestRecord());
+        outs() << "recorded in " << databasePath << " (spec " << report.specHash.substr(0, 12)
+               << ", " << report.bucket.str() << ")\n";
+      }
+      outs().flush();
+    });
+    return allMeasured ? 0 : 1;
+  } catch (const attn::Error &error) {
+    errs() << "attn-tune: " << error.what() << "\n";
+    return 1;
+  }
+}
