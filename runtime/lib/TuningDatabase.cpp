@@ -196,6 +196,11 @@ std::optional<std::string> parseTuningShape(const std::string &text, TuningShape
   return std::nullopt;
 }
 
+std::string formatTuningShape(const TuningShape &shape) {
+  return std::to_string(shape.batch) + "," + std::to_string(shape.seqlenQ) + "," +
+         std::to_string(shape.seqlenK);
+}
+
 TuningDatabase::TuningDatabase(std::string path) : filePath(std::move(path)) {}
 
 std::string TuningDatabase::defaultPath() {

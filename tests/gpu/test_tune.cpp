@@ -74,9 +74,7 @@ TEST_CASE("the tuner measures, ranks and records; compiles then use the record",
   for (const tune::TuneReport &report : reports) {
     CompileOptions compile;
     compile.tuningDatabase = database.path();
-    compile.tuningShape = std::to_string(report.shape.batch) + "," +
-                          std::to_string(report.shape.seqlenQ) + "," +
-                          std::to_string(report.shape.seqlenK);
+    compile.tuningShape = formatTuningShape(report.shape);
     CompiledKernel kernel = compileSpec(kCausalSpec, "tune_causal.mlir", compile);
     const TileConfig &best = report.best()->config;
     CHECK(kernel.launch.blockM == best.blockM);

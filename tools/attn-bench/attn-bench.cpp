@@ -75,8 +75,7 @@ Loaded load(const std::string &spec, const std::string &name) {
   options.tileOverride = tileOverride;
   options.tuningDatabase = tuningDatabase;
   if (!tuningDatabase.empty() && !grid)
-    options.tuningShape = std::to_string(batch) + "," + std::to_string(seqlen) + "," +
-                          std::to_string(seqlenK ? seqlenK : seqlen);
+    options.tuningShape = attn::formatTuningShape({batch, seqlen, seqlenK ? seqlenK : seqlen});
   Loaded loaded;
   loaded.compiled = attn::compileSpec(spec, name, options);
   if (blocksPerSm >= 0)
@@ -86,8 +85,6 @@ Loaded load(const std::string &spec, const std::string &name) {
   loaded.function = loaded.module.function(loaded.compiled.launch.kernelName);
   return loaded;
 }
-
-bool isCausal(const std::string &spec) { return spec.find("#attn.causal") != std::string::npos; }
 
 int runSpec() {
   auto buffer = MemoryBuffer::getFileOrSTDIN(specFile);
@@ -138,7 +135,7 @@ int runSpec() {
                 (unsigned long long)attn::tileCoverageBytes(launch, args));
   }
   double ms = attn::harness::medianLaunchMs(kernel.function, launch, args, warmup, repeats);
-  double flops = attn::harness::forwardFlops(launch, shape, isCausal(spec));
+  double flops = attn::harness::forwardFlops(launch, shape, attn::harness::specHasCausalMask(spec));
   std::printf("time %.3f ms (median of %d), %.1f TFLOP/s\n", ms, int(repeats), flops / ms / 1e9);
   return passed ? 0 : 1;
 }

@@ -92,9 +92,6 @@ reference::RowFilter sampleRows(const TuningShape &shape, int64_t qHeads, int64_
   };
 }
 
-bool isCausalSpec(const std::string &spec) {
-  return spec.find("#attn.causal") != std::string::npos;
-}
 
 std::string describe(const TileConfig &c) {
   std::ostringstream os;
@@ -156,13 +153,20 @@ TuningRecord TuneReport::bestRecord() const {
 namespace {
 /// Checks and times every candidate at one shape.
 void measureShape(const TuneOptions &options, const SpecTuningKey &key,
-                  std::vector<Binary> &binaries, std::vector<Module> &modules,
-                  std::vector<KernelFunction> &functions, const TuningShape &tuningShape,
-                  std::vector<CandidateResult> &results) {
+                  std::vector<Binary> &binaries, std::vector<KernelFunction> &functions,
+                  const TuningShape &tuningShape, std::vector<CandidateResult> &results) {
+  // A binary that failed to compile or load fails all its candidates.
   const Binary *first = nullptr;
-  for (const Binary &binary : binaries)
-    if (binary.error.empty() && !first)
-      first = &binary;
+  for (const Binary &binary : binaries) {
+    if (binary.error.empty()) {
+      first = first ? first : &binary;
+      continue;
+    }
+    for (size_t member : binary.members) {
+      results[member].status = CandidateStatus::CompileFailed;
+      results[member].message = binary.error;
+    }
+  }
   if (!first)
     return;
   harness::Shape shape{tuningShape.batch, tuningShape.seqlenQ, tuningShape.seqlenK, false};
@@ -177,18 +181,14 @@ void measureShape(const TuneOptions &options, const SpecTuningKey &key,
                                                         shape.seqlenQ, shape.seqlenK, hostCaptures);
   problem.rows = sampleRows(tuningShape, key.qHeads, options.sampledRows);
   harness::ReferenceOutputs expected = harness::computeReference(problem, data);
-  bool causal = isCausalSpec(options.specText);
+  bool causal = harness::specHasCausalMask(options.specText);
 
   size_t done = 0;
   for (size_t b = 0; b < binaries.size(); ++b) {
     const Binary &binary = binaries[b];
     for (size_t member : binary.members) {
       CandidateResult &result = results[member];
-      if (!binary.error.empty() || !functions[b].get()) {
-        result.status = binary.error.empty() ? CandidateStatus::LaunchFailed
-                                             : CandidateStatus::CompileFailed;
-        result.message = binary.error;
-      } else {
+      if (binary.error.empty()) {
         KernelFunction &function = functions[b];
         result.registers = function.attribute(CU_FUNC_ATTRIBUTE_NUM_REGS);
         result.localBytes = function.attribute(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES);
@@ -262,7 +262,7 @@ void measureShape(const TuneOptions &options, const SpecTuningKey &key,
   }
   for (CandidateResult &result : results)
     if (result.status == CandidateStatus::Measured)
-      result.tflops = harness::forwardFlops(binaries.front().compiled.launch, shape, causal) /
+      result.tflops = harness::forwardFlops(firstLaunch, shape, causal) /
                       result.milliseconds / 1e9;
 }
 } // namespace
@@ -330,7 +330,7 @@ std::vector<TuneReport> tune(const TuneOptions &options, const ReportCallback &o
     report.binaries = binaries.size();
     report.compileSeconds = compileSeconds;
     std::vector<CandidateResult> results = blank;
-    measureShape(options, key, binaries, modules, functions, shape, results);
+    measureShape(options, key, binaries, functions, shape, results);
     std::stable_sort(results.begin(), results.end(),
                      [](const CandidateResult &a, const CandidateResult &b) {
                        bool aOk = a.status == CandidateStatus::Measured;

@@ -262,6 +262,10 @@ double medianLaunchMs(KernelFunction &kernel, const AttnLaunchConfig &config,
   return times[times.size() / 2];
 }
 
+bool specHasCausalMask(const std::string &specText) {
+  return specText.find("#attn.causal") != std::string::npos;
+}
+
 double forwardFlops(const AttnLaunchConfig &config, const Shape &shape, bool causal) {
   double flops = 4.0 * shape.batch * config.qHeads * double(shape.seqlenQ) * shape.seqlenK *
                  config.headDim;

@@ -111,6 +111,9 @@ Comparison compareWithReference(const reference::Problem &problem, const Forward
 double medianLaunchMs(KernelFunction &kernel, const AttnLaunchConfig &config,
                       const AttnForwardArgs &args, int warmup, int repeats);
 
+/// Whether a spec's built-in mask is causal (forwardFlops then halves).
+bool specHasCausalMask(const std::string &specText);
+
 /// 4·B·H·Sq·Sk·D floating-point operations, halved for causal masks.
 double forwardFlops(const AttnLaunchConfig &config, const Shape &shape, bool causal);
 

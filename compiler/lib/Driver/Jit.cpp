@@ -267,8 +267,7 @@ static std::string tuningShapeText(const TuningShape &shape) {
     throw Error("shape: batch, seqlenQ and seqlenK must be positive, got " +
                 std::to_string(shape.batch) + ", " + std::to_string(shape.seqlenQ) + ", " +
                 std::to_string(shape.seqlenK));
-  return std::to_string(shape.batch) + "," + std::to_string(shape.seqlenQ) + "," +
-         std::to_string(shape.seqlenK);
+  return formatTuningShape(shape);
 }
 
 Kernel Compiler::compile(const Spec &spec) { return impl->compileSpec(spec, ""); }

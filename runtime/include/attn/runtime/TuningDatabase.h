@@ -51,6 +51,8 @@ struct ShapeBucket {
 /// Parses "B,S" or "B,Sq,Sk" (positive integers). Returns an error message
 /// on malformed input.
 std::optional<std::string> parseTuningShape(const std::string &text, TuningShape &shape);
+/// "B,Sq,Sk", which parseTuningShape reads back.
+std::string formatTuningShape(const TuningShape &shape);
 
 struct TuningRecord {
   std::string specHash; // 64 hex digits (attn-tile's tuning hash of the spec)
