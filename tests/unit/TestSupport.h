@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 
 #include <filesystem>
@@ -88,6 +90,68 @@ inline std::vector<int> runInChildren(const std::vector<std::function<int()>> &b
   ::close(gate[0]);
   ::close(gate[1]);
   return waitForExitCodes(children);
+}
+
+/// What `ptxas -arch=sm_90a -v` made of a PTX text: its exit status and
+/// report (registers, spills, stack frame per entry).
+struct PtxasReport {
+  int status = -1;
+  std::string text;
+
+  /// Whether every function has no stack frame and no spills (ptxas
+  /// reports "N bytes stack frame, N bytes spill stores, N bytes spill
+  /// loads" once per function).
+  bool spillFree() const {
+    size_t functions = 0;
+    for (size_t at = text.find("bytes stack frame"); at != std::string::npos;
+         at = text.find("bytes stack frame", at + 1)) {
+      ++functions;
+      size_t line = text.rfind('\n', at);
+      size_t end = text.find('\n', at);
+      std::string properties = text.substr(line == std::string::npos ? 0 : line + 1,
+                                           end == std::string::npos ? end : end - line - 1);
+      if (properties.find_first_of("123456789") != std::string::npos)
+        return false;
+    }
+    return functions > 0;
+  }
+  /// The "Used N registers" count of entry function `entry`, or -1 when
+  /// the report has none.
+  int registers(const std::string &entry) const {
+    size_t at = text.find("Compiling entry function '" + entry + "'");
+    if (at == std::string::npos)
+      return -1;
+    at = text.find("Used ", at);
+    return at == std::string::npos ? -1 : std::atoi(text.c_str() + at + 5);
+  }
+};
+
+/// Assembles PTX with the toolkit's ptxas. Uses no Catch macros, so worker
+/// threads may call it.
+inline PtxasReport assembleWithPtxas(const std::vector<char> &ptx) {
+  PtxasReport report;
+  std::string pattern =
+      (std::filesystem::temp_directory_path() / "attn-ptxas-XXXXXX.ptx").string();
+  int fd = ::mkstemps(pattern.data(), 4);
+  if (fd < 0) {
+    report.text = "cannot create a temporary PTX file";
+    return report;
+  }
+  bool written = ::write(fd, ptx.data(), ptx.size()) == ssize_t(ptx.size());
+  ::close(fd);
+  if (written) {
+    std::string command =
+        "/usr/local/cuda/bin/ptxas -arch=sm_90a -v -o /dev/null " + pattern + " 2>&1";
+    if (FILE *pipe = ::popen(command.c_str(), "r")) {
+      char buffer[512];
+      while (::fgets(buffer, sizeof(buffer), pipe))
+        report.text += buffer;
+      int status = ::pclose(pipe);
+      report.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+    }
+  }
+  ::unlink(pattern.c_str());
+  return report;
 }
 
 } // namespace attn::test

@@ -7,6 +7,8 @@
 #include "attn/Compiler/Compiler.h"
 #include "attn/runtime/Error.h"
 
+#include "TestSupport.h"
+
 #include <cstdio>
 #include <fstream>
 #include <regex>
@@ -21,32 +23,6 @@ std::string spec(int headDim, const std::string &element, const std::string &mas
        << headDim << ", element_type = " << element << "> mask = " << mask
        << " normalizer = #attn.softmax\n";
   return text.str();
-}
-
-// Runs `ptxas -arch=sm_90a -v` on the PTX and returns its report.
-std::string assemble(const std::vector<char> &ptx) {
-  char path[] = "/tmp/attn_codegen_XXXXXX";
-  int fd = mkstemp(path);
-  REQUIRE(fd >= 0);
-  close(fd);
-  std::string ptxPath = std::string(path) + ".ptx";
-  std::rename(path, ptxPath.c_str());
-  {
-    std::ofstream out(ptxPath, std::ios::binary);
-    out.write(ptx.data(), ptx.size());
-  }
-  std::string command = "/usr/local/cuda/bin/ptxas -arch=sm_90a -v -o /dev/null " + ptxPath + " 2>&1";
-  std::string report;
-  FILE *pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe);
-  char buffer[512];
-  while (fgets(buffer, sizeof(buffer), pipe))
-    report += buffer;
-  int status = pclose(pipe);
-  std::remove(ptxPath.c_str());
-  INFO(report);
-  REQUIRE(status == 0);
-  return report;
 }
 
 } // namespace
@@ -64,11 +40,11 @@ TEST_CASE("every head dim and element type assembles for sm_90a without spills",
   CHECK(ptx.find("setmaxnreg") != std::string::npos);
   CHECK(ptx.find(".entry attn_fwd_kernel") != std::string::npos);
 
-  std::string report = assemble(kernel.binary);
-  INFO(report);
-  CHECK(report.find("0 bytes spill stores") != std::string::npos);
-  CHECK(report.find("0 bytes spill loads") != std::string::npos);
-  CHECK(report.find("0 bytes stack frame") != std::string::npos);
+  attn::test::PtxasReport report = attn::test::assembleWithPtxas(kernel.binary);
+  INFO(report.text);
+  REQUIRE(report.status == 0);
+  CHECK(report.spillFree());
+  CHECK(report.registers(kernel.launch.kernelName) > 0);
 }
 
 TEST_CASE("NVRTC errors come back with the compiler log", "[codegen]") {

@@ -12,7 +12,10 @@
 //       The shape follows the declaration; `?` extents come from @D0xD1.
 //   attn-bench --grid
 //       the grid of the peer comparison: head dim 64/128/256, seqlen 512 to
-//       16384, causal and not, B*S = 16384 and H*D = 2048, bf16.
+//       16384, causal and not, B*S = 16384 and H*D = 2048, bf16. With
+//       --tuning-db each point runs the heuristic plan and the plan recorded
+//       nearest its shape in 6 interleaved rounds (alternating which goes
+//       first) and prints both.
 //
 // TFLOP/s = 4*B*H*Sq*Sk*D / time (halved for causal masks); the time is the
 // median of --repeats launches after --warmup launches, timed with events.
@@ -27,8 +30,10 @@
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <sstream>
 
 using namespace llvm;
@@ -49,7 +54,7 @@ cl::opt<std::string> tileOverride("tile", cl::desc("Tile override passed to attn
 cl::opt<std::string> tuningDatabase(
     "tuning-db",
     cl::desc("Take the tile plan from this tuning database (the record nearest --batch, "
-             "--seqlen, --seqlen-k); default: the heuristic"),
+             "--seqlen, --seqlen-k, or each grid point's shape); default: the heuristic"),
     cl::value_desc("file"), cl::init(""));
 cl::opt<int> blocksPerSm("persistent-blocks-per-sm",
                          cl::desc("Grid policy over the plan's: 0 = one block per work tile, "
@@ -70,12 +75,15 @@ struct Loaded {
   attn::KernelFunction function;
 };
 
-Loaded load(const std::string &spec, const std::string &name) {
+/// Compiles and loads a spec; with a tuning database, its plan is the one
+/// recorded nearest `shape`.
+Loaded load(const std::string &spec, const std::string &name, const attn::TuningShape &shape,
+            const std::string &database) {
   attn::CompileOptions options;
   options.tileOverride = tileOverride;
-  options.tuningDatabase = tuningDatabase;
-  if (!tuningDatabase.empty() && !grid)
-    options.tuningShape = attn::formatTuningShape({batch, seqlen, seqlenK ? seqlenK : seqlen});
+  options.tuningDatabase = database;
+  if (!database.empty())
+    options.tuningShape = attn::formatTuningShape(shape);
   Loaded loaded;
   loaded.compiled = attn::compileSpec(spec, name, options);
   if (blocksPerSm >= 0)
@@ -94,7 +102,8 @@ int runSpec() {
     return 1;
   }
   std::string spec = (*buffer)->getBuffer().str();
-  Loaded kernel = load(spec, specFile);
+  Loaded kernel =
+      load(spec, specFile, {batch, seqlen, seqlenK ? seqlenK : seqlen}, tuningDatabase);
   attn::harness::Shape shape{batch, seqlen, seqlenK ? seqlenK : seqlen, false};
   attn::harness::ForwardProblem data(kernel.compiled.launch, shape, 2026);
   const attn::AttnLaunchConfig &launch = kernel.compiled.launch;
@@ -140,10 +149,39 @@ int runSpec() {
   return passed ? 0 : 1;
 }
 
+/// The grid's arguments at (B, S) over buffers allocated for B*S = 16384:
+/// packed BSHD tensors of one element count take any split of B*S, so the
+/// inputs are generated once per head dim.
+attn::AttnForwardArgs gridArgs(const attn::harness::ForwardProblem &data, int64_t batch,
+                               int64_t seqlen) {
+  attn::AttnForwardArgs args = data.args();
+  for (attn::TensorView *view : {&args.q, &args.k, &args.v, &args.o}) {
+    view->shape[0] = batch;
+    view->shape[1] = seqlen;
+    view->strides[0] = seqlen * view->strides[1];
+  }
+  return args;
+}
+
+/// The peer grid. With a tuning database each point runs the heuristic plan
+/// and the plan recorded nearest its shape, timed in interleaved rounds (so
+/// clock drift reaches both alike), and prints both.
 int runGrid() {
-  std::printf("| head dim | seqlen | causal | attnc TFLOP/s | ms |\n|---|---|---|---|---|\n");
+  bool compare = !tuningDatabase.empty();
+  constexpr int kRounds = 6;
+  if (compare)
+    std::printf("| head dim | seqlen | causal | heuristic TFLOP/s | heuristic ms | tuned TFLOP/s "
+                "| tuned ms | gain | tuned plan |\n|---|---|---|---|---|---|---|---|---|\n");
+  else
+    std::printf("| head dim | seqlen | causal | attnc TFLOP/s | ms | plan |\n"
+                "|---|---|---|---|---|---|\n");
+  auto planName = [](const attn::AttnLaunchConfig &launch) {
+    return std::to_string(launch.blockM) + "x" + std::to_string(launch.blockN) +
+           (launch.persistentBlocksPerSm ? " persistent" : "");
+  };
   for (int headDim : {64, 128, 256}) {
     int heads = 2048 / headDim;
+    std::optional<attn::harness::ForwardProblem> data;
     for (bool causal : {false, true}) {
       std::ostringstream spec;
       spec << "attn.kernel @grid_d" << headDim << (causal ? "_causal" : "")
@@ -151,15 +189,45 @@ int runGrid() {
            << ", head_dim = " << headDim << ", element_type = bf16> mask = "
            << (causal ? "#attn.causal<bottom_right>" : "#attn.no_mask")
            << " normalizer = #attn.softmax\n";
-      Loaded kernel = load(spec.str(), "grid.mlir");
+      Loaded heuristic = load(spec.str(), "grid.mlir", {}, "");
+      if (!data)
+        data.emplace(heuristic.compiled.launch, attn::harness::Shape{1, 16384, 16384, false}, 11);
       for (int64_t s : {512, 1024, 2048, 4096, 8192, 16384}) {
         attn::harness::Shape shape{16384 / s, s, s, false};
-        attn::harness::ForwardProblem data(kernel.compiled.launch, shape, 11);
-        double ms = attn::harness::medianLaunchMs(kernel.function, kernel.compiled.launch,
-                                                  data.args(), warmup, repeats);
-        double flops = attn::harness::forwardFlops(kernel.compiled.launch, shape, causal);
-        std::printf("| %d | %lld | %s | %.1f | %.3f |\n", headDim, (long long)s,
-                    causal ? "yes" : "no", flops / ms / 1e9, ms);
+        attn::AttnForwardArgs args = gridArgs(*data, shape.batch, s);
+        double flops = attn::harness::forwardFlops(heuristic.compiled.launch, shape, causal);
+        if (!compare) {
+          const attn::AttnLaunchConfig &launch = heuristic.compiled.launch;
+          double ms = attn::harness::medianLaunchMs(heuristic.function, launch, args, warmup,
+                                                    repeats);
+          std::printf("| %d | %lld | %s | %.1f | %.3f | %s |\n", headDim, (long long)s,
+                      causal ? "yes" : "no", flops / ms / 1e9, ms, planName(launch).c_str());
+          std::fflush(stdout);
+          continue;
+        }
+        Loaded tuned = load(spec.str(), "grid.mlir", {shape.batch, s, s}, tuningDatabase);
+        std::vector<double> heuristicMs, tunedMs;
+        // Alternating which plan goes first: under the power cap the clock
+        // sags within a round, which would favour a fixed first plan.
+        auto time = [&](Loaded &kernel) {
+          return attn::harness::medianLaunchMs(kernel.function, kernel.compiled.launch, args,
+                                               warmup, repeats);
+        };
+        for (int round = 0; round < kRounds; ++round) {
+          if (round % 2) {
+            tunedMs.push_back(time(tuned));
+            heuristicMs.push_back(time(heuristic));
+          } else {
+            heuristicMs.push_back(time(heuristic));
+            tunedMs.push_back(time(tuned));
+          }
+        }
+        std::sort(heuristicMs.begin(), heuristicMs.end());
+        std::sort(tunedMs.begin(), tunedMs.end());
+        double h = heuristicMs[kRounds / 2], t = tunedMs[kRounds / 2];
+        std::printf("| %d | %lld | %s | %.1f | %.3f | %.1f | %.3f | %+.1f %% | %s |\n", headDim,
+                    (long long)s, causal ? "yes" : "no", flops / h / 1e9, h, flops / t / 1e9, t,
+                    100 * (h / t - 1), planName(tuned.compiled.launch).c_str());
         std::fflush(stdout);
       }
     }

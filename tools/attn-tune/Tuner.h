@@ -28,8 +28,10 @@ struct TuneOptions {
   std::vector<TuningShape> shapes;
   /// NAME=GENERATOR[@D0xD1...] for each capture (attn-bench's --capture).
   std::vector<std::string> captures;
-  /// Every candidate that passes the check is screened with one warm-up and
-  /// `screenRepeats` timed launches. The heuristic and those within
+  /// Every candidate that passes the check (its launch is the warm-up) is
+  /// screened with one timed launch, and when that is within 2.5 x
+  /// `finalistMargin` of the fastest screen so far, the median of
+  /// `screenRepeats` more. The heuristic and those within
   /// `finalistMargin` of the fastest screen (at most `maxFinalists`) are
   /// then timed in `rounds` interleaved rounds of `warmup` + `repeats`
   /// launches each; a finalist's time is its median round.

@@ -8,6 +8,7 @@
 #include <limits>
 #include <random>
 #include <sstream>
+#include <utility>
 
 namespace attn::harness {
 
@@ -123,6 +124,36 @@ void ForwardProblem::addCapture(std::vector<int32_t> values, std::vector<int64_t
   captures.back().i32 = std::move(values);
 }
 
+PinnedHostBuffer::PinnedHostBuffer(size_t size) : bytes(size) {
+  if (bytes)
+    ATTN_CU_CHECK_CTX("allocating " + std::to_string(bytes) + " bytes of pinned host memory",
+                      cuMemAllocHost, &pointer, bytes);
+}
+
+PinnedHostBuffer::~PinnedHostBuffer() {
+  if (pointer)
+    Driver::get().api().cuMemFreeHost(pointer);
+}
+
+PinnedHostBuffer::PinnedHostBuffer(PinnedHostBuffer &&other) noexcept
+    : pointer(std::exchange(other.pointer, nullptr)), bytes(std::exchange(other.bytes, 0)) {}
+
+PinnedHostBuffer &PinnedHostBuffer::operator=(PinnedHostBuffer &&other) noexcept {
+  if (this != &other) {
+    this->~PinnedHostBuffer();
+    pointer = std::exchange(other.pointer, nullptr);
+    bytes = std::exchange(other.bytes, 0);
+  }
+  return *this;
+}
+
+const uint16_t *ForwardProblem::downloadOutput() const {
+  if (outputStaging.size() != o.buffer.size())
+    outputStaging = PinnedHostBuffer(o.buffer.size());
+  o.buffer.copyToHost(outputStaging.data(), o.buffer.size());
+  return static_cast<const uint16_t *>(outputStaging.data());
+}
+
 void ForwardProblem::poisonOutputs() {
   o.buffer.fill(0xFF);   // NaN in bf16 and f16
   lse.fill32(0x7FC00000); // quiet NaN in fp32
@@ -170,8 +201,7 @@ Comparison compareOutputs(const reference::Problem &problem, const ReferenceOutp
   const int64_t hq = problem.qHeads, d = problem.headDim;
   const std::vector<float> &refO = reference.o, &refLse = reference.lse;
 
-  std::vector<uint16_t> gpuBits(data.o.buffer.size() / sizeof(uint16_t));
-  data.o.buffer.copyToHost(gpuBits.data(), gpuBits.size() * sizeof(uint16_t));
+  const uint16_t *gpuBits = data.downloadOutput();
   std::vector<float> gpuLse(b * hq * sq);
   if (!gpuLse.empty())
     data.lse.copyToHost(gpuLse.data(), gpuLse.size() * sizeof(float));

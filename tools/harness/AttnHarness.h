@@ -45,6 +45,27 @@ struct HostDeviceCapture {
   }
 };
 
+/// Page-locked host memory: device-to-host copies into it run at the link's
+/// full speed and need no first-touch page faults, which dominates checking
+/// a large O many times (attn-tune checks every candidate).
+class PinnedHostBuffer {
+public:
+  PinnedHostBuffer() = default;
+  explicit PinnedHostBuffer(size_t bytes);
+  ~PinnedHostBuffer();
+  PinnedHostBuffer(PinnedHostBuffer &&other) noexcept;
+  PinnedHostBuffer &operator=(PinnedHostBuffer &&other) noexcept;
+  PinnedHostBuffer(const PinnedHostBuffer &) = delete;
+  PinnedHostBuffer &operator=(const PinnedHostBuffer &) = delete;
+
+  void *data() const { return pointer; }
+  size_t size() const { return bytes; }
+
+private:
+  void *pointer = nullptr;
+  size_t bytes = 0;
+};
+
 /// Inputs and outputs of one forward problem, allocated for `config`.
 class ForwardProblem {
 public:
@@ -58,6 +79,9 @@ public:
   void addCapture(std::vector<float> values, std::vector<int64_t> shape);
   void addCapture(std::vector<int32_t> values, std::vector<int64_t> shape);
   const Shape &shape() const { return shapeValue; }
+  /// Copies O from the device into a staging buffer kept for the next call
+  /// and returns its element bits (laid out as o.view).
+  const uint16_t *downloadOutput() const;
 
   HostDeviceTensor q, k, v, o;
   DeviceBuffer lse;
@@ -65,6 +89,7 @@ public:
 
 private:
   Shape shapeValue;
+  mutable PinnedHostBuffer outputStaging; // downloadOutput's, allocated on first use
 };
 
 struct Comparison {

@@ -2,6 +2,7 @@
 
 #include "attn/Compiler/TileConstraints.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <sstream>
@@ -158,7 +159,11 @@ int64_t estimateConsumerRegisters(const TileProblem &problem,
                                   const TileConfig &config) {
   // 32 covers addresses, row statistics and loop state: ptxas fits
   // 192 x 128 tiles of head dim 64 in 160 registers without spilling.
-  return problem.headDim / 2 + config.blockN / 2 + config.blockN / 4 + 32;
+  // Above head dim 128 the output fragment's bookkeeping grows too: ptxas
+  // spills 40-64 bytes at head dim 256 with block_n 96 in 240 registers
+  // (the candidate test, test_tune_candidates.cpp, finds it).
+  int64_t wideHeadExtra = std::max<int64_t>(0, problem.headDim - 128) / 8;
+  return problem.headDim / 2 + config.blockN / 2 + config.blockN / 4 + 32 + wideHeadExtra;
 }
 
 int64_t estimateSharedMemoryBytes(const TileProblem &problem,

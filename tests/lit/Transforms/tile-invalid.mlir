@@ -67,10 +67,17 @@ attn.kernel @k problem = #attn.problem<q_heads = 16, kv_heads = 2, head_dim = 64
 
 // -----
 
-// Accumulators: 256/2 (O) + 128/2 (S) + 128/4 (P) + 32 = 256 > 240.
-// expected-error @+1 {{illegal tile plan for sm_90a: register budget: head_dim 256 with block_n 128 needs ~256 registers per consumer thread, budget 240}}
+// Accumulators: 256/2 (O) + 128/2 (S) + 128/4 (P) + 32 + (256-128)/8 = 272 > 240.
+// expected-error @+1 {{illegal tile plan for sm_90a: register budget: head_dim 256 with block_n 128 needs ~272 registers per consumer thread, budget 240}}
 attn.kernel @k problem = #attn.problem<q_heads = 16, kv_heads = 2, head_dim = 256, element_type = bf16> mask = #attn.no_mask normalizer = #attn.softmax
     attributes {tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24>}
+
+// -----
+
+// 128 + 48 + 24 + 32 + 16 = 248 > 240: ptxas spills this plan.
+// expected-error @+1 {{illegal tile plan for sm_90a: register budget: head_dim 256 with block_n 96 needs ~248 registers per consumer thread, budget 240}}
+attn.kernel @k problem = #attn.problem<q_heads = 16, kv_heads = 2, head_dim = 256, element_type = bf16> mask = #attn.no_mask normalizer = #attn.softmax
+    attributes {tile = #attn.tile<block_m = 128, block_n = 96, stages = 1, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24>}
 
 // -----
 

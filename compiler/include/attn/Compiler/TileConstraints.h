@@ -108,8 +108,9 @@ std::optional<std::string> parseTileOverride(const std::string &text,
 std::string formatTileOverride(const TileConfig &config);
 
 /// Registers one consumer thread needs: O accumulator (head_dim/2 fp32),
-/// S accumulator (block_n/2 fp32), P in 16 bits (block_n/4) and 32 for
-/// addresses, row statistics and loop state.
+/// S accumulator (block_n/2 fp32), P in 16 bits (block_n/4), 32 for
+/// addresses, row statistics and loop state, and (head_dim - 128)/8 more
+/// above head dim 128 (calibrated against ptxas by the candidate test).
 int64_t estimateConsumerRegisters(const TileProblem &problem,
                                   const TileConfig &config);
 
