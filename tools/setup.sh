@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs what the build needs (Debian 12 packages; the CUDA toolkit is
 # expected at /usr/local/cuda) and configures and builds attnc in ./build.
-# Usage: tools/setup.sh [extra cmake args]
+# Usage: tools/setup.sh [--deps-only | extra cmake args]
+#   --deps-only installs the packages and stops; ATTNC_EXTRA_PACKAGES names
+#   more packages to install (tools/fuzz.sh adds clang's).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 packages=(llvm-22-dev libmlir-22-dev mlir-22-tools libfmt-dev catch2 cmake ninja-build
-          libzstd-dev libxml2-dev g++ python3)
+          libzstd-dev libxml2-dev g++ python3 ${ATTNC_EXTRA_PACKAGES:-})
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
@@ -22,6 +24,7 @@ if [ ! -x /usr/local/cuda/bin/ptxas ] || [ ! -f /usr/local/cuda/include/nvrtc.h 
   echo "setup: the CUDA toolkit (13.x) must be installed at /usr/local/cuda" >&2
   exit 1
 fi
+[ "${1:-}" = "--deps-only" ] && exit 0
 build="${ATTNC_BUILD_DIR:-$root/build}"
 cmake -G Ninja -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
 cmake --build "$build" -j "$(nproc)"

@@ -14,6 +14,8 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -31,6 +33,7 @@
 #include <iterator>
 #include <map>
 #include <optional>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -587,6 +590,106 @@ TEST_CASE("disk cache: racing stores of one key leave one valid entry; readers "
   std::optional<CacheEntry> entry = cache.load(key('r'));
   REQUIRE(entry);
   CHECK((entry->sections == first.sections || entry->sections == second.sections));
+}
+
+TEST_CASE("disk cache: writers killed with SIGKILL at random points never leave an "
+          "entry that loads partial",
+          "[cache][disk][process][faults]") {
+  TempDir dir;
+  std::string directory = dir.path + "/cache";
+  // Every entry a writer may store: a load must return one of these whole.
+  std::vector<CacheEntry> possible;
+  for (int tag = 0; tag < 3; ++tag)
+    for (int size = 0; size < 4; ++size)
+      possible.push_back(makeEntry("w" + std::to_string(tag), 150000 + 70000 * size));
+  std::mt19937 random(2026);
+  const int rounds = 120;
+  int roundsWithDebris = 0, hits = 0;
+  for (int round = 0; round < rounds; ++round) {
+    pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      DiskCacheOptions options;
+      options.directory = directory;
+      options.warn = [](const std::string &) { ::_exit(3); };
+      DiskCache cache(options);
+      for (unsigned i = round;; ++i)
+        cache.store(key(char('a' + i % 4)), possible[(i * 7) % possible.size()]);
+    }
+    // Somewhere inside a store: the first ones create the directory, later
+    // ones write, fsync, rename and evict.
+    std::this_thread::sleep_for(std::chrono::microseconds(200 + random() % 6000));
+    REQUIRE(::kill(pid, SIGKILL) == 0);
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    REQUIRE(WIFSIGNALED(status)); // killed, not exited on a warning
+    if (!fs::exists(directory))
+      continue;
+    for (const std::string &name : filesIn(directory))
+      if (name.rfind(".tmp-", 0) == 0) {
+        ++roundsWithDebris; // a write cut short: the case under test
+        break;
+      }
+    DiskCache cache(optionsFor(directory));
+    for (char k = 'a'; k < 'e'; ++k) {
+      std::optional<CacheEntry> entry = cache.load(key(k));
+      if (!entry)
+        continue;
+      ++hits;
+      bool whole = std::any_of(possible.begin(), possible.end(), [&](const CacheEntry &e) {
+        return e.sections == entry->sections;
+      });
+      INFO("round " << round << ", key " << k);
+      REQUIRE(whole);
+    }
+  }
+  INFO(roundsWithDebris << " rounds left a cut-short temporary file, " << hits << " hits");
+  CHECK(roundsWithDebris > 0);
+  CHECK(hits > rounds);
+  // Clearing takes the dead writers' temporary files too, once they are old.
+  DiskCache cache(optionsFor(directory));
+  cache.clear();
+}
+
+TEST_CASE("disk cache: a full disk turns the cache off with one warning and the "
+          "caller keeps working",
+          "[cache][disk][process][faults]") {
+  TempDir dir;
+  std::string directory = dir.path + "/cache";
+  // A file-size limit below one entry: writes fail with EFBIG as on a full
+  // file system, in a child so the limit does not reach the test runner.
+  std::vector<int> codes = test::runInChildren({[&]() -> int {
+    struct rlimit limit {64 * 1024, 64 * 1024};
+    if (::setrlimit(RLIMIT_FSIZE, &limit) != 0)
+      return 10;
+    ::signal(SIGXFSZ, SIG_IGN);
+    int warnings = 0;
+    std::string message;
+    DiskCacheOptions options;
+    options.directory = directory;
+    options.warn = [&](const std::string &text) {
+      ++warnings;
+      message = text;
+    };
+    DiskCache cache(options);
+    if (cache.store(key('f'), makeEntry("big", 300000)))
+      return 11; // the write cannot have succeeded
+    if (warnings != 1 || message.find("not usable") == std::string::npos)
+      return 12;
+    // Off from now on: no second warning, nothing stored, builds still run.
+    bool built = false;
+    CacheEntry entry = cache.loadOrBuild(key('g'), [] { return makeEntry("small", 10); }, &built);
+    if (!built || entry.sections != makeEntry("small", 10).sections)
+      return 13;
+    if (cache.store(key('h'), makeEntry("small", 10)) || warnings != 1)
+      return 14;
+    return 0;
+  }});
+  CHECK(codes == std::vector<int>{0});
+  // Nothing partial was left where a reader would find it.
+  if (fs::exists(directory))
+    for (const std::string &name : filesIn(directory))
+      CHECK(name.find(".attnc") == std::string::npos);
 }
 
 //===----------------------------------------------------------------------===//

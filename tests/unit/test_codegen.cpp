@@ -82,3 +82,54 @@ TEST_CASE("the launch metadata follows the plan", "[codegen]") {
   CHECK(kernel.launch.kvHeads == 2);
   CHECK(kernel.launch.scale == Approx(1.0 / std::sqrt(128.0)));
 }
+
+namespace {
+/// `text` as the body of an MLIR string literal.
+std::string mlirStringBody(const std::string &text) {
+  std::string escaped;
+  for (char c : text) {
+    if (c == '\n')
+      escaped += "\\0A";
+    else if (c == '"' || c == '\\')
+      escaped += std::string("\\") + c;
+    else
+      escaped += c;
+  }
+  return escaped;
+}
+
+std::string scaledByCaptureSpec(const std::string &kernelName, const std::string &captureName) {
+  return "attn.kernel @\"" + mlirStringBody(kernelName) +
+         "\" problem = #attn.problem<q_heads = 8, kv_heads = 8, head_dim = 128, "
+         "element_type = bf16> mask = #attn.causal<top_left> normalizer = #attn.softmax "
+         "captures = [#attn.capture<\"" + mlirStringBody(captureName) + "\", f32, [q_heads]>] "
+         "score_mod {\n"
+         "^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index, %c: memref<?xf32>):\n"
+         "  %w = memref.load %c[%h] : memref<?xf32>\n"
+         "  %r = arith.mulf %s, %w : f32\n"
+         "  attn.yield %r : f32\n"
+         "}\n";
+}
+} // namespace
+
+TEST_CASE("hostile names in a spec never reach the CUDA source unescaped", "[codegen]") {
+  // A kernel symbol that would close the header comment, start a
+  // preprocessor line and open a string if it were pasted into the source:
+  // the kernel compiles with NVRTC and none of it appears verbatim (the
+  // header comment shows the name with such characters replaced).
+  std::string hostileKernel = "k */ int injected_decl; /*\n#error injected_directive\n\"";
+  attn::CompiledKernel kernel =
+      attn::compileSpec(scaledByCaptureSpec(hostileKernel, "scale"), "hostile.mlir");
+  CHECK(kernel.name == hostileKernel);
+  INFO(kernel.cudaSource.substr(0, 400));
+  for (const char *fragment : {"*/ int injected_decl;", "\n#error injected_directive", "/*\n"})
+    CHECK(kernel.cudaSource.find(fragment) == std::string::npos);
+  std::string ptx(kernel.binary.begin(), kernel.binary.end());
+  CHECK(ptx.find(".entry attn_fwd_kernel") != std::string::npos);
+
+  // Capture names must be identifiers; anything else is a diagnostic.
+  REQUIRE_THROWS_WITH(
+      attn::compileSpec(scaledByCaptureSpec("k", "c\"); int injected_capture; //"),
+                        "hostile.mlir"),
+      Catch::Contains("hostile.mlir:1:") && Catch::Contains("must be an identifier"));
+}

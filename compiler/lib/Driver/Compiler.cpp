@@ -233,6 +233,22 @@ CompiledKernel compileSpec(const std::string &specText, const std::string &buffe
   return std::move(*kernel);
 }
 
+std::vector<std::string> emitCudaSources(const std::string &specText,
+                                         const std::string &bufferName,
+                                         const CompileOptions &options) {
+  ParsedSpec spec(specText, bufferName);
+  CompileOptions emitting = options;
+  emitting.planOnly = false;
+  if (mlir::failed(runCompilePipeline(*spec.module, emitting)))
+    spec.diagnostics.fail("compiling " + bufferName + " failed");
+  std::vector<std::string> sources;
+  spec.module->walk([&](mlir::attn::KernelOp op) {
+    if (auto source = op->getAttrOfType<mlir::StringAttr>(mlir::attn::kCudaSourceAttrName))
+      sources.push_back(source.str());
+  });
+  return sources;
+}
+
 SpecTuningKey tuningKeyOfSpec(const std::string &specText, const std::string &bufferName) {
   ParsedSpec spec(specText, bufferName);
   mlir::attn::KernelOp op = detail::singleKernel(*spec.module);

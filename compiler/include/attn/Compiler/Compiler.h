@@ -75,6 +75,14 @@ CompiledKernel compileSpec(const std::string &specText, const std::string &buffe
                            const CompileOptions &options = {},
                            BinaryKind kind = BinaryKind::Ptx);
 
+/// Parses a spec and runs the whole pipeline up to the emitted CUDA source
+/// of each of its kernels (in order), without NVRTC. Throws attn::Error
+/// carrying the rendered diagnostics on any failure. The front end's fuzz
+/// target drives this.
+std::vector<std::string> emitCudaSources(const std::string &specText,
+                                         const std::string &bufferName,
+                                         const CompileOptions &options = {});
+
 /// What the tuner needs of a spec (one attn.kernel): its key in the tuning
 /// database, the tile problem and attn-tile's heuristic plan for it.
 struct SpecTuningKey {
