@@ -539,6 +539,48 @@ TEST_CASE("disk cache: two processes building one key build it once and agree",
   CHECK(entry->sections == expected.sections);
 }
 
+TEST_CASE("disk cache: two processes of eight threads hammering four keys build each "
+          "key once and all agree",
+          "[cache][disk][process]") {
+  TempDir dir;
+  std::string counter = dir.path + "/builds.log";
+  std::string directory = dir.path + "/cache";
+  auto process = [&]() -> int {
+    DiskCacheOptions options;
+    options.directory = directory;
+    DiskCache cache(options);
+    std::atomic<int> wrong{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 8; ++t)
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < 24; ++i) {
+          char k = char('a' + (t + i) % 4);
+          std::string tag(1, k);
+          CacheEntry entry = cache.loadOrBuild(key(k), [&] {
+            int fd = ::open(counter.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+            std::string line = tag + "\n";
+            (void)!::write(fd, line.data(), line.size());
+            ::close(fd);
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            return makeEntry(tag, 50000);
+          });
+          if (entry.sections != makeEntry(tag, 50000).sections)
+            ++wrong;
+        }
+      });
+    for (std::thread &thread : threads)
+      thread.join();
+    return wrong.load();
+  };
+  std::vector<int> codes = test::runInChildren({process, process});
+  CHECK(codes == std::vector<int>{0, 0});
+  std::string log = readFile(counter);
+  std::string sorted = log;
+  std::sort(sorted.begin(), sorted.end());
+  CHECK(sorted == "\n\n\n\nabcd"); // one build per key, across 16 threads
+  CHECK(filesIn(directory).size() == 4);
+}
+
 TEST_CASE("disk cache: racing stores of one key leave one valid entry; readers "
           "never see a partial one",
           "[cache][disk][process]") {
