@@ -107,9 +107,8 @@ struct PtxasReport {
          at = text.find("bytes stack frame", at + 1)) {
       ++functions;
       size_t line = text.rfind('\n', at);
-      size_t end = text.find('\n', at);
-      std::string properties = text.substr(line == std::string::npos ? 0 : line + 1,
-                                           end == std::string::npos ? end : end - line - 1);
+      size_t start = line == std::string::npos ? 0 : line + 1;
+      std::string properties = text.substr(start, text.find('\n', at) - start);
       if (properties.find_first_of("123456789") != std::string::npos)
         return false;
     }

@@ -196,12 +196,15 @@ int runGrid() {
         attn::harness::Shape shape{16384 / s, s, s, false};
         attn::AttnForwardArgs args = gridArgs(*data, shape.batch, s);
         double flops = attn::harness::forwardFlops(heuristic.compiled.launch, shape, causal);
+        auto time = [&](Loaded &kernel) {
+          return attn::harness::medianLaunchMs(kernel.function, kernel.compiled.launch, args,
+                                               warmup, repeats);
+        };
         if (!compare) {
-          const attn::AttnLaunchConfig &launch = heuristic.compiled.launch;
-          double ms = attn::harness::medianLaunchMs(heuristic.function, launch, args, warmup,
-                                                    repeats);
+          double ms = time(heuristic);
           std::printf("| %d | %lld | %s | %.1f | %.3f | %s |\n", headDim, (long long)s,
-                      causal ? "yes" : "no", flops / ms / 1e9, ms, planName(launch).c_str());
+                      causal ? "yes" : "no", flops / ms / 1e9, ms,
+                      planName(heuristic.compiled.launch).c_str());
           std::fflush(stdout);
           continue;
         }
@@ -209,10 +212,6 @@ int runGrid() {
         std::vector<double> heuristicMs, tunedMs;
         // Alternating which plan goes first: under the power cap the clock
         // sags within a round, which would favour a fixed first plan.
-        auto time = [&](Loaded &kernel) {
-          return attn::harness::medianLaunchMs(kernel.function, kernel.compiled.launch, args,
-                                               warmup, repeats);
-        };
         for (int round = 0; round < kRounds; ++round) {
           if (round % 2) {
             tunedMs.push_back(time(tuned));

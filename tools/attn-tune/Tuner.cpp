@@ -231,16 +231,13 @@ void measureShape(const TuneOptions &options, const SpecTuningKey &key,
   // (and always the heuristic, the baseline) are timed again in rounds that
   // visit every finalist once, so clock and temperature drift over the run
   // reaches all of them alike. A finalist's time is its median round.
-  double fastest = std::numeric_limits<double>::infinity();
-  for (const CandidateResult &result : results)
-    if (result.status == CandidateStatus::Measured)
-      fastest = std::min(fastest, result.milliseconds);
   std::vector<std::pair<size_t, size_t>> finalists; // (binary, result)
   for (size_t b = 0; b < binaries.size(); ++b)
     for (size_t member : binaries[b].members) {
       const CandidateResult &result = results[member];
       if (result.status == CandidateStatus::Measured &&
-          (result.heuristic || result.milliseconds <= fastest * (1 + options.finalistMargin)))
+          (result.heuristic ||
+           result.milliseconds <= fastestScreen * (1 + options.finalistMargin)))
         finalists.emplace_back(b, member);
     }
   std::sort(finalists.begin(), finalists.end(), [&](auto a, auto b) {

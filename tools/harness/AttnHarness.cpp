@@ -125,14 +125,20 @@ void ForwardProblem::addCapture(std::vector<int32_t> values, std::vector<int64_t
 }
 
 PinnedHostBuffer::PinnedHostBuffer(size_t size) : bytes(size) {
-  if (bytes)
-    ATTN_CU_CHECK_CTX("allocating " + std::to_string(bytes) + " bytes of pinned host memory",
-                      cuMemAllocHost, &pointer, bytes);
+  if (bytes == 0)
+    return;
+  ensureContext();
+  ATTN_CU_CHECK_CTX("allocating " + std::to_string(bytes) + " bytes of pinned host memory",
+                    cuMemAllocHost, &pointer, bytes);
 }
 
-PinnedHostBuffer::~PinnedHostBuffer() {
+PinnedHostBuffer::~PinnedHostBuffer() { release(); }
+
+void PinnedHostBuffer::release() {
   if (pointer)
     Driver::get().api().cuMemFreeHost(pointer);
+  pointer = nullptr;
+  bytes = 0;
 }
 
 PinnedHostBuffer::PinnedHostBuffer(PinnedHostBuffer &&other) noexcept
@@ -140,7 +146,7 @@ PinnedHostBuffer::PinnedHostBuffer(PinnedHostBuffer &&other) noexcept
 
 PinnedHostBuffer &PinnedHostBuffer::operator=(PinnedHostBuffer &&other) noexcept {
   if (this != &other) {
-    this->~PinnedHostBuffer();
+    release();
     pointer = std::exchange(other.pointer, nullptr);
     bytes = std::exchange(other.bytes, 0);
   }

@@ -62,6 +62,8 @@ public:
   size_t size() const { return bytes; }
 
 private:
+  void release();
+
   void *pointer = nullptr;
   size_t bytes = 0;
 };
