@@ -86,6 +86,27 @@ __device__ __forceinline__ float exactIntToFloat(int32_t x) {
   return fmaf(highF, 65536.0f, lowF);
 }
 
+// arith.floordivsi / ceildivsi: the quotient rounded down / up. A zero
+// divisor gives 0 and the minimum divided by -1 wraps, as the CPU
+// reference's interpreter defines these cases MLIR leaves open.
+template <bool RoundUp, typename T>
+__device__ __forceinline__ T roundedDiv(T a, T b) {
+  if (b == 0)
+    return T(0);
+  if (b == -1)
+    return static_cast<T>(T(0) - static_cast<unsigned long long>(a));
+  T q = a / b;
+  bool inexact = a % b != 0;
+  bool positive = (a < 0) == (b < 0);
+  if (inexact && positive == RoundUp)
+    return RoundUp ? q + 1 : q - 1;
+  return q;
+}
+template <typename T>
+__device__ __forceinline__ T floorDiv(T a, T b) { return roundedDiv<false>(a, b); }
+template <typename T>
+__device__ __forceinline__ T ceilDiv(T a, T b) { return roundedDiv<true>(a, b); }
+
 // arith.maximumf / minimumf: NaN if either operand is NaN.
 __device__ __forceinline__ float maximumf(float a, float b) {
   return (a != a || b != b) ? __int_as_float(0x7fffffff) : fmaxf(a, b);

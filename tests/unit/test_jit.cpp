@@ -8,6 +8,7 @@
 #include "attn/runtime/Hash.h"
 #include "attn/runtime/LaunchMetadata.h"
 
+#include "SpecTestSupport.h"
 #include "TestSupport.h"
 
 #include "mlir/IR/MLIRContext.h"
@@ -60,12 +61,8 @@ std::string exampleText(const std::string &name) {
 
 /// The spec's kernel op as a separate parser and printer see it.
 std::string parseAndPrint(const std::string &text) {
-  mlir::DialectRegistry registry;
-  registerSpecDialects(registry);
-  mlir::MLIRContext context(registry);
-  context.loadAllAvailableDialects();
-  mlir::OwningOpRef<mlir::ModuleOp> module = mlir::parseSourceString<mlir::ModuleOp>(text, &context);
-  REQUIRE(module);
+  test::SpecContext spec;
+  mlir::OwningOpRef<mlir::ModuleOp> module = spec.parse(text);
   std::string printed;
   llvm::raw_string_ostream stream(printed);
   module->getBody()->front().print(stream);

@@ -57,6 +57,19 @@ std::string Spec::fingerprint() const {
     break;
   }
   text += "\nnormalizer softmax\n";
+  for (const Capture &capture : captures) {
+    // Length-prefixed, so no name can read as another field.
+    text += "capture " + std::to_string(capture.name().size()) + ":" + capture.name() + " " +
+            dtypeName(capture.dtype());
+    for (const CaptureExtent &extent : capture.extents())
+      text += " " + std::to_string(static_cast<int>(extent.kind())) + ":" +
+              std::to_string(extent.size());
+    text += "\n";
+  }
+  if (maskMod)
+    text += "mask_mod\n" + exprFingerprint(*maskMod);
+  if (scoreMod)
+    text += "score_mod\n" + exprFingerprint(*scoreMod);
   return text;
 }
 
@@ -92,6 +105,32 @@ SpecBuilder &SpecBuilder::mask(Mask mask) {
 
 SpecBuilder &SpecBuilder::normalizer(Normalizer normalizer) {
   spec.normalizer = normalizer;
+  return *this;
+}
+
+SpecBuilder &SpecBuilder::capture(Capture capture) {
+  spec.captures.push_back(std::move(capture));
+  return *this;
+}
+
+SpecBuilder &SpecBuilder::maskMod(Expr keep) {
+  if (keep.type() != ExprType::Bool)
+    throw Error("SpecBuilder(\"" + spec.name + "\").maskMod: needs a bool expression, got " +
+                exprTypeName(keep.type()));
+  if (exprContains(keep, Expr::Op::Score))
+    throw Error("SpecBuilder(\"" + spec.name +
+                "\").maskMod: the score is not known to a mask (use scoreMod)");
+  spec.maskMod = std::move(keep);
+  return *this;
+}
+
+SpecBuilder &SpecBuilder::scoreMod(Expr score) {
+  if (score.type() == ExprType::Bool)
+    throw Error("SpecBuilder(\"" + spec.name +
+                "\").scoreMod: needs an f32 expression, got bool (use select)");
+  if (score.type() == ExprType::Index)
+    score = Expr::make(Expr::Op::ToF32, {score});
+  spec.scoreMod = std::move(score);
   return *this;
 }
 

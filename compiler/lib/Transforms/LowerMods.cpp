@@ -51,9 +51,12 @@ constexpr FloatCall kFloatCalls[] = {
     {"arith.minimumf", "attn_dev::minimumf"},
     {"arith.maxnumf", "fmaxf"},
     {"arith.minnumf", "fminf"},
+    {"arith.remf", "fmodf"},
 };
 constexpr StringLiteral kCaptureLoadCallee = "attn_dev::loadCapture";
 constexpr StringLiteral kIntToFloatCallee = "attn_dev::exactIntToFloat";
+constexpr StringLiteral kFloorDivCallee = "attn_dev::floorDiv";
+constexpr StringLiteral kCeilDivCallee = "attn_dev::ceilDiv";
 
 StringRef mathCallee(Operation *op) {
   for (const FloatCall &call : kFloatCalls)
@@ -125,6 +128,31 @@ struct UnsignedDivisionLowering : OpConversionPattern<ArithOp> {
     rewriter.replaceOp(op, castTo(rewriter, loc, type, result));
     return success();
   }
+};
+
+/// arith.floordivsi / ceildivsi: a call of the device helper on the operands
+/// viewed as signed (C has neither rounding).
+template <typename ArithOp>
+struct SignedRoundedDivisionLowering : OpConversionPattern<ArithOp> {
+  SignedRoundedDivisionLowering(const TypeConverter &converter, MLIRContext *context,
+                                StringRef callee)
+      : OpConversionPattern<ArithOp>(converter, context), callee(callee) {}
+  LogicalResult matchAndRewrite(ArithOp op, typename ArithOp::Adaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    Type type = this->getTypeConverter()->convertType(op.getType());
+    if (!type || type.isInteger(1))
+      return failure();
+    Type signedType = withSignedness(type, /*isSigned=*/true);
+    Location loc = op.getLoc();
+    Value result = rewriter.create<emitc::CallOpaqueOp>(
+                               loc, signedType, callee,
+                               ValueRange{castTo(rewriter, loc, signedType, adaptor.getLhs()),
+                                          castTo(rewriter, loc, signedType, adaptor.getRhs())})
+                       .getResult(0);
+    rewriter.replaceOp(op, castTo(rewriter, loc, type, result));
+    return success();
+  }
+  StringRef callee;
 };
 
 /// arith.maxsi / minsi / maxui / minui: a conditional on the comparison of
@@ -253,6 +281,10 @@ struct LowerModsPass : impl::AttnLowerModsBase<LowerModsPass> {
     populateFuncToEmitCPatterns(converter, patterns);
     patterns.add<FloatCallLowering>(converter, context);
     patterns.add<IntToFloatLowering>(converter, context);
+    patterns.add<SignedRoundedDivisionLowering<arith::FloorDivSIOp>>(converter, context,
+                                                                     kFloorDivCallee);
+    patterns.add<SignedRoundedDivisionLowering<arith::CeilDivSIOp>>(converter, context,
+                                                                    kCeilDivCallee);
     patterns.add<CaptureLoadLowering,
                  UnsignedDivisionLowering<arith::DivUIOp, emitc::DivOp>,
                  UnsignedDivisionLowering<arith::RemUIOp, emitc::RemOp>,
@@ -285,6 +317,7 @@ std::string getCaptureCppType(Type elementType, int64_t rank) {
 
 bool isModFunctionCallee(StringRef callee) {
   return callee == kCaptureLoadCallee || callee == kIntToFloatCallee ||
+         callee == kFloorDivCallee || callee == kCeilDivCallee ||
          llvm::any_of(kFloatCalls, [&](const FloatCall &call) { return call.callee == callee; });
 }
 

@@ -53,3 +53,33 @@ attn.kernel @second
       %keep = arith.cmpi ne, %n, %q : index
       attn.yield %keep : i1
     }
+
+// Rounded signed quotients call the device helpers on signed operands (C's
+// division truncates); remf is fmodf.
+// CHECK-LABEL: emitc.func @attn_mask_mod_3(
+// CHECK:         %[[A:.*]] = cast %{{.*}} : !emitc.size_t to !emitc.ptrdiff_t
+// CHECK:         %[[B:.*]] = cast %{{.*}} : !emitc.size_t to !emitc.ptrdiff_t
+// CHECK:         call_opaque "attn_dev::floorDiv"(%[[A]], %[[B]]) : (!emitc.ptrdiff_t, !emitc.ptrdiff_t) -> !emitc.ptrdiff_t
+// CHECK:         call_opaque "attn_dev::ceilDiv"(%{{.*}}, %{{.*}}) : (i32, i32) -> i32
+// CHECK-LABEL: emitc.func @attn_score_mod_{{[0-9]+}}(
+// CHECK:         call_opaque "fmodf"
+attn.kernel @rounded
+    problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask normalizer = #attn.softmax
+    mask_mod {
+    ^bb0(%b: index, %h: index, %q: index, %kv: index):
+      %c = arith.constant 64 : index
+      %fq = arith.floordivsi %q, %c : index
+      %q32 = arith.index_cast %kv : index to i32
+      %c32 = arith.constant -3 : i32
+      %cq = arith.ceildivsi %q32, %c32 : i32
+      %cq_index = arith.index_cast %cq : i32 to index
+      %keep = arith.cmpi sle, %fq, %cq_index : index
+      attn.yield %keep : i1
+    }
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index):
+      %c = arith.constant 3.0 : f32
+      %r = arith.remf %s, %c : f32
+      attn.yield %r : f32
+    }

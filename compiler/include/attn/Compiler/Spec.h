@@ -10,23 +10,26 @@
 // an `attn.kernel` op with the dialect's builders (buildKernelOp in
 // SpecIR.h), so the dialect's verifier checks it like a parsed spec.
 //
-// Masks and normalizers are classes, not enums, so that expression-based
-// variants can be added without changing Spec: a `Mask::predicate(Expr)` and
-// a `Spec::scoreMod` holding trees built with operator overloading over the
-// index variables (batch, head, q_idx, kv_idx) and the score, lowered by
-// buildKernelOp into the op's `mask_mod` / `score_mod` regions. The compiler
-// lowers those regions (docs/variants.md); this builder does not build them
-// yet, so a variant with regions is written as spec text.
+// Variants beyond the built-in masks are expression trees (Expr.h) over the
+// index variables (batch, head, q_idx, kv_idx), the score and captured
+// buffers, given to maskMod / scoreMod; buildKernelOp lowers them into the
+// op's `mask_mod` / `score_mod` regions (docs/variants.md):
+//
+//   using attn::Expr;
+//   attn::Spec chunked = attn::SpecBuilder("chunked_local").heads(16).headDim(128)
+//       .maskMod(Expr::qIdx() / 1024 == Expr::kvIdx() / 1024);
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTN_COMPILER_SPEC_H
 #define ATTN_COMPILER_SPEC_H
 
+#include "attn/Compiler/Expr.h"
 #include "attn/runtime/DType.h"
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace attn {
 
@@ -91,6 +94,12 @@ struct Spec {
   std::optional<double> scale;
   Mask mask = Mask::none();
   Normalizer normalizer = Normalizer::softmax();
+  /// Buffers the regions read, in launch order.
+  std::vector<Capture> captures;
+  /// A bool expression further restricting `mask` (the `mask_mod` region).
+  std::optional<Expr> maskMod;
+  /// An f32 expression replacing the scaled score (the `score_mod` region).
+  std::optional<Expr> scoreMod;
 
   /// Throws attn::Error unless the name is an identifier. The values are
   /// checked by the dialect's verifier when the spec is compiled.
@@ -123,10 +132,19 @@ public:
     return mask(Mask::slidingWindow(left, right, align));
   }
   SpecBuilder &normalizer(Normalizer normalizer);
+  /// Declares a captured buffer; launches pass buffers in declaration order.
+  SpecBuilder &capture(Capture capture);
+  /// Keeps a pair only if `keep` (a bool expression without the score)
+  /// holds. Throws attn::Error for another type or a use of the score.
+  SpecBuilder &maskMod(Expr keep);
+  /// Replaces the scaled score by `score` (an f32 expression, or an index
+  /// one, converted). Throws attn::Error for a bool expression.
+  SpecBuilder &scoreMod(Expr score);
 
   /// Throws attn::Error naming the builder method whose value is missing, or
-  /// for a name that is not an identifier. Value checks (head dim 64/128/256, kvHeads dividing qHeads, ...) are
-  /// the dialect verifier's, when the spec is compiled.
+  /// for a name that is not an identifier. Value checks (head dim 64/128/256,
+  /// kvHeads dividing qHeads, captures the expressions read but the spec does
+  /// not declare, ...) are the dialect verifier's, when the spec is compiled.
   Spec build() const;
   operator Spec() const { return build(); }
 
