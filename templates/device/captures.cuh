@@ -107,6 +107,12 @@ __device__ __forceinline__ T floorDiv(T a, T b) { return roundedDiv<false>(a, b)
 template <typename T>
 __device__ __forceinline__ T ceilDiv(T a, T b) { return roundedDiv<true>(a, b); }
 
+// math.absi: the minimum stays the minimum (wraps), as in the interpreter.
+template <typename T>
+__device__ __forceinline__ T absInt(T a) {
+  return a < 0 ? static_cast<T>(T(0) - static_cast<unsigned long long>(a)) : a;
+}
+
 // arith.maximumf / minimumf: NaN if either operand is NaN.
 __device__ __forceinline__ float maximumf(float a, float b) {
   return (a != a || b != b) ? __int_as_float(0x7fffffff) : fmaxf(a, b);

@@ -1,8 +1,10 @@
 // A compiled spec loaded into the current context, shared by the GPU tests:
-// one module per spec text, compiled and loaded once for the whole run.
+// one module per spec text, compiled and loaded once for the whole run; and
+// the captures of a problem as the reference reads them.
 #ifndef ATTN_TESTS_GPU_LOADEDKERNEL_H
 #define ATTN_TESTS_GPU_LOADEDKERNEL_H
 
+#include "AttnHarness.h"
 #include "attn/Compiler/Compiler.h"
 
 #include <map>
@@ -28,6 +30,14 @@ inline LoadedKernel &loadKernel(const std::string &spec) {
       std::string_view(loaded.compiled.binary.data(), loaded.compiled.binary.size()));
   loaded.function = loaded.module.function(loaded.compiled.launch.kernelName);
   return cache.emplace(spec, std::move(loaded)).first->second;
+}
+
+/// The host copies of a problem's captures, as the reference reads them.
+inline std::vector<HostCapture> hostCaptures(const harness::ForwardProblem &data) {
+  std::vector<HostCapture> host;
+  for (const harness::HostDeviceCapture &capture : data.captures)
+    host.push_back(HostCapture{capture.hostData(), capture.view.dtype, capture.view.shape});
+  return host;
 }
 
 } // namespace attn::gputest

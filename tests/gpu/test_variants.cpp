@@ -90,9 +90,7 @@ void runVariant(const std::string &spec, const harness::Shape &shape, const Capt
   launchForward(kernel.function, launch, args, nullptr);
   ATTN_CU_CHECK(cuCtxSynchronize);
 
-  std::vector<HostCapture> host;
-  for (const harness::HostDeviceCapture &capture : data.captures)
-    host.push_back(HostCapture{capture.hostData(), capture.view.dtype, capture.view.shape});
+  std::vector<HostCapture> host = gputest::hostCaptures(data);
   reference::Problem problem =
       referenceProblemFromSpec(spec, shape.batch, shape.seqlenQ, shape.seqlenK, host);
   if (withTileCoverage) {

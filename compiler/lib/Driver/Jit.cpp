@@ -35,6 +35,21 @@ const char *attncVersion() { return ATTNC_VERSION; }
 
 namespace {
 
+/// A module holding the op `spec` builds (`op`); invalid values fail
+/// through `diagnostics`.
+mlir::OwningOpRef<mlir::ModuleOp> buildSpecModule(mlir::MLIRContext &context, const Spec &spec,
+                                                  detail::DiagnosticCapture &diagnostics,
+                                                  const std::string &what,
+                                                  mlir::attn::KernelOp &op) {
+  mlir::OpBuilder builder(&context);
+  mlir::OwningOpRef<mlir::ModuleOp> module = mlir::ModuleOp::create(builder.getUnknownLoc());
+  builder.setInsertionPointToEnd(module->getBody());
+  op = buildKernelOp(builder, builder.getUnknownLoc(), spec);
+  if (!op)
+    diagnostics.fail(what);
+  return module;
+}
+
 /// What the IR phase decides about one kernel: everything the key and the
 /// NVRTC step need.
 struct PlannedKernel {
@@ -89,21 +104,6 @@ struct Compiler::Impl {
     toolchain = std::string("attnc ") + ATTNC_VERSION + "\narch " + options.arch + "\nnvrtc " +
                 backend::nvrtcVersionString() + "\ndriver " + driver + "\ntemplates " +
                 templates + "\n";
-  }
-
-  /// A module holding the op `spec` builds (`op`); invalid values fail
-  /// through `diagnostics`. The caller holds irMutex.
-  mlir::OwningOpRef<mlir::ModuleOp> buildModule(const Spec &spec,
-                                                detail::DiagnosticCapture &diagnostics,
-                                                const std::string &what,
-                                                mlir::attn::KernelOp &op) {
-    mlir::OpBuilder builder(&context);
-    mlir::OwningOpRef<mlir::ModuleOp> module = mlir::ModuleOp::create(builder.getUnknownLoc());
-    builder.setInsertionPointToEnd(module->getBody());
-    op = buildKernelOp(builder, builder.getUnknownLoc(), spec);
-    if (!op)
-      diagnostics.fail(what);
-    return module;
   }
 
   /// Runs the planning passes and the emitter over the module's kernel. The
@@ -237,7 +237,7 @@ struct Compiler::Impl {
       detail::DiagnosticCapture diagnostics(context);
       std::string what = "spec @" + spec.name + " is invalid";
       mlir::attn::KernelOp op;
-      mlir::OwningOpRef<mlir::ModuleOp> module = buildModule(spec, diagnostics, what, op);
+      mlir::OwningOpRef<mlir::ModuleOp> module = buildSpecModule(context, spec, diagnostics, what, op);
       return plan(*module, op, diagnostics, what, tuningShape);
     });
   }
@@ -285,13 +285,17 @@ Kernel Compiler::compile(std::string_view specText, std::string_view bufferName,
   return impl->compileText(specText, bufferName, tuningShapeText(shape));
 }
 
-std::string Compiler::printSpec(const Spec &spec) {
+std::string Compiler::printSpec(const Spec &spec) { return printSpecText(spec); }
+
+std::string printSpecText(const Spec &spec) {
   spec.validate();
-  std::lock_guard<std::mutex> lock(impl->irMutex);
-  detail::DiagnosticCapture diagnostics(impl->context);
+  // A context of its own: nothing a spec interns outlives the call.
+  mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
+  detail::prepareSpecContext(context);
+  detail::DiagnosticCapture diagnostics(context);
   std::string what = "spec @" + spec.name + " is invalid";
   mlir::attn::KernelOp op;
-  mlir::OwningOpRef<mlir::ModuleOp> module = impl->buildModule(spec, diagnostics, what, op);
+  mlir::OwningOpRef<mlir::ModuleOp> module = buildSpecModule(context, spec, diagnostics, what, op);
   if (mlir::failed(mlir::verify(*module)))
     diagnostics.fail(what);
   std::string text;

@@ -12,6 +12,7 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <optional>
 
@@ -22,14 +23,31 @@ namespace mlir::attn {
 namespace {
 
 /// batch * b + head * h + q * q_idx + kv * kv_idx + c.
+/// Whether |value| < limit, without negating (the minimum has no absolute
+/// value).
+bool magnitudeBelow(int64_t value, int64_t limit) { return value > -limit && value < limit; }
+
 struct Affine {
   int64_t batch = 0, head = 0, q = 0, kv = 0, c = 0;
+  /// Some coefficient overflowed 64 bits while the form was built (spec
+  /// constants may be anything): the form is then not small.
+  bool overflowed = false;
 
   Affine operator+(const Affine &o) const {
-    return {batch + o.batch, head + o.head, q + o.q, kv + o.kv, c + o.c};
+    Affine sum;
+    sum.overflowed = overflowed || o.overflowed || llvm::AddOverflow(batch, o.batch, sum.batch) ||
+                     llvm::AddOverflow(head, o.head, sum.head) ||
+                     llvm::AddOverflow(q, o.q, sum.q) || llvm::AddOverflow(kv, o.kv, sum.kv) ||
+                     llvm::AddOverflow(c, o.c, sum.c);
+    return sum;
   }
   Affine scaled(int64_t factor) const {
-    return {batch * factor, head * factor, q * factor, kv * factor, c * factor};
+    Affine product;
+    product.overflowed =
+        overflowed || llvm::MulOverflow(batch, factor, product.batch) ||
+        llvm::MulOverflow(head, factor, product.head) || llvm::MulOverflow(q, factor, product.q) ||
+        llvm::MulOverflow(kv, factor, product.kv) || llvm::MulOverflow(c, factor, product.c);
+    return product;
   }
   bool isConstant() const { return batch == 0 && head == 0 && q == 0 && kv == 0; }
   /// Non-negative whenever every index is: no negative coefficient.
@@ -38,8 +56,9 @@ struct Affine {
   /// indices below 2^31.
   bool isSmall() const {
     const int64_t limit = int64_t(1) << 30;
-    return std::abs(batch) < limit && std::abs(head) < limit && std::abs(q) < limit &&
-           std::abs(kv) < limit && std::abs(c) < (int64_t(1) << 60);
+    return !overflowed && magnitudeBelow(batch, limit) && magnitudeBelow(head, limit) &&
+           magnitudeBelow(q, limit) && magnitudeBelow(kv, limit) &&
+           magnitudeBelow(c, int64_t(1) << 60);
   }
 };
 
@@ -68,7 +87,7 @@ struct AffineForm {
   AffineForm scaled(int64_t factor) const {
     AffineForm result(affine.scaled(factor));
     for (FloorDivTerm term : terms) {
-      term.coef *= factor;
+      result.affine.overflowed |= llvm::MulOverflow(term.coef, factor, term.coef);
       result.terms.push_back(term);
     }
     return result;
@@ -83,7 +102,7 @@ struct AffineForm {
   }
   bool isSmall() const {
     return affine.isSmall() && llvm::all_of(terms, [](const FloorDivTerm &t) {
-             return t.dividend.isSmall() && std::abs(t.coef) < (int64_t(1) << 30);
+             return t.dividend.isSmall() && magnitudeBelow(t.coef, int64_t(1) << 30);
            });
   }
 };
@@ -259,6 +278,11 @@ private:
     AffineForm lessEq = *rhs - *lhs;     // lhs <= rhs
     AffineForm greater = *lhs - *rhs - one;
     AffineForm greaterEq = *lhs - *rhs;
+    // Small coefficients keep the kernel's evaluation at tile corners (four
+    // index terms and a constant) inside 64 bits.
+    for (const AffineForm *form : {&less, &lessEq, &greater, &greaterEq})
+      if (!form->isSmall())
+        return std::nullopt;
     switch (predicate) {
     case P::slt:
     case P::ult:

@@ -55,8 +55,23 @@ constexpr FloatCall kFloatCalls[] = {
 };
 constexpr StringLiteral kCaptureLoadCallee = "attn_dev::loadCapture";
 constexpr StringLiteral kIntToFloatCallee = "attn_dev::exactIntToFloat";
-constexpr StringLiteral kFloorDivCallee = "attn_dev::floorDiv";
-constexpr StringLiteral kCeilDivCallee = "attn_dev::ceilDiv";
+/// Device helpers for the integer ops C has no operator for, called on the
+/// operands viewed as signed.
+struct IntegerCall {
+  StringLiteral op, callee;
+};
+constexpr IntegerCall kIntegerCalls[] = {
+    {"arith.floordivsi", "attn_dev::floorDiv"},
+    {"arith.ceildivsi", "attn_dev::ceilDiv"},
+    {"math.absi", "attn_dev::absInt"},
+};
+
+StringRef integerCallee(Operation *op) {
+  for (const IntegerCall &call : kIntegerCalls)
+    if (op->getName().getStringRef() == call.op)
+      return call.callee;
+  return StringRef();
+}
 
 StringRef mathCallee(Operation *op) {
   for (const FloatCall &call : kFloatCalls)
@@ -130,29 +145,31 @@ struct UnsignedDivisionLowering : OpConversionPattern<ArithOp> {
   }
 };
 
-/// arith.floordivsi / ceildivsi: a call of the device helper on the operands
-/// viewed as signed (C has neither rounding).
-template <typename ArithOp>
-struct SignedRoundedDivisionLowering : OpConversionPattern<ArithOp> {
-  SignedRoundedDivisionLowering(const TypeConverter &converter, MLIRContext *context,
-                                StringRef callee)
-      : OpConversionPattern<ArithOp>(converter, context), callee(callee) {}
-  LogicalResult matchAndRewrite(ArithOp op, typename ArithOp::Adaptor adaptor,
+/// floordivsi, ceildivsi, absi -> a call of the device helper on the
+/// operands viewed as signed (C has no operator rounding the quotient down
+/// or up, and index values are size_t).
+struct SignedIntegerCallLowering : ConversionPattern {
+  SignedIntegerCallLowering(const TypeConverter &converter, MLIRContext *context)
+      : ConversionPattern(converter, MatchAnyOpTypeTag(), /*benefit=*/1, context) {}
+
+  LogicalResult matchAndRewrite(Operation *op, ArrayRef<Value> operands,
                                 ConversionPatternRewriter &rewriter) const override {
-    Type type = this->getTypeConverter()->convertType(op.getType());
+    StringRef callee = integerCallee(op);
+    if (callee.empty() || op->getNumResults() != 1)
+      return failure();
+    Type type = getTypeConverter()->convertType(op->getResult(0).getType());
     if (!type || type.isInteger(1))
       return failure();
     Type signedType = withSignedness(type, /*isSigned=*/true);
-    Location loc = op.getLoc();
-    Value result = rewriter.create<emitc::CallOpaqueOp>(
-                               loc, signedType, callee,
-                               ValueRange{castTo(rewriter, loc, signedType, adaptor.getLhs()),
-                                          castTo(rewriter, loc, signedType, adaptor.getRhs())})
-                       .getResult(0);
+    Location loc = op->getLoc();
+    SmallVector<Value> signedOperands;
+    for (Value operand : operands)
+      signedOperands.push_back(castTo(rewriter, loc, signedType, operand));
+    Value result =
+        rewriter.create<emitc::CallOpaqueOp>(loc, signedType, callee, signedOperands).getResult(0);
     rewriter.replaceOp(op, castTo(rewriter, loc, type, result));
     return success();
   }
-  StringRef callee;
 };
 
 /// arith.maxsi / minsi / maxui / minui: a conditional on the comparison of
@@ -199,7 +216,7 @@ struct IntToFloatLowering : OpConversionPattern<arith::SIToFPOp> {
 LogicalResult checkLowerable(Region &region, StringRef regionName) {
   for (Operation &op : region.front()) {
     StringRef dialect = op.getName().getDialectNamespace();
-    if (dialect == "math" && mathCallee(&op).empty())
+    if (dialect == "math" && mathCallee(&op).empty() && integerCallee(&op).empty())
       return op.emitOpError() << "in '" << regionName << "' has no lowering to CUDA";
     if (!mathCallee(&op).empty() && !op.getResult(0).getType().isF32())
       return op.emitOpError() << "in '" << regionName << "' is lowered for f32 only, got "
@@ -281,10 +298,7 @@ struct LowerModsPass : impl::AttnLowerModsBase<LowerModsPass> {
     populateFuncToEmitCPatterns(converter, patterns);
     patterns.add<FloatCallLowering>(converter, context);
     patterns.add<IntToFloatLowering>(converter, context);
-    patterns.add<SignedRoundedDivisionLowering<arith::FloorDivSIOp>>(converter, context,
-                                                                     kFloorDivCallee);
-    patterns.add<SignedRoundedDivisionLowering<arith::CeilDivSIOp>>(converter, context,
-                                                                    kCeilDivCallee);
+    patterns.add<SignedIntegerCallLowering>(converter, context);
     patterns.add<CaptureLoadLowering,
                  UnsignedDivisionLowering<arith::DivUIOp, emitc::DivOp>,
                  UnsignedDivisionLowering<arith::RemUIOp, emitc::RemOp>,
@@ -317,7 +331,7 @@ std::string getCaptureCppType(Type elementType, int64_t rank) {
 
 bool isModFunctionCallee(StringRef callee) {
   return callee == kCaptureLoadCallee || callee == kIntToFloatCallee ||
-         callee == kFloorDivCallee || callee == kCeilDivCallee ||
+         llvm::any_of(kIntegerCalls, [&](const IntegerCall &call) { return call.callee == callee; }) ||
          llvm::any_of(kFloatCalls, [&](const FloatCall &call) { return call.callee == callee; });
 }
 

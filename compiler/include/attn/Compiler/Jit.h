@@ -93,6 +93,11 @@ private:
   std::unique_ptr<Impl> impl;
 };
 
+/// The `attn.kernel` op a Spec builds, printed as MLIR, in a context of its
+/// own (Compiler::printSpec is this). Throws attn::Error with the
+/// diagnostics of an invalid spec.
+std::string printSpecText(const Spec &spec);
+
 /// The attnc version that goes into cache keys ("0.1.0").
 const char *attncVersion();
 
