@@ -1,14 +1,31 @@
 #!/usr/bin/env bash
 # Sets up and builds attnc, then runs the whole test suite (lit, unit, and the
-# GPU tests, which skip with a message where no sm_90 GPU is present), then a
-# short fuzzing run of the spec front end (ATTNC_FUZZ_SECONDS, default 120;
-# 0 skips it; it builds with clang in build-fuzz).
+# GPU tests, which skip with a message where no sm_90 GPU is present); then
+# the same suite built with AddressSanitizer and UndefinedBehaviorSanitizer in
+# build-sanitize (ATTNC_SANITIZE=0 skips it; it leaves out
+# unit.tune_candidates, whose time goes to NVRTC and ptxas, which are not
+# instrumented); then short fuzzing runs of the spec front end and of the
+# builder API (ATTNC_FUZZ_SECONDS each, default 120; 0 skips them; they build
+# with clang in build-fuzz).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${ATTNC_BUILD_DIR:-$root/build}"
 "$root/tools/setup.sh"
 (cd "$build" && ctest --output-on-failure -j "$(nproc)")
+
+if [ "${ATTNC_SANITIZE:-1}" != 0 ]; then
+  sanitize_build="${ATTNC_SANITIZE_BUILD_DIR:-$root/build-sanitize}"
+  cmake -G Ninja -S "$root" -B "$sanitize_build" -DCMAKE_BUILD_TYPE=Release \
+    -DATTNC_SANITIZE=ON > /dev/null
+  cmake --build "$sanitize_build" -j "$(nproc)"
+  # Any report fails the test it happens in.
+  (cd "$sanitize_build" &&
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+      ctest --output-on-failure -j "$(nproc)" -E '^unit\.tune_candidates$')
+fi
+
 fuzz_seconds="${ATTNC_FUZZ_SECONDS:-120}"
 if [ "$fuzz_seconds" -gt 0 ]; then
   "$root/tools/fuzz.sh" "$fuzz_seconds"
+  "$root/tools/fuzz.sh" "$fuzz_seconds" "$(nproc)" builder
 fi

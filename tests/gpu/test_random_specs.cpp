@@ -90,7 +90,8 @@ TEST_CASE("random valid specs from the builder match the reference", "[gpu][rand
     CompileOptions options;
     options.tileOverride = random.tileOverride;
     CompiledKernel compiled = compileSpec(text, "random.mlir", options);
-    Module module = Module::loadPtx(std::string_view(compiled.binary.data(), compiled.binary.size()));
+    Module module =
+        Module::loadPtx(std::string_view(compiled.binary.data(), compiled.binary.size()));
     KernelFunction function = module.function(compiled.launch.kernelName);
 
     std::mt19937_64 shapes(seed * 7919);
@@ -109,7 +110,8 @@ TEST_CASE("random valid specs from the builder match the reference", "[gpu][rand
       std::vector<HostCapture> host = gputest::hostCaptures(data);
       reference::Problem problem =
           referenceProblemFromSpec(text, shape.batch, shape.seqlenQ, shape.seqlenK, host);
-      harness::Comparison result = harness::compareWithReference(problem, data, compiled.launch.dtype);
+      harness::Comparison result =
+          harness::compareWithReference(problem, data, compiled.launch.dtype);
       INFO("max|dO|=" << result.maxAbsError << " rel-L2=" << result.relativeL2Error
                       << " max|dLSE|=" << result.maxLseError
                       << "\nfirst violation: " << result.firstViolation);

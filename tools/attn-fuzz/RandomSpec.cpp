@@ -303,7 +303,8 @@ void Generator::declareCaptures(SpecBuilder &builder) {
     for (size_t d = 0; d < rank; ++d) {
       switch (c.below(7)) {
       case 0:
-        extents.push_back(CaptureExtent::fixed(outOfRange() ? c.between(-2, 100) : c.between(1, 40)));
+        extents.push_back(
+            CaptureExtent::fixed(outOfRange() ? c.between(-2, 100) : c.between(1, 40)));
         break;
       case 1:
         extents.push_back(CaptureExtent::any());
@@ -418,7 +419,8 @@ std::string reprint(const std::string &text) {
   registerSpecDialects(registry);
   mlir::MLIRContext context(registry, mlir::MLIRContext::Threading::DISABLED);
   context.loadAllAvailableDialects();
-  mlir::OwningOpRef<mlir::ModuleOp> module = mlir::parseSourceString<mlir::ModuleOp>(text, &context);
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      mlir::parseSourceString<mlir::ModuleOp>(text, &context);
   if (!module)
     throw std::logic_error("the printed spec does not parse:\n" + text);
   std::string printed;

@@ -141,7 +141,8 @@ private:
     auto compare = [&](mlir::arith::CmpIPredicate intPredicate,
                        mlir::arith::CmpFPredicate floatPredicate) -> mlir::Value {
       if (isF32)
-        return mlir::arith::CmpFOp::create(builder, loc, floatPredicate, operand(e, 0), operand(e, 1));
+        return mlir::arith::CmpFOp::create(builder, loc, floatPredicate, operand(e, 0),
+                                           operand(e, 1));
       return mlir::arith::CmpIOp::create(builder, loc, intPredicate, operand(e, 0), operand(e, 1));
     };
     using IP = mlir::arith::CmpIPredicate;

@@ -331,7 +331,8 @@ std::string getCaptureCppType(Type elementType, int64_t rank) {
 
 bool isModFunctionCallee(StringRef callee) {
   return callee == kCaptureLoadCallee || callee == kIntToFloatCallee ||
-         llvm::any_of(kIntegerCalls, [&](const IntegerCall &call) { return call.callee == callee; }) ||
+         llvm::any_of(kIntegerCalls,
+                      [&](const IntegerCall &call) { return call.callee == callee; }) ||
          llvm::any_of(kFloatCalls, [&](const FloatCall &call) { return call.callee == callee; });
 }
 

@@ -139,7 +139,12 @@ def AttnLowerMods : Pass<"attn-lower-mods", "::mlir::ModuleOp"> {
     (`math.tanh` uses the hardware's `tanh.approx.f32`, relative error about
     2^-11, below the bf16/f16 output precision); `memref.load` of a capture
     becomes `attn_dev::loadCapture`, which reads 0 outside the extents.
-    Operations without a conversion are reported at their location.
+    The integer operations C has no operator for (`arith.floordivsi`,
+    `arith.ceildivsi`, `math.absi`) call device helpers on the operands
+    viewed as signed, with the CPU interpreter's rules where MLIR leaves the
+    result open (a zero divisor gives 0, the minimum wraps); `arith.remf`
+    calls `fmodf`. Operations without a conversion are reported at their
+    location.
   }];
   let dependentDialects = ["::mlir::attn::AttnDialect",
                            "::mlir::emitc::EmitCDialect",
