@@ -15,12 +15,16 @@ build="${ATTNC_BUILD_DIR:-$root/build}"
 
 if [ "${ATTNC_SANITIZE:-1}" != 0 ]; then
   sanitize_build="${ATTNC_SANITIZE_BUILD_DIR:-$root/build-sanitize}"
+  # -O1: instrumented code compiles about twice as fast as at -O3.
   cmake -G Ninja -S "$root" -B "$sanitize_build" -DCMAKE_BUILD_TYPE=Release \
-    -DATTNC_SANITIZE=ON > /dev/null
+    -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" -DATTNC_SANITIZE=ON > /dev/null
   cmake --build "$sanitize_build" -j "$(nproc)"
-  # Any report fails the test it happens in.
+  # Any report fails the test it happens in. allow_user_poisoning=0: the
+  # LLVM headers' allocator poisons memory in our instrumented code that the
+  # uninstrumented LLVM libraries then use, which ASan would report.
   (cd "$sanitize_build" &&
-    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allow_user_poisoning=0 \
+    UBSAN_OPTIONS=print_stacktrace=1 \
       ctest --output-on-failure -j "$(nproc)" -E '^unit\.tune_candidates$')
 fi
 

@@ -31,3 +31,7 @@ config.substitutions.append((r"(?<![\w/.-])ptxas(?![\w/.-])", config.ptxas_path)
 config.environment["PATH"] = os.pathsep.join(
     [config.attnc_bin_dir, config.llvm_tools_dir,
      config.environment.get("PATH", os.environ.get("PATH", ""))])
+# The sanitizer build's options (tools/run-tests.sh) reach the tools.
+for variable in ("ASAN_OPTIONS", "UBSAN_OPTIONS"):
+    if variable in os.environ:
+        config.environment[variable] = os.environ[variable]

@@ -101,7 +101,8 @@ struct AffineForm {
            llvm::all_of(terms, [](const FloorDivTerm &t) { return t.coef >= 0; });
   }
   bool isSmall() const {
-    return affine.isSmall() && llvm::all_of(terms, [](const FloorDivTerm &t) {
+    // A sum reusing a value doubles its terms: bounded like the formulas.
+    return affine.isSmall() && terms.size() <= 16 && llvm::all_of(terms, [](const FloorDivTerm &t) {
              return t.dividend.isSmall() && magnitudeBelow(t.coef, int64_t(1) << 30);
            });
   }
@@ -117,8 +118,22 @@ public:
       affine[block.getArgument(i)] = AffineForm(unit[i]);
   }
 
-  /// The formula of an i1 value, or nullopt if it is not expressible.
+  /// The formula of an i1 value, or nullopt if it is not expressible or
+  /// has more than kMaxFormulaTerms inequalities (counted with repetition:
+  /// the kernel evaluates every one, and a region reusing values can double
+  /// them at each step). Each value is analysed once.
   std::optional<Attribute> formulaOf(Value value) {
+    auto known = formulas.find(value);
+    if (known != formulas.end())
+      return known->second;
+    std::optional<Attribute> formula = computeFormula(value);
+    if (formula && termCount(*formula) > kMaxFormulaTerms)
+      formula = std::nullopt;
+    formulas[value] = formula;
+    return formula;
+  }
+
+  std::optional<Attribute> computeFormula(Value value) {
     Operation *op = value.getDefiningOp();
     if (!op)
       return std::nullopt;
@@ -174,6 +189,21 @@ private:
                                 ArrayAttr::get(context, {}));
   }
 
+  /// Inequalities in `formula`, counted with repetition (saturating).
+  int64_t termCount(Attribute formula) {
+    auto tree = dyn_cast<TileFormulaAttr>(formula);
+    if (!tree)
+      return 1;
+    auto known = termCounts.find(formula);
+    if (known != termCounts.end())
+      return known->second;
+    int64_t count = 0;
+    for (Attribute term : tree.getTerms())
+      count = std::min<int64_t>(count + termCount(term), kMaxFormulaTerms + 1);
+    termCounts[formula] = count;
+    return count;
+  }
+
   Attribute combine(TileFormulaKind kind, ArrayRef<Attribute> terms) {
     return TileFormulaAttr::get(context, kind, ArrayAttr::get(context, terms));
   }
@@ -206,8 +236,9 @@ private:
     std::optional<AffineForm> form = computeAffine(value);
     if (form && !form->isSmall())
       form = std::nullopt;
-    if (form)
-      affine[value] = *form;
+    // Failures too: a region reusing values would otherwise be re-analysed
+    // once per path, exponentially many.
+    affine[value] = form;
     return form;
   }
 
@@ -304,8 +335,12 @@ private:
     return std::nullopt;
   }
 
+  static constexpr int64_t kMaxFormulaTerms = 64;
+
   MLIRContext *context;
-  llvm::DenseMap<Value, AffineForm> affine;
+  llvm::DenseMap<Value, std::optional<AffineForm>> affine;
+  llvm::DenseMap<Value, std::optional<Attribute>> formulas;
+  llvm::DenseMap<Attribute, int64_t> termCounts;
 };
 
 struct ClassifyBlocksPass : impl::AttnClassifyBlocksBase<ClassifyBlocksPass> {
