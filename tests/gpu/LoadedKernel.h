@@ -1,6 +1,6 @@
 // A compiled spec loaded into the current context, shared by the GPU tests:
-// one module per spec text, compiled and loaded once for the whole run; and
-// the captures of a problem as the reference reads them.
+// one module per spec text and tile override, compiled and loaded once for
+// the whole run; and the captures of a problem as the reference reads them.
 #ifndef ATTN_TESTS_GPU_LOADEDKERNEL_H
 #define ATTN_TESTS_GPU_LOADEDKERNEL_H
 
@@ -18,18 +18,19 @@ struct LoadedKernel {
   KernelFunction function;
 };
 
-inline LoadedKernel &loadKernel(const std::string &spec) {
+inline LoadedKernel &loadKernel(const std::string &spec, const CompileOptions &options = {}) {
   static std::map<std::string, LoadedKernel> cache;
-  auto found = cache.find(spec);
+  std::string key = options.tileOverride + "\n" + spec;
+  auto found = cache.find(key);
   if (found != cache.end())
     return found->second;
   ensureContext();
   LoadedKernel loaded;
-  loaded.compiled = compileSpec(spec, "test.mlir");
+  loaded.compiled = compileSpec(spec, "test.mlir", options);
   loaded.module = Module::loadPtx(
       std::string_view(loaded.compiled.binary.data(), loaded.compiled.binary.size()));
   loaded.function = loaded.module.function(loaded.compiled.launch.kernelName);
-  return cache.emplace(spec, std::move(loaded)).first->second;
+  return cache.emplace(key, std::move(loaded)).first->second;
 }
 
 /// The host copies of a problem's captures, as the reference reads them.

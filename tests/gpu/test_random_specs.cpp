@@ -74,7 +74,6 @@ void addRandomCaptures(harness::ForwardProblem &data, const Spec &spec,
 } // namespace
 
 TEST_CASE("random valid specs from the builder match the reference", "[gpu][random]") {
-  ensureContext();
   const int specs = 24;
   int withMaskMod = 0, withScoreMod = 0, withCaptures = 0, withTileOverride = 0;
   for (uint64_t seed = 1; seed <= specs; ++seed) {
@@ -89,10 +88,8 @@ TEST_CASE("random valid specs from the builder match the reference", "[gpu][rand
 
     CompileOptions options;
     options.tileOverride = random.tileOverride;
-    CompiledKernel compiled = compileSpec(text, "random.mlir", options);
-    Module module =
-        Module::loadPtx(std::string_view(compiled.binary.data(), compiled.binary.size()));
-    KernelFunction function = module.function(compiled.launch.kernelName);
+    gputest::LoadedKernel &kernel = gputest::loadKernel(text, options);
+    const CompiledKernel &compiled = kernel.compiled;
 
     std::mt19937_64 shapes(seed * 7919);
     static const int64_t lengths[] = {1, 37, 64, 129, 200, 333, 511};
@@ -104,7 +101,7 @@ TEST_CASE("random valid specs from the builder match the reference", "[gpu][rand
       harness::ForwardProblem data(compiled.launch, shape, seed * 31 + run);
       addRandomCaptures(data, random.spec, shape, shapes);
       data.poisonOutputs();
-      launchForward(function, compiled.launch, data.args(), nullptr);
+      launchForward(kernel.function, compiled.launch, data.args(), nullptr);
       ATTN_CU_CHECK(cuCtxSynchronize);
 
       std::vector<HostCapture> host = gputest::hostCaptures(data);

@@ -239,7 +239,6 @@ Expr Expr::make(Op op, std::vector<Expr> operands) {
     arity(1);
     if (!isNumber(operands[0]))
       typeError(op, operands, "needs an f32 (or index) operand");
-    promoteMixed(operands, 0);
     if (operands[0].type() == ExprType::Index)
       operands[0] = make(Op::ToF32, {operands[0]});
     n->type = ExprType::F32;

@@ -22,11 +22,11 @@ namespace mlir::attn {
 
 namespace {
 
-/// batch * b + head * h + q * q_idx + kv * kv_idx + c.
 /// Whether |value| < limit, without negating (the minimum has no absolute
 /// value).
 bool magnitudeBelow(int64_t value, int64_t limit) { return value > -limit && value < limit; }
 
+/// batch * b + head * h + q * q_idx + kv * kv_idx + c.
 struct Affine {
   int64_t batch = 0, head = 0, q = 0, kv = 0, c = 0;
   /// Some coefficient overflowed 64 bits while the form was built (spec

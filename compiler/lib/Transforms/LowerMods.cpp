@@ -22,12 +22,14 @@ namespace mlir::attn {
 
 namespace {
 
-/// CUDA single-precision function called for each supported math op (and
-/// the arith float min/max, which have no EmitC lowering).
-struct FloatCall {
+/// An op lowered to a call of a CUDA or device-helper function.
+struct OpCall {
   StringLiteral op, callee;
 };
-constexpr FloatCall kFloatCalls[] = {
+
+/// CUDA single-precision function called for each supported math op (and
+/// the arith float min/max, which have no EmitC lowering).
+constexpr OpCall kFloatCalls[] = {
     {"math.absf", "fabsf"},
     {"math.exp", "expf"},
     {"math.exp2", "exp2f"},
@@ -57,28 +59,27 @@ constexpr StringLiteral kCaptureLoadCallee = "attn_dev::loadCapture";
 constexpr StringLiteral kIntToFloatCallee = "attn_dev::exactIntToFloat";
 /// Device helpers for the integer ops C has no operator for, called on the
 /// operands viewed as signed.
-struct IntegerCall {
-  StringLiteral op, callee;
-};
-constexpr IntegerCall kIntegerCalls[] = {
+constexpr OpCall kIntegerCalls[] = {
     {"arith.floordivsi", "attn_dev::floorDiv"},
     {"arith.ceildivsi", "attn_dev::ceilDiv"},
     {"math.absi", "attn_dev::absInt"},
 };
 
-StringRef integerCallee(Operation *op) {
-  for (const IntegerCall &call : kIntegerCalls)
+/// The callee `calls` lists for `op`, or empty.
+StringRef calleeIn(ArrayRef<OpCall> calls, Operation *op) {
+  for (const OpCall &call : calls)
     if (op->getName().getStringRef() == call.op)
       return call.callee;
   return StringRef();
 }
 
-StringRef mathCallee(Operation *op) {
-  for (const FloatCall &call : kFloatCalls)
-    if (op->getName().getStringRef() == call.op)
-      return call.callee;
-  return StringRef();
+/// Whether `calls` lists `callee`.
+bool listsCallee(ArrayRef<OpCall> calls, StringRef callee) {
+  return llvm::any_of(calls, [&](const OpCall &call) { return call.callee == callee; });
 }
+
+StringRef integerCallee(Operation *op) { return calleeIn(kIntegerCalls, op); }
+StringRef mathCallee(Operation *op) { return calleeIn(kFloatCalls, op); }
 
 /// f32 math (and float min/max) -> a call of the CUDA function.
 struct FloatCallLowering : ConversionPattern {
@@ -166,7 +167,7 @@ struct SignedIntegerCallLowering : ConversionPattern {
     for (Value operand : operands)
       signedOperands.push_back(castTo(rewriter, loc, signedType, operand));
     Value result =
-        rewriter.create<emitc::CallOpaqueOp>(loc, signedType, callee, signedOperands).getResult(0);
+        emitc::CallOpaqueOp::create(rewriter, loc, signedType, callee, signedOperands).getResult(0);
     rewriter.replaceOp(op, castTo(rewriter, loc, type, result));
     return success();
   }
@@ -331,9 +332,7 @@ std::string getCaptureCppType(Type elementType, int64_t rank) {
 
 bool isModFunctionCallee(StringRef callee) {
   return callee == kCaptureLoadCallee || callee == kIntToFloatCallee ||
-         llvm::any_of(kIntegerCalls,
-                      [&](const IntegerCall &call) { return call.callee == callee; }) ||
-         llvm::any_of(kFloatCalls, [&](const FloatCall &call) { return call.callee == callee; });
+         listsCallee(kIntegerCalls, callee) || listsCallee(kFloatCalls, callee);
 }
 
 } // namespace mlir::attn
