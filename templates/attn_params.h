@@ -54,6 +54,60 @@ struct AttnFwdParams {
   unsigned char *tile_coverage;
 };
 
+// Parameters of the chunkwise linear attention / retention kernel.
+//
+// Q, K, V, O as for AttnFwdParams (BSHD, seqlen_q = seqlen_k = seqlen); the
+// maps' boxes are one chunk of rows by 64 columns. The state S is
+// [batch, q_heads, head_dim (keys), head_dim (values)] fp32 contiguous; the
+// key sum z (normalized linear attention) [batch, q_heads, head_dim] fp32.
+// Null inputs stand for zero, null outputs are not written. log_decay is the
+// gated form's per-token log-decay, [batch, seqlen, q_heads] fp32 contiguous.
+struct AttnLinearParams {
+  TensorMapBlob q_map;
+  TensorMapBlob k_map;
+  TensorMapBlob v_map;
+  TensorMapBlob o_map;
+  const float *state_in;
+  float *state_out;
+  const float *key_sum_in;
+  float *key_sum_out;
+  const float *log_decay;
+  int batch;
+  int seqlen;
+  int q_heads;
+  int kv_heads;
+  float scale;
+};
+
+// Parameters of the one-token (recurrent) step of the same kernel: q, o
+// [batch, q_heads, head_dim] and k, v [batch, kv_heads, head_dim] of one
+// token, with element strides of the batch and head dimensions (head_dim
+// contiguous); the state as above, updated from state_in into state_out
+// (they may be the same buffer); log_decay [batch, q_heads] fp32.
+struct AttnDecodeParams {
+  const void *q;
+  const void *k;
+  const void *v;
+  void *o;
+  long long q_strides[2];
+  long long k_strides[2];
+  long long v_strides[2];
+  long long o_strides[2];
+  const float *state_in;
+  float *state_out;
+  const float *key_sum_in;
+  float *key_sum_out;
+  const float *log_decay;
+  int batch;
+  int q_heads;
+  int kv_heads;
+  float scale;
+};
+
+#define ATTN_LINEAR_KERNEL_NAME "attn_linear_kernel"
+#define ATTN_DECODE_KERNEL_NAME "attn_linear_decode_kernel"
+#define ATTN_DECODE_THREADS 128
+
 // The kernel's entry point name in the emitted translation unit.
 #define ATTN_FWD_KERNEL_NAME "attn_fwd_kernel"
 // The tile coverage kernel's entry point, in the same unit: grid

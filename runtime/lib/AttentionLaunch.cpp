@@ -346,6 +346,9 @@ void validateLaunchConfig(const AttnLaunchConfig &config) {
 void validateForwardArgs(const AttnLaunchConfig &config,
                          const AttnForwardArgs &args) {
   validateLaunchConfig(config);
+  if (config.linearFamily)
+    fail("config", "the kernel is linear attention or retention: launch it with "
+                   "AttnLinearArgs (Kernel::runLinear)");
   validateAgainstConfig(args.q, "q", config, config.qHeads, "query");
   validateAgainstConfig(args.k, "k", config, config.kvHeads, "kv");
   validateAgainstConfig(args.v, "v", config, config.kvHeads, "kv");
@@ -538,6 +541,144 @@ void launchForward(KernelFunction &kernel, const AttnLaunchConfig &config,
   Dim3 block{static_cast<unsigned>(config.threadsPerBlock), 1, 1};
   void *kernelArgs[] = {&params};
   kernel.launch(grid, block, config.sharedMemoryBytes, stream, kernelArgs);
+}
+
+void validateLinearArgs(const AttnLaunchConfig &config, const AttnLinearArgs &args, bool decode) {
+  validateLaunchConfig(config);
+  if (!config.linearFamily)
+    fail("config", "the kernel is softmax attention, not linear attention or retention");
+  validateAgainstConfig(args.q, "q", config, config.qHeads, "query");
+  validateAgainstConfig(args.k, "k", config, config.kvHeads, "kv");
+  validateAgainstConfig(args.v, "v", config, config.kvHeads, "kv");
+  validateAgainstConfig(args.o, "o", config, config.qHeads, "query");
+  for (auto [view, name] : {std::make_pair(&args.k, "k"), std::make_pair(&args.v, "v"),
+                            std::make_pair(&args.o, "o")})
+    for (int dim = 0; dim < 2; ++dim)
+      if (view->shape[dim] != args.q.shape[dim])
+        fail(name, "shape " + shapeString(*view) + " does not match q's " + shapeString(args.q) +
+                       " in batch and sequence length");
+  if (decode) {
+    if (args.q.seqlen() != 1)
+      fail("q", "the one-token step takes seqlen 1, got " + std::to_string(args.q.seqlen()));
+  } else {
+    validateTmaOperand(args.q, "q");
+    validateTmaOperand(args.k, "k");
+    validateTmaOperand(args.v, "v");
+    validateTmaOperand(args.o, "o");
+  }
+  requireIntRange(args.q.batch(), "q", "batch");
+  requireIntRange(args.q.seqlen(), "q", "seqlen");
+  if (args.q.batch() > 65535)
+    fail("q", "batch " + std::to_string(args.q.batch()) + " exceeds the grid's 65535");
+  if (!config.normalize && (args.initialKeySum || args.finalKeySum))
+    fail(args.initialKeySum ? "initialKeySum" : "finalKeySum",
+         "the kernel does not normalize, so it has no key sum");
+  if (config.gated && !args.logDecay && args.q.numElements() != 0)
+    fail("logDecay", "the kernel is gated: pass the per-token log-decays");
+  if (!config.gated && args.logDecay)
+    fail("logDecay", "the kernel is not gated; it takes no log-decays");
+  for (auto [pointer, name] : {std::make_pair(static_cast<const void *>(args.initialState), "initialState"),
+                               std::make_pair(static_cast<const void *>(args.finalState), "finalState"),
+                               std::make_pair(static_cast<const void *>(args.initialKeySum), "initialKeySum"),
+                               std::make_pair(static_cast<const void *>(args.finalKeySum), "finalKeySum"),
+                               std::make_pair(static_cast<const void *>(args.logDecay), "logDecay")})
+    if (reinterpret_cast<uintptr_t>(pointer) % alignof(float) != 0)
+      fail(name, "pointer must be 4-byte aligned");
+}
+
+namespace {
+/// The linear family's fp32 side buffers with their sizes in bytes.
+struct LinearBuffer {
+  const void *pointer;
+  uint64_t bytes;
+  const char *name;
+};
+
+std::vector<LinearBuffer> linearBuffers(const AttnLaunchConfig &config, const AttnLinearArgs &args) {
+  uint64_t heads = uint64_t(args.q.batch()) * uint64_t(config.qHeads);
+  uint64_t state = heads * uint64_t(config.headDim) * uint64_t(config.headDim) * sizeof(float);
+  uint64_t keySum = heads * uint64_t(config.headDim) * sizeof(float);
+  uint64_t decay = heads * uint64_t(args.q.seqlen()) * sizeof(float);
+  return {{args.initialState, state, "initialState"},
+          {args.finalState, state, "finalState"},
+          {args.initialKeySum, keySum, "initialKeySum"},
+          {args.finalKeySum, keySum, "finalKeySum"},
+          {args.logDecay, decay, "logDecay"}};
+}
+
+void validateLinearDevicePointers(const AttnLaunchConfig &config, const AttnLinearArgs &args) {
+  int device = currentDevice();
+  for (auto [view, name] : {std::make_pair(&args.q, "q"), std::make_pair(&args.k, "k"),
+                            std::make_pair(&args.v, "v"), std::make_pair(&args.o, "o")})
+    if (view->numElements() != 0)
+      requireDeviceMemory(view->data, viewExtentBytes(*view), name, device);
+  for (const LinearBuffer &buffer : linearBuffers(config, args))
+    if (buffer.pointer && buffer.bytes != 0)
+      requireDeviceMemory(buffer.pointer, buffer.bytes, buffer.name, device);
+}
+} // namespace
+
+void launchLinear(KernelFunction &kernel, const AttnLaunchConfig &config,
+                  const AttnLinearArgs &args, CUstream stream) {
+  validateLinearArgs(config, args);
+  if (args.q.batch() == 0 || args.q.seqlen() == 0)
+    return;
+  validateLinearDevicePointers(config, args);
+  attn_abi::AttnLinearParams params{};
+  params.q_map = encodeBSHDTensorMap(args.q, config.blockM, kBoxCols, "q");
+  params.k_map = encodeBSHDTensorMap(args.k, config.blockM, kBoxCols, "k");
+  params.v_map = encodeBSHDTensorMap(args.v, config.blockM, kBoxCols, "v");
+  params.o_map = encodeBSHDTensorMap(args.o, config.blockM, kBoxCols, "o");
+  params.state_in = args.initialState;
+  params.state_out = args.finalState;
+  params.key_sum_in = args.initialKeySum;
+  params.key_sum_out = args.finalKeySum;
+  params.log_decay = args.logDecay;
+  params.batch = static_cast<int>(args.q.batch());
+  params.seqlen = static_cast<int>(args.q.seqlen());
+  params.q_heads = config.qHeads;
+  params.kv_heads = config.kvHeads;
+  params.scale = config.scale;
+  kernel.setMaxDynamicSharedMemory(config.sharedMemoryBytes);
+  // One block per 64 value columns of each (head, batch).
+  Dim3 grid{static_cast<unsigned>(config.headDim / config.blockN),
+            static_cast<unsigned>(config.qHeads), static_cast<unsigned>(args.q.batch())};
+  Dim3 block{static_cast<unsigned>(config.threadsPerBlock), 1, 1};
+  void *kernelArgs[] = {&params};
+  kernel.launch(grid, block, config.sharedMemoryBytes, stream, kernelArgs);
+}
+
+void launchDecode(KernelFunction &kernel, const AttnLaunchConfig &config,
+                  const AttnDecodeArgs &args, CUstream stream) {
+  validateLinearArgs(config, args, /*decode=*/true);
+  if (args.q.batch() == 0)
+    return;
+  validateLinearDevicePointers(config, args);
+  attn_abi::AttnDecodeParams params{};
+  const TensorView *views[] = {&args.q, &args.k, &args.v, &args.o};
+  long long(*strides[])[2] = {&params.q_strides, &params.k_strides, &params.v_strides,
+                              &params.o_strides};
+  for (int index = 0; index < 4; ++index) {
+    (*strides[index])[0] = views[index]->strides[0];
+    (*strides[index])[1] = views[index]->strides[2];
+  }
+  params.q = args.q.data;
+  params.k = args.k.data;
+  params.v = args.v.data;
+  params.o = args.o.data;
+  params.state_in = args.initialState;
+  params.state_out = args.finalState;
+  params.key_sum_in = args.initialKeySum;
+  params.key_sum_out = args.finalKeySum;
+  params.log_decay = args.logDecay;
+  params.batch = static_cast<int>(args.q.batch());
+  params.q_heads = config.qHeads;
+  params.kv_heads = config.kvHeads;
+  params.scale = config.scale;
+  Dim3 grid{static_cast<unsigned>(config.qHeads), static_cast<unsigned>(args.q.batch()), 1};
+  Dim3 block{ATTN_DECODE_THREADS, 1, 1};
+  void *kernelArgs[] = {&params};
+  kernel.launch(grid, block, 0, stream, kernelArgs);
 }
 
 namespace {

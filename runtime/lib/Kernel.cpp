@@ -166,6 +166,23 @@ void Kernel::run(const AttnForwardArgs &args, CUstream stream) const {
   launchForward(loadedForCurrentContext().function, config, args, stream);
 }
 
+void Kernel::runLinear(const AttnLinearArgs &args, CUstream stream) const {
+  const AttnLaunchConfig &config = launchConfig();
+  validateLinearArgs(config, args);
+  if (args.q.batch() == 0 || args.q.seqlen() == 0)
+    return;
+  launchLinear(loadedForCurrentContext().function, config, args, stream);
+}
+
+void Kernel::decode(const AttnDecodeArgs &args, CUstream stream) const {
+  const AttnLaunchConfig &config = launchConfig();
+  validateLinearArgs(config, args, /*decode=*/true);
+  if (args.q.batch() == 0)
+    return;
+  KernelFunction step = loadedForCurrentContext().module.function(ATTN_DECODE_KERNEL_NAME);
+  launchDecode(step, config, args, stream);
+}
+
 void Kernel::run(const TensorView &q, const TensorView &k, const TensorView &v,
                  const TensorView &o, float *lse, CUstream stream) const {
   run(q, k, v, o, lse, /*captures=*/{}, stream);

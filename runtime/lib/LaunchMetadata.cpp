@@ -29,6 +29,10 @@ constexpr IntField kIntFields[] = {
     {"threads", &AttnLaunchConfig::threadsPerBlock},
     {"shared_memory_bytes", &AttnLaunchConfig::sharedMemoryBytes},
     {"persistent_blocks_per_sm", &AttnLaunchConfig::persistentBlocksPerSm},
+    {"linear_family", &AttnLaunchConfig::linearFamily},
+    {"causal", &AttnLaunchConfig::causal},
+    {"normalize", &AttnLaunchConfig::normalize},
+    {"gated", &AttnLaunchConfig::gated},
 };
 
 [[noreturn]] void fail(int line, const std::string &what) {

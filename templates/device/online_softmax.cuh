@@ -1,15 +1,8 @@
-// Online softmax over WGMMA accumulator fragments. In an m64nN fp32
-// accumulator, thread `lane` of warp `w` holds rows w*16 + lane/4 (half 0) and
-// that + 8 (half 1); element i belongs to half (i / 2) % 2 and to column
-// (i / 4) * 8 + 2 * (lane % 4) + i % 2. The four threads of a quad share rows.
+// Online softmax over WGMMA accumulator fragments (layout: fragmentRowHalf
+// and fragmentColumn in wgmma.cuh).
 #pragma once
 
 namespace attn_dev {
-
-__device__ __forceinline__ int fragmentRowHalf(int i) { return (i >> 1) & 1; }
-__device__ __forceinline__ int fragmentColumn(int i, int lane) {
-  return (i >> 2) * 8 + 2 * (lane & 3) + (i & 1);
-}
 
 __device__ __forceinline__ float quadMax(float value) {
   value = fmaxf(value, __shfl_xor_sync(0xffffffff, value, 1));

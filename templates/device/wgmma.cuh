@@ -51,9 +51,23 @@ template <int N> __device__ __forceinline__ void fenceRegisters(u32 (&registers)
     asm volatile("" : "+r"(registers[i])::"memory");
 }
 
+// The m64nN fp32 accumulator: thread `lane` of warp `w` holds rows
+// w*16 + lane/4 (half 0) and that + 8 (half 1); element i belongs to half
+// (i / 2) % 2 and to column (i / 4) * 8 + 2 * (lane % 4) + i % 2. The four
+// threads of a quad share rows. Consecutive pairs of elements, packed, are
+// the A fragment of a product that takes the accumulator as its left operand.
+__device__ __forceinline__ int fragmentRowHalf(int i) { return (i >> 1) & 1; }
+__device__ __forceinline__ int fragmentColumn(int i, int lane) {
+  return (i >> 2) * 8 + 2 * (lane & 3) + (i & 1);
+}
+
 // D[64 x N] (+)= A[64 x 16] * B[16 x N], both operands in shared memory,
 // both K-major. `accumulate` = 0 overwrites D.
 template <int N, class Element> struct WgmmaSS;
+
+// The same with B MN-major (transposed), and with both A and B MN-major.
+template <int N, class Element> struct WgmmaSSTransB;
+template <int N, class Element> struct WgmmaSSTransAB;
 
 // D[64 x N] (+)= A[64 x 16] * B[16 x N], A from registers (4 x 2 packed
 // 16-bit values per thread), B MN-major in shared memory (transposed).

@@ -177,7 +177,7 @@ TEST_CASE("launch metadata round-trips every field exactly", "[cache][metadata]"
   config.kernelName = "my_kernel";
 
   std::string text = serializeLaunchConfig(config);
-  CHECK_THAT(text, StartsWith("attn-launch-metadata 3\n"));
+  CHECK_THAT(text, StartsWith("attn-launch-metadata 4\n"));
   AttnLaunchConfig back = parseLaunchConfig(text);
   CHECK(back.headDim == 256);
   CHECK(back.qHeads == 12);
@@ -201,8 +201,11 @@ TEST_CASE("malformed launch metadata is reported with its line", "[cache][metada
   CHECK_THROWS_WITH(parseLaunchConfig(without("scale")),
                     StartsWith("launch metadata: ") && Contains("missing key 'scale'"));
   CHECK_THROWS_WITH(parseLaunchConfig(good + "extra 1\n"), Contains("unknown key 'extra'"));
+  // The appended line is the one after the last.
+  const auto lines = std::count(good.begin(), good.end(), '\n');
   CHECK_THROWS_WITH(parseLaunchConfig(good + "block_m 64\n"),
-                    Contains("line 14") && Contains("duplicate key 'block_m'"));
+                    Contains("line " + std::to_string(lines + 1) + ":") &&
+                        Contains("duplicate key 'block_m'"));
   CHECK_THROWS_WITH(parseLaunchConfig("attn-launch-metadata 2\n"),
                     Contains("line 1") && Contains("unsupported version 2"));
   CHECK_THROWS_WITH(parseLaunchConfig(""), Contains("empty"));

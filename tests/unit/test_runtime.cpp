@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -395,6 +396,16 @@ void expectMetadataInvalid(const std::string &text, int line,
                         Contains(detail));
 }
 
+/// The 1-based line of `text` that starts with `key ` (0 when none does).
+int lineOfKey(const std::string &text, const std::string &key) {
+  std::istringstream lines(text);
+  std::string line;
+  for (int number = 1; std::getline(lines, line); ++number)
+    if (line.rfind(key + " ", 0) == 0)
+      return number;
+  return 0;
+}
+
 /// `text` with the value of the line starting with `key ` replaced.
 std::string withValue(const std::string &text, const std::string &key,
                       const std::string &value) {
@@ -670,7 +681,7 @@ TEST_CASE("launch metadata round-trips captures", "[runtime][metadata][captures]
   SECTION("none") {
     AttnLaunchConfig config = makeConfig();
     std::string text = serializeLaunchConfig(config);
-    CHECK_THAT(text, StartsWith("attn-launch-metadata 3\n"));
+    CHECK_THAT(text, StartsWith("attn-launch-metadata 4\n"));
     CHECK_THAT(text, Contains("\ncaptures 0\n"));
     CHECK_THAT(text, !Contains("capture."));
     AttnLaunchConfig back = parseLaunchConfig(text);
@@ -711,45 +722,50 @@ TEST_CASE("malformed capture metadata is reported with its line",
       {"slopes", DType::F32, {{Kind::QHeads}}},
       {"bias", DType::F32, {{Kind::KvHeads}, {Kind::Any}, {Kind::Fixed, 16}}},
   };
-  // Line 13 is `captures 2`, 14 and 15 the two captures.
   const std::string good = serializeLaunchConfig(config);
   REQUIRE_NOTHROW(parseLaunchConfig(good));
+  // The 1-based lines of `captures 2` and of the two captures after it.
+  const int countLine = lineOfKey(good, "captures");
+  const int first = countLine + 1, second = countLine + 2;
+  REQUIRE(lineOfKey(good, "capture.0") == first);
+  REQUIRE(lineOfKey(good, "capture.1") == second);
+  const std::string saysTwo = "(line " + std::to_string(countLine) + " says 'captures ";
 
-  expectMetadataInvalid(withValue(good, "capture.1", "bias f32"), 15,
+  expectMetadataInvalid(withValue(good, "capture.1", "bias f32"), second,
                         "capture.1: expected 'NAME DTYPE DIM,DIM,...', got 'bias f32'");
-  expectMetadataInvalid(withValue(good, "capture.1", "bias f32 1 2"), 15,
+  expectMetadataInvalid(withValue(good, "capture.1", "bias f32 1 2"), second,
                         "capture.1: expected 'NAME DTYPE DIM,DIM,...'");
-  expectMetadataInvalid(withValue(good, "capture.0", "9lives f32 q_heads"), 14,
+  expectMetadataInvalid(withValue(good, "capture.0", "9lives f32 q_heads"), first,
                         "capture.0: name '9lives' is not an identifier");
-  expectMetadataInvalid(withValue(good, "capture.1", "bias bf16 q_heads"), 15,
+  expectMetadataInvalid(withValue(good, "capture.1", "bias bf16 q_heads"), second,
                         "capture.1: dtype: expected f32 or i32, got 'bf16'");
-  expectMetadataInvalid(withValue(good, "capture.1", "bias f32 kv_heads,heads"), 15,
+  expectMetadataInvalid(withValue(good, "capture.1", "bias f32 kv_heads,heads"), second,
                         "capture.1: dim 1: expected a positive integer, '?', batch, "
                         "q_heads, kv_heads, seqlen_q or seqlen_k, got 'heads'");
-  expectMetadataInvalid(withValue(good, "capture.1", "bias f32 kv_heads,0"), 15,
+  expectMetadataInvalid(withValue(good, "capture.1", "bias f32 kv_heads,0"), second,
                         "capture.1: dim 1: expected a positive integer");
-  expectMetadataInvalid(withValue(good, "capture.1", "bias f32 -4"), 15,
+  expectMetadataInvalid(withValue(good, "capture.1", "bias f32 -4"), second,
                         "capture.1: dim 0: expected a positive integer");
-  expectMetadataInvalid(withValue(good, "capture.1", "bias f32 +4"), 15,
+  expectMetadataInvalid(withValue(good, "capture.1", "bias f32 +4"), second,
                         "got '+4'");
-  expectMetadataInvalid(withValue(good, "capture.1", "bias f32 99999999999999999999"), 15,
+  expectMetadataInvalid(withValue(good, "capture.1", "bias f32 99999999999999999999"), second,
                         "got '99999999999999999999'");
-  expectMetadataInvalid(withValue(good, "capture.1", "bias f32 kv_heads,"), 15,
+  expectMetadataInvalid(withValue(good, "capture.1", "bias f32 kv_heads,"), second,
                         "capture.1: dim 1: expected a positive integer, '?', batch, "
                         "q_heads, kv_heads, seqlen_q or seqlen_k, got ''");
-  expectMetadataInvalid(withValue(good, "capture.1", "bias f32 1,2,3,4"), 15,
+  expectMetadataInvalid(withValue(good, "capture.1", "bias f32 1,2,3,4"), second,
                         "capture.1: more than 3 dims in '1,2,3,4'");
-  expectMetadataInvalid(withValue(good, "captures", "5"), 13,
+  expectMetadataInvalid(withValue(good, "captures", "5"), countLine,
                         "captures: expected 0 to 4, got 5");
-  expectMetadataInvalid(withValue(good, "captures", "-1"), 13,
+  expectMetadataInvalid(withValue(good, "captures", "-1"), countLine,
                         "captures: expected 0 to 4, got -1");
-  expectMetadataInvalid(withValue(good, "captures", "two"), 13,
+  expectMetadataInvalid(withValue(good, "captures", "two"), countLine,
                         "captures: expected an integer, got 'two'");
-  expectMetadataInvalid(withValue(good, "captures", "1"), 15,
-                        "unexpected key 'capture.1' (line 13 says 'captures 1')");
-  expectMetadataInvalid(good + "capture.2 extra f32 ?\n", 16,
-                        "unexpected key 'capture.2' (line 13 says 'captures 2')");
-  expectMetadataInvalid(good + "capture.0 again f32 ?\n", 16,
+  expectMetadataInvalid(withValue(good, "captures", "1"), second,
+                        "unexpected key 'capture.1' " + saysTwo + "1')");
+  expectMetadataInvalid(good + "capture.2 extra f32 ?\n", second + 1,
+                        "unexpected key 'capture.2' " + saysTwo + "2')");
+  expectMetadataInvalid(good + "capture.0 again f32 ?\n", second + 1,
                         "duplicate key 'capture.0'");
   CHECK_THROWS_WITH(parseLaunchConfig(withValue(good, "captures", "3")),
                     StartsWith("launch metadata: ") && Contains("missing key 'capture.2'"));
@@ -758,5 +774,5 @@ TEST_CASE("malformed capture metadata is reported with its line",
                     StartsWith("launch metadata: ") && Contains("missing key 'captures'"));
   // Metadata from before captures existed is refused, not misread.
   std::string version2 = "attn-launch-metadata 2" + withoutCaptures.substr(withoutCaptures.find('\n'));
-  expectMetadataInvalid(version2, 1, "unsupported version 2 (this runtime reads version 3)");
+  expectMetadataInvalid(version2, 1, "unsupported version 2 (this runtime reads version 4)");
 }

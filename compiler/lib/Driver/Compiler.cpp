@@ -108,6 +108,15 @@ AttnLaunchConfig launchConfigFor(mlir::attn::KernelOp op) {
   launch.threadsPerBlock = tile.getThreadsPerBlock();
   launch.sharedMemoryBytes = op.getSmemAttr().getLaunchBytes();
   launch.persistentBlocksPerSm = tile.getPersistentBlocksPerSm();
+  if (op.getNormalizer().isLinearFamily()) {
+    launch.kernelName = ATTN_LINEAR_KERNEL_NAME;
+    launch.linearFamily = 1;
+    launch.causal = mlir::isa<mlir::attn::CausalAttr>(op.getMask());
+    auto linear = mlir::dyn_cast<mlir::attn::LinearAttr>(op.getNormalizer());
+    launch.normalize = linear && linear.getNormalize();
+    auto retention = mlir::dyn_cast<mlir::attn::RetentionAttr>(op.getNormalizer());
+    launch.gated = retention && retention.getGated();
+  }
   for (mlir::attn::CaptureAttr capture : op.getCaptureList())
     launch.captures.push_back(captureDeclFor(capture));
   return launch;

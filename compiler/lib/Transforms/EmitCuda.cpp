@@ -204,14 +204,77 @@ FailureOr<::attn::codegen::ForwardKernelConfig> buildForwardKernelConfig(KernelO
 }
 
 namespace {
+FailureOr<::attn::codegen::LinearKernelConfig> buildLinearKernelConfig(KernelOp op) {
+  namespace cg = ::attn::codegen;
+  auto tile = op.getTileAttr();
+  auto smem = op.getSmemAttr();
+  if (!tile || !smem)
+    return op.emitOpError("needs `tile` and `smem` plans: run attn-tile and attn-plan-smem first");
+  cg::LinearKernelConfig config;
+  config.kernelName = op.getSymName().str();
+  ProblemAttr problem = op.getProblem();
+  config.element = problem.getElementType().isBF16() ? cg::ElementKind::BF16 : cg::ElementKind::F16;
+  config.headDim = problem.getHeadDim();
+  config.chunk = tile.getBlockM();
+  config.stages = tile.getStages();
+  config.causal = isa<CausalAttr>(op.getMask());
+  if (auto linear = dyn_cast<LinearAttr>(op.getNormalizer())) {
+    switch (linear.getFeatureMap()) {
+    case FeatureMapKind::identity:
+      config.featureMap = cg::FeatureMapKind::Identity;
+      break;
+    case FeatureMapKind::relu:
+      config.featureMap = cg::FeatureMapKind::Relu;
+      break;
+    case FeatureMapKind::elu_plus_one:
+      config.featureMap = cg::FeatureMapKind::EluPlusOne;
+      break;
+    }
+    config.normalize = linear.getNormalize();
+  } else if (auto retention = dyn_cast<RetentionAttr>(op.getNormalizer())) {
+    config.decay = retention.getGated() ? cg::DecayKind::Gated : cg::DecayKind::Fixed;
+    if (!retention.getGated())
+      for (int64_t head = 0; head < problem.getQHeads(); ++head)
+        config.gammas.push_back(retention.getGamma(head));
+  }
+  struct Slot {
+    const char *name;
+    int64_t *offset;
+  } slots[] = {{"q", &config.smem.q},           {"k", &config.smem.k},
+               {"v", &config.smem.v},           {"state", &config.smem.state},
+               {"o_staging", &config.smem.oStaging}, {"decay", &config.smem.decay},
+               {"key_sum", &config.smem.keySum},  {"barriers", &config.smem.barriers}};
+  for (Slot slot : slots) {
+    SmemBufferAttr buffer = smem.lookupBuffer(slot.name);
+    if (!buffer)
+      return op.emitOpError("shared-memory plan has no '") << slot.name << "' buffer";
+    *slot.offset = buffer.getOffset();
+  }
+  config.smem.total = smem.getTotal();
+  return config;
+}
+
+/// The translation unit of one planned kernel.
+FailureOr<std::string> emitKernelSource(KernelOp op) {
+  if (op.getNormalizer().isLinearFamily()) {
+    FailureOr<::attn::codegen::LinearKernelConfig> config = buildLinearKernelConfig(op);
+    if (failed(config))
+      return failure();
+    return ::attn::codegen::emitLinearKernelSource(*config);
+  }
+  FailureOr<::attn::codegen::ForwardKernelConfig> config = buildForwardKernelConfig(op);
+  if (failed(config))
+    return failure();
+  return ::attn::codegen::emitForwardKernelSource(*config);
+}
+
 struct EmitCudaPass : impl::AttnEmitCudaBase<EmitCudaPass> {
   void runOnOperation() override {
     WalkResult result = getOperation()->walk([](KernelOp op) {
-      FailureOr<::attn::codegen::ForwardKernelConfig> config = buildForwardKernelConfig(op);
-      if (failed(config))
+      FailureOr<std::string> source = emitKernelSource(op);
+      if (failed(source))
         return WalkResult::interrupt();
-      op->setAttr(kCudaSourceAttrName,
-                  StringAttr::get(op.getContext(), ::attn::codegen::emitForwardKernelSource(*config)));
+      op->setAttr(kCudaSourceAttrName, StringAttr::get(op.getContext(), *source));
       return WalkResult::advance();
     });
     if (result.wasInterrupted())

@@ -35,9 +35,12 @@ struct AttnPlanSmemPass : public mlir::attn::impl::AttnPlanSmemBase<AttnPlanSmem
         failed = true;
         return;
       }
+      ::attn::TileProblem problem = getTileProblem(kernel);
+      ::attn::TileConfig config = getTileConfig(tile);
       ::attn::SmemLayout layout = ::attn::allocateSharedMemory(
-          ::attn::forwardKernelSmemRequests(getTileProblem(kernel),
-                                            getTileConfig(tile)));
+          kernel.getNormalizer().isLinearFamily()
+              ? ::attn::linearKernelSmemRequests(problem, config)
+              : ::attn::forwardKernelSmemRequests(problem, config));
 
       int64_t launchBytes = layout.total + SmemPlanAttr::kBaseAlignSlack;
       if (launchBytes > ::attn::kMaxSharedMemoryPerBlock) {

@@ -91,4 +91,26 @@ std::vector<SmemRequest> forwardKernelSmemRequests(const TileProblem &problem,
   return requests;
 }
 
+std::vector<SmemRequest> linearKernelSmemRequests(const TileProblem &problem,
+                                                  const TileConfig &config) {
+  constexpr int64_t kTileAlign = 1024;
+  constexpr int64_t kSwizzle = 128;
+  int64_t row = int64_t(problem.headDim) * problem.elementBytes;
+  int64_t qkSlot = alignTo(int64_t(config.blockM) * row, kTileAlign);
+  int64_t sliceRow = int64_t(config.blockN) * problem.elementBytes;
+  int64_t vSlot = alignTo(int64_t(config.blockM) * sliceRow, kTileAlign);
+  int64_t stages = config.stages;
+  std::vector<SmemRequest> requests;
+  requests.push_back({"q", stages * qkSlot, kTileAlign, kSwizzle, stages, kPhaseSetup, kPhaseEnd});
+  requests.push_back({"k", stages * qkSlot, kTileAlign, kSwizzle, stages, kPhaseSetup, kPhaseEnd});
+  requests.push_back({"v", stages * vSlot, kTileAlign, kSwizzle, stages, kPhaseSetup, kPhaseEnd});
+  requests.push_back({"state", alignTo(int64_t(problem.headDim) * sliceRow, kTileAlign), kTileAlign,
+                      kSwizzle, 1, kPhaseSetup, kPhaseEnd});
+  requests.push_back({"o_staging", vSlot, kTileAlign, kSwizzle, 1, kPhaseSetup, kPhaseEnd});
+  requests.push_back({"decay", 2 * int64_t(config.blockM) * 4, 16, 0, 1, kPhaseSetup, kPhaseEnd});
+  requests.push_back({"key_sum", int64_t(problem.headDim) * 4, 16, 0, 1, kPhaseSetup, kPhaseEnd});
+  requests.push_back({"barriers", 16 * stages, 8, 0, 2 * stages, kPhaseSetup, kPhaseEnd});
+  return requests;
+}
+
 } // namespace attn

@@ -288,4 +288,35 @@ std::vector<TileConfig> enumerateTileCandidates(const TileProblem &problem,
   return candidates;
 }
 
+TileConfig linearTileConfig() {
+  TileConfig config;
+  config.blockM = kWgmmaM;
+  config.blockN = 64;
+  config.stages = 2;
+  config.consumerWarpgroups = 1;
+  config.producerWarpgroups = 1;
+  config.consumerRegisters = 240;
+  config.producerRegisters = 24;
+  config.softmaxChains = 1;
+  config.persistentBlocksPerSm = 0;
+  return config;
+}
+
+std::optional<std::string> checkLinearTileLegality(const TileConfig &config) {
+  std::ostringstream os;
+  if (config.blockM != kWgmmaM || config.blockN != 64)
+    os << "linear kernel: block_m (the chunk) and block_n (the value slice) must be 64, got "
+       << config.blockM << " and " << config.blockN;
+  else if (config.consumerWarpgroups != 1 || config.producerWarpgroups != 1)
+    os << "linear kernel: one consumer and one producer warpgroup, got "
+       << config.consumerWarpgroups << " and " << config.producerWarpgroups;
+  else if (config.stages < 1 || config.stages > 4)
+    os << "linear kernel: stages must be 1 to 4, got " << config.stages;
+  else if (config.persistentBlocksPerSm != 0)
+    os << "linear kernel: no persistent grid (one block per value slice, head and batch)";
+  else
+    return std::nullopt;
+  return os.str();
+}
+
 } // namespace attn

@@ -73,16 +73,20 @@ struct AttnTilePass : public mlir::attn::impl::AttnTileBase<AttnTilePass> {
         return;
       }
       ::attn::TileProblem problem = getTileProblem(kernel);
+      const bool linear = kernel.getNormalizer().isLinearFamily();
       ::attn::TileConfig config;
       TilePlanAttr existing = kernel.getTileAttr();
       if (existing && !hasOverride)
         config = getTileConfig(existing);
+      else if (linear)
+        config = ::attn::applyTileOverride(::attn::linearTileConfig(), override);
       else
         config = ::attn::applyTileOverride(
             tunedOrDefaultConfig(kernel, problem, shape), override);
 
       if (std::optional<std::string> violation =
-              ::attn::checkTileLegality(problem, config)) {
+              linear ? ::attn::checkLinearTileLegality(config)
+                     : ::attn::checkTileLegality(problem, config)) {
         kernel.emitOpError() << "illegal tile plan for sm_90a: "
                              << *violation;
         failed = true;

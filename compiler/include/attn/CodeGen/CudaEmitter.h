@@ -81,10 +81,42 @@ struct ForwardKernelConfig {
 // The complete translation unit for the forward softmax kernel.
 std::string emitForwardKernelSource(const ForwardKernelConfig &config);
 
-// The WGMMA wrapper specializations for m64nNk16 with fp32 accumulation:
-// `fromRegisters` selects A in registers with B transposed (the PV product),
-// otherwise both operands come from shared memory, K-major (the QKᵀ product).
-std::string emitWgmmaWrapper(int n, ElementKind element, bool fromRegisters);
+// Linear attention and retention (templates/attn_linear_sm90.cuh): one
+// block per (64 value columns, query head, batch) walks the chunks of the
+// sequence, carrying the state.
+enum class FeatureMapKind { Identity, Relu, EluPlusOne };
+enum class DecayKind { None, Fixed, Gated };
+
+struct LinearSharedMemoryOffsets {
+  int64_t q = 0, k = 0, v = 0, state = 0, oStaging = 0, decay = 0, keySum = 0, barriers = 0,
+          total = 0;
+};
+
+struct LinearKernelConfig {
+  std::string kernelName; // for the header comment only
+  ElementKind element = ElementKind::BF16;
+  int headDim = 128;
+  int chunk = 64;
+  int stages = 2;
+  bool causal = true;
+  FeatureMapKind featureMap = FeatureMapKind::Identity;
+  bool normalize = false;
+  DecayKind decay = DecayKind::None;
+  // Fixed decay: gamma of each query head.
+  std::vector<double> gammas;
+  LinearSharedMemoryOffsets smem;
+};
+
+// The complete translation unit for linear attention or retention: the
+// chunkwise kernel and the one-token recurrent step.
+std::string emitLinearKernelSource(const LinearKernelConfig &config);
+
+// The WGMMA wrapper specializations for m64nNk16 with fp32 accumulation.
+// SS: both operands from shared memory, K-major (QKᵀ). SSTransB: B MN-major
+// (Q times a state stored keys x values). SSTransAB: both MN-major (Kᵀ V).
+// RS: A from registers, B MN-major (P V).
+enum class WgmmaForm { SS, SSTransB, SSTransAB, RS };
+std::string emitWgmmaWrapper(int n, ElementKind element, WgmmaForm form);
 
 // Inlines `#include "..."` directives that name embedded template files,
 // each file once. Unknown includes are an error (returned in `error`).

@@ -127,6 +127,16 @@ int64_t estimateSharedMemoryBytes(const TileProblem &problem,
 std::optional<std::string> checkTileLegality(const TileProblem &problem,
                                              const TileConfig &config);
 
+/// The chunkwise linear attention / retention kernel's plan: chunks of 64
+/// tokens (block_m), 64 value columns per block (block_n), one consumer
+/// warpgroup beside the TMA producer, 2 stages.
+TileConfig linearTileConfig();
+
+/// The linear kernel's constraints: block_m = block_n = 64, one consumer
+/// and one producer warpgroup, 1 to 4 stages, no persistent grid. Returns
+/// the first violation or nullopt.
+std::optional<std::string> checkLinearTileLegality(const TileConfig &config);
+
 /// Every value of each tunable field the generator tries; together with
 /// checkTileLegality they define the tuning space.
 struct TileSearchSpace {

@@ -74,6 +74,15 @@ enum SmemPhase : int64_t {
 std::vector<SmemRequest> forwardKernelSmemRequests(const TileProblem &problem,
                                                    const TileConfig &config);
 
+/// The linear attention / retention kernel's buffers, all live for the
+/// whole kernel: "q", "k" (stages x chunk x head_dim), "v" (stages x chunk
+/// x 64 value columns), "state" (head_dim x 64, 16-bit, the Q S operand),
+/// "o_staging" (chunk x 64), "decay" (2 x chunk fp32: prefix sums and key
+/// factors), "key_sum" (head_dim fp32), "barriers" (full and empty per
+/// stage).
+std::vector<SmemRequest> linearKernelSmemRequests(const TileProblem &problem,
+                                                  const TileConfig &config);
+
 } // namespace attn
 
 #endif // ATTN_TRANSFORMS_SMEMALLOCATOR_H

@@ -256,6 +256,71 @@ SlidingWindowAttr::getKeyRange(int64_t q, int64_t seqlenQ,
 StringRef SoftmaxAttr::getKindName() const { return "softmax"; }
 bool SoftmaxAttr::isSoftmax() const { return true; }
 
+StringRef LinearAttr::getKindName() const { return "linear"; }
+bool LinearAttr::isLinearFamily() const { return true; }
+
+StringRef RetentionAttr::getKindName() const { return "retention"; }
+bool RetentionAttr::isLinearFamily() const { return true; }
+
+double RetentionAttr::getGamma(int64_t head) const {
+  if (!getDecayList().empty())
+    return getDecayList()[head];
+  return 1.0 - std::ldexp(1.0, static_cast<int>(-5 - head));
+}
+
+LogicalResult RetentionAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                    DenseF64ArrayAttr decay, bool gated) {
+  if (gated && decay)
+    return emitError() << "retention is either gated or has a fixed decay, not both";
+  if (decay && decay.empty())
+    return emitError() << "retention decay list is empty";
+  for (double gamma : decay ? decay.asArrayRef() : ArrayRef<double>())
+    if (!(gamma > 0.0 && gamma <= 1.0))
+      return emitError() << "retention decay " << gamma << " must be in (0, 1]";
+  return success();
+}
+
+// #attn.retention, #attn.retention<gated>, #attn.retention<decay = [...]>
+Attribute RetentionAttr::parse(AsmParser &parser, Type) {
+  SmallVector<double> decay;
+  bool gated = false;
+  if (succeeded(parser.parseOptionalLess())) {
+    if (succeeded(parser.parseOptionalKeyword("gated"))) {
+      gated = true;
+    } else {
+      if (parser.parseKeyword("decay") || parser.parseEqual() ||
+          parser.parseCommaSeparatedList(AsmParser::Delimiter::Square, [&]() {
+            double gamma;
+            if (parser.parseFloat(gamma))
+              return failure();
+            decay.push_back(gamma);
+            return success();
+          }))
+        return {};
+      if (decay.empty()) {
+        parser.emitError(parser.getCurrentLocation(), "retention decay list is empty");
+        return {};
+      }
+    }
+    if (parser.parseGreater())
+      return {};
+  }
+  return getChecked([&] { return parser.emitError(parser.getNameLoc()); },
+                    parser.getContext(),
+                    decay.empty() ? DenseF64ArrayAttr() : DenseF64ArrayAttr::get(parser.getContext(), decay),
+                    gated);
+}
+
+void RetentionAttr::print(AsmPrinter &printer) const {
+  if (getGated()) {
+    printer << "<gated>";
+  } else if (!getDecayList().empty()) {
+    printer << "<decay = [";
+    llvm::interleaveComma(getDecayList(), printer, [&](double gamma) { printer << gamma; });
+    printer << "]>";
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Shared-memory plan
 //===----------------------------------------------------------------------===//

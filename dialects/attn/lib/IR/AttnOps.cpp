@@ -225,8 +225,36 @@ static LogicalResult verifyUserRegion(KernelOp op, Region &region,
   return success();
 }
 
+/// Linear attention and retention: what their kernel supports.
+static LogicalResult verifyLinearFamily(KernelOp op) {
+  NormalizerAttrInterface normalizer = op.getNormalizer();
+  StringRef kind = normalizer.getKindName();
+  Attribute mask = op.getMask();
+  if (!isa<NoMaskAttr, CausalAttr>(mask))
+    return op.emitOpError() << "normalizer '" << kind
+                            << "' takes #attn.causal or #attn.no_mask, got " << mask;
+  if (isa<RetentionAttr>(normalizer) && !isa<CausalAttr>(mask))
+    return op.emitOpError() << "retention is causal: it needs #attn.causal";
+  if (!op.getMaskMod().empty() || !op.getScoreMod().empty() || !op.getCaptureList().empty())
+    return op.emitOpError() << "normalizer '" << kind
+                            << "' takes no mask_mod, score_mod or captures";
+  ProblemAttr problem = op.getProblem();
+  if (problem.getHeadDim() != 64 && problem.getHeadDim() != 128)
+    return op.emitOpError() << "normalizer '" << kind << "' supports head_dim 64 or 128, got "
+                            << problem.getHeadDim();
+  if (auto retention = dyn_cast<RetentionAttr>(normalizer))
+    if (!retention.getDecayList().empty() &&
+        static_cast<int64_t>(retention.getDecayList().size()) != problem.getQHeads())
+      return op.emitOpError() << "retention decay lists " << retention.getDecayList().size()
+                              << " values; it needs one per query head ("
+                              << problem.getQHeads() << ")";
+  return success();
+}
+
 LogicalResult KernelOp::verifyRegions() {
   MLIRContext *ctx = getContext();
+  if (getNormalizer().isLinearFamily() && failed(verifyLinearFamily(*this)))
+    return failure();
   Type index = IndexType::get(ctx);
   Type f32 = Float32Type::get(ctx);
   Type i1 = IntegerType::get(ctx, 1);

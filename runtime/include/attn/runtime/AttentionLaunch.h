@@ -68,6 +68,15 @@ struct AttnLaunchConfig {
   /// grid, each block walking the work tiles round-robin).
   int persistentBlocksPerSm = 0;
   std::string kernelName = ATTN_FWD_KERNEL_NAME;
+  /// 1 for linear attention and retention (the chunkwise kernel, launched
+  /// with AttnLinearArgs; kernelName is ATTN_LINEAR_KERNEL_NAME), 0 for
+  /// softmax. The flags below are 0 or 1 and describe the linear family:
+  /// causal or not, normalized by the key sum (the state includes it), gated
+  /// (a per-token log-decay is passed at launch).
+  int linearFamily = 0;
+  int causal = 1;
+  int normalize = 0;
+  int gated = 0;
   /// The spec's captured buffers, in declaration order (at most
   /// attn_abi::kMaxCaptures).
   std::vector<CaptureDecl> captures;
@@ -152,6 +161,46 @@ void launchForward(KernelFunction &kernel, const AttnLaunchConfig &config,
 /// Validates like launchForward (args.tileCoverage is ignored).
 DeviceBuffer buildTileCoverage(const Module &module, const AttnLaunchConfig &config,
                                const AttnForwardArgs &args, CUstream stream);
+
+/// Device tensors of one linear attention / retention call (a linear-family
+/// config). q, o: [B, S, Hq, D]; k, v: [B, S, Hkv, D] (one sequence length;
+/// the TMA layout rules of the softmax kernel). The state S is
+/// [B, Hq, D, D] fp32 contiguous (key dim, then value dim), the key sum z of
+/// a normalized kernel [B, Hq, D] fp32: null initial values stand for zero,
+/// null finals are not written; the final buffers may be the initial ones
+/// (each block reads its part before it writes it). logDecay, for a gated kernel only:
+/// [B, S, Hq] fp32 contiguous natural-log decays (<= 0).
+struct AttnLinearArgs {
+  TensorView q, k, v, o;
+  const float *initialState = nullptr;
+  float *finalState = nullptr;
+  const float *initialKeySum = nullptr;
+  float *finalKeySum = nullptr;
+  const float *logDecay = nullptr;
+};
+
+/// One token against a carried state (the recurrent form): q, o
+/// [B, 1, Hq, D], k, v [B, 1, Hkv, D] (head_dim contiguous, any other
+/// strides), the state and key sum as in AttnLinearArgs, read from the
+/// initial pointers and written to the final ones (the same buffer updates
+/// in place); logDecay [B, Hq] for a gated kernel.
+using AttnDecodeArgs = AttnLinearArgs;
+
+/// Checks a linear-family call without the driver; throws attn::Error
+/// naming the argument ("q: ...", "logDecay: ...", "config: ...").
+/// `decode` checks the one-token form.
+void validateLinearArgs(const AttnLaunchConfig &config, const AttnLinearArgs &args,
+                        bool decode = false);
+
+/// Validates (also the device pointers), builds the parameters and launches
+/// the chunkwise kernel: one block per (64 value columns, query head,
+/// batch).
+void launchLinear(KernelFunction &kernel, const AttnLaunchConfig &config,
+                  const AttnLinearArgs &args, CUstream stream);
+
+/// The same for the one-token step (ATTN_DECODE_KERNEL_NAME of the module).
+void launchDecode(KernelFunction &kernel, const AttnLaunchConfig &config,
+                  const AttnDecodeArgs &args, CUstream stream);
 
 } // namespace attn
 

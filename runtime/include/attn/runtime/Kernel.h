@@ -72,6 +72,13 @@ public:
            CUstream stream = nullptr) const;
   void run(const AttnForwardArgs &args, CUstream stream = nullptr) const;
 
+  /// Linear attention and retention (launchConfig().linearFamily): the
+  /// chunkwise kernel over a whole sequence, carrying the state in and out
+  /// (AttnLinearArgs). Throws attn::Error naming the argument.
+  void runLinear(const AttnLinearArgs &args, CUstream stream = nullptr) const;
+  /// The one-token recurrent step of the same spec (AttnDecodeArgs).
+  void decode(const AttnDecodeArgs &args, CUstream stream = nullptr) const;
+
   /// The masks' tile coverage for these arguments' shapes and captures
   /// (attn::buildTileCoverage with this kernel's module): pass it as
   /// args.tileCoverage to later runs with the same shapes and captures.

@@ -39,7 +39,7 @@ namespace attn {
 /// The version written by serializeLaunchConfig; parseLaunchConfig accepts
 /// only this one.
 /// Version 3 added the captured buffers.
-inline constexpr int kLaunchMetadataVersion = 3;
+inline constexpr int kLaunchMetadataVersion = 4;
 
 std::string serializeLaunchConfig(const AttnLaunchConfig &config);
 

@@ -26,6 +26,16 @@ def Attn_MaskAlignment : I32EnumAttr<"MaskAlignment",
 }
 
 
+def Attn_FeatureMapKind : I32EnumAttr<"FeatureMapKind",
+    "the feature map of linear attention, applied to queries and keys", [
+      I32EnumAttrCase<"identity", 0>,
+      I32EnumAttrCase<"relu", 1>,
+      I32EnumAttrCase<"elu_plus_one", 2>,
+    ]> {
+  let cppNamespace = "::mlir::attn";
+  let genSpecializedAttr = 0;
+}
+
 def Attn_CaptureDimKind : I32EnumAttr<"CaptureDimKind",
     "what an extent of a captured buffer is tied to", [
       I32EnumAttrCase<"fixed", 0>,
@@ -172,6 +182,70 @@ def Attn_SoftmaxAttr : Attn_Attr<"Softmax", "softmax",
   }];
 }
 
+
+def Attn_LinearAttr : Attn_Attr<"Linear", "linear",
+    [DeclareAttrInterfaceMethods<Attn_NormalizerAttrInterface, ["isLinearFamily"]>]> {
+  let summary = "linear attention: a feature map in place of the softmax";
+  let description = [{
+    With φ the feature map (`identity`, `relu` or `elu_plus_one`, φ(x) =
+    x + 1 for x > 0 and eˣ otherwise), applied to each element of q and k:
+
+    `O[i] = scale · Σ_j φ(Q[i])·φ(K[j]) V[j]` over `j <= i` with
+    `#attn.causal`, over every `j` with `#attn.no_mask`. With
+    `normalize = true` each row is divided by `scale · Σ_j φ(Q[i])·φ(K[j])`
+    (0 where that is 0). The kernel carries the state `S = Σ_j φ(K[j]) V[j]ᵀ`
+    (head_dim × head_dim, fp32), and the key sum `z = Σ_j φ(K[j])` when
+    normalizing, in from an optional initial state and out as the final
+    state.
+
+    ```mlir
+    #attn.linear
+    #attn.linear<feature_map = elu_plus_one, normalize = true>
+    ```
+  }];
+  let parameters = (ins
+    DefaultValuedParameter<"::mlir::attn::FeatureMapKind",
+                           "::mlir::attn::FeatureMapKind::identity",
+                           "feature map">:$feature_map,
+    DefaultValuedParameter<"bool", "false", "divide by the key sum">:$normalize
+  );
+  let assemblyFormat = "(`<` struct(params)^ `>`)?";
+}
+
+def Attn_RetentionAttr : Attn_Attr<"Retention", "retention",
+    [DeclareAttrInterfaceMethods<Attn_NormalizerAttrInterface, ["isLinearFamily"]>]> {
+  let summary = "retention: causal linear attention with a decay";
+  let description = [{
+    `O[i] = scale · Σ_{j <= i} decay(i, j) Q[i]·K[j] V[j]`, where
+    `decay(i, j) = γ^(i-j)` with a fixed decay per query head, or
+    `exp(g[j+1] + ... + g[i])` with `gated`, `g` being a per-token,
+    per-head log-decay (`<= 0`, a `[batch, seqlen, q_heads]` fp32 tensor
+    passed at launch). The state recurrence is `S_t = γ S_{t-1} + K[t] V[t]ᵀ`
+    (`exp(g[t])` in place of γ when gated). The decay defaults to RetNet's
+    multi-scale `γ_h = 1 - 2^(-5-h)`; `decay = [...]` gives one γ in (0, 1]
+    per query head. Needs `#attn.causal`.
+
+    ```mlir
+    #attn.retention
+    #attn.retention<decay = [0.96875, 0.984375]>
+    #attn.retention<gated>
+    ```
+  }];
+  let parameters = (ins
+    OptionalParameter<"::mlir::DenseF64ArrayAttr", "fixed decay per query head">:$decay,
+    "bool":$gated
+  );
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// γ of query head `head`: the explicit list or the multi-scale default.
+    double getGamma(int64_t head) const;
+    /// The explicit decay list (empty for the multi-scale default).
+    ::llvm::ArrayRef<double> getDecayList() const {
+      return getDecay() ? getDecay().asArrayRef() : ::llvm::ArrayRef<double>();
+    }
+  }];
+}
 
 //===----------------------------------------------------------------------===//
 // Captured buffers

@@ -46,8 +46,9 @@ def Attn_MaskAttrInterface : AttrInterface<"MaskAttrInterface"> {
 def Attn_NormalizerAttrInterface : AttrInterface<"NormalizerAttrInterface"> {
   let cppNamespace = "::mlir::attn";
   let description = [{
-    The normalizer turns scores into weights over the visible keys. Today only
-    softmax exists; linear attention and retention are expected later.
+    The normalizer turns scores into weights over the visible keys: softmax,
+    or the linear family (linear attention, retention) that carries a state
+    instead.
   }];
   let methods = [
     InterfaceMethod<
@@ -57,6 +58,11 @@ def Attn_NormalizerAttrInterface : AttrInterface<"NormalizerAttrInterface"> {
       /*desc=*/"Returns true for the (online) softmax normalizer, which "
                "produces a log-sum-exp per row.",
       /*retTy=*/"bool", /*methodName=*/"isSoftmax", /*args=*/(ins),
+      /*methodBody=*/"", /*defaultImplementation=*/"return false;">,
+    InterfaceMethod<
+      /*desc=*/"Returns true for linear attention and retention, which run "
+               "the chunkwise kernel and carry a state.",
+      /*retTy=*/"bool", /*methodName=*/"isLinearFamily", /*args=*/(ins),
       /*methodBody=*/"", /*defaultImplementation=*/"return false;">,
   ];
 }

@@ -1,0 +1,573 @@
+// Linear attention and retention for sm_90a, in chunkwise-parallel form.
+//
+// Block (value slice, query head, batch) owns 64 value columns of one head's
+// state S (head_dim keys x 64 values, fp32 in registers) and walks the
+// sequence chunk by chunk. A producer warp streams each chunk's Q, K and the
+// V slice into a ring of stages with TMA; the consumer warpgroup computes,
+// for chunk c with state S (the state before its first token):
+//
+//   A   = Q Kᵀ                       (WGMMA, both from shared memory)
+//   O   = scale (D ⊙ A) V + scale diag(e^G) Q S
+//                                    (P = D ⊙ A from registers; S as bf16
+//                                     in shared memory)
+//   S  <- e^{G_last} S + (diag(e^{G_last - G}) K)ᵀ V
+//                                    (WGMMA, Kᵀ and V read MN-major)
+//
+// where G is the chunk's inclusive prefix sum of log-decays (0 for linear
+// attention) and D the decayed causal mask, D_ij = e^{G_i - G_j} for j <= i.
+// A feature map is applied to Q and K in shared memory before use; the
+// normalized form divides by scale φ(q)·z, with z the running key sum.
+// Non-causal linear attention makes two passes: the state of every chunk
+// first, then O = scale φ(Q) S.
+//
+// The plan arrives through namespace attn_plan, emitted ahead of this file.
+#pragma once
+
+namespace attn_linear {
+
+using namespace attn_dev;
+using Element = attn_plan::Element;
+
+constexpr int kHeadDim = attn_plan::kHeadDim;
+constexpr int kChunk = attn_plan::kChunk;
+constexpr int kStages = attn_plan::kStages;
+constexpr FeatureMap kFeatureMap = attn_plan::kFeatureMap;
+constexpr bool kNormalize = attn_plan::kNormalize;
+constexpr bool kCausal = attn_plan::kCausal;
+constexpr bool kGated = attn_plan::kGated;
+constexpr bool kHasDecay = attn_plan::kFixedDecay || kGated;
+
+constexpr int kSlice = 64;                       // value columns per block
+constexpr int kKeyBlocks = kHeadDim / 64;        // 64-row blocks of the state
+constexpr u32 kRowBytes = 128;
+constexpr u32 kAtomBytes = 8 * kRowBytes;
+constexpr u32 kQkTileBytes = kChunk * kHeadDim * 2;
+constexpr u32 kVTileBytes = kChunk * kSlice * 2;
+constexpr int kConsumerThreads = kWarpgroupThreads;
+constexpr int kThreads = kConsumerThreads + kWarpgroupThreads; // and the producer warpgroup
+constexpr int kAccumulatorRegs = kSlice / 2;     // a 64 x 64 fp32 fragment
+constexpr int kPRegs = kChunk / 4;
+
+static_assert(kChunk == 64, "a chunk is the M of one warpgroup's WGMMA");
+static_assert(kHeadDim % 64 == 0 && kHeadDim <= 128, "head dim 64 or 128");
+static_assert(!(kNormalize && kHasDecay), "normalization is for undecayed linear attention");
+static_assert(kCausal || !kHasDecay, "retention is causal");
+
+// Barriers: full[stage] (the producer's loads landed), empty[stage] (each
+// consumer warp is done with the stage).
+struct Barriers {
+  u32 base;
+  __device__ u32 full(int stage) const { return base + 8 * stage; }
+  __device__ u32 empty(int stage) const { return base + 8 * (kStages + stage); }
+};
+
+struct Slot {
+  int stage;
+  u32 phase;
+};
+__device__ __forceinline__ Slot slotOf(int load) {
+  return Slot{load % kStages, static_cast<u32>((load / kStages) & 1)};
+}
+
+// What the block works on.
+struct Work {
+  int slice;
+  int head;
+  int kvHead;
+  int batch;
+  int chunks;
+};
+
+__device__ __forceinline__ u32 qTile(u32 smem, int stage) { return smem + attn_plan::kSmemQ + stage * kQkTileBytes; }
+__device__ __forceinline__ u32 kTile(u32 smem, int stage) { return smem + attn_plan::kSmemK + stage * kQkTileBytes; }
+__device__ __forceinline__ u32 vTile(u32 smem, int stage) { return smem + attn_plan::kSmemV + stage * kVTileBytes; }
+
+// ---------------------------------------------------------------------------
+// Producer: one thread issues the loads. The causal form loads Q, K and V of
+// each chunk; the non-causal form loads K and V of every chunk, then Q.
+
+__device__ __forceinline__ void loadRows(u32 destination, const TensorMapBlob *map, u32 barrier,
+                                         int row, int head, int batch) {
+#pragma unroll
+  for (int block = 0; block < kKeyBlocks; ++block)
+    tmaLoad4d(destination + block * kChunk * kRowBytes, map, barrier, block * 64, row, head, batch);
+}
+
+__device__ void produce(const attn_abi::AttnLinearParams &p, u32 smem, const Barriers &barriers,
+                        const Work &work) {
+  prefetchTensorMap(&p.q_map);
+  prefetchTensorMap(&p.k_map);
+  prefetchTensorMap(&p.v_map);
+  prefetchTensorMap(&p.o_map);
+  const int passes = kCausal ? 1 : 2;
+  int load = 0;
+  for (int pass = 0; pass < passes; ++pass) {
+    const bool loadsQ = kCausal || pass == 1, loadsKv = kCausal || pass == 0;
+    for (int chunk = 0; chunk < work.chunks; ++chunk, ++load) {
+      Slot slot = slotOf(load);
+      if (load >= kStages)
+        mbarrierWait(barriers.empty(slot.stage), slot.phase ^ 1);
+      u32 bytes = (loadsQ ? kQkTileBytes : 0) + (loadsKv ? kQkTileBytes + kVTileBytes : 0);
+      mbarrierArriveExpectTx(barriers.full(slot.stage), bytes);
+      int row = chunk * kChunk;
+      if (loadsQ)
+        loadRows(qTile(smem, slot.stage), &p.q_map, barriers.full(slot.stage), row, work.head,
+                 work.batch);
+      if (loadsKv) {
+        loadRows(kTile(smem, slot.stage), &p.k_map, barriers.full(slot.stage), row, work.kvHead,
+                 work.batch);
+        tmaLoad4d(vTile(smem, slot.stage), &p.v_map, barriers.full(slot.stage), work.slice * kSlice,
+                  row, work.kvHead, work.batch);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Consumer pieces. Thread t of the warpgroup holds, in every 64 x 64
+// fragment, rows warp * 16 + lane / 4 and that + 8 (wgmma.cuh).
+
+// A = Q Kᵀ and O = Q S as one WGMMA group: Q and K K-major, the state
+// (keys x values, bf16) MN-major. Each k-step of 16 key dims advances 32
+// bytes in a row of Q and K and 16 rows of the state.
+__device__ __forceinline__ void issueScoresAndStateProduct(float (&scores)[kAccumulatorRegs],
+                                                           float (&output)[kAccumulatorRegs],
+                                                           u32 q, u32 k, u32 state,
+                                                           bool withScores) {
+  wgmmaFence();
+#pragma unroll
+  for (int step = 0; step < kHeadDim / 16; ++step) {
+    u32 blockOffset = (step / 4) * kChunk * kRowBytes, inRow = (step % 4) * 32;
+    u64 a = swizzled128Descriptor(q + blockOffset + inRow, 16, kAtomBytes);
+    if (withScores) {
+      u64 b = swizzled128Descriptor(k + blockOffset + inRow, 16, kAtomBytes);
+      WgmmaSS<64, Element>::mma(scores, a, b, step > 0);
+    }
+    u64 s = swizzled128Descriptor(state + step * 16 * kRowBytes, kHeadDim * kRowBytes, kAtomBytes);
+    WgmmaSSTransB<64, Element>::mma(output, a, s, step > 0);
+  }
+  wgmmaCommitGroup();
+}
+
+// O += P V, P from registers, V MN-major.
+__device__ __forceinline__ void issueValueProduct(float (&output)[kAccumulatorRegs],
+                                                  const u32 (&weights)[kPRegs], u32 v) {
+  wgmmaFence();
+#pragma unroll
+  for (int step = 0; step < kChunk / 16; ++step) {
+    u64 b = swizzled128Descriptor(v + step * 16 * kRowBytes, kChunk * kRowBytes, kAtomBytes);
+    WgmmaRS<64, Element>::mma(output, weights[4 * step], weights[4 * step + 1],
+                              weights[4 * step + 2], weights[4 * step + 3], b);
+  }
+  wgmmaCommitGroup();
+}
+
+// S += Kᵀ V for each 64-row block of the state: A is a column block of K
+// read MN-major (keys dims along M), B the V slice MN-major; each k-step of
+// 16 tokens advances 16 rows of both.
+__device__ __forceinline__ void issueStateUpdate(float (&state)[kKeyBlocks][kAccumulatorRegs],
+                                                 u32 k, u32 v) {
+  wgmmaFence();
+#pragma unroll
+  for (int block = 0; block < kKeyBlocks; ++block) {
+#pragma unroll
+    for (int step = 0; step < kChunk / 16; ++step) {
+      u64 a = swizzled128Descriptor(k + block * kChunk * kRowBytes + step * 16 * kRowBytes,
+                                    kChunk * kRowBytes, kAtomBytes);
+      u64 b = swizzled128Descriptor(v + step * 16 * kRowBytes, kChunk * kRowBytes, kAtomBytes);
+      WgmmaSSTransAB<64, Element>::mma(state[block], a, b, 1);
+    }
+  }
+  wgmmaCommitGroup();
+}
+
+// The state as bf16/f16 in shared memory for the next Q S product: key
+// dims as rows, 64 value columns of 128 bytes, swizzled like a V tile.
+__device__ __forceinline__ void storeStateShared(const float (&state)[kKeyBlocks][kAccumulatorRegs],
+                                                 u32 stateTile, int warp, int lane) {
+#pragma unroll
+  for (int block = 0; block < kKeyBlocks; ++block)
+#pragma unroll
+    for (int i = 0; i < kAccumulatorRegs; i += 2) {
+      int row = block * 64 + warp * 16 + lane / 4 + 8 * fragmentRowHalf(i);
+      u32 address = swizzledAddress(stateTile, kHeadDim, row, fragmentColumn(i, lane));
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(address),
+                   "r"(packPair<Element>(state[block][i], state[block][i + 1]))
+                   : "memory");
+    }
+}
+
+__device__ __forceinline__ i64 stateIndex(const attn_abi::AttnLinearParams &p, const Work &work,
+                                          int keyDim, int valueColumn) {
+  return ((static_cast<i64>(work.batch) * p.q_heads + work.head) * kHeadDim + keyDim) * kHeadDim +
+         work.slice * kSlice + valueColumn;
+}
+
+__device__ __forceinline__ void loadInitialState(const attn_abi::AttnLinearParams &p,
+                                                 const Work &work,
+                                                 float (&state)[kKeyBlocks][kAccumulatorRegs],
+                                                 int warp, int lane) {
+#pragma unroll
+  for (int block = 0; block < kKeyBlocks; ++block)
+#pragma unroll
+    for (int i = 0; i < kAccumulatorRegs; ++i) {
+      int row = block * 64 + warp * 16 + lane / 4 + 8 * fragmentRowHalf(i);
+      state[block][i] = p.state_in ? p.state_in[stateIndex(p, work, row, fragmentColumn(i, lane))] : 0.f;
+    }
+}
+
+__device__ __forceinline__ void storeFinalState(const attn_abi::AttnLinearParams &p,
+                                                const Work &work,
+                                                const float (&state)[kKeyBlocks][kAccumulatorRegs],
+                                                int warp, int lane) {
+#pragma unroll
+  for (int block = 0; block < kKeyBlocks; ++block)
+#pragma unroll
+    for (int i = 0; i < kAccumulatorRegs; ++i) {
+      int row = block * 64 + warp * 16 + lane / 4 + 8 * fragmentRowHalf(i);
+      p.state_out[stateIndex(p, work, row, fragmentColumn(i, lane))] = state[block][i];
+    }
+}
+
+// The chunk's cumulative log2-decays G[0..63] in shared memory (tokens past
+// the sequence decay by nothing, so G of the last row is that of the last
+// token). Warp 0 computes them; the caller synchronizes.
+__device__ __forceinline__ void computeChunkDecay(const attn_abi::AttnLinearParams &p,
+                                                  const Work &work, int chunk, float *decay,
+                                                  int warp, int lane) {
+  if (warp != 0)
+    return;
+  const float kLog2e = 1.4426950408889634f;
+  float low = 0.f, high = 0.f;
+  int token = chunk * kChunk + lane;
+  if constexpr (kGated) {
+    auto logDecay = [&](int t) {
+      return t < p.seqlen
+                 ? p.log_decay[(static_cast<i64>(work.batch) * p.seqlen + t) * p.q_heads + work.head] *
+                       kLog2e
+                 : 0.f;
+    };
+    low = logDecay(token);
+    high = logDecay(token + 32);
+  } else {
+    float perToken = attn_plan::logDecayOfHead(work.head) * kLog2e;
+    low = token < p.seqlen ? perToken : 0.f;
+    high = token + 32 < p.seqlen ? perToken : 0.f;
+  }
+  warpInclusiveScan64(low, high, lane);
+  decay[lane] = low;
+  decay[lane + 32] = high;
+}
+
+// Sum over a quad (the four threads sharing a row).
+__device__ __forceinline__ float quadSum(float value) {
+  value += __shfl_xor_sync(0xffffffff, value, 1);
+  value += __shfl_xor_sync(0xffffffff, value, 2);
+  return value;
+}
+
+// φ(q_row)·z for the two rows of this thread: the quad splits the key dims.
+__device__ __forceinline__ void queryDotKeySum(u32 q, const float *keySum, int rowInChunk,
+                                               int lane, float (&dot)[2]) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    int row = rowInChunk + 8 * half;
+    float sum = 0.f;
+    for (int d = (lane & 3) * 2; d < kHeadDim; d += 8) {
+      u32 pair;
+      asm volatile("ld.shared.b32 %0, [%1];" : "=r"(pair) : "r"(swizzledAddress(q, kChunk, row, d)));
+      sum += lowHalfToFloat<Element>(pair) * keySum[d] + highHalfToFloat<Element>(pair) * keySum[d + 1];
+    }
+    dot[half] = quadSum(sum);
+  }
+}
+
+// z += Σ over the chunk's tokens inside the sequence of φ(k); thread t owns
+// key dim t.
+__device__ __forceinline__ void accumulateKeySum(u32 k, float *keySum, int validRows, int thread) {
+  if (thread < kHeadDim) {
+    float sum = 0.f;
+    for (int row = 0; row < validRows; ++row) {
+      unsigned short bits;
+      asm volatile("ld.shared.u16 %0, [%1];" : "=h"(bits) : "r"(swizzledAddress(k, kChunk, row, thread)));
+      sum += lowHalfToFloat<Element>(bits);
+    }
+    keySum[thread] += sum;
+  }
+}
+
+// Writes the 64 x 64 output fragment through a staging tile and one TMA
+// store (rows past the sequence are clipped). The store is left in flight;
+// the next use of the staging tile waits for it to have been read.
+__device__ __forceinline__ void storeOutput(const attn_abi::AttnLinearParams &p, const Work &work,
+                                            const float (&output)[kAccumulatorRegs], u32 staging,
+                                            int chunk, int thread, int warp, int lane) {
+  if (thread == 0)
+    tmaStoreWaitRead();
+  warpgroupBarrier(1);
+#pragma unroll
+  for (int i = 0; i < kAccumulatorRegs; i += 2) {
+    int row = warp * 16 + lane / 4 + 8 * fragmentRowHalf(i);
+    u32 address = swizzledAddress(staging, kChunk, row, fragmentColumn(i, lane));
+    asm volatile("st.shared.b32 [%0], %1;" ::"r"(address),
+                 "r"(packPair<Element>(output[i], output[i + 1]))
+                 : "memory");
+  }
+  fenceSharedForAsyncProxy();
+  warpgroupBarrier(1);
+  if (thread == 0) {
+    tmaStore4d(&p.o_map, staging, work.slice * kSlice, chunk * kChunk, work.head, work.batch);
+    tmaStoreCommit();
+  }
+}
+
+__device__ __forceinline__ void releaseStage(const Barriers &barriers, int stage, int lane) {
+  if (lane == 0)
+    mbarrierArrive(barriers.empty(stage));
+}
+
+// Makes this warpgroup's shared-memory writes (mapped tiles, the state,
+// decays) visible to its other threads and to WGMMA.
+__device__ __forceinline__ void publishShared() {
+  fenceSharedForAsyncProxy();
+  warpgroupBarrier(1);
+}
+
+// ---------------------------------------------------------------------------
+// The consumer warpgroup.
+
+__device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned char *smemPointer,
+                        const Barriers &barriers, const Work &work) {
+  const int thread = threadIdx.x, warp = thread / 32, lane = thread % 32;
+  const int rowInChunk = warp * 16 + lane / 4;
+  const u32 stateTile = smem + attn_plan::kSmemState;
+  const u32 staging = smem + attn_plan::kSmemOStaging;
+  float *decay = reinterpret_cast<float *>(smemPointer + attn_plan::kSmemDecay);
+  float *keySum = reinterpret_cast<float *>(smemPointer + attn_plan::kSmemKeySum);
+  const float scale = p.scale;
+
+  float state[kKeyBlocks][kAccumulatorRegs];
+  loadInitialState(p, work, state, warp, lane);
+  storeStateShared(state, stateTile, warp, lane);
+  if constexpr (kNormalize)
+    if (thread < kHeadDim)
+      keySum[thread] =
+          p.key_sum_in ? p.key_sum_in[(static_cast<i64>(work.batch) * p.q_heads + work.head) * kHeadDim + thread]
+                       : 0.f;
+  publishShared();
+
+  int load = 0;
+  // Causal form: the whole chunk step. Non-causal form: pass 0 updates the
+  // state only (from K and V), pass 1 computes outputs only (from Q).
+  const int passes = kCausal ? 1 : 2;
+  for (int pass = 0; pass < passes; ++pass) {
+    const bool computesOutput = kCausal || pass == 1, updatesState = kCausal || pass == 0;
+    for (int chunk = 0; chunk < work.chunks; ++chunk, ++load) {
+      const Slot slot = slotOf(load);
+      const u32 q = qTile(smem, slot.stage), k = kTile(smem, slot.stage), v = vTile(smem, slot.stage);
+      const int validRows = min(kChunk, p.seqlen - chunk * kChunk);
+      if constexpr (kHasDecay)
+        computeChunkDecay(p, work, chunk, decay, warp, lane);
+      mbarrierWait(barriers.full(slot.stage), slot.phase);
+      if (computesOutput)
+        mapTileInPlace<kFeatureMap, Element>(q, kQkTileBytes, thread, kConsumerThreads);
+      if (updatesState)
+        mapTileInPlace<kFeatureMap, Element>(k, kQkTileBytes, thread, kConsumerThreads);
+      publishShared();
+
+      float output[kAccumulatorRegs];
+      if (computesOutput) {
+        float scores[kAccumulatorRegs];
+        issueScoresAndStateProduct(scores, output, q, k, stateTile, kCausal);
+        float denominator[2] = {0.f, 0.f};
+        if constexpr (kNormalize)
+          queryDotKeySum(q, keySum, rowInChunk, lane, denominator);
+        wgmmaWaitGroup<0>();
+        fenceRegisters(output);
+        fenceRegisters(scores);
+
+        // Inter-chunk part: rows decay from the chunk's start.
+#pragma unroll
+        for (int i = 0; i < kAccumulatorRegs; ++i) {
+          float factor = scale;
+          if constexpr (kHasDecay)
+            factor *= fastExp2(decay[rowInChunk + 8 * fragmentRowHalf(i)]);
+          output[i] *= factor;
+        }
+        if constexpr (kCausal) {
+          // Intra-chunk part: the decayed causal weights P = D ⊙ A.
+          u32 weights[kPRegs];
+          float rowSum[2] = {0.f, 0.f};
+#pragma unroll
+          for (int i = 0; i < kAccumulatorRegs; ++i) {
+            int row = rowInChunk + 8 * fragmentRowHalf(i), column = fragmentColumn(i, lane);
+            float factor = column <= row ? scale : 0.f;
+            if constexpr (kHasDecay)
+              factor *= fastExp2(decay[row] - decay[column]);
+            scores[i] *= factor;
+            rowSum[fragmentRowHalf(i)] += scores[i];
+          }
+#pragma unroll
+          for (int i = 0; i < kPRegs; ++i)
+            weights[i] = packPair<Element>(scores[2 * i], scores[2 * i + 1]);
+          issueValueProduct(output, weights, v);
+          if constexpr (kNormalize)
+            for (int half = 0; half < 2; ++half)
+              denominator[half] = denominator[half] * scale + quadSum(rowSum[half]);
+          wgmmaWaitGroup<0>();
+          fenceRegisters(output);
+          fenceRegisters(weights);
+        } else if constexpr (kNormalize) {
+          for (int half = 0; half < 2; ++half)
+            denominator[half] *= scale;
+        }
+        if constexpr (kNormalize)
+#pragma unroll
+          for (int i = 0; i < kAccumulatorRegs; ++i) {
+            float den = denominator[fragmentRowHalf(i)];
+            output[i] = den != 0.f ? output[i] / den : 0.f;
+          }
+      }
+
+      if (updatesState) {
+        // K rows scaled by their decay to the chunk's end; the key sum. Both
+        // read K after the scores' WGMMA has, and the key sum after every
+        // thread has read it for the denominators.
+        if constexpr (kHasDecay) {
+          float last = decay[kChunk - 1];
+          if (thread < kChunk)
+            decay[kChunk + thread] = fastExp2(last - decay[thread]);
+          warpgroupBarrier(1);
+          scaleTileRowsInPlace<Element>(k, kChunk, kQkTileBytes, decay + kChunk, thread,
+                                        kConsumerThreads);
+          float chunkDecay = fastExp2(last);
+#pragma unroll
+          for (int block = 0; block < kKeyBlocks; ++block)
+#pragma unroll
+            for (int i = 0; i < kAccumulatorRegs; ++i)
+              state[block][i] *= chunkDecay;
+        }
+        if constexpr (kNormalize) {
+          warpgroupBarrier(1);
+          accumulateKeySum(k, keySum, validRows, thread);
+        }
+        publishShared();
+        issueStateUpdate(state, k, v);
+      }
+      if (computesOutput)
+        storeOutput(p, work, output, staging, chunk, thread, warp, lane);
+      if (updatesState) {
+        wgmmaWaitGroup<0>();
+        fenceRegisters(state[0]);
+        if constexpr (kKeyBlocks > 1)
+          fenceRegisters(state[kKeyBlocks - 1]);
+      }
+      releaseStage(barriers, slot.stage, lane);
+      if (updatesState) {
+        // Every thread's Q S product of this chunk has completed (the waits
+        // above), so the state tile may be overwritten.
+        storeStateShared(state, stateTile, warp, lane);
+        publishShared();
+      }
+    }
+  }
+
+  if (p.state_out)
+    storeFinalState(p, work, state, warp, lane);
+  if constexpr (kNormalize)
+    if (p.key_sum_out && work.slice == 0 && thread < kHeadDim)
+      p.key_sum_out[(static_cast<i64>(work.batch) * p.q_heads + work.head) * kHeadDim + thread] =
+          keySum[thread];
+  // Shared memory must outlive the copy engine's reads of the last store.
+  if (thread == 0)
+    tmaStoreWaitRead();
+}
+
+} // namespace attn_linear
+
+extern "C" __global__ void __launch_bounds__(attn_linear::kThreads, 1)
+    attn_linear_kernel(const __grid_constant__ attn_abi::AttnLinearParams p) {
+  using namespace attn_linear;
+  extern __shared__ __align__(1024) unsigned char sharedMemory[];
+  const u32 smem = (sharedAddress(sharedMemory) + 1023) & ~1023u;
+  const Barriers barriers{smem + attn_plan::kSmemBarriers};
+  Work work;
+  work.slice = blockIdx.x;
+  work.head = blockIdx.y;
+  work.kvHead = work.head / (p.q_heads / p.kv_heads);
+  work.batch = blockIdx.z;
+  work.chunks = (p.seqlen + kChunk - 1) / kChunk;
+
+  if (threadIdx.x == 0) {
+    for (int stage = 0; stage < kStages; ++stage) {
+      mbarrierInit(barriers.full(stage), 1);
+      mbarrierInit(barriers.empty(stage), kConsumerThreads / 32);
+    }
+    fenceBarrierInit();
+  }
+  __syncthreads();
+  if (threadIdx.x >= kConsumerThreads) {
+    if (threadIdx.x == kConsumerThreads)
+      produce(p, smem, barriers, work);
+  } else {
+    consume(p, smem, sharedMemory + (smem - sharedAddress(sharedMemory)), barriers, work);
+  }
+}
+
+// One token against the state (the recurrent form): block (query head,
+// batch), thread t owns value column t of the state.
+//   S' = e^g S + φ(k) vᵀ,   o = scale φ(q)ᵀ S'   [/ scale φ(q)·(z + φ(k))]
+extern "C" __global__ void __launch_bounds__(ATTN_DECODE_THREADS)
+    attn_linear_decode_kernel(const __grid_constant__ attn_abi::AttnDecodeParams p) {
+  using namespace attn_linear;
+  const int head = blockIdx.x, batch = blockIdx.y, column = threadIdx.x;
+  const int kvHead = head / (p.q_heads / p.kv_heads);
+  __shared__ float query[kHeadDim], key[kHeadDim], keySum[kHeadDim];
+  __shared__ float denominator;
+  auto element = [](const void *base, const long long (&strides)[2], int b, int h, int d) {
+    const unsigned short *data = static_cast<const unsigned short *>(base);
+    return lowHalfToFloat<Element>(data[b * strides[0] + h * strides[1] + d]);
+  };
+  const i64 headIndex = static_cast<i64>(batch) * p.q_heads + head;
+  if (column < kHeadDim) {
+    query[column] = featureMap<kFeatureMap>(element(p.q, p.q_strides, batch, head, column));
+    key[column] = featureMap<kFeatureMap>(element(p.k, p.k_strides, batch, kvHead, column));
+    if constexpr (kNormalize)
+      keySum[column] = (p.key_sum_in ? p.key_sum_in[headIndex * kHeadDim + column] : 0.f) + key[column];
+  }
+  __syncthreads();
+  if constexpr (kNormalize) {
+    if (column == 0) {
+      float dot = 0.f;
+      for (int d = 0; d < kHeadDim; ++d)
+        dot += query[d] * keySum[d];
+      denominator = p.scale * dot;
+    }
+    __syncthreads();
+  }
+  if (column >= kHeadDim)
+    return;
+  float decay = 1.f;
+  if constexpr (kGated)
+    decay = __expf(p.log_decay[headIndex]);
+  else if constexpr (attn_plan::kFixedDecay)
+    decay = __expf(attn_plan::logDecayOfHead(head));
+  const float value = element(p.v, p.v_strides, batch, kvHead, column);
+  float sum = 0.f;
+  for (int d = 0; d < kHeadDim; ++d) {
+    i64 index = (headIndex * kHeadDim + d) * kHeadDim + column;
+    float updated = (p.state_in ? decay * p.state_in[index] : 0.f) + key[d] * value;
+    if (p.state_out)
+      p.state_out[index] = updated;
+    sum += query[d] * updated;
+  }
+  float out = p.scale * sum;
+  if constexpr (kNormalize)
+    out = denominator != 0.f ? out / denominator : 0.f;
+  unsigned short *o = static_cast<unsigned short *>(p.o);
+  o[batch * p.o_strides[0] + head * p.o_strides[1] + column] =
+      static_cast<unsigned short>(packPair<Element>(out, 0.f) & 0xffff);
+  if constexpr (kNormalize)
+    if (p.key_sum_out)
+      p.key_sum_out[headIndex * kHeadDim + column] = keySum[column];
+}

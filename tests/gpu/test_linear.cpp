@@ -1,0 +1,341 @@
+// Linear attention and retention on the GPU against the CPU reference's
+// parallel and recurrent forms: every feature map, normalization, fixed and
+// gated decay, causal and not, GQA, sequence lengths that are not chunk
+// multiples, head-major strides, carried state, a prefill split in two and
+// the one-token step.
+#include <catch2/catch.hpp>
+
+#include "AttnHarness.h"
+#include "LoadedKernel.h"
+#include "attn/Reference/LinearAttention.h"
+
+#include <cmath>
+#include <random>
+#include <sstream>
+
+using namespace attn;
+using attn::gputest::LoadedKernel;
+using attn::gputest::loadKernel;
+
+namespace {
+
+struct LinearCase {
+  int qHeads = 4, kvHeads = 4, headDim = 128;
+  std::string mask = "#attn.causal<top_left>";
+  std::string normalizer = "#attn.retention";
+  reference::FeatureMap featureMap = reference::FeatureMap::Identity;
+  bool normalize = false, causal = true, gated = false, fixedDecay = true;
+};
+
+std::string specFor(const LinearCase &c) {
+  std::ostringstream spec;
+  spec << "attn.kernel @linear_test problem = #attn.problem<q_heads = " << c.qHeads
+       << ", kv_heads = " << c.kvHeads << ", head_dim = " << c.headDim
+       << ", element_type = bf16> mask = " << c.mask << " normalizer = " << c.normalizer << "\n";
+  return spec.str();
+}
+
+reference::HostTensor hostTensor(const harness::HostDeviceTensor &tensor) {
+  const TensorView &view = tensor.view;
+  return reference::HostTensor{tensor.host.data(),
+                               {view.shape[1] * view.shape[2] * view.shape[3],
+                                view.shape[2] * view.shape[3], view.shape[3], 1}};
+}
+
+// O of the device as fp32 in contiguous BSHD order.
+std::vector<float> downloadOutput(const harness::ForwardProblem &data) {
+  const TensorView &view = data.o.view;
+  const uint16_t *bits = data.downloadOutput();
+  std::vector<float> out;
+  for (int64_t b = 0; b < view.shape[0]; ++b)
+    for (int64_t s = 0; s < view.shape[1]; ++s)
+      for (int64_t h = 0; h < view.shape[2]; ++h)
+        for (int64_t d = 0; d < view.shape[3]; ++d)
+          out.push_back(bf16ToFloat(bits[b * view.strides[0] + s * view.strides[1] +
+                                         h * view.strides[2] + d * view.strides[3]]));
+  return out;
+}
+
+template <class A, class B> double relativeL2(const A &actual, const B &expected) {
+  REQUIRE(actual.size() == expected.size());
+  double error = 0, norm = 0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    REQUIRE(std::isfinite(double(actual[i])));
+    error += (double(actual[i]) - double(expected[i])) * (double(actual[i]) - double(expected[i]));
+    norm += double(expected[i]) * double(expected[i]);
+  }
+  return norm == 0 ? std::sqrt(error) : std::sqrt(error / norm);
+}
+
+std::vector<float> randomValues(size_t count, std::mt19937_64 &random, float low, float high) {
+  std::uniform_real_distribution<float> uniform(low, high);
+  std::vector<float> values(count);
+  for (float &value : values)
+    value = uniform(random);
+  return values;
+}
+
+DeviceBuffer upload(const std::vector<float> &values) {
+  DeviceBuffer buffer(std::max<size_t>(values.size(), 1) * sizeof(float));
+  if (!values.empty())
+    buffer.upload(values);
+  return buffer;
+}
+
+reference::LinearProblem referenceProblem(const LinearCase &c, const AttnLaunchConfig &launch,
+                                          const harness::Shape &shape, const float *logDecay) {
+  reference::LinearProblem problem;
+  problem.batch = shape.batch;
+  problem.seqlen = shape.seqlenQ;
+  problem.qHeads = c.qHeads;
+  problem.kvHeads = c.kvHeads;
+  problem.headDim = c.headDim;
+  problem.scale = launch.scale;
+  problem.featureMap = c.featureMap;
+  problem.normalize = c.normalize;
+  problem.causal = c.causal;
+  if (c.gated)
+    problem.logDecay = logDecay;
+  else if (c.fixedDecay)
+    for (int h = 0; h < c.qHeads; ++h)
+      problem.gamma.push_back(reference::multiScaleGamma(h));
+  return problem;
+}
+
+// One chunkwise launch against both reference forms, with a random initial
+// state (and key sum) when `withState`; checks O and the final state.
+void checkCase(const LinearCase &c, harness::Shape shape, bool withState, uint64_t seed) {
+  LoadedKernel &kernel = loadKernel(specFor(c));
+  const AttnLaunchConfig &launch = kernel.compiled.launch;
+  REQUIRE(launch.linearFamily == 1);
+  shape.seqlenK = shape.seqlenQ;
+  harness::ForwardProblem data(launch, shape, seed);
+  std::mt19937_64 random(seed + 1);
+  const size_t heads = size_t(shape.batch) * c.qHeads, d = size_t(c.headDim);
+
+  reference::LinearState initial;
+  std::vector<float> stateIn, keySumIn, logDecay;
+  if (withState) {
+    stateIn = randomValues(heads * d * d, random, -0.5f, 0.5f);
+    initial.kv.assign(stateIn.begin(), stateIn.end());
+    if (c.normalize) {
+      keySumIn = randomValues(heads * d, random, 0.f, 4.f);
+      initial.keySum.assign(keySumIn.begin(), keySumIn.end());
+    }
+  }
+  if (c.gated)
+    logDecay = randomValues(size_t(shape.batch) * shape.seqlenQ * c.qHeads, random, -0.5f, 0.f);
+  DeviceBuffer stateInBuffer = upload(stateIn), keySumInBuffer = upload(keySumIn);
+  DeviceBuffer logDecayBuffer = upload(logDecay);
+  DeviceBuffer stateOut(heads * d * d * sizeof(float)), keySumOut(heads * d * sizeof(float));
+
+  AttnLinearArgs args;
+  args.q = data.q.view;
+  args.k = data.k.view;
+  args.v = data.v.view;
+  args.o = data.o.view;
+  args.initialState = withState ? static_cast<const float *>(stateInBuffer.data()) : nullptr;
+  args.finalState = static_cast<float *>(stateOut.data());
+  if (c.normalize) {
+    args.initialKeySum = withState ? static_cast<const float *>(keySumInBuffer.data()) : nullptr;
+    args.finalKeySum = static_cast<float *>(keySumOut.data());
+  }
+  if (c.gated)
+    args.logDecay = static_cast<const float *>(logDecayBuffer.data());
+  data.poisonOutputs();
+  launchLinear(kernel.function, launch, args, nullptr);
+  ATTN_CU_CHECK(cuCtxSynchronize);
+
+  reference::LinearProblem problem = referenceProblem(c, launch, shape, logDecay.data());
+  std::vector<float> parallel(data.q.host.size()), recurrent(data.q.host.size());
+  reference::LinearState finalParallel, finalRecurrent;
+  reference::linearForwardParallel(problem, hostTensor(data.q), hostTensor(data.k),
+                                   hostTensor(data.v), parallel.data(), initial, &finalParallel);
+  reference::linearForwardRecurrent(problem, hostTensor(data.q), hostTensor(data.k),
+                                    hostTensor(data.v), recurrent.data(), initial, &finalRecurrent);
+  // The two reference forms agree (they are independent computations).
+  CHECK(relativeL2(recurrent, parallel) < 1e-5);
+
+  std::vector<float> output = downloadOutput(data);
+  double outputError = relativeL2(output, parallel);
+  std::vector<float> state = stateOut.download<float>();
+  state.resize(heads * d * d);
+  double stateError = relativeL2(state, finalParallel.kv);
+  INFO("spec: " << specFor(c) << "B=" << shape.batch << " S=" << shape.seqlenQ
+                << " headMajor=" << shape.headMajor << " state=" << withState);
+  INFO("O relative L2 error " << outputError << ", state " << stateError);
+  // bf16 inputs, a bf16 copy of the state for Q S, bf16 weights and output.
+  CHECK(outputError < 2e-2);
+  CHECK(stateError < 1e-2);
+  if (c.normalize) {
+    std::vector<float> keySum = keySumOut.download<float>();
+    keySum.resize(heads * d);
+    CHECK(relativeL2(keySum, finalParallel.keySum) < 1e-4);
+  }
+}
+
+} // namespace
+
+TEST_CASE("retention with the multi-scale decay matches the reference", "[gpu][linear]") {
+  LinearCase c;
+  c.kvHeads = 2;
+  checkCase(c, harness::Shape{2, 200, 200}, /*withState=*/false, 11);
+  checkCase(c, harness::Shape{1, 64, 64}, /*withState=*/true, 12);
+  checkCase(c, harness::Shape{1, 1, 1}, /*withState=*/true, 13);
+}
+
+TEST_CASE("retention with an explicit decay list, head dim 64", "[gpu][linear]") {
+  LinearCase c;
+  c.headDim = 64;
+  c.qHeads = c.kvHeads = 2;
+  c.normalizer = "#attn.retention<decay = [0.96875, 0.984375]>";
+  // multiScaleGamma gives the same two values, so the reference needs no list.
+  checkCase(c, harness::Shape{2, 129, 129, /*headMajor=*/true}, /*withState=*/true, 21);
+}
+
+TEST_CASE("gated retention matches the reference", "[gpu][linear]") {
+  LinearCase c;
+  c.normalizer = "#attn.retention<gated>";
+  c.gated = true;
+  checkCase(c, harness::Shape{2, 130, 130}, /*withState=*/true, 31);
+  c.headDim = 64;
+  checkCase(c, harness::Shape{1, 300, 300}, /*withState=*/false, 32);
+}
+
+TEST_CASE("linear attention: feature maps, normalization, causal and not", "[gpu][linear]") {
+  LinearCase c;
+  c.fixedDecay = false;
+  c.kvHeads = 1;
+  c.normalizer = "#attn.linear";
+  checkCase(c, harness::Shape{1, 100, 100}, /*withState=*/true, 41);
+  c.normalizer = "#attn.linear<feature_map = elu_plus_one, normalize = true>";
+  c.featureMap = reference::FeatureMap::EluPlusOne;
+  c.normalize = true;
+  checkCase(c, harness::Shape{2, 65, 65}, /*withState=*/true, 42);
+  c.headDim = 64;
+  checkCase(c, harness::Shape{1, 257, 257, /*headMajor=*/true}, /*withState=*/false, 43);
+  c.headDim = 128;
+  c.mask = "#attn.no_mask";
+  c.causal = false;
+  c.normalizer = "#attn.linear<feature_map = relu>";
+  c.featureMap = reference::FeatureMap::Relu;
+  c.normalize = false;
+  checkCase(c, harness::Shape{2, 150, 150}, /*withState=*/true, 44);
+  c.normalizer = "#attn.linear<feature_map = elu_plus_one, normalize = true>";
+  c.featureMap = reference::FeatureMap::EluPlusOne;
+  c.normalize = true;
+  checkCase(c, harness::Shape{1, 70, 70}, /*withState=*/false, 45);
+}
+
+TEST_CASE("a prefill in two halves equals one prefill, and the one-token step continues it",
+          "[gpu][linear]") {
+  LinearCase c;
+  c.normalizer = "#attn.retention<gated>";
+  c.gated = true;
+  LoadedKernel &kernel = loadKernel(specFor(c));
+  const AttnLaunchConfig &launch = kernel.compiled.launch;
+  const int64_t first = 100, second = 93, total = first + second;
+  harness::ForwardProblem whole(launch, harness::Shape{1, total, total}, 51);
+  std::mt19937_64 random(52);
+  const size_t heads = size_t(c.qHeads), d = size_t(c.headDim);
+  std::vector<float> logDecay = randomValues(size_t(total + 1) * heads, random, -0.3f, 0.f);
+  DeviceBuffer logDecayBuffer = upload(logDecay);
+  DeviceBuffer wholeState(heads * d * d * 4), halfState(heads * d * d * 4);
+
+  auto slice = [](TensorView view, int64_t begin, int64_t length) {
+    view.data = static_cast<char *>(view.data) + begin * view.strides[1] * 2;
+    view.shape[1] = length;
+    return view;
+  };
+  auto argsFor = [&](int64_t begin, int64_t length) {
+    AttnLinearArgs args;
+    args.q = slice(whole.q.view, begin, length);
+    args.k = slice(whole.k.view, begin, length);
+    args.v = slice(whole.v.view, begin, length);
+    args.o = slice(whole.o.view, begin, length);
+    args.logDecay = static_cast<const float *>(logDecayBuffer.data()) + begin * heads;
+    return args;
+  };
+  // One prefill over all tokens.
+  AttnLinearArgs one = argsFor(0, total);
+  one.finalState = static_cast<float *>(wholeState.data());
+  launchLinear(kernel.function, launch, one, nullptr);
+  ATTN_CU_CHECK(cuCtxSynchronize);
+  std::vector<float> oneOutput = downloadOutput(whole);
+  std::vector<float> oneState = wholeState.download<float>();
+
+  // The same in two halves, the second starting from the first's state,
+  // updated in place (each block reads and writes only its own slice).
+  whole.poisonOutputs();
+  AttnLinearArgs firstHalf = argsFor(0, first), secondHalf = argsFor(first, second);
+  firstHalf.finalState = static_cast<float *>(halfState.data());
+  secondHalf.initialState = static_cast<const float *>(halfState.data());
+  secondHalf.finalState = static_cast<float *>(halfState.data());
+  launchLinear(kernel.function, launch, firstHalf, nullptr);
+  launchLinear(kernel.function, launch, secondHalf, nullptr);
+  ATTN_CU_CHECK(cuCtxSynchronize);
+  std::vector<float> twoOutput = downloadOutput(whole);
+  std::vector<float> twoState = halfState.download<float>();
+  INFO("two halves against one prefill");
+  CHECK(relativeL2(twoOutput, oneOutput) < 1e-2);
+  CHECK(relativeL2(twoState, oneState) < 1e-2);
+
+  // The one-token step after the whole prefill, against the recurrent
+  // reference over total + 1 tokens (the extra token has random q, k, v).
+  harness::ForwardProblem token(launch, harness::Shape{1, 1, 1}, 53);
+  AttnDecodeArgs step;
+  step.q = token.q.view;
+  step.k = token.k.view;
+  step.v = token.v.view;
+  step.o = token.o.view;
+  step.initialState = static_cast<const float *>(wholeState.data());
+  step.finalState = static_cast<float *>(wholeState.data()); // in place
+  step.logDecay = static_cast<const float *>(logDecayBuffer.data()) + total * heads;
+  KernelFunction decode = kernel.module.function(ATTN_DECODE_KERNEL_NAME);
+  launchDecode(decode, launch, step, nullptr);
+  ATTN_CU_CHECK(cuCtxSynchronize);
+
+  reference::LinearProblem problem =
+      referenceProblem(c, launch, harness::Shape{1, total + 1, total + 1}, logDecay.data());
+  // Host q, k, v of total + 1 tokens: the prefill's then the step's.
+  auto joined = [&](const harness::HostDeviceTensor &all, const harness::HostDeviceTensor &one) {
+    std::vector<float> values = all.host;
+    values.insert(values.end(), one.host.begin(), one.host.end());
+    return values;
+  };
+  std::vector<float> q = joined(whole.q, token.q), k = joined(whole.k, token.k),
+                     v = joined(whole.v, token.v);
+  auto view = [&](const std::vector<float> &values) {
+    return reference::HostTensor{values.data(), {int64_t((total + 1) * heads * d), int64_t(heads * d),
+                                                 int64_t(d), 1}};
+  };
+  std::vector<float> expected(q.size());
+  reference::LinearState finalState;
+  reference::linearForwardRecurrent(problem, view(q), view(k), view(v), expected.data(), {},
+                                    &finalState);
+  std::vector<float> lastExpected(expected.end() - heads * d, expected.end());
+  std::vector<float> lastOutput = downloadOutput(token);
+  std::vector<float> stepState = wholeState.download<float>();
+  INFO("one-token step");
+  CHECK(relativeL2(lastOutput, lastExpected) < 2e-2);
+  CHECK(relativeL2(stepState, finalState.kv) < 1e-2);
+  // The prefill's outputs against the same reference (its first total rows).
+  std::vector<float> prefixExpected(expected.begin(), expected.end() - heads * d);
+  CHECK(relativeL2(oneOutput, prefixExpected) < 2e-2);
+}
+
+TEST_CASE("linear-family launches name the argument they reject", "[gpu][linear]") {
+  LinearCase c;
+  c.normalizer = "#attn.retention<gated>";
+  LoadedKernel &kernel = loadKernel(specFor(c));
+  harness::ForwardProblem data(kernel.compiled.launch, harness::Shape{1, 64, 64}, 61);
+  AttnLinearArgs args;
+  args.q = data.q.view;
+  args.k = data.k.view;
+  args.v = data.v.view;
+  args.o = data.o.view;
+  CHECK_THROWS_WITH(launchLinear(kernel.function, kernel.compiled.launch, args, nullptr),
+                    Catch::StartsWith("logDecay:"));
+  CHECK_THROWS_WITH(launchForward(kernel.function, kernel.compiled.launch, data.args(), nullptr),
+                    Catch::StartsWith("config:"));
+}
