@@ -10,7 +10,7 @@
 //   O   = scale (D ⊙ A) V + scale diag(e^G) Q S
 //                                    (P = D ⊙ A from registers; S as bf16
 //                                     in shared memory)
-//   S  <- e^{G_last} S + (diag(e^{G_last - G}) K)ᵀ V
+//   S  <- e^{G_last} S + Kᵀ (diag(e^{G_last - G}) V)
 //                                    (WGMMA, Kᵀ and V read MN-major)
 //
 // where G is the chunk's inclusive prefix sum of log-decays (0 for linear
@@ -19,6 +19,13 @@
 // normalized form divides by scale φ(q)·z, with z the running key sum.
 // Non-causal linear attention makes two passes: the state of every chunk
 // first, then O = scale φ(Q) S.
+//
+// Sequence parallelism: with p.segments > 1 each block owns one segment of
+// chunks. attn_linear_segment_kernel first computes every segment's own state
+// contribution L_s (the state pass from a zero state) with its total decay;
+// attn_linear_kernel then enters segment s with
+//   S = e^{G_{s-1}} (... (e^{G_0} S_in + L_0) ...) + L_{s-1}
+// (every segment's, non-causal) and runs its own chunks.
 //
 // The plan arrives through namespace attn_plan, emitted ahead of this file.
 #pragma once
@@ -69,14 +76,65 @@ __device__ __forceinline__ Slot slotOf(int load) {
   return Slot{load % kStages, static_cast<u32>((load / kStages) & 1)};
 }
 
-// What the block works on.
+// What the block works on: chunks [firstChunk, endChunk) of one segment.
 struct Work {
   int slice;
   int head;
   int kvHead;
   int batch;
-  int chunks;
+  int segment;
+  int firstChunk;
+  int endChunk;
+  bool segmentKernel; // the state pass only, into the segment scratch
 };
+
+__device__ __forceinline__ Work workOfBlock(const attn_abi::AttnLinearParams &p, bool segmentKernel) {
+  Work work;
+  work.slice = blockIdx.x;
+  work.head = blockIdx.y;
+  work.kvHead = work.head / (p.q_heads / p.kv_heads);
+  // The segment kernel of a causal problem skips the last segment, whose
+  // contribution no later segment needs.
+  const int segments = segmentKernel && kCausal ? p.segments - 1 : p.segments;
+  work.batch = blockIdx.z / segments;
+  work.segment = blockIdx.z % segments;
+  const int chunks = (p.seqlen + kChunk - 1) / kChunk;
+  work.firstChunk = work.segment * p.segment_chunks;
+  work.endChunk = min(chunks, work.firstChunk + p.segment_chunks);
+  work.segmentKernel = segmentKernel;
+  return work;
+}
+
+// One walk over the block's chunks: what it computes (and so loads).
+struct Pass {
+  bool output; // O of the chunk: loads Q (and, causal, K and V)
+  bool state;  // the state update: loads K and V
+};
+
+// The block's passes: the segment kernel updates the state only; the causal
+// form does both per chunk; the non-causal form first builds the state over
+// every chunk, unless the segments' contributions folded it already.
+__device__ __forceinline__ int passesOf(const attn_abi::AttnLinearParams &p, const Work &work,
+                                        Pass (&passes)[2]) {
+  if (work.segmentKernel) {
+    passes[0] = Pass{false, true};
+    return 1;
+  }
+  if (kCausal) {
+    passes[0] = Pass{true, true};
+    return 1;
+  }
+  if (p.segments > 1) {
+    passes[0] = Pass{true, false};
+    return 1;
+  }
+  passes[0] = Pass{false, true};
+  passes[1] = Pass{true, false};
+  return 2;
+}
+
+__device__ __forceinline__ bool loadsQ(const Pass &pass) { return pass.output; }
+__device__ __forceinline__ bool loadsKv(const Pass &pass) { return pass.state || (pass.output && kCausal); }
 
 __device__ __forceinline__ u32 qTile(u32 smem, int stage) { return smem + attn_plan::kSmemQ + stage * kQkTileBytes; }
 __device__ __forceinline__ u32 kTile(u32 smem, int stage) { return smem + attn_plan::kSmemK + stage * kQkTileBytes; }
@@ -99,21 +157,22 @@ __device__ void produce(const attn_abi::AttnLinearParams &p, u32 smem, const Bar
   prefetchTensorMap(&p.k_map);
   prefetchTensorMap(&p.v_map);
   prefetchTensorMap(&p.o_map);
-  const int passes = kCausal ? 1 : 2;
+  Pass passes[2];
+  const int passCount = passesOf(p, work, passes);
   int load = 0;
-  for (int pass = 0; pass < passes; ++pass) {
-    const bool loadsQ = kCausal || pass == 1, loadsKv = kCausal || pass == 0;
-    for (int chunk = 0; chunk < work.chunks; ++chunk, ++load) {
+  for (int pass = 0; pass < passCount; ++pass) {
+    const bool withQ = loadsQ(passes[pass]), withKv = loadsKv(passes[pass]);
+    for (int chunk = work.firstChunk; chunk < work.endChunk; ++chunk, ++load) {
       Slot slot = slotOf(load);
       if (load >= kStages)
         mbarrierWait(barriers.empty(slot.stage), slot.phase ^ 1);
-      u32 bytes = (loadsQ ? kQkTileBytes : 0) + (loadsKv ? kQkTileBytes + kVTileBytes : 0);
+      u32 bytes = (withQ ? kQkTileBytes : 0) + (withKv ? kQkTileBytes + kVTileBytes : 0);
       mbarrierArriveExpectTx(barriers.full(slot.stage), bytes);
       int row = chunk * kChunk;
-      if (loadsQ)
+      if (withQ)
         loadRows(qTile(smem, slot.stage), &p.q_map, barriers.full(slot.stage), row, work.head,
                  work.batch);
-      if (loadsKv) {
+      if (withKv) {
         loadRows(kTile(smem, slot.stage), &p.k_map, barriers.full(slot.stage), row, work.kvHead,
                  work.batch);
         tmaLoad4d(vTile(smem, slot.stage), &p.v_map, barriers.full(slot.stage), work.slice * kSlice,
@@ -197,36 +256,108 @@ __device__ __forceinline__ void storeStateShared(const float (&state)[kKeyBlocks
     }
 }
 
-__device__ __forceinline__ i64 stateIndex(const attn_abi::AttnLinearParams &p, const Work &work,
-                                          int keyDim, int valueColumn) {
-  return ((static_cast<i64>(work.batch) * p.q_heads + work.head) * kHeadDim + keyDim) * kHeadDim +
-         work.slice * kSlice + valueColumn;
+// Element (keyDim, this block's valueColumn) of a [head_dim, head_dim]
+// state, and the offset of (batch, head[, segment]) state blocks.
+__device__ __forceinline__ i64 stateElement(const Work &work, int keyDim, int valueColumn) {
+  return static_cast<i64>(keyDim) * kHeadDim + work.slice * kSlice + valueColumn;
+}
+__device__ __forceinline__ i64 headIndex(const attn_abi::AttnLinearParams &p, const Work &work) {
+  return static_cast<i64>(work.batch) * p.q_heads + work.head;
+}
+__device__ __forceinline__ i64 segmentIndex(const attn_abi::AttnLinearParams &p, const Work &work,
+                                            int segment) {
+  return headIndex(p, work) * p.segments + segment;
 }
 
-__device__ __forceinline__ void loadInitialState(const attn_abi::AttnLinearParams &p,
-                                                 const Work &work,
-                                                 float (&state)[kKeyBlocks][kAccumulatorRegs],
-                                                 int warp, int lane) {
+// Adds a state in global memory to this thread's fragment of it.
+__device__ __forceinline__ void addGlobalState(float (&state)[kKeyBlocks][kAccumulatorRegs],
+                                               const float *source, const Work &work, int warp,
+                                               int lane) {
 #pragma unroll
   for (int block = 0; block < kKeyBlocks; ++block)
 #pragma unroll
     for (int i = 0; i < kAccumulatorRegs; ++i) {
       int row = block * 64 + warp * 16 + lane / 4 + 8 * fragmentRowHalf(i);
-      state[block][i] = p.state_in ? p.state_in[stateIndex(p, work, row, fragmentColumn(i, lane))] : 0.f;
+      state[block][i] += source[stateElement(work, row, fragmentColumn(i, lane))];
     }
 }
 
-__device__ __forceinline__ void storeFinalState(const attn_abi::AttnLinearParams &p,
-                                                const Work &work,
-                                                const float (&state)[kKeyBlocks][kAccumulatorRegs],
-                                                int warp, int lane) {
+__device__ __forceinline__ void storeGlobalState(const float (&state)[kKeyBlocks][kAccumulatorRegs],
+                                                 float *destination, const Work &work, int warp,
+                                                 int lane) {
 #pragma unroll
   for (int block = 0; block < kKeyBlocks; ++block)
 #pragma unroll
     for (int i = 0; i < kAccumulatorRegs; ++i) {
       int row = block * 64 + warp * 16 + lane / 4 + 8 * fragmentRowHalf(i);
-      p.state_out[stateIndex(p, work, row, fragmentColumn(i, lane))] = state[block][i];
+      destination[stateElement(work, row, fragmentColumn(i, lane))] = state[block][i];
     }
+}
+
+__device__ __forceinline__ void scaleState(float (&state)[kKeyBlocks][kAccumulatorRegs], float factor) {
+#pragma unroll
+  for (int block = 0; block < kKeyBlocks; ++block)
+#pragma unroll
+    for (int i = 0; i < kAccumulatorRegs; ++i)
+      state[block][i] *= factor;
+}
+
+// The state (and key sum) the block's first chunk starts from: zero in the
+// segment kernel; otherwise the initial state with the contributions of the
+// segments before this one folded in, each after the decay of the ones
+// before it (every segment's, non-causal).
+__device__ __forceinline__ void loadEntryState(const attn_abi::AttnLinearParams &p, const Work &work,
+                                               float (&state)[kKeyBlocks][kAccumulatorRegs],
+                                               float *keySum, int thread, int warp, int lane) {
+  constexpr i64 kStateElements = static_cast<i64>(kHeadDim) * kHeadDim;
+#pragma unroll
+  for (int block = 0; block < kKeyBlocks; ++block)
+#pragma unroll
+    for (int i = 0; i < kAccumulatorRegs; ++i)
+      state[block][i] = 0.f;
+  if (kNormalize && thread < kHeadDim)
+    keySum[thread] = 0.f;
+  if (work.segmentKernel)
+    return;
+  if (p.state_in)
+    addGlobalState(state, p.state_in + headIndex(p, work) * kStateElements, work, warp, lane);
+  if (kNormalize && thread < kHeadDim && p.key_sum_in)
+    keySum[thread] = p.key_sum_in[headIndex(p, work) * kHeadDim + thread];
+  const int folded = p.segments == 1 ? 0 : kCausal ? work.segment : p.segments;
+  for (int segment = 0; segment < folded; ++segment) {
+    const i64 index = segmentIndex(p, work, segment);
+    if constexpr (kHasDecay)
+      scaleState(state, fastExp2(p.segment_log2_decay[index]));
+    addGlobalState(state, p.segment_state + index * kStateElements, work, warp, lane);
+    if (kNormalize && thread < kHeadDim)
+      keySum[thread] += p.segment_key_sum[index * kHeadDim + thread];
+  }
+}
+
+// The block's state when its chunks are done: the segment's contribution
+// into the scratch (segment kernel), or the final state from the block of
+// the last segment.
+__device__ __forceinline__ void storeExitState(const attn_abi::AttnLinearParams &p, const Work &work,
+                                               const float (&state)[kKeyBlocks][kAccumulatorRegs],
+                                               const float *keySum, float segmentLog2Decay,
+                                               int thread, int warp, int lane) {
+  constexpr i64 kStateElements = static_cast<i64>(kHeadDim) * kHeadDim;
+  const bool ownsSharedParts = work.slice == 0; // the key sum and decay, once per head
+  if (work.segmentKernel) {
+    const i64 index = segmentIndex(p, work, work.segment);
+    storeGlobalState(state, p.segment_state + index * kStateElements, work, warp, lane);
+    if (kNormalize && ownsSharedParts && thread < kHeadDim)
+      p.segment_key_sum[index * kHeadDim + thread] = keySum[thread];
+    if (kHasDecay && ownsSharedParts && thread == 0)
+      p.segment_log2_decay[index] = segmentLog2Decay;
+    return;
+  }
+  if (work.segment != p.segments - 1)
+    return;
+  if (p.state_out)
+    storeGlobalState(state, p.state_out + headIndex(p, work) * kStateElements, work, warp, lane);
+  if (kNormalize && ownsSharedParts && p.key_sum_out && thread < kHeadDim)
+    p.key_sum_out[headIndex(p, work) * kHeadDim + thread] = keySum[thread];
 }
 
 // The chunk's cumulative log2-decays G[0..63] in shared memory (tokens past
@@ -347,22 +478,17 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
   const float scale = p.scale;
 
   float state[kKeyBlocks][kAccumulatorRegs];
-  loadInitialState(p, work, state, warp, lane);
+  loadEntryState(p, work, state, keySum, thread, warp, lane);
   storeStateShared(state, stateTile, warp, lane);
-  if constexpr (kNormalize)
-    if (thread < kHeadDim)
-      keySum[thread] =
-          p.key_sum_in ? p.key_sum_in[(static_cast<i64>(work.batch) * p.q_heads + work.head) * kHeadDim + thread]
-                       : 0.f;
   publishShared();
+  float segmentLog2Decay = 0.f; // the decay over the block's chunks
 
   int load = 0;
-  // Causal form: the whole chunk step. Non-causal form: pass 0 updates the
-  // state only (from K and V), pass 1 computes outputs only (from Q).
-  const int passes = kCausal ? 1 : 2;
-  for (int pass = 0; pass < passes; ++pass) {
-    const bool computesOutput = kCausal || pass == 1, updatesState = kCausal || pass == 0;
-    for (int chunk = 0; chunk < work.chunks; ++chunk, ++load) {
+  Pass passes[2];
+  const int passCount = passesOf(p, work, passes);
+  for (int pass = 0; pass < passCount; ++pass) {
+    const bool computesOutput = passes[pass].output, updatesState = passes[pass].state;
+    for (int chunk = work.firstChunk; chunk < work.endChunk; ++chunk, ++load) {
       const Slot slot = slotOf(load);
       const u32 q = qTile(smem, slot.stage), k = kTile(smem, slot.stage), v = vTile(smem, slot.stage);
       const int validRows = min(kChunk, p.seqlen - chunk * kChunk);
@@ -430,22 +556,19 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
       }
 
       if (updatesState) {
-        // K rows scaled by their decay to the chunk's end; the key sum. Both
-        // read K after the scores' WGMMA has, and the key sum after every
-        // thread has read it for the denominators.
+        // Each token's V row scaled by its decay to the chunk's end (the
+        // V slice is half the size of K at head dim 128; its P V product has
+        // completed); the key sum, after every thread has read the old one
+        // for the denominators.
         if constexpr (kHasDecay) {
           float last = decay[kChunk - 1];
           if (thread < kChunk)
             decay[kChunk + thread] = fastExp2(last - decay[thread]);
           warpgroupBarrier(1);
-          scaleTileRowsInPlace<Element>(k, kChunk, kQkTileBytes, decay + kChunk, thread,
-                                        kConsumerThreads);
-          float chunkDecay = fastExp2(last);
-#pragma unroll
-          for (int block = 0; block < kKeyBlocks; ++block)
-#pragma unroll
-            for (int i = 0; i < kAccumulatorRegs; ++i)
-              state[block][i] *= chunkDecay;
+          scaleTileRowsInPlace<Element, kVTileBytes, kConsumerThreads>(v, kChunk, decay + kChunk,
+                                                                       thread);
+          scaleState(state, fastExp2(last));
+          segmentLog2Decay += last;
         }
         if constexpr (kNormalize) {
           warpgroupBarrier(1);
@@ -463,21 +586,21 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
           fenceRegisters(state[kKeyBlocks - 1]);
       }
       releaseStage(barriers, slot.stage, lane);
-      if (updatesState) {
+      if (updatesState && computesOutput) {
         // Every thread's Q S product of this chunk has completed (the waits
         // above), so the state tile may be overwritten.
         storeStateShared(state, stateTile, warp, lane);
         publishShared();
       }
     }
+    // A state-only pass hands its state to the output pass after it once.
+    if (!computesOutput && pass + 1 < passCount) {
+      storeStateShared(state, stateTile, warp, lane);
+      publishShared();
+    }
   }
 
-  if (p.state_out)
-    storeFinalState(p, work, state, warp, lane);
-  if constexpr (kNormalize)
-    if (p.key_sum_out && work.slice == 0 && thread < kHeadDim)
-      p.key_sum_out[(static_cast<i64>(work.batch) * p.q_heads + work.head) * kHeadDim + thread] =
-          keySum[thread];
+  storeExitState(p, work, state, keySum, segmentLog2Decay, thread, warp, lane);
   // Shared memory must outlive the copy engine's reads of the last store.
   if (thread == 0)
     tmaStoreWaitRead();
@@ -485,19 +608,14 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
 
 } // namespace attn_linear
 
-extern "C" __global__ void __launch_bounds__(attn_linear::kThreads, 1)
-    attn_linear_kernel(const __grid_constant__ attn_abi::AttnLinearParams p) {
-  using namespace attn_linear;
+namespace attn_linear {
+// The body of both chunkwise entry points: barriers, then the producer warp
+// and the consumer warpgroup.
+__device__ __forceinline__ void runBlock(const attn_abi::AttnLinearParams &p, bool segmentKernel) {
   extern __shared__ __align__(1024) unsigned char sharedMemory[];
   const u32 smem = (sharedAddress(sharedMemory) + 1023) & ~1023u;
   const Barriers barriers{smem + attn_plan::kSmemBarriers};
-  Work work;
-  work.slice = blockIdx.x;
-  work.head = blockIdx.y;
-  work.kvHead = work.head / (p.q_heads / p.kv_heads);
-  work.batch = blockIdx.z;
-  work.chunks = (p.seqlen + kChunk - 1) / kChunk;
-
+  const Work work = workOfBlock(p, segmentKernel);
   if (threadIdx.x == 0) {
     for (int stage = 0; stage < kStages; ++stage) {
       mbarrierInit(barriers.full(stage), 1);
@@ -512,6 +630,20 @@ extern "C" __global__ void __launch_bounds__(attn_linear::kThreads, 1)
   } else {
     consume(p, smem, sharedMemory + (smem - sharedAddress(sharedMemory)), barriers, work);
   }
+}
+} // namespace attn_linear
+
+// Grid (value slices, query heads, batch x segments).
+extern "C" __global__ void __launch_bounds__(attn_linear::kThreads, 1)
+    attn_linear_kernel(const __grid_constant__ attn_abi::AttnLinearParams p) {
+  attn_linear::runBlock(p, /*segmentKernel=*/false);
+}
+
+// Grid (value slices, query heads, batch x segments, less the last segment
+// when causal): each segment's own state contribution.
+extern "C" __global__ void __launch_bounds__(attn_linear::kThreads, 1)
+    attn_linear_segment_kernel(const __grid_constant__ attn_abi::AttnLinearParams p) {
+  attn_linear::runBlock(p, /*segmentKernel=*/true);
 }
 
 // One token against the state (the recurrent form): block (query head,

@@ -72,6 +72,19 @@ struct AttnLinearParams {
   const float *key_sum_in;
   float *key_sum_out;
   const float *log_decay;
+  // Sequence parallelism: with segments > 1 the sequence is cut into
+  // segments of segment_chunks chunks. The segment kernel writes each
+  // segment's own state contribution (from a zero state) into
+  // segment_state [batch, q_heads, segments, head_dim, head_dim], its key
+  // sum into segment_key_sum [batch, q_heads, segments, head_dim] and its
+  // total log2-decay into segment_log2_decay [batch, q_heads, segments]; the
+  // main kernel folds those of the segments before its own into its entry
+  // state (all of them, non-causal). segments = 1 runs the main kernel alone.
+  float *segment_state;
+  float *segment_key_sum;
+  float *segment_log2_decay;
+  int segments;
+  int segment_chunks;
   int batch;
   int seqlen;
   int q_heads;
@@ -106,6 +119,7 @@ struct AttnDecodeParams {
 
 #define ATTN_LINEAR_KERNEL_NAME "attn_linear_kernel"
 #define ATTN_DECODE_KERNEL_NAME "attn_linear_decode_kernel"
+#define ATTN_LINEAR_SEGMENT_KERNEL_NAME "attn_linear_segment_kernel"
 #define ATTN_DECODE_THREADS 128
 
 // The kernel's entry point name in the emitted translation unit.

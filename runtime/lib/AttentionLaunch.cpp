@@ -618,12 +618,73 @@ void validateLinearDevicePointers(const AttnLaunchConfig &config, const AttnLine
 }
 } // namespace
 
-void launchLinear(KernelFunction &kernel, const AttnLaunchConfig &config,
+LinearSplit linearSplitFor(const AttnLaunchConfig &config, int64_t batch, int64_t seqlen,
+                           int maxSegments) {
+  // Shorter segments would spend more on folding states than they save.
+  constexpr int64_t kMinSegmentChunks = 4;
+  LinearSplit split;
+  const int64_t chunks = (seqlen + config.blockM - 1) / config.blockM;
+  const int64_t blocks = int64_t(config.headDim / config.blockN) * config.qHeads * batch;
+  if (chunks == 0 || blocks == 0)
+    return split;
+  int64_t segments = std::min<int64_t>(maxSegments, chunks);
+  if (maxSegments <= 0) {
+    segments = std::max<int64_t>(1, multiprocessorsOf(currentDevice()) / blocks);
+    segments = std::min(segments, std::max<int64_t>(1, chunks / kMinSegmentChunks));
+  }
+  segments = std::min<int64_t>(segments, std::max<int64_t>(1, 65535 / batch));
+  split.segmentChunks = static_cast<int>((chunks + segments - 1) / segments);
+  split.segments = static_cast<int>((chunks + split.segmentChunks - 1) / split.segmentChunks);
+  return split;
+}
+
+namespace {
+/// Where the split's scratch lives in the workspace: per (batch, head,
+/// segment) the state, then the key sums, then the log2-decays.
+struct LinearScratch {
+  uint64_t stateFloats = 0, keySumFloats = 0, decayFloats = 0;
+  uint64_t bytes() const { return (stateFloats + keySumFloats + decayFloats) * sizeof(float); }
+};
+
+LinearScratch linearScratch(const AttnLaunchConfig &config, int64_t batch, const LinearSplit &split) {
+  LinearScratch scratch;
+  if (split.segments <= 1)
+    return scratch;
+  const uint64_t parts = uint64_t(batch) * uint64_t(config.qHeads) * uint64_t(split.segments);
+  scratch.stateFloats = parts * uint64_t(config.headDim) * uint64_t(config.headDim);
+  scratch.keySumFloats = parts * uint64_t(config.headDim);
+  scratch.decayFloats = parts;
+  return scratch;
+}
+} // namespace
+
+uint64_t linearWorkspaceBytes(const AttnLaunchConfig &config, int64_t batch,
+                              const LinearSplit &split) {
+  return linearScratch(config, batch, split).bytes();
+}
+
+void launchLinear(const Module &module, const AttnLaunchConfig &config,
                   const AttnLinearArgs &args, CUstream stream) {
   validateLinearArgs(config, args);
   if (args.q.batch() == 0 || args.q.seqlen() == 0)
     return;
   validateLinearDevicePointers(config, args);
+  if (args.segments < 0)
+    fail("segments", "expected 0 (chosen by the runtime) or a positive cap, got " +
+                         std::to_string(args.segments));
+  LinearSplit split;
+  if (args.workspace)
+    split = linearSplitFor(config, args.q.batch(), args.q.seqlen(), args.segments);
+  const LinearScratch scratch = linearScratch(config, args.q.batch(), split);
+  if (scratch.bytes() > 0) {
+    if (args.workspaceBytes < scratch.bytes())
+      fail("workspace", std::to_string(args.workspaceBytes) + " bytes are too few for " +
+                            std::to_string(split.segments) + " segments: " +
+                            std::to_string(scratch.bytes()) + " needed (linearWorkspaceBytes)");
+    if (reinterpret_cast<uintptr_t>(args.workspace) % alignof(float) != 0)
+      fail("workspace", "pointer must be 4-byte aligned");
+    requireDeviceMemory(args.workspace, scratch.bytes(), "workspace", currentDevice());
+  }
   attn_abi::AttnLinearParams params{};
   params.q_map = encodeBSHDTensorMap(args.q, config.blockM, kBoxCols, "q");
   params.k_map = encodeBSHDTensorMap(args.k, config.blockM, kBoxCols, "k");
@@ -634,18 +695,38 @@ void launchLinear(KernelFunction &kernel, const AttnLaunchConfig &config,
   params.key_sum_in = args.initialKeySum;
   params.key_sum_out = args.finalKeySum;
   params.log_decay = args.logDecay;
+  float *workspace = static_cast<float *>(args.workspace);
+  params.segment_state = scratch.bytes() ? workspace : nullptr;
+  params.segment_key_sum = scratch.bytes() ? workspace + scratch.stateFloats : nullptr;
+  params.segment_log2_decay =
+      scratch.bytes() ? workspace + scratch.stateFloats + scratch.keySumFloats : nullptr;
+  params.segments = split.segments;
+  params.segment_chunks =
+      split.segments > 1 ? split.segmentChunks
+                         : static_cast<int>((args.q.seqlen() + config.blockM - 1) / config.blockM);
   params.batch = static_cast<int>(args.q.batch());
   params.seqlen = static_cast<int>(args.q.seqlen());
   params.q_heads = config.qHeads;
   params.kv_heads = config.kvHeads;
   params.scale = config.scale;
-  kernel.setMaxDynamicSharedMemory(config.sharedMemoryBytes);
-  // One block per 64 value columns of each (head, batch).
-  Dim3 grid{static_cast<unsigned>(config.headDim / config.blockN),
-            static_cast<unsigned>(config.qHeads), static_cast<unsigned>(args.q.batch())};
   Dim3 block{static_cast<unsigned>(config.threadsPerBlock), 1, 1};
   void *kernelArgs[] = {&params};
-  kernel.launch(grid, block, config.sharedMemoryBytes, stream, kernelArgs);
+  // One block per 64 value columns of each (head, batch, segment); the
+  // segment kernel needs no block for the last segment of a causal problem.
+  auto gridOf = [&](int segments) {
+    return Dim3{static_cast<unsigned>(config.headDim / config.blockN),
+                static_cast<unsigned>(config.qHeads),
+                static_cast<unsigned>(args.q.batch() * segments)};
+  };
+  if (split.segments > 1) {
+    KernelFunction segmentKernel = module.function(ATTN_LINEAR_SEGMENT_KERNEL_NAME);
+    segmentKernel.setMaxDynamicSharedMemory(config.sharedMemoryBytes);
+    segmentKernel.launch(gridOf(config.causal ? split.segments - 1 : split.segments), block,
+                         config.sharedMemoryBytes, stream, kernelArgs);
+  }
+  KernelFunction kernel = module.function(config.kernelName);
+  kernel.setMaxDynamicSharedMemory(config.sharedMemoryBytes);
+  kernel.launch(gridOf(split.segments), block, config.sharedMemoryBytes, stream, kernelArgs);
 }
 
 void launchDecode(KernelFunction &kernel, const AttnLaunchConfig &config,

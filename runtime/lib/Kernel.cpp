@@ -171,7 +171,7 @@ void Kernel::runLinear(const AttnLinearArgs &args, CUstream stream) const {
   validateLinearArgs(config, args);
   if (args.q.batch() == 0 || args.q.seqlen() == 0)
     return;
-  launchLinear(loadedForCurrentContext().function, config, args, stream);
+  launchLinear(loadedForCurrentContext().module, config, args, stream);
 }
 
 void Kernel::decode(const AttnDecodeArgs &args, CUstream stream) const {

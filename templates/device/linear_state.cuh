@@ -59,25 +59,36 @@ __device__ __forceinline__ void mapTileInPlace(u32 tile, u32 bytes, int thread, 
 }
 
 // Multiplies row r of a tile (any column layout, `rows` rows of 128 bytes
-// per 64-column block) by factors[r], in place.
-template <class Element>
-__device__ __forceinline__ void scaleTileRowsInPlace(u32 tile, int rows, u32 bytes,
-                                                     const float *factors, int thread,
-                                                     int threads) {
-  for (u32 offset = thread * 16; offset < bytes; offset += threads * 16) {
-    float factor = factors[(offset / 128) % rows];
-    u32 words[4];
+// per 64-column block) by factors[r], in place. All loads are issued before
+// the first store so that their latencies overlap.
+template <class Element, u32 kBytes, int kThreads>
+__device__ __forceinline__ void scaleTileRowsInPlace(u32 tile, int rows, const float *factors,
+                                                     int thread) {
+  static_assert(kBytes % (kThreads * 16) == 0, "whole 16-byte pieces per thread");
+  constexpr int kPieces = kBytes / (kThreads * 16);
+  u32 words[kPieces][4];
+  float factor[kPieces];
+#pragma unroll
+  for (int piece = 0; piece < kPieces; ++piece) {
+    u32 offset = (thread + piece * kThreads) * 16;
+    factor[piece] = factors[(offset / 128) % rows];
     asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(words[0]), "=r"(words[1]), "=r"(words[2]), "=r"(words[3])
+                 : "=r"(words[piece][0]), "=r"(words[piece][1]), "=r"(words[piece][2]),
+                   "=r"(words[piece][3])
                  : "r"(tile + offset));
+  }
+#pragma unroll
+  for (int piece = 0; piece < kPieces; ++piece)
 #pragma unroll
     for (int w = 0; w < 4; ++w)
-      words[w] = packPair<Element>(lowHalfToFloat<Element>(words[w]) * factor,
-                                   highHalfToFloat<Element>(words[w]) * factor);
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(tile + offset), "r"(words[0]),
-                 "r"(words[1]), "r"(words[2]), "r"(words[3])
+      words[piece][w] = packPair<Element>(lowHalfToFloat<Element>(words[piece][w]) * factor[piece],
+                                          highHalfToFloat<Element>(words[piece][w]) * factor[piece]);
+#pragma unroll
+  for (int piece = 0; piece < kPieces; ++piece)
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(tile + (thread + piece * kThreads) * 16),
+                 "r"(words[piece][0]), "r"(words[piece][1]), "r"(words[piece][2]),
+                 "r"(words[piece][3])
                  : "memory");
-  }
 }
 
 // Inclusive prefix sums of 64 values held two per lane (lane and lane + 32)

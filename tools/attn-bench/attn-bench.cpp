@@ -10,6 +10,15 @@
 //                         (document ids), restarting in each row
 //         bernoulli:P     i32, 1 with probability P (seeded)
 //       The shape follows the declaration; `?` extents come from @D0xD1.
+//       A linear attention / retention spec runs the chunkwise kernel with
+//       a final state (and, gated, seeded log-decays logsigmoid(N(0, 1)));
+//       --check compares with the reference's recurrent form; it prints
+//       TB/s counting the bytes of Q, K, V and O.
+//   attn-bench --linear-grid
+//       retention, gated retention and linear attention beside our causal
+//       softmax at head dim 128, H = 16, bf16, S = 2048 to 65536 with
+//       B = max(1, 16384 / S) (the peer script's shapes), and S = 8192 at
+//       B = 1 for the comparison with S = 65536 at the same B*H.
 //   attn-bench --grid
 //       the grid of the peer comparison: head dim 64/128/256, seqlen 512 to
 //       16384, causal and not, B*S = 16384 and H*D = 2048, bf16. With
@@ -24,6 +33,7 @@
 
 #include "AttnHarness.h"
 #include "attn/Compiler/Compiler.h"
+#include "attn/Reference/LinearAttention.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
@@ -32,8 +42,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <optional>
+#include <random>
 #include <sstream>
 
 using namespace llvm;
@@ -41,6 +53,9 @@ using namespace llvm;
 namespace {
 cl::opt<std::string> specFile(cl::Positional, cl::desc("[spec.mlir]"), cl::init(""));
 cl::opt<bool> grid("grid", cl::desc("Run the peer-comparison grid"), cl::init(false));
+cl::opt<bool> linearGrid("linear-grid",
+                         cl::desc("Run the linear attention / retention grid (see the header)"),
+                         cl::init(false));
 cl::opt<int64_t> batch("batch", cl::desc("Batch size"), cl::init(2));
 cl::opt<int64_t> seqlen("seqlen", cl::desc("Query sequence length"), cl::init(8192));
 cl::opt<int64_t> seqlenK("seqlen-k", cl::desc("Key sequence length (default: --seqlen)"),
@@ -60,6 +75,12 @@ cl::opt<int> blocksPerSm("persistent-blocks-per-sm",
                          cl::desc("Grid policy over the plan's: 0 = one block per work tile, "
                                   "k > 0 = a persistent grid of k blocks per SM"),
                          cl::init(-1));
+
+cl::opt<int> linearSegments(
+    "segments",
+    cl::desc("Linear attention / retention: split the sequence into this many segments "
+             "(1: none; default: the runtime's choice)"),
+    cl::init(0));
 
 cl::opt<bool> tileCoverage(
     "tile-coverage",
@@ -94,6 +115,105 @@ Loaded load(const std::string &spec, const std::string &name, const attn::Tuning
   return loaded;
 }
 
+/// Bytes of Q, K, V and O of one call: what a memory-bound kernel must move.
+double qkvoBytes(const attn::AttnLaunchConfig &launch, int64_t batch, int64_t seqlen) {
+  return 2.0 * batch * seqlen * launch.headDim * 2.0 * (launch.qHeads + launch.kvHeads);
+}
+
+/// Seeded per-token log-decays logsigmoid(x), x ~ N(0, 1): the gate of a
+/// gated kernel ([B, S, Hq] fp32), as the peer script draws it.
+std::vector<float> gateLogDecays(size_t count, uint64_t seed) {
+  std::mt19937_64 random(seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<float> values(count);
+  for (float &value : values) {
+    float x = normal(random);
+    value = std::min(x, 0.f) - std::log1p(std::exp(-std::fabs(x)));
+  }
+  return values;
+}
+
+attn::DeviceBuffer uploadFloats(const std::vector<float> &values) {
+  attn::DeviceBuffer buffer(std::max<size_t>(values.size(), 1) * sizeof(float));
+  if (!values.empty())
+    buffer.upload(values);
+  return buffer;
+}
+
+/// A linear-family spec: one run with --check against the reference's
+/// recurrent form, then the timing.
+int runLinearSpec(Loaded &kernel, const std::string &spec) {
+  const attn::AttnLaunchConfig &launch = kernel.compiled.launch;
+  attn::harness::Shape shape{batch, seqlen, seqlen, false};
+  attn::harness::ForwardProblem data(launch, shape, 2026);
+  std::printf("kernel @%s: linear family, B=%lld S=%lld Hq=%d Hkv=%d D=%d %s, chunk %d, "
+              "%d threads, %d bytes smem\n",
+              kernel.compiled.name.c_str(), (long long)shape.batch, (long long)shape.seqlenQ,
+              launch.qHeads, launch.kvHeads, launch.headDim, attn::dtypeName(launch.dtype),
+              launch.blockM, launch.threadsPerBlock, launch.sharedMemoryBytes);
+  const size_t heads = size_t(shape.batch) * launch.qHeads;
+  std::vector<float> logDecay;
+  if (launch.gated)
+    logDecay = gateLogDecays(heads * size_t(shape.seqlenQ), 7);
+  attn::DeviceBuffer logDecayBuffer = uploadFloats(logDecay);
+  attn::DeviceBuffer finalState(heads * launch.headDim * launch.headDim * sizeof(float));
+  attn::DeviceBuffer finalKeySum(heads * launch.headDim * sizeof(float));
+  attn::AttnLinearArgs args;
+  args.q = data.q.view;
+  args.k = data.k.view;
+  args.v = data.v.view;
+  args.o = data.o.view;
+  args.finalState = static_cast<float *>(finalState.data());
+  if (launch.normalize)
+    args.finalKeySum = static_cast<float *>(finalKeySum.data());
+  if (launch.gated)
+    args.logDecay = static_cast<const float *>(logDecayBuffer.data());
+  const attn::LinearSplit split =
+      attn::linearSplitFor(launch, shape.batch, shape.seqlenQ, linearSegments);
+  args.segments = linearSegments;
+  attn::DeviceBuffer workspace(
+      std::max<uint64_t>(attn::linearWorkspaceBytes(launch, shape.batch, split), 4));
+  args.workspace = workspace.data();
+  args.workspaceBytes = workspace.size();
+  std::printf("sequence split: %d segments of %d chunks\n", split.segments, split.segmentChunks);
+  bool passed = true;
+  if (check) {
+    data.poisonOutputs();
+    attn::launchLinear(kernel.module, launch, args, nullptr);
+    ATTN_CU_CHECK(cuCtxSynchronize);
+    attn::reference::LinearProblem problem = attn::linearReferenceProblemFromSpec(
+        spec, shape.batch, shape.seqlenQ, launch.gated ? logDecay.data() : nullptr);
+    auto hostView = [](const attn::harness::HostDeviceTensor &tensor) {
+      const attn::TensorView &view = tensor.view;
+      return attn::reference::HostTensor{
+          tensor.host.data(),
+          {view.shape[1] * view.shape[2] * view.shape[3], view.shape[2] * view.shape[3],
+           view.shape[3], 1}};
+    };
+    std::vector<float> expected(data.q.host.size());
+    attn::reference::linearForwardRecurrent(problem, hostView(data.q), hostView(data.k),
+                                            hostView(data.v), expected.data(), {}, nullptr);
+    const uint16_t *bits = data.downloadOutput();
+    double error = 0, norm = 0;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      double actual = launch.dtype == attn::DType::BF16 ? attn::bf16ToFloat(bits[i])
+                                                        : attn::f16ToFloat(bits[i]);
+      double diff = std::isfinite(actual) ? actual - expected[i] : INFINITY;
+      error += diff * diff;
+      norm += double(expected[i]) * expected[i];
+    }
+    double relative = std::sqrt(error / std::max(norm, 1e-30));
+    passed = relative < 2e-2;
+    std::printf("check against the CPU reference (recurrent form): rel-L2 = %.3g, %s\n", relative,
+                passed ? "PASS" : "FAIL (limit 2e-2)");
+  }
+  double ms = attn::harness::medianMs(
+      [&] { attn::launchLinear(kernel.module, launch, args, nullptr); }, warmup, repeats);
+  std::printf("time %.3f ms (median of %d), %.2f TB/s (Q, K, V, O)\n", ms, int(repeats),
+              qkvoBytes(launch, shape.batch, shape.seqlenQ) / ms / 1e9);
+  return passed ? 0 : 1;
+}
+
 int runSpec() {
   auto buffer = MemoryBuffer::getFileOrSTDIN(specFile);
   if (!buffer) {
@@ -104,6 +224,8 @@ int runSpec() {
   std::string spec = (*buffer)->getBuffer().str();
   Loaded kernel =
       load(spec, specFile, {batch, seqlen, seqlenK ? seqlenK : seqlen}, tuningDatabase);
+  if (kernel.compiled.launch.linearFamily)
+    return runLinearSpec(kernel, spec);
   attn::harness::Shape shape{batch, seqlen, seqlenK ? seqlenK : seqlen, false};
   attn::harness::ForwardProblem data(kernel.compiled.launch, shape, 2026);
   const attn::AttnLaunchConfig &launch = kernel.compiled.launch;
@@ -233,13 +355,113 @@ int runGrid() {
   }
   return 0;
 }
+/// Random bf16 BSHD tensors of `tokens` x `hidden` elements, drawn once as
+/// a block of 2^20 values and repeated (the timing needs realistic values,
+/// not distinct ones), viewed at any (B, S) split.
+struct LinearGridTensors {
+  LinearGridTensors(int64_t tokens, int64_t hidden) {
+    std::mt19937_64 random(5);
+    std::normal_distribution<float> normal(0.f, 1.f);
+    std::vector<uint16_t> block(size_t(1) << 20);
+    for (uint16_t &bits : block)
+      bits = attn::floatToBf16(normal(random));
+    size_t bytes = size_t(tokens) * hidden * 2;
+    for (attn::DeviceBuffer *buffer : {&q, &k, &v, &o}) {
+      *buffer = attn::DeviceBuffer(bytes);
+      for (size_t offset = 0; offset < bytes; offset += block.size() * 2)
+        buffer->copyFromHost(block.data(), std::min(block.size() * 2, bytes - offset), offset);
+    }
+    logDecay = uploadFloats(gateLogDecays(size_t(tokens) * 64, 7));
+  }
+  attn::DeviceBuffer q, k, v, o, logDecay;
+};
+
+int runLinearGrid() {
+  constexpr int kHeadDim = 128, kHeads = 16;
+  constexpr int64_t kMaxTokens = 65536;
+  auto specOf = [](const char *name, const char *mask, const char *normalizer) {
+    std::ostringstream spec;
+    spec << "attn.kernel @" << name << " problem = #attn.problem<q_heads = " << kHeads
+         << ", kv_heads = " << kHeads << ", head_dim = " << kHeadDim
+         << ", element_type = bf16> mask = " << mask << " normalizer = " << normalizer << "\n";
+    return spec.str();
+  };
+  struct Variant {
+    const char *name;
+    Loaded kernel;
+  };
+  std::vector<Variant> variants;
+  variants.push_back({"retention", load(specOf("retention", "#attn.causal<top_left>", "#attn.retention"),
+                                        "linear-grid.mlir", {}, "")});
+  variants.push_back({"gated_retention",
+                      load(specOf("gated_retention", "#attn.causal<top_left>", "#attn.retention<gated>"),
+                           "linear-grid.mlir", {}, "")});
+  variants.push_back({"linear", load(specOf("linear", "#attn.causal<top_left>", "#attn.linear"),
+                                     "linear-grid.mlir", {}, "")});
+  Loaded softmax = load(specOf("softmax_causal", "#attn.causal<bottom_right>", "#attn.softmax"),
+                        "linear-grid.mlir", {}, "");
+  LinearGridTensors tensors(kMaxTokens, int64_t(kHeads) * kHeadDim);
+  attn::DeviceBuffer state(size_t(kMaxTokens / 2048) * kHeads * kHeadDim * kHeadDim * 4);
+  attn::DeviceBuffer lse(size_t(kMaxTokens) * kHeads * 4);
+  // Room for the split of every shape of the grid: batch x segments stays
+  // at most max(batch, SMs / heads) <= 64 (a state, key sum and decay per
+  // head of each).
+  attn::DeviceBuffer workspace(size_t(64) * kHeads * (kHeadDim * kHeadDim + kHeadDim + 1) * 4);
+
+  std::printf("| kernel | B | S | segments | ms | TB/s (Q, K, V, O) | softmax ms | vs softmax |\n"
+              "|---|---|---|---|---|---|---|---|\n");
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  for (int64_t s : {2048, 4096, 8192, 16384, 32768, 65536})
+    shapes.push_back({std::max<int64_t>(1, 16384 / s), s});
+  shapes.push_back({1, 8192});
+  for (auto [b, s] : shapes) {
+    auto view = [&](attn::DeviceBuffer &buffer) {
+      return attn::contiguousBSHD(buffer.data(), attn::DType::BF16, b, s, kHeads, kHeadDim);
+    };
+    attn::AttnForwardArgs forward;
+    forward.q = view(tensors.q);
+    forward.k = view(tensors.k);
+    forward.v = view(tensors.v);
+    forward.o = view(tensors.o);
+    forward.lse = static_cast<float *>(lse.data());
+    double softmaxMs = attn::harness::medianLaunchMs(softmax.function, softmax.compiled.launch,
+                                                     forward, warmup, repeats);
+    std::printf("| softmax_causal | %lld | %lld | | %.3f | %.2f | %.3f | 1.00 |\n", (long long)b,
+                (long long)s, softmaxMs,
+                qkvoBytes(softmax.compiled.launch, b, s) / softmaxMs / 1e9, softmaxMs);
+    for (Variant &variant : variants) {
+      const attn::AttnLaunchConfig &launch = variant.kernel.compiled.launch;
+      attn::AttnLinearArgs args;
+      args.q = forward.q;
+      args.k = forward.k;
+      args.v = forward.v;
+      args.o = forward.o;
+      args.finalState = static_cast<float *>(state.data());
+      if (launch.gated)
+        args.logDecay = static_cast<const float *>(tensors.logDecay.data());
+      const attn::LinearSplit split = attn::linearSplitFor(launch, b, s);
+      args.workspace = workspace.data();
+      args.workspaceBytes = workspace.size();
+      if (attn::linearWorkspaceBytes(launch, b, split) > workspace.size())
+        throw attn::Error("linear grid: the workspace is too small for the split");
+      double ms = attn::harness::medianMs(
+          [&] { attn::launchLinear(variant.kernel.module, launch, args, nullptr); }, warmup,
+          repeats);
+      std::printf("| %s | %lld | %lld | %d | %.3f | %.2f | %.3f | %.2f |\n", variant.name,
+                  (long long)b, (long long)s, split.segments, ms, qkvoBytes(launch, b, s) / ms / 1e9, softmaxMs,
+                  softmaxMs / ms);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
 } // namespace
 
 int main(int argc, char **argv) {
   InitLLVM initLLVM(argc, argv);
   cl::ParseCommandLineOptions(argc, argv, "attn-bench: run and time attnc kernels\n");
-  if (!grid && specFile.empty()) {
-    errs() << "attn-bench: give a spec file or --grid (see --help)\n";
+  if (!grid && !linearGrid && specFile.empty()) {
+    errs() << "attn-bench: give a spec file, --grid or --linear-grid (see --help)\n";
     return 1;
   }
   std::string reason = attn::harness::gpuUnavailableReason();
@@ -249,7 +471,7 @@ int main(int argc, char **argv) {
   }
   try {
     attn::ensureContext();
-    return grid ? runGrid() : runSpec();
+    return grid ? runGrid() : linearGrid ? runLinearGrid() : runSpec();
   } catch (const attn::Error &error) {
     errs() << "attn-bench: " << error.what() << "\n";
     return 1;

@@ -275,17 +275,16 @@ Comparison compareOutputs(const reference::Problem &problem, const ReferenceOutp
   return result;
 }
 
-double medianLaunchMs(KernelFunction &kernel, const AttnLaunchConfig &config,
-                      const AttnForwardArgs &args, int warmup, int repeats) {
+double medianMs(const std::function<void()> &launch, int warmup, int repeats) {
   for (int i = 0; i < warmup; ++i)
-    launchForward(kernel, config, args, nullptr);
+    launch();
   CUevent start, stop;
   ATTN_CU_CHECK(cuEventCreate, &start, 0);
   ATTN_CU_CHECK(cuEventCreate, &stop, 0);
   std::vector<float> times;
-  for (int i = 0; i < repeats; ++i) {
+  for (int i = 0; i < std::max(repeats, 1); ++i) {
     ATTN_CU_CHECK(cuEventRecord, start, nullptr);
-    launchForward(kernel, config, args, nullptr);
+    launch();
     ATTN_CU_CHECK(cuEventRecord, stop, nullptr);
     ATTN_CU_CHECK(cuEventSynchronize, stop);
     float ms = 0;
@@ -296,6 +295,11 @@ double medianLaunchMs(KernelFunction &kernel, const AttnLaunchConfig &config,
   ATTN_CU_CHECK(cuEventDestroy, stop);
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
+}
+
+double medianLaunchMs(KernelFunction &kernel, const AttnLaunchConfig &config,
+                      const AttnForwardArgs &args, int warmup, int repeats) {
+  return medianMs([&] { launchForward(kernel, config, args, nullptr); }, warmup, repeats);
 }
 
 bool specHasCausalMask(const std::string &specText) {

@@ -12,6 +12,7 @@
 #include "attn/runtime/Runtime.h"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -133,6 +134,10 @@ Comparison compareOutputs(const reference::Problem &problem, const ReferenceOutp
 /// outputs with it.
 Comparison compareWithReference(const reference::Problem &problem, const ForwardProblem &data,
                                 DType dtype);
+
+/// Median time in milliseconds of `repeats` calls of `launch` (each timed
+/// with events on the null stream) after `warmup` untimed calls.
+double medianMs(const std::function<void()> &launch, int warmup, int repeats);
 
 /// Median time in milliseconds of `repeats` launches after `warmup`.
 double medianLaunchMs(KernelFunction &kernel, const AttnLaunchConfig &config,

@@ -300,6 +300,49 @@ reference::Problem referenceProblemFromKernel(mlir::attn::KernelOp op, int64_t b
   return result;
 }
 
+reference::LinearProblem linearReferenceProblemFromSpec(const std::string &specText,
+                                                        int64_t batch, int64_t seqlen,
+                                                        const float *logDecay) {
+  ParsedSpec spec(specText, "spec");
+  mlir::attn::KernelOp op = detail::singleKernel(*spec.module);
+  if (!op.getNormalizer().isLinearFamily())
+    throw Error("the spec's normalizer is " + op.getNormalizer().getKindName().str() +
+                ", not linear attention or retention");
+  mlir::attn::ProblemAttr problemAttr = op.getProblem();
+  reference::LinearProblem problem;
+  problem.batch = batch;
+  problem.seqlen = seqlen;
+  problem.qHeads = problemAttr.getQHeads();
+  problem.kvHeads = problemAttr.getKvHeads();
+  problem.headDim = problemAttr.getHeadDim();
+  problem.scale = problemAttr.getEffectiveScale();
+  problem.causal = mlir::isa<mlir::attn::CausalAttr>(op.getMask());
+  if (auto linear = mlir::dyn_cast<mlir::attn::LinearAttr>(op.getNormalizer())) {
+    switch (linear.getFeatureMap()) {
+    case mlir::attn::FeatureMapKind::identity:
+      problem.featureMap = reference::FeatureMap::Identity;
+      break;
+    case mlir::attn::FeatureMapKind::relu:
+      problem.featureMap = reference::FeatureMap::Relu;
+      break;
+    case mlir::attn::FeatureMapKind::elu_plus_one:
+      problem.featureMap = reference::FeatureMap::EluPlusOne;
+      break;
+    }
+    problem.normalize = linear.getNormalize();
+  } else if (auto retention = mlir::dyn_cast<mlir::attn::RetentionAttr>(op.getNormalizer())) {
+    if (retention.getGated()) {
+      if (!logDecay)
+        throw Error("logDecay: the spec is gated retention: pass the per-token log-decays");
+      problem.logDecay = logDecay;
+    } else {
+      for (int64_t head = 0; head < problem.qHeads; ++head)
+        problem.gamma.push_back(retention.getGamma(head));
+    }
+  }
+  return problem;
+}
+
 reference::Problem referenceProblemFromSpec(const std::string &specText, int64_t batch,
                                             int64_t seqlenQ, int64_t seqlenK,
                                             const std::vector<HostCapture> &captures) {

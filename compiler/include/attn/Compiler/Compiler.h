@@ -11,6 +11,7 @@
 #include "attn/Compiler/ModInterpreter.h"
 #include "attn/Compiler/TileConstraints.h"
 #include "attn/IR/AttnOps.h"
+#include "attn/Reference/LinearAttention.h"
 #include "attn/Reference/ReferenceAttention.h"
 #include "attn/runtime/AttentionLaunch.h"
 
@@ -104,6 +105,14 @@ SpecTuningKey tuningKeyOfSpec(const std::string &specText, const std::string &bu
 reference::Problem referenceProblemFromSpec(const std::string &specText, int64_t batch,
                                             int64_t seqlenQ, int64_t seqlenK,
                                             const std::vector<HostCapture> &captures = {});
+/// The CPU reference problem of a linear attention or retention spec: heads,
+/// head dim, scale, causality, feature map, normalization and decay (the
+/// per-head gammas of a fixed decay; `logDecay`, [batch, seqlen, q_heads],
+/// for a gated one). Throws attn::Error for a softmax spec, or a gated one
+/// without `logDecay`.
+reference::LinearProblem linearReferenceProblemFromSpec(const std::string &specText,
+                                                        int64_t batch, int64_t seqlen,
+                                                        const float *logDecay = nullptr);
 /// The built-in parts of a kernel's problem (heads, scale, mask attribute);
 /// its user regions are left to the caller (referenceProblemFromSpec adds
 /// them as interpreted maskMod / scoreMod).

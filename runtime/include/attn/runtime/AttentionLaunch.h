@@ -170,6 +170,14 @@ DeviceBuffer buildTileCoverage(const Module &module, const AttnLaunchConfig &con
 /// null finals are not written; the final buffers may be the initial ones
 /// (each block reads its part before it writes it). logDecay, for a gated kernel only:
 /// [B, S, Hq] fp32 contiguous natural-log decays (<= 0).
+///
+/// Sequence parallelism: with a device workspace of linearWorkspaceBytes()
+/// the sequence is cut into segments, so that batch x heads x segments
+/// blocks fill the GPU; each segment's state contribution is computed first
+/// (a second kernel of the module) and folded in by the segments after it.
+/// Without a workspace one block walks the whole sequence. `segments` > 0
+/// asks for that many segments (1: no split; see linearSplitFor); 0 lets
+/// the runtime choose.
 struct AttnLinearArgs {
   TensorView q, k, v, o;
   const float *initialState = nullptr;
@@ -177,7 +185,28 @@ struct AttnLinearArgs {
   const float *initialKeySum = nullptr;
   float *finalKeySum = nullptr;
   const float *logDecay = nullptr;
+  void *workspace = nullptr;
+  uint64_t workspaceBytes = 0;
+  int segments = 0;
 };
+
+/// How launchLinear cuts a sequence: `segments` segments of
+/// `segmentChunks` chunks (of blockM tokens) each.
+struct LinearSplit {
+  int segments = 1;
+  int segmentChunks = 1;
+};
+
+/// The split for a problem on the current device: as many segments as leave
+/// one block per multiprocessor, of at least 4 chunks each; or, when
+/// `maxSegments` > 0, that many (at most one per chunk).
+LinearSplit linearSplitFor(const AttnLaunchConfig &config, int64_t batch, int64_t seqlen,
+                           int maxSegments = 0);
+
+/// The workspace a split needs (0 for one segment): each segment's state,
+/// key sum and decay, fp32.
+uint64_t linearWorkspaceBytes(const AttnLaunchConfig &config, int64_t batch,
+                              const LinearSplit &split);
 
 /// One token against a carried state (the recurrent form): q, o
 /// [B, 1, Hq, D], k, v [B, 1, Hkv, D] (head_dim contiguous, any other
@@ -193,9 +222,10 @@ void validateLinearArgs(const AttnLaunchConfig &config, const AttnLinearArgs &ar
                         bool decode = false);
 
 /// Validates (also the device pointers), builds the parameters and launches
-/// the chunkwise kernel: one block per (64 value columns, query head,
-/// batch).
-void launchLinear(KernelFunction &kernel, const AttnLaunchConfig &config,
+/// the chunkwise kernels of `module`: one block per (64 value columns, query
+/// head, batch, segment), after the segment kernel when the sequence is
+/// split.
+void launchLinear(const Module &module, const AttnLaunchConfig &config,
                   const AttnLinearArgs &args, CUstream stream);
 
 /// The same for the one-token step (ATTN_DECODE_KERNEL_NAME of the module).

@@ -74,7 +74,8 @@ public:
 
   /// Linear attention and retention (launchConfig().linearFamily): the
   /// chunkwise kernel over a whole sequence, carrying the state in and out
-  /// (AttnLinearArgs). Throws attn::Error naming the argument.
+  /// (AttnLinearArgs; give it a workspace of linearWorkspaceBytes() to split
+  /// the sequence over more blocks). Throws attn::Error naming the argument.
   void runLinear(const AttnLinearArgs &args, CUstream stream = nullptr) const;
   /// The one-token recurrent step of the same spec (AttnDecodeArgs).
   void decode(const AttnDecodeArgs &args, CUstream stream = nullptr) const;
