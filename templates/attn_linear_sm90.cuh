@@ -21,11 +21,12 @@
 // first, then O = scale φ(Q) S.
 //
 // Sequence parallelism: with p.segments > 1 each block owns one segment of
-// chunks. attn_linear_segment_kernel first computes every segment's own state
-// contribution L_s (the state pass from a zero state) with its total decay;
-// attn_linear_kernel then enters segment s with
-//   S = e^{G_{s-1}} (... (e^{G_0} S_in + L_0) ...) + L_{s-1}
-// (every segment's, non-causal) and runs its own chunks.
+// chunks. attn_linear_segment_kernel first computes, for finer pieces of the
+// sequence, each piece's own state contribution L_j (the state pass from a
+// zero state) with its total decay G_j; attn_linear_kernel then enters its
+// segment with
+//   S = e^{G_{j-1}} (... (e^{G_0} S_in + L_0) ...) + L_{j-1}
+// over the pieces before it (every piece, non-causal) and runs its chunks.
 //
 // The plan arrives through namespace attn_plan, emitted ahead of this file.
 #pragma once
@@ -93,14 +94,15 @@ __device__ __forceinline__ Work workOfBlock(const attn_abi::AttnLinearParams &p,
   work.slice = blockIdx.x;
   work.head = blockIdx.y;
   work.kvHead = work.head / (p.q_heads / p.kv_heads);
-  // The segment kernel of a causal problem skips the last segment, whose
-  // contribution no later segment needs.
-  const int segments = segmentKernel && kCausal ? p.segments - 1 : p.segments;
+  // The segment kernel's blocks own the pieces of state_chunks chunks, the
+  // main kernel's the segments.
+  const int segments = segmentKernel ? p.state_segments : p.segments;
+  const int segmentChunks = segmentKernel ? p.state_chunks : p.segment_chunks;
   work.batch = blockIdx.z / segments;
   work.segment = blockIdx.z % segments;
   const int chunks = (p.seqlen + kChunk - 1) / kChunk;
-  work.firstChunk = work.segment * p.segment_chunks;
-  work.endChunk = min(chunks, work.firstChunk + p.segment_chunks);
+  work.firstChunk = work.segment * segmentChunks;
+  work.endChunk = min(chunks, work.firstChunk + segmentChunks);
   work.segmentKernel = segmentKernel;
   return work;
 }
@@ -264,9 +266,10 @@ __device__ __forceinline__ i64 stateElement(const Work &work, int keyDim, int va
 __device__ __forceinline__ i64 headIndex(const attn_abi::AttnLinearParams &p, const Work &work) {
   return static_cast<i64>(work.batch) * p.q_heads + work.head;
 }
-__device__ __forceinline__ i64 segmentIndex(const attn_abi::AttnLinearParams &p, const Work &work,
-                                            int segment) {
-  return headIndex(p, work) * p.segments + segment;
+// The scratch index of piece `piece` of the block's head.
+__device__ __forceinline__ i64 pieceIndex(const attn_abi::AttnLinearParams &p, const Work &work,
+                                          int piece) {
+  return headIndex(p, work) * p.state_segments + piece;
 }
 
 // Adds a state in global memory to this thread's fragment of it.
@@ -304,8 +307,8 @@ __device__ __forceinline__ void scaleState(float (&state)[kKeyBlocks][kAccumulat
 
 // The state (and key sum) the block's first chunk starts from: zero in the
 // segment kernel; otherwise the initial state with the contributions of the
-// segments before this one folded in, each after the decay of the ones
-// before it (every segment's, non-causal).
+// pieces before this segment folded in, each after the decay of the ones
+// before it (every piece's, non-causal).
 __device__ __forceinline__ void loadEntryState(const attn_abi::AttnLinearParams &p, const Work &work,
                                                float (&state)[kKeyBlocks][kAccumulatorRegs],
                                                float *keySum, int thread, int warp, int lane) {
@@ -323,9 +326,11 @@ __device__ __forceinline__ void loadEntryState(const attn_abi::AttnLinearParams 
     addGlobalState(state, p.state_in + headIndex(p, work) * kStateElements, work, warp, lane);
   if (kNormalize && thread < kHeadDim && p.key_sum_in)
     keySum[thread] = p.key_sum_in[headIndex(p, work) * kHeadDim + thread];
-  const int folded = p.segments == 1 ? 0 : kCausal ? work.segment : p.segments;
-  for (int segment = 0; segment < folded; ++segment) {
-    const i64 index = segmentIndex(p, work, segment);
+  const int folded = p.segments == 1 ? 0
+                     : kCausal     ? work.segment * (p.segment_chunks / p.state_chunks)
+                                   : p.state_segments;
+  for (int piece = 0; piece < folded; ++piece) {
+    const i64 index = pieceIndex(p, work, piece);
     if constexpr (kHasDecay)
       scaleState(state, fastExp2(p.segment_log2_decay[index]));
     addGlobalState(state, p.segment_state + index * kStateElements, work, warp, lane);
@@ -334,7 +339,7 @@ __device__ __forceinline__ void loadEntryState(const attn_abi::AttnLinearParams 
   }
 }
 
-// The block's state when its chunks are done: the segment's contribution
+// The block's state when its chunks are done: the piece's contribution
 // into the scratch (segment kernel), or the final state from the block of
 // the last segment.
 __device__ __forceinline__ void storeExitState(const attn_abi::AttnLinearParams &p, const Work &work,
@@ -344,7 +349,7 @@ __device__ __forceinline__ void storeExitState(const attn_abi::AttnLinearParams 
   constexpr i64 kStateElements = static_cast<i64>(kHeadDim) * kHeadDim;
   const bool ownsSharedParts = work.slice == 0; // the key sum and decay, once per head
   if (work.segmentKernel) {
-    const i64 index = segmentIndex(p, work, work.segment);
+    const i64 index = pieceIndex(p, work, work.segment);
     storeGlobalState(state, p.segment_state + index * kStateElements, work, warp, lane);
     if (kNormalize && ownsSharedParts && thread < kHeadDim)
       p.segment_key_sum[index * kHeadDim + thread] = keySum[thread];
@@ -639,9 +644,9 @@ extern "C" __global__ void __launch_bounds__(attn_linear::kThreads, 1)
   attn_linear::runBlock(p, /*segmentKernel=*/false);
 }
 
-// Grid (value slices, query heads, batch x segments, less the last segment
-// when causal): each segment's own state contribution.
-extern "C" __global__ void __launch_bounds__(attn_linear::kThreads, 1)
+// Grid (value slices, query heads, batch x state pieces): each piece's own
+// state contribution. Two blocks fit an SM (registers and shared memory).
+extern "C" __global__ void __launch_bounds__(attn_linear::kThreads, 2)
     attn_linear_segment_kernel(const __grid_constant__ attn_abi::AttnLinearParams p) {
   attn_linear::runBlock(p, /*segmentKernel=*/true);
 }

@@ -72,19 +72,25 @@ struct AttnLinearParams {
   const float *key_sum_in;
   float *key_sum_out;
   const float *log_decay;
-  // Sequence parallelism: with segments > 1 the sequence is cut into
-  // segments of segment_chunks chunks. The segment kernel writes each
-  // segment's own state contribution (from a zero state) into
-  // segment_state [batch, q_heads, segments, head_dim, head_dim], its key
-  // sum into segment_key_sum [batch, q_heads, segments, head_dim] and its
-  // total log2-decay into segment_log2_decay [batch, q_heads, segments]; the
-  // main kernel folds those of the segments before its own into its entry
-  // state (all of them, non-causal). segments = 1 runs the main kernel alone.
+  // Sequence parallelism: with segments > 1 the main kernel's blocks each
+  // own a segment of segment_chunks chunks. First the segment kernel cuts
+  // the sequence before the last segment (all of it, non-causal) into
+  // state_segments pieces of state_chunks chunks (a divisor of
+  // segment_chunks, so that pieces are finer than segments and fill the
+  // GPU) and writes each piece's own state contribution (from a zero state)
+  // into segment_state [batch, q_heads, state_segments, head_dim, head_dim],
+  // its key sum into segment_key_sum [batch, q_heads, state_segments,
+  // head_dim] and its total log2-decay into segment_log2_decay [batch,
+  // q_heads, state_segments]; a main block folds the pieces before its
+  // segment into its entry state (all of them, non-causal). segments = 1
+  // runs the main kernel alone.
   float *segment_state;
   float *segment_key_sum;
   float *segment_log2_decay;
   int segments;
   int segment_chunks;
+  int state_segments;
+  int state_chunks;
   int batch;
   int seqlen;
   int q_heads;

@@ -632,9 +632,26 @@ LinearSplit linearSplitFor(const AttnLaunchConfig &config, int64_t batch, int64_
     segments = std::max<int64_t>(1, multiprocessorsOf(currentDevice()) / blocks);
     segments = std::min(segments, std::max<int64_t>(1, chunks / kMinSegmentChunks));
   }
-  segments = std::min<int64_t>(segments, std::max<int64_t>(1, 65535 / batch));
   split.segmentChunks = static_cast<int>((chunks + segments - 1) / segments);
   split.segments = static_cast<int>((chunks + split.segmentChunks - 1) / split.segmentChunks);
+  if (split.segments == 1)
+    return split;
+  // Pieces per segment: enough segment-kernel blocks for two per SM (they
+  // fit), dividing the segment evenly.
+  const int64_t coveredSegments = config.causal ? split.segments - 1 : split.segments;
+  int64_t pieces = std::max<int64_t>(
+      1, 2 * multiprocessorsOf(currentDevice()) / (blocks * coveredSegments));
+  pieces = std::min<int64_t>(pieces, split.segmentChunks);
+  while (split.segmentChunks % pieces != 0)
+    --pieces;
+  split.stateChunks = static_cast<int>(split.segmentChunks / pieces);
+  split.stateSegments =
+      config.causal ? static_cast<int>(coveredSegments * pieces)
+                    : static_cast<int>((chunks + split.stateChunks - 1) / split.stateChunks);
+  // The grids' z extents (batch x segments or pieces) must stay within
+  // 65535; past that the sequence is not split.
+  if (batch * std::max(split.segments, split.stateSegments) > 65535)
+    return LinearSplit{};
   return split;
 }
 
@@ -650,7 +667,7 @@ LinearScratch linearScratch(const AttnLaunchConfig &config, int64_t batch, const
   LinearScratch scratch;
   if (split.segments <= 1)
     return scratch;
-  const uint64_t parts = uint64_t(batch) * uint64_t(config.qHeads) * uint64_t(split.segments);
+  const uint64_t parts = uint64_t(batch) * uint64_t(config.qHeads) * uint64_t(split.stateSegments);
   scratch.stateFloats = parts * uint64_t(config.headDim) * uint64_t(config.headDim);
   scratch.keySumFloats = parts * uint64_t(config.headDim);
   scratch.decayFloats = parts;
@@ -701,6 +718,8 @@ void launchLinear(const Module &module, const AttnLaunchConfig &config,
   params.segment_log2_decay =
       scratch.bytes() ? workspace + scratch.stateFloats + scratch.keySumFloats : nullptr;
   params.segments = split.segments;
+  params.state_segments = split.stateSegments;
+  params.state_chunks = split.stateChunks;
   params.segment_chunks =
       split.segments > 1 ? split.segmentChunks
                          : static_cast<int>((args.q.seqlen() + config.blockM - 1) / config.blockM);
@@ -711,8 +730,7 @@ void launchLinear(const Module &module, const AttnLaunchConfig &config,
   params.scale = config.scale;
   Dim3 block{static_cast<unsigned>(config.threadsPerBlock), 1, 1};
   void *kernelArgs[] = {&params};
-  // One block per 64 value columns of each (head, batch, segment); the
-  // segment kernel needs no block for the last segment of a causal problem.
+  // One block per 64 value columns of each (head, batch, segment or piece).
   auto gridOf = [&](int segments) {
     return Dim3{static_cast<unsigned>(config.headDim / config.blockN),
                 static_cast<unsigned>(config.qHeads),
@@ -721,7 +739,7 @@ void launchLinear(const Module &module, const AttnLaunchConfig &config,
   if (split.segments > 1) {
     KernelFunction segmentKernel = module.function(ATTN_LINEAR_SEGMENT_KERNEL_NAME);
     segmentKernel.setMaxDynamicSharedMemory(config.sharedMemoryBytes);
-    segmentKernel.launch(gridOf(config.causal ? split.segments - 1 : split.segments), block,
+    segmentKernel.launch(gridOf(split.stateSegments), block,
                          config.sharedMemoryBytes, stream, kernelArgs);
   }
   KernelFunction kernel = module.function(config.kernelName);

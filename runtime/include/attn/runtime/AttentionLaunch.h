@@ -191,15 +191,21 @@ struct AttnLinearArgs {
 };
 
 /// How launchLinear cuts a sequence: `segments` segments of
-/// `segmentChunks` chunks (of blockM tokens) each.
+/// `segmentChunks` chunks (of blockM tokens) each for the main kernel; the
+/// segment kernel computes the state of `stateSegments` pieces of
+/// `stateChunks` chunks (a divisor of segmentChunks) covering the segments
+/// before the last (all of them, non-causal).
 struct LinearSplit {
   int segments = 1;
   int segmentChunks = 1;
+  int stateSegments = 0;
+  int stateChunks = 1;
 };
 
 /// The split for a problem on the current device: as many segments as leave
-/// one block per multiprocessor, of at least 4 chunks each; or, when
-/// `maxSegments` > 0, that many (at most one per chunk).
+/// one block per multiprocessor, of at least 4 chunks each (or, when
+/// `maxSegments` > 0, that many, at most one per chunk), and pieces fine
+/// enough for two segment-kernel blocks per multiprocessor.
 LinearSplit linearSplitFor(const AttnLaunchConfig &config, int64_t batch, int64_t seqlen,
                            int maxSegments = 0);
 
