@@ -52,7 +52,13 @@ constexpr u32 kAtomBytes = 8 * kRowBytes;
 constexpr u32 kQkTileBytes = kChunk * kHeadDim * 2;
 constexpr u32 kVTileBytes = kChunk * kSlice * 2;
 constexpr int kConsumerThreads = kWarpgroupThreads;
-constexpr int kThreads = kConsumerThreads + kWarpgroupThreads; // and the producer warpgroup
+// The consumer warpgroup and one producer warp: few enough registers (at
+// most 204 a thread) and shared memory for two blocks per SM, so that one
+// block's loads, barriers and WGMMA waits overlap the other's work.
+constexpr int kProducerThreads = 32;
+constexpr int kThreads = kConsumerThreads + kProducerThreads;
+constexpr int kBlocksPerSm = 2;
+static_assert(kThreads == ATTN_LINEAR_THREADS, "the runtime launches ATTN_LINEAR_THREADS");
 constexpr int kAccumulatorRegs = kSlice / 2;     // a 64 x 64 fp32 fragment
 constexpr int kPRegs = kChunk / 4;
 
@@ -639,14 +645,14 @@ __device__ __forceinline__ void runBlock(const attn_abi::AttnLinearParams &p, bo
 } // namespace attn_linear
 
 // Grid (value slices, query heads, batch x segments).
-extern "C" __global__ void __launch_bounds__(attn_linear::kThreads, 1)
+extern "C" __global__ void __launch_bounds__(attn_linear::kThreads, attn_linear::kBlocksPerSm)
     attn_linear_kernel(const __grid_constant__ attn_abi::AttnLinearParams p) {
   attn_linear::runBlock(p, /*segmentKernel=*/false);
 }
 
 // Grid (value slices, query heads, batch x state pieces): each piece's own
-// state contribution. Two blocks fit an SM (registers and shared memory).
-extern "C" __global__ void __launch_bounds__(attn_linear::kThreads, 2)
+// state contribution.
+extern "C" __global__ void __launch_bounds__(attn_linear::kThreads, attn_linear::kBlocksPerSm)
     attn_linear_segment_kernel(const __grid_constant__ attn_abi::AttnLinearParams p) {
   attn_linear::runBlock(p, /*segmentKernel=*/true);
 }

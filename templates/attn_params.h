@@ -124,6 +124,8 @@ struct AttnDecodeParams {
 };
 
 #define ATTN_LINEAR_KERNEL_NAME "attn_linear_kernel"
+// Threads of a chunkwise block: one consumer warpgroup and one producer warp.
+#define ATTN_LINEAR_THREADS 160
 #define ATTN_DECODE_KERNEL_NAME "attn_linear_decode_kernel"
 #define ATTN_LINEAR_SEGMENT_KERNEL_NAME "attn_linear_segment_kernel"
 #define ATTN_DECODE_THREADS 128

@@ -620,27 +620,33 @@ void validateLinearDevicePointers(const AttnLaunchConfig &config, const AttnLine
 
 LinearSplit linearSplitFor(const AttnLaunchConfig &config, int64_t batch, int64_t seqlen,
                            int maxSegments) {
-  // Shorter segments would spend more on folding states than they save.
-  constexpr int64_t kMinSegmentChunks = 4;
+  // Two chunkwise blocks fit an SM (templates/attn_linear_sm90.cuh). A split
+  // costs a second pass over K and V: it pays only while the unsplit grid
+  // leaves SMs idle, and with segments of at least kMinSegmentChunks chunks
+  // (measured on H100: docs/benchmarks.md).
+  constexpr int64_t kBlocksPerSm = 2;
+  constexpr int64_t kMinSegmentChunks = 32;
   LinearSplit split;
   const int64_t chunks = (seqlen + config.blockM - 1) / config.blockM;
   const int64_t blocks = int64_t(config.headDim / config.blockN) * config.qHeads * batch;
   if (chunks == 0 || blocks == 0)
     return split;
+  const int64_t multiprocessors = multiprocessorsOf(currentDevice());
+  const int64_t resident = kBlocksPerSm * multiprocessors;
   int64_t segments = std::min<int64_t>(maxSegments, chunks);
   if (maxSegments <= 0) {
-    segments = std::max<int64_t>(1, multiprocessorsOf(currentDevice()) / blocks);
-    segments = std::min(segments, std::max<int64_t>(1, chunks / kMinSegmentChunks));
+    if (10 * blocks >= 9 * multiprocessors)
+      return split;
+    segments = std::max<int64_t>(1, std::min(resident / blocks, chunks / kMinSegmentChunks));
   }
   split.segmentChunks = static_cast<int>((chunks + segments - 1) / segments);
   split.segments = static_cast<int>((chunks + split.segmentChunks - 1) / split.segmentChunks);
   if (split.segments == 1)
     return split;
-  // Pieces per segment: enough segment-kernel blocks for two per SM (they
-  // fit), dividing the segment evenly.
+  // Pieces per segment: enough segment-kernel blocks to fill the GPU,
+  // dividing the segment evenly.
   const int64_t coveredSegments = config.causal ? split.segments - 1 : split.segments;
-  int64_t pieces = std::max<int64_t>(
-      1, 2 * multiprocessorsOf(currentDevice()) / (blocks * coveredSegments));
+  int64_t pieces = std::max<int64_t>(1, resident / (blocks * coveredSegments));
   pieces = std::min<int64_t>(pieces, split.segmentChunks);
   while (split.segmentChunks % pieces != 0)
     --pieces;

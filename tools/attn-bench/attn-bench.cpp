@@ -403,10 +403,11 @@ int runLinearGrid() {
   LinearGridTensors tensors(kMaxTokens, int64_t(kHeads) * kHeadDim);
   attn::DeviceBuffer state(size_t(kMaxTokens / 2048) * kHeads * kHeadDim * kHeadDim * 4);
   attn::DeviceBuffer lse(size_t(kMaxTokens) * kHeads * 4);
-  // Room for the split of every shape of the grid: batch x segments stays
-  // at most max(batch, SMs / heads) <= 64 (a state, key sum and decay per
-  // head of each).
-  attn::DeviceBuffer workspace(size_t(64) * kHeads * (kHeadDim * kHeadDim + kHeadDim + 1) * 4);
+  // Room for the split of every shape of the grid: batch x pieces stays at
+  // most 2 x SMs / heads, or batch x --segments x 8 (a state, key sum and
+  // decay per head of each).
+  const size_t pieces = std::max(64, 8 * std::max(int(linearSegments), 1));
+  attn::DeviceBuffer workspace(pieces * kHeads * (kHeadDim * kHeadDim + kHeadDim + 1) * 4);
 
   std::printf("| kernel | B | S | segments | ms | TB/s (Q, K, V, O) | softmax ms | vs softmax |\n"
               "|---|---|---|---|---|---|---|---|\n");
@@ -439,7 +440,8 @@ int runLinearGrid() {
       args.finalState = static_cast<float *>(state.data());
       if (launch.gated)
         args.logDecay = static_cast<const float *>(tensors.logDecay.data());
-      const attn::LinearSplit split = attn::linearSplitFor(launch, b, s);
+      const attn::LinearSplit split = attn::linearSplitFor(launch, b, s, linearSegments);
+      args.segments = linearSegments;
       args.workspace = workspace.data();
       args.workspaceBytes = workspace.size();
       if (attn::linearWorkspaceBytes(launch, b, split) > workspace.size())
