@@ -314,6 +314,9 @@ std::optional<std::string> checkLinearTileLegality(const TileConfig &config) {
     os << "linear kernel: stages must be 1 to 4, got " << config.stages;
   else if (config.persistentBlocksPerSm != 0)
     os << "linear kernel: no persistent grid (one block per value slice, head and batch)";
+  else if (config.softmaxChains != 1)
+    os << "linear kernel: softmax_chains must be 1 (it has no softmax), got "
+       << config.softmaxChains;
   else
     return std::nullopt;
   return os.str();

@@ -268,6 +268,18 @@ double RetentionAttr::getGamma(int64_t head) const {
   return 1.0 - std::ldexp(1.0, static_cast<int>(-5 - head));
 }
 
+/// The shortest decimal spelling of `value` that reads back as it, so that a
+/// diagnostic shows 1.0000001, not a rounded 1.000000e+00.
+static std::string roundTripSpelling(double value) {
+  char text[40];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(text, sizeof text, "%.*g", digits, value);
+    if (std::strtod(text, nullptr) == value)
+      break;
+  }
+  return text;
+}
+
 LogicalResult RetentionAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                     DenseF64ArrayAttr decay, bool gated) {
   if (gated && decay)
@@ -276,19 +288,38 @@ LogicalResult RetentionAttr::verify(function_ref<InFlightDiagnostic()> emitError
     return emitError() << "retention decay list is empty";
   for (double gamma : decay ? decay.asArrayRef() : ArrayRef<double>())
     if (!(gamma > 0.0 && gamma <= 1.0))
-      return emitError() << "retention decay " << gamma << " must be in (0, 1]";
+      return emitError() << "retention decay " << roundTripSpelling(gamma)
+                         << " must be in (0, 1]";
   return success();
 }
 
-// #attn.retention, #attn.retention<gated>, #attn.retention<decay = [...]>
+// #attn.retention, #attn.retention<gated>, #attn.retention<decay = [...]>;
+// both parameters parse (in any order) so that the verifier can say why
+// they do not go together.
 Attribute RetentionAttr::parse(AsmParser &parser, Type) {
   SmallVector<double> decay;
-  bool gated = false;
+  bool gated = false, hasDecay = false;
   if (succeeded(parser.parseOptionalLess())) {
-    if (succeeded(parser.parseOptionalKeyword("gated"))) {
-      gated = true;
-    } else {
-      if (parser.parseKeyword("decay") || parser.parseEqual() ||
+    do {
+      SMLoc loc = parser.getCurrentLocation();
+      if (succeeded(parser.parseOptionalKeyword("gated"))) {
+        if (gated) {
+          parser.emitError(loc, "retention: 'gated' given twice");
+          return {};
+        }
+        gated = true;
+        continue;
+      }
+      if (failed(parser.parseOptionalKeyword("decay"))) {
+        parser.emitError(loc, "retention: expected 'gated' or 'decay = [...]'");
+        return {};
+      }
+      if (hasDecay) {
+        parser.emitError(loc, "retention: 'decay' given twice");
+        return {};
+      }
+      hasDecay = true;
+      if (parser.parseEqual() ||
           parser.parseCommaSeparatedList(AsmParser::Delimiter::Square, [&]() {
             double gamma;
             if (parser.parseFloat(gamma))
@@ -298,10 +329,10 @@ Attribute RetentionAttr::parse(AsmParser &parser, Type) {
           }))
         return {};
       if (decay.empty()) {
-        parser.emitError(parser.getCurrentLocation(), "retention decay list is empty");
+        parser.emitError(loc, "retention decay list is empty");
         return {};
       }
-    }
+    } while (succeeded(parser.parseOptionalComma()));
     if (parser.parseGreater())
       return {};
   }

@@ -230,11 +230,11 @@ static LogicalResult verifyLinearFamily(KernelOp op) {
   NormalizerAttrInterface normalizer = op.getNormalizer();
   StringRef kind = normalizer.getKindName();
   Attribute mask = op.getMask();
+  if (isa<RetentionAttr>(normalizer) && !isa<CausalAttr>(mask))
+    return op.emitOpError() << "retention is causal: it needs #attn.causal, got " << mask;
   if (!isa<NoMaskAttr, CausalAttr>(mask))
     return op.emitOpError() << "normalizer '" << kind
                             << "' takes #attn.causal or #attn.no_mask, got " << mask;
-  if (isa<RetentionAttr>(normalizer) && !isa<CausalAttr>(mask))
-    return op.emitOpError() << "retention is causal: it needs #attn.causal";
   if (!op.getMaskMod().empty() || !op.getScoreMod().empty() || !op.getCaptureList().empty())
     return op.emitOpError() << "normalizer '" << kind
                             << "' takes no mask_mod, score_mod or captures";
