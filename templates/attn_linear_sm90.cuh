@@ -510,7 +510,10 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
         mapTileInPlace<kFeatureMap, Element>(q, kQkTileBytes, thread, kConsumerThreads);
       if (updatesState)
         mapTileInPlace<kFeatureMap, Element>(k, kQkTileBytes, thread, kConsumerThreads);
-      publishShared();
+      // The mapped tiles and warp 0's decays; with neither, nothing was
+      // written since the last barrier.
+      if constexpr (kFeatureMap != FeatureMap::Identity || kHasDecay)
+        publishShared();
 
       float output[kAccumulatorRegs];
       if (computesOutput) {
@@ -568,16 +571,15 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
 
       if (updatesState) {
         // Each token's V row scaled by its decay to the chunk's end (the
-        // V slice is half the size of K at head dim 128; its P V product has
-        // completed); the key sum, after every thread has read the old one
-        // for the denominators.
+        // V slice is half the size of K at head dim 128); the key sum, after
+        // every thread has read the old one for the denominators.
         if constexpr (kHasDecay) {
+          // Every warp's P V product (which reads V) must have completed.
+          if (computesOutput)
+            warpgroupBarrier(1);
           float last = decay[kChunk - 1];
-          if (thread < kChunk)
-            decay[kChunk + thread] = fastExp2(last - decay[thread]);
-          warpgroupBarrier(1);
-          scaleTileRowsInPlace<Element, kVTileBytes, kConsumerThreads>(v, kChunk, decay + kChunk,
-                                                                       thread);
+          scaleRowsByDecayInPlace<Element, kVTileBytes, kConsumerThreads>(v, kChunk, decay, last,
+                                                                          thread);
           scaleState(state, fastExp2(last));
           segmentLog2Decay += last;
         }
@@ -585,7 +587,9 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
           warpgroupBarrier(1);
           accumulateKeySum(k, keySum, validRows, thread);
         }
-        publishShared();
+        // The scaled V rows, for WGMMA.
+        if constexpr (kHasDecay)
+          publishShared();
         issueStateUpdate(state, k, v);
       }
       if (computesOutput)

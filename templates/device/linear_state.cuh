@@ -59,11 +59,12 @@ __device__ __forceinline__ void mapTileInPlace(u32 tile, u32 bytes, int thread, 
 }
 
 // Multiplies row r of a tile (any column layout, `rows` rows of 128 bytes
-// per 64-column block) by factors[r], in place. All loads are issued before
-// the first store so that their latencies overlap.
+// per 64-column block) by its decay to the chunk's end, 2^(last - G[r]) with
+// G the cumulative log2-decays, in place. All loads are issued before the
+// first store so that their latencies overlap.
 template <class Element, u32 kBytes, int kThreads>
-__device__ __forceinline__ void scaleTileRowsInPlace(u32 tile, int rows, const float *factors,
-                                                     int thread) {
+__device__ __forceinline__ void scaleRowsByDecayInPlace(u32 tile, int rows, const float *cumulative,
+                                                        float last, int thread) {
   static_assert(kBytes % (kThreads * 16) == 0, "whole 16-byte pieces per thread");
   constexpr int kPieces = kBytes / (kThreads * 16);
   u32 words[kPieces][4];
@@ -71,7 +72,7 @@ __device__ __forceinline__ void scaleTileRowsInPlace(u32 tile, int rows, const f
 #pragma unroll
   for (int piece = 0; piece < kPieces; ++piece) {
     u32 offset = (thread + piece * kThreads) * 16;
-    factor[piece] = factors[(offset / 128) % rows];
+    factor[piece] = fastExp2(last - cumulative[(offset / 128) % rows]);
     asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(words[piece][0]), "=r"(words[piece][1]), "=r"(words[piece][2]),
                    "=r"(words[piece][3])

@@ -77,8 +77,8 @@ std::vector<SmemRequest> forwardKernelSmemRequests(const TileProblem &problem,
 /// The linear attention / retention kernel's buffers, all live for the
 /// whole kernel: "q", "k" (stages x chunk x head_dim), "v" (stages x chunk
 /// x 64 value columns), "state" (head_dim x 64, 16-bit, the Q S operand),
-/// "o_staging" (chunk x 64), "decay" (2 x chunk fp32: prefix sums and key
-/// factors), "key_sum" (head_dim fp32), "barriers" (full and empty per
+/// "o_staging" (chunk x 64), "decay" (chunk fp32: the chunk's cumulative
+/// log2-decays), "key_sum" (head_dim fp32), "barriers" (full and empty per
 /// stage).
 std::vector<SmemRequest> linearKernelSmemRequests(const TileProblem &problem,
                                                   const TileConfig &config);
