@@ -124,6 +124,31 @@ TEST_CASE("the builder builds the shipped example specs exactly", "[jit][builder
                                .headDim(128)
                                .slidingWindow(1023, 0)) ==
         parseAndPrint(exampleText("sliding_window_hd128")));
+  // The linear family.
+  CHECK(compiler.printSpec(SpecBuilder("linear_elu_hd64")
+                               .heads(32, 8)
+                               .headDim(64)
+                               .causal(CausalAlign::TopLeft)
+                               .normalizer(Normalizer::linear(FeatureMap::EluPlusOne, true))) ==
+        parseAndPrint(exampleText("linear_elu_hd64")));
+  CHECK(compiler.printSpec(SpecBuilder("retention_hd128")
+                               .heads(16)
+                               .headDim(128)
+                               .causal(CausalAlign::TopLeft)
+                               .normalizer(Normalizer::retention())) ==
+        parseAndPrint(exampleText("retention_hd128")));
+  CHECK(compiler.printSpec(SpecBuilder("gated_retention_hd128")
+                               .heads(16)
+                               .headDim(128)
+                               .causal(CausalAlign::TopLeft)
+                               .normalizer(Normalizer::gatedRetention())) ==
+        parseAndPrint(exampleText("gated_retention_hd128")));
+  CHECK_THAT(compiler.printSpec(SpecBuilder("listed")
+                                    .heads(2)
+                                    .headDim(64)
+                                    .causal()
+                                    .normalizer(Normalizer::retention({0.5, 0.75}))),
+             Contains("normalizer = #attn.retention<decay = [0.5, 0.75]>"));
 }
 
 TEST_CASE("builder errors name what is missing", "[jit][builder]") {
@@ -153,6 +178,13 @@ TEST_CASE("invalid spec values are reported by the dialect's verifier", "[jit][b
   expectInvalid(SpecBuilder("k").heads(4).headDim(64).slidingWindow(-1, 0),
                 "left extent must be >= 0");
   expectInvalid(SpecBuilder("k").heads(4).headDim(64).scale(-0.5), "scale must be positive");
+  expectInvalid(SpecBuilder("k").heads(2).headDim(64).causal().normalizer(
+                    Normalizer::retention({0.5, 1.5})),
+                "retention decay 1.5 must be in (0, 1]");
+  expectInvalid(SpecBuilder("k").heads(2).headDim(64).normalizer(Normalizer::retention()),
+                "retention is causal: it needs #attn.causal, got #attn.no_mask");
+  expectInvalid(SpecBuilder("k").heads(2).headDim(256).causal().normalizer(Normalizer::linear()),
+                "normalizer 'linear' supports head_dim 64 or 128, got 256");
   CHECK(compiler.stats().compiles == 0);
 }
 
@@ -172,6 +204,20 @@ TEST_CASE("spec fingerprints tell every field apart", "[jit][builder]") {
       SpecBuilder("causal_hd128").heads(16, 4).headDim(128).slidingWindow(0, 8),
       SpecBuilder("causal_hd128").heads(16, 4).headDim(128).slidingWindow(8, 0,
                                                                          CausalAlign::TopLeft),
+      SpecBuilder("causal_hd128").heads(16, 4).headDim(128).causal().normalizer(
+          Normalizer::linear()),
+      SpecBuilder("causal_hd128").heads(16, 4).headDim(128).causal().normalizer(
+          Normalizer::linear(FeatureMap::Relu)),
+      SpecBuilder("causal_hd128").heads(16, 4).headDim(128).causal().normalizer(
+          Normalizer::linear(FeatureMap::Relu, true)),
+      SpecBuilder("causal_hd128").heads(16, 4).headDim(128).causal().normalizer(
+          Normalizer::retention()),
+      SpecBuilder("causal_hd128").heads(16, 4).headDim(128).causal().normalizer(
+          Normalizer::gatedRetention()),
+      SpecBuilder("causal_hd128").heads(16, 4).headDim(128).causal().normalizer(
+          Normalizer::retention(std::vector<double>(16, 0.9))),
+      SpecBuilder("causal_hd128").heads(16, 4).headDim(128).causal().normalizer(
+          Normalizer::retention(std::vector<double>(16, 0.9000001))),
   };
   std::set<std::string> fingerprints;
   for (const Spec &spec : specs)

@@ -56,7 +56,25 @@ std::string Spec::fingerprint() const {
             std::to_string(mask.windowRight()) + " " + alignName(mask.alignment());
     break;
   }
-  text += "\nnormalizer softmax\n";
+  text += "\nnormalizer ";
+  switch (normalizer.kind()) {
+  case Normalizer::Kind::Softmax:
+    text += "softmax";
+    break;
+  case Normalizer::Kind::Linear:
+    text += "linear " + std::to_string(static_cast<int>(normalizer.featureMap())) +
+            (normalizer.normalize() ? " normalize" : "");
+    break;
+  case Normalizer::Kind::Retention:
+    text += normalizer.gated() ? "retention gated" : "retention";
+    for (double gamma : normalizer.decays()) {
+      char hex[64];
+      std::snprintf(hex, sizeof(hex), " %a", gamma);
+      text += hex;
+    }
+    break;
+  }
+  text += "\n";
   for (const Capture &capture : captures) {
     // Length-prefixed, so no name can read as another field.
     text += "capture " + std::to_string(capture.name().size()) + ":" + capture.name() + " " +

@@ -330,7 +330,26 @@ mlir::attn::KernelOp buildKernelOp(mlir::OpBuilder &builder, mlir::Location loc,
   case Normalizer::Kind::Softmax:
     normalizer = mlir::attn::SoftmaxAttr::get(context);
     break;
+  case Normalizer::Kind::Linear: {
+    mlir::attn::FeatureMapKind map = mlir::attn::FeatureMapKind::identity;
+    if (spec.normalizer.featureMap() == FeatureMap::Relu)
+      map = mlir::attn::FeatureMapKind::relu;
+    else if (spec.normalizer.featureMap() == FeatureMap::EluPlusOne)
+      map = mlir::attn::FeatureMapKind::elu_plus_one;
+    normalizer = mlir::attn::LinearAttr::get(context, map, spec.normalizer.normalize());
+    break;
   }
+  case Normalizer::Kind::Retention: {
+    const std::vector<double> &decays = spec.normalizer.decays();
+    normalizer = mlir::attn::RetentionAttr::getChecked(
+        emitError, context,
+        decays.empty() ? mlir::DenseF64ArrayAttr() : mlir::DenseF64ArrayAttr::get(context, decays),
+        spec.normalizer.gated());
+    break;
+  }
+  }
+  if (!normalizer)
+    return nullptr;
   mlir::ArrayAttr captures = buildCaptures(context, loc, spec);
   if (!captures)
     return nullptr;

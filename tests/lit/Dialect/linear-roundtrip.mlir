@@ -85,14 +85,13 @@ attn.kernel @retention_gated
     normalizer = #attn.retention<gated>
 
 // An explicit decay list, one gamma per query head, 1.0 (no decay)
-// included. Values print in MLIR's float form: short exact values in
-// exponent notation, the rest with as many digits as it takes to re-parse
-// the same double.
+// included. Values print with as few digits as read back as the same
+// double, always as float literals (1.0, not 1).
 // CHECK-LABEL: attn.kernel @retention_decay
 // CHECK-NEXT:      problem = #attn.problem<q_heads = 4, kv_heads = 2, head_dim = 64, element_type = bf16>
 // CHECK-NEXT:      mask = #attn.causal<top_left>
-// CHECK-NEXT:      normalizer = #attn.retention<decay = [9.687500e-01, 9.843750e-01, 1.000000e+00, 0.99999998999999994]>{{$}}
-// GENERIC: normalizer = #attn.retention<decay = [9.687500e-01, 9.843750e-01, 1.000000e+00, 0.99999998999999994]>, {{.*}}sym_name = "retention_decay"
+// CHECK-NEXT:      normalizer = #attn.retention<decay = [0.96875, 0.984375, 1.0, 0.99999999]>{{$}}
+// GENERIC: normalizer = #attn.retention<decay = [0.96875, 0.984375, 1.0, 0.99999999]>, {{.*}}sym_name = "retention_decay"
 attn.kernel @retention_decay
     problem = #attn.problem<q_heads = 4, kv_heads = 2, head_dim = 64, element_type = bf16>
     mask = #attn.causal<top_left>
@@ -100,7 +99,7 @@ attn.kernel @retention_decay
 
 // A single query head: a one-element list, here in exponent notation.
 // CHECK-LABEL: attn.kernel @retention_one_head
-// CHECK:           normalizer = #attn.retention<decay = [5.000000e-01]>{{$}}
+// CHECK:           normalizer = #attn.retention<decay = [0.5]>{{$}}
 attn.kernel @retention_one_head
     problem = #attn.problem<q_heads = 1, kv_heads = 1, head_dim = 128, element_type = f16>
     mask = #attn.causal<bottom_right>

@@ -68,17 +68,51 @@ private:
   int64_t left, right;
 };
 
-/// How scores become weights.
+/// The feature map of linear attention (#attn.linear).
+enum class FeatureMap { Identity, Relu, EluPlusOne };
+
+/// How scores become weights: softmax, or the linear family that carries a
+/// state (#attn.linear, #attn.retention; docs/guide/normalizers.md).
 class Normalizer {
 public:
-  enum class Kind { Softmax };
+  enum class Kind { Softmax, Linear, Retention };
 
   static Normalizer softmax() { return Normalizer(Kind::Softmax); }
+  /// Linear attention with feature map `map`, divided by the running key
+  /// sum when `normalize`.
+  static Normalizer linear(FeatureMap map = FeatureMap::Identity, bool normalize = false) {
+    Normalizer n(Kind::Linear);
+    n.map = map;
+    n.normalizeBySum = normalize;
+    return n;
+  }
+  /// Retention with one decay per query head (each in (0, 1]); empty: the
+  /// multi-scale default 1 - 2^(-5-h).
+  static Normalizer retention(std::vector<double> decays = {}) {
+    Normalizer n(Kind::Retention);
+    n.decayList = std::move(decays);
+    return n;
+  }
+  /// Retention with a per-token log-decay passed at launch.
+  static Normalizer gatedRetention() {
+    Normalizer n(Kind::Retention);
+    n.isGated = true;
+    return n;
+  }
+
   Kind kind() const { return normalizerKind; }
+  FeatureMap featureMap() const { return map; }
+  bool normalize() const { return normalizeBySum; }
+  const std::vector<double> &decays() const { return decayList; }
+  bool gated() const { return isGated; }
 
 private:
   explicit Normalizer(Kind kind) : normalizerKind(kind) {}
   Kind normalizerKind;
+  FeatureMap map = FeatureMap::Identity;
+  bool normalizeBySum = false;
+  std::vector<double> decayList;
+  bool isGated = false;
 };
 
 /// One attention kernel, as data. Batch and sequence lengths are launch-time

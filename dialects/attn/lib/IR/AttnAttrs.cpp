@@ -347,7 +347,13 @@ void RetentionAttr::print(AsmPrinter &printer) const {
     printer << "<gated>";
   } else if (!getDecayList().empty()) {
     printer << "<decay = [";
-    llvm::interleaveComma(getDecayList(), printer, [&](double gamma) { printer << gamma; });
+    llvm::interleaveComma(getDecayList(), printer, [&](double gamma) {
+      // As short as reads back exactly, and always a float literal.
+      std::string text = roundTripSpelling(gamma);
+      if (text.find_first_of(".en") == std::string::npos)
+        text += ".0";
+      printer << text;
+    });
     printer << "]>";
   }
 }
