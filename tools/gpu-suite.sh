@@ -7,9 +7,11 @@
 #   BIN_DIR holds attnc, attn-bench, attn-compile-bench, jit_host and
 #   attn_gpu_tests (built elsewhere: the tools link LLVM statically and need
 #   only the CUDA toolkit's libnvrtc).
-#   full (default): everything. quick: tests, examples and the grid, without
+#   full (default): everything. quick: tests, examples and the grids, without
 #   the sanitizer, the peers and the profile. checks: tests, sanitizer,
-#   examples, compile latency. bench: the grid, the peers and the profile.
+#   examples, compile latency. bench: the softmax and linear grids, the
+#   peers (fla-core's linear kernels when its wheels are in .whl/) and the
+#   profile.
 #   variants: the variant specs of docs/examples at head dim 128, B = 2,
 #   S = 8192, H = 16, and FlexAttention on the same variants.
 #   (checks, bench and variants split a full run into shorter ones.)
@@ -63,9 +65,19 @@ if want checks; then
 fi
 if want bench; then
   step bench_grid "$bin/attn-bench" --grid
+  # Linear attention and retention beside our causal softmax.
+  step linear_grid "$bin/attn-bench" --linear-grid
 fi
 if want peers; then
   step peers python3 "$root/tools/peers/attn_peers.py" --csv "$out/peers.csv"
+  # flash-linear-attention's Triton kernels, from wheels carried in .whl/
+  # (docs/benchmarks.md says how to fetch them).
+  if [ -d "$root/.whl" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/attnc-site "$root"/.whl/*.whl > "$out/wheels.log" 2>&1
+    export PYTHONPATH="/tmp/attnc-site:${PYTHONPATH:-}"
+    step linear_peers python3 "$root/tools/peers/linear_peers.py" --csv "$out/linear_peers.csv"
+  fi
   # Nsight Compute on the head-dim-128 non-causal kernel at S = 8192 (ncu
   # locks the SM clock to base, so its throughputs are per clock, not peak).
   step ncu_d128 ncu --kernel-name attn_fwd_kernel --launch-count 1 \

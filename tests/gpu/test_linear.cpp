@@ -302,7 +302,9 @@ TEST_CASE("a prefill in two halves equals one prefill, and the one-token step co
     args.logDecay = static_cast<const float *>(logDecayBuffer.data()) + begin * heads;
     return args;
   };
-  // One prefill over all tokens.
+  // One prefill over all tokens (O poisoned first: a row it does not write
+  // reads NaN).
+  whole.poisonOutputs();
   AttnLinearArgs one = argsFor(0, total);
   one.finalState = static_cast<float *>(wholeState.data());
   launchLinear(kernel.module, launch, one, nullptr);

@@ -124,7 +124,7 @@ Type withSignedness(Type type, bool isSigned) {
 Value castTo(ConversionPatternRewriter &rewriter, Location loc, Type type, Value value) {
   if (value.getType() == type)
     return value;
-  return rewriter.create<emitc::CastOp>(loc, type, value);
+  return emitc::CastOp::create(rewriter, loc, type, value);
 }
 
 /// arith.divui / remui: the division of the operands as unsigned values.
@@ -138,9 +138,9 @@ struct UnsignedDivisionLowering : OpConversionPattern<ArithOp> {
       return failure();
     Type unsignedType = withSignedness(type, /*isSigned=*/false);
     Location loc = op.getLoc();
-    Value result = rewriter.create<EmitCOp>(loc, unsignedType,
-                                            castTo(rewriter, loc, unsignedType, adaptor.getLhs()),
-                                            castTo(rewriter, loc, unsignedType, adaptor.getRhs()));
+    Value result = EmitCOp::create(rewriter, loc, unsignedType,
+                                   castTo(rewriter, loc, unsignedType, adaptor.getLhs()),
+                                   castTo(rewriter, loc, unsignedType, adaptor.getRhs()));
     rewriter.replaceOp(op, castTo(rewriter, loc, type, result));
     return success();
   }
@@ -187,9 +187,9 @@ struct IntegerMinMaxLowering : OpConversionPattern<ArithOp> {
     Location loc = op.getLoc();
     Value lhs = castTo(rewriter, loc, compareType, adaptor.getLhs());
     Value rhs = castTo(rewriter, loc, compareType, adaptor.getRhs());
-    Value lhsWins = rewriter.create<emitc::CmpOp>(
-        loc, rewriter.getI1Type(), IsMax ? emitc::CmpPredicate::gt : emitc::CmpPredicate::lt, lhs,
-        rhs);
+    Value lhsWins = emitc::CmpOp::create(
+        rewriter, loc, rewriter.getI1Type(),
+        IsMax ? emitc::CmpPredicate::gt : emitc::CmpPredicate::lt, lhs, rhs);
     rewriter.replaceOpWithNewOp<emitc::ConditionalOp>(op, type, lhsWins, adaptor.getLhs(),
                                                       adaptor.getRhs());
     return success();
@@ -242,10 +242,10 @@ func::FuncOp outlineRegion(KernelOp kernel, Region &region, StringRef name) {
   Block &block = region.front();
   auto yield = cast<YieldOp>(block.getTerminator());
   auto type = builder.getFunctionType(block.getArgumentTypes(), yield.getValues().getTypes());
-  auto func = builder.create<func::FuncOp>(kernel.getLoc(), name, type);
+  auto func = func::FuncOp::create(builder, kernel.getLoc(), name, type);
   func.getBody().takeBody(region);
   builder.setInsertionPoint(yield);
-  builder.create<func::ReturnOp>(yield.getLoc(), yield.getValues());
+  func::ReturnOp::create(builder, yield.getLoc(), yield.getValues());
   yield.erase();
   return func;
 }
