@@ -11,10 +11,11 @@ import sys
 def read_ours(path):
     ours = {}
     for line in open(path):
+        # head dim | seqlen | causal | TFLOP/s | ms [| plan]
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) != 5 or not cells[0].isdigit():
+        if len(cells) < 5 or not cells[0].isdigit():
             continue
-        head_dim, seqlen, causal, tflops, _ = cells
+        head_dim, seqlen, causal, tflops = cells[:4]
         ours[(int(head_dim), int(seqlen), causal == "yes")] = float(tflops)
     return ours
 
