@@ -59,6 +59,10 @@ constexpr int kProducerThreads = 32;
 constexpr int kThreads = kConsumerThreads + kProducerThreads;
 constexpr int kBlocksPerSm = 2;
 static_assert(kThreads == ATTN_LINEAR_THREADS, "the runtime launches ATTN_LINEAR_THREADS");
+// Two blocks of 5 warps need 3 warps on some SM sub-partition (16384
+// registers each): at most 168 registers a thread, which ptxas derives from
+// the launch bounds. (A cap of 200 fits the SM's 65536 but not a
+// sub-partition, leaving one block per SM: measured 5-25 % slower.)
 constexpr int kAccumulatorRegs = kSlice / 2;     // a 64 x 64 fp32 fragment
 constexpr int kPRegs = kChunk / 4;
 
@@ -122,23 +126,19 @@ struct Pass {
 // The block's passes: the segment kernel updates the state only; the causal
 // form does both per chunk; the non-causal form first builds the state over
 // every chunk, unless the segments' contributions folded it already.
-__device__ __forceinline__ int passesOf(const attn_abi::AttnLinearParams &p, const Work &work,
-                                        Pass (&passes)[2]) {
-  if (work.segmentKernel) {
-    passes[0] = Pass{false, true};
-    return 1;
-  }
-  if (kCausal) {
-    passes[0] = Pass{true, true};
-    return 1;
-  }
-  if (p.segments > 1) {
-    passes[0] = Pass{true, false};
-    return 1;
-  }
-  passes[0] = Pass{false, true};
-  passes[1] = Pass{true, false};
-  return 2;
+__device__ __forceinline__ int passCountOf(const attn_abi::AttnLinearParams &p, const Work &work) {
+  return work.segmentKernel || kCausal || p.segments > 1 ? 1 : 2;
+}
+
+__device__ __forceinline__ Pass passOf(const attn_abi::AttnLinearParams &p, const Work &work,
+                                       int pass) {
+  if (work.segmentKernel)
+    return Pass{false, true};
+  if (kCausal)
+    return Pass{true, true};
+  if (passCountOf(p, work) == 1)
+    return Pass{true, false};
+  return pass == 0 ? Pass{false, true} : Pass{true, false};
 }
 
 __device__ __forceinline__ bool loadsQ(const Pass &pass) { return pass.output; }
@@ -165,11 +165,11 @@ __device__ void produce(const attn_abi::AttnLinearParams &p, u32 smem, const Bar
   prefetchTensorMap(&p.k_map);
   prefetchTensorMap(&p.v_map);
   prefetchTensorMap(&p.o_map);
-  Pass passes[2];
-  const int passCount = passesOf(p, work, passes);
+  const int passCount = passCountOf(p, work);
   int load = 0;
   for (int pass = 0; pass < passCount; ++pass) {
-    const bool withQ = loadsQ(passes[pass]), withKv = loadsKv(passes[pass]);
+    const Pass kind = passOf(p, work, pass);
+    const bool withQ = loadsQ(kind), withKv = loadsKv(kind);
     for (int chunk = work.firstChunk; chunk < work.endChunk; ++chunk, ++load) {
       Slot slot = slotOf(load);
       if (load >= kStages)
@@ -248,6 +248,12 @@ __device__ __forceinline__ void issueStateUpdate(float (&state)[kKeyBlocks][kAcc
   wgmmaCommitGroup();
 }
 
+// The key dim (row of the state) of element i of this thread's fragment of
+// 64-row block `block` of the state.
+__device__ __forceinline__ int stateRow(int block, int i, int warp, int lane) {
+  return block * 64 + warp * 16 + lane / 4 + 8 * fragmentRowHalf(i);
+}
+
 // The state as bf16/f16 in shared memory for the next Q S product: key
 // dims as rows, 64 value columns of 128 bytes, swizzled like a V tile.
 __device__ __forceinline__ void storeStateShared(const float (&state)[kKeyBlocks][kAccumulatorRegs],
@@ -256,7 +262,7 @@ __device__ __forceinline__ void storeStateShared(const float (&state)[kKeyBlocks
   for (int block = 0; block < kKeyBlocks; ++block)
 #pragma unroll
     for (int i = 0; i < kAccumulatorRegs; i += 2) {
-      int row = block * 64 + warp * 16 + lane / 4 + 8 * fragmentRowHalf(i);
+      int row = stateRow(block, i, warp, lane);
       u32 address = swizzledAddress(stateTile, kHeadDim, row, fragmentColumn(i, lane));
       asm volatile("st.shared.b32 [%0], %1;" ::"r"(address),
                    "r"(packPair<Element>(state[block][i], state[block][i + 1]))
@@ -286,7 +292,7 @@ __device__ __forceinline__ void addGlobalState(float (&state)[kKeyBlocks][kAccum
   for (int block = 0; block < kKeyBlocks; ++block)
 #pragma unroll
     for (int i = 0; i < kAccumulatorRegs; ++i) {
-      int row = block * 64 + warp * 16 + lane / 4 + 8 * fragmentRowHalf(i);
+      int row = stateRow(block, i, warp, lane);
       state[block][i] += source[stateElement(work, row, fragmentColumn(i, lane))];
     }
 }
@@ -298,7 +304,7 @@ __device__ __forceinline__ void storeGlobalState(const float (&state)[kKeyBlocks
   for (int block = 0; block < kKeyBlocks; ++block)
 #pragma unroll
     for (int i = 0; i < kAccumulatorRegs; ++i) {
-      int row = block * 64 + warp * 16 + lane / 4 + 8 * fragmentRowHalf(i);
+      int row = stateRow(block, i, warp, lane);
       destination[stateElement(work, row, fragmentColumn(i, lane))] = state[block][i];
     }
 }
@@ -495,10 +501,10 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
   float segmentLog2Decay = 0.f; // the decay over the block's chunks
 
   int load = 0;
-  Pass passes[2];
-  const int passCount = passesOf(p, work, passes);
+  const int passCount = passCountOf(p, work);
   for (int pass = 0; pass < passCount; ++pass) {
-    const bool computesOutput = passes[pass].output, updatesState = passes[pass].state;
+    const Pass kind = passOf(p, work, pass);
+    const bool computesOutput = kind.output, updatesState = kind.state;
     for (int chunk = work.firstChunk; chunk < work.endChunk; ++chunk, ++load) {
       const Slot slot = slotOf(load);
       const u32 q = qTile(smem, slot.stage), k = kTile(smem, slot.stage), v = vTile(smem, slot.stage);

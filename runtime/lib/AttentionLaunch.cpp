@@ -369,10 +369,7 @@ void validateForwardArgs(const AttnLaunchConfig &config,
 
   // Layout: Q, K, V and O all go through TMA, so one set of rules covers
   // all four.
-  validateTmaOperand(args.q, "q");
-  validateTmaOperand(args.k, "k");
-  validateTmaOperand(args.v, "v");
-  validateTmaOperand(args.o, "o");
+  validateTmaOperands(args.q, args.k, args.v, args.o);
 
   requireIntRange(args.q.batch(), "q", "batch");
   requireIntRange(args.q.seqlen(), "q", "seqlen");
@@ -561,10 +558,7 @@ void validateLinearArgs(const AttnLaunchConfig &config, const AttnLinearArgs &ar
     if (args.q.seqlen() != 1)
       fail("q", "the one-token step takes seqlen 1, got " + std::to_string(args.q.seqlen()));
   } else {
-    validateTmaOperand(args.q, "q");
-    validateTmaOperand(args.k, "k");
-    validateTmaOperand(args.v, "v");
-    validateTmaOperand(args.o, "o");
+    validateTmaOperands(args.q, args.k, args.v, args.o);
   }
   requireIntRange(args.q.batch(), "q", "batch");
   requireIntRange(args.q.seqlen(), "q", "seqlen");

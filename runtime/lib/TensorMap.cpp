@@ -82,6 +82,14 @@ void validateTmaOperand(const TensorView &view, std::string_view name) {
     fail(name, "data pointer is null");
 }
 
+void validateTmaOperands(const TensorView &q, const TensorView &k, const TensorView &v,
+                         const TensorView &o) {
+  validateTmaOperand(q, "q");
+  validateTmaOperand(k, "k");
+  validateTmaOperand(v, "v");
+  validateTmaOperand(o, "o");
+}
+
 attn_abi::TensorMapBlob encodeBSHDTensorMap(const TensorView &view,
                                             unsigned boxRows,
                                             unsigned boxCols,

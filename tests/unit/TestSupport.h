@@ -114,6 +114,18 @@ struct PtxasReport {
     }
     return functions > 0;
   }
+  /// The spill stores ptxas reports for entry function `entry` in bytes,
+  /// or -1 when the report has none.
+  int spillStoreBytes(const std::string &entry) const {
+    size_t at = text.find("Compiling entry function '" + entry + "'");
+    if (at == std::string::npos)
+      return -1;
+    size_t spill = text.find("bytes spill stores", at);
+    if (spill == std::string::npos)
+      return -1;
+    size_t comma = text.rfind(',', spill);
+    return std::atoi(text.c_str() + comma + 1);
+  }
   /// The "Used N registers" count of entry function `entry`, or -1 when
   /// the report has none.
   int registers(const std::string &entry) const {

@@ -31,10 +31,22 @@ def parse_args():
     return parser.parse_args()
 
 
-def median_ms(fn, warmup, repeats):
-    for _ in range(warmup):
+def median_ms(fn, warmup, repeats, max_seconds=None):
+    """Median CUDA-event time of `repeats` calls after `warmup` (at least one
+    with max_seconds). With max_seconds, fewer repeats (at least 3) where
+    they would take longer, judged from one timed call."""
+    for _ in range(max(1, warmup) if max_seconds else warmup):
         fn()
     torch.cuda.synchronize()
+    if max_seconds:
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        once = start.elapsed_time(end)
+        repeats = max(3, min(repeats, int(max_seconds * 1e3 / max(once, 1e-3))))
     times = []
     for _ in range(repeats):
         start = torch.cuda.Event(enable_timing=True)

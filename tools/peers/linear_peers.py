@@ -34,11 +34,12 @@ known to be fla's.
 import argparse
 import importlib
 import os
-import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
+
+from attn_peers import median_ms
 
 
 DEFAULT_PEERS = "retention,simple_gla,linear,softmax"
@@ -73,30 +74,6 @@ def parse_args():
                         help="only compare fla with a pure-torch recurrence and exit")
     parser.add_argument("--csv", help="also write the rows to this CSV file")
     return parser.parse_args()
-
-
-def median_ms(fn, warmup, repeats, max_seconds):
-    for _ in range(max(1, warmup)):
-        fn()
-    torch.cuda.synchronize()
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    once = start.elapsed_time(end)
-    repeats = max(3, min(repeats, int(max_seconds * 1e3 / max(once, 1e-3))))
-    times = []
-    for _ in range(repeats):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def fla_function(peer):

@@ -163,6 +163,21 @@ LogicalResult collectUserMods(KernelOp op, ::attn::codegen::UserMods &mods) {
 }
 } // namespace
 
+namespace {
+/// Copies the offset of each named buffer of the shared-memory plan into
+/// its slot; a missing buffer is an error on `op`.
+LogicalResult readBufferOffsets(KernelOp op, SmemPlanAttr smem,
+                                std::initializer_list<std::pair<const char *, int64_t *>> slots) {
+  for (auto [name, offset] : slots) {
+    SmemBufferAttr buffer = smem.lookupBuffer(name);
+    if (!buffer)
+      return op.emitOpError("shared-memory plan has no '") << name << "' buffer";
+    *offset = buffer.getOffset();
+  }
+  return success();
+}
+} // namespace
+
 FailureOr<::attn::codegen::ForwardKernelConfig> buildForwardKernelConfig(KernelOp op) {
   if (!isa<SoftmaxAttr>(op.getNormalizer()))
     return op.emitOpError("only the softmax normalizer has a kernel template");
@@ -185,20 +200,13 @@ FailureOr<::attn::codegen::ForwardKernelConfig> buildForwardKernelConfig(KernelO
   config.tile = getTileConfig(tile);
   config.mask = maskPolicyFor(mask);
 
-  struct Slot {
-    const char *name;
-    int64_t *offset;
-  } slots[] = {{"q", &config.smem.q},
-               {"k", &config.smem.k},
-               {"v", &config.smem.v},
-               {"o_staging", &config.smem.oStaging},
-               {"barriers", &config.smem.barriers}};
-  for (Slot slot : slots) {
-    SmemBufferAttr buffer = smem.lookupBuffer(slot.name);
-    if (!buffer)
-      return op.emitOpError("shared-memory plan has no '") << slot.name << "' buffer";
-    *slot.offset = buffer.getOffset();
-  }
+  if (failed(readBufferOffsets(op, smem,
+                               {{"q", &config.smem.q},
+                                {"k", &config.smem.k},
+                                {"v", &config.smem.v},
+                                {"o_staging", &config.smem.oStaging},
+                                {"barriers", &config.smem.barriers}})))
+    return failure();
   config.smem.total = smem.getTotal();
   return config;
 }
@@ -237,19 +245,16 @@ FailureOr<::attn::codegen::LinearKernelConfig> buildLinearKernelConfig(KernelOp 
       for (int64_t head = 0; head < problem.getQHeads(); ++head)
         config.gammas.push_back(retention.getGamma(head));
   }
-  struct Slot {
-    const char *name;
-    int64_t *offset;
-  } slots[] = {{"q", &config.smem.q},           {"k", &config.smem.k},
-               {"v", &config.smem.v},           {"state", &config.smem.state},
-               {"o_staging", &config.smem.oStaging}, {"decay", &config.smem.decay},
-               {"key_sum", &config.smem.keySum},  {"barriers", &config.smem.barriers}};
-  for (Slot slot : slots) {
-    SmemBufferAttr buffer = smem.lookupBuffer(slot.name);
-    if (!buffer)
-      return op.emitOpError("shared-memory plan has no '") << slot.name << "' buffer";
-    *slot.offset = buffer.getOffset();
-  }
+  if (failed(readBufferOffsets(op, smem,
+                               {{"q", &config.smem.q},
+                                {"k", &config.smem.k},
+                                {"v", &config.smem.v},
+                                {"state", &config.smem.state},
+                                {"o_staging", &config.smem.oStaging},
+                                {"decay", &config.smem.decay},
+                                {"key_sum", &config.smem.keySum},
+                                {"barriers", &config.smem.barriers}})))
+    return failure();
   config.smem.total = smem.getTotal();
   return config;
 }

@@ -15,6 +15,9 @@ namespace attn {
 /// byte strides, sizes and strides within TMA limits, non-null data unless
 /// empty. Throws attn::Error whose message starts with "<name>: ".
 void validateTmaOperand(const TensorView &view, std::string_view name);
+/// The same for the four operands of an attention call, named q, k, v, o.
+void validateTmaOperands(const TensorView &q, const TensorView &k, const TensorView &v,
+                         const TensorView &o);
 
 /// Encodes a 4-D tiled tensor map over a BSHD view with dims ordered
 /// innermost first {head_dim, seq, heads, batch} and box
