@@ -72,7 +72,7 @@ private:
 enum class FeatureMap { Identity, Relu, EluPlusOne };
 
 /// How scores become weights: softmax, or the linear family that carries a
-/// state (#attn.linear, #attn.retention; docs/guide/normalizers.md).
+/// state (#attn.linear, #attn.retention; docs/guide/normalizers.md and the page of each).
 class Normalizer {
 public:
   enum class Kind { Softmax, Linear, Retention };
