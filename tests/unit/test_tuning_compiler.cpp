@@ -145,6 +145,13 @@ TEST_CASE("tuning key: the spec as written, not its name or plan", "[tuning][key
     CHECK(otherKey.specHash != key.specHash);
   }
   CHECK(tuningKeyOfSpec(specText("t", 32), "t.mlir").qHeads == 32);
+  CHECK_FALSE(key.linearFamily);
+
+  // Linear attention and retention have one plan: attn-tune refuses them.
+  std::string retention =
+      "attn.kernel @r problem = #attn.problem<q_heads = 16, kv_heads = 16, head_dim = 128, "
+      "element_type = bf16> mask = #attn.causal<top_left> normalizer = #attn.retention\n";
+  CHECK(tuningKeyOfSpec(retention, "r.mlir").linearFamily);
 
   CHECK_THROWS_AS(tuningKeyOfSpec("attn.kernel @broken", "bad.mlir"), Error);
 }

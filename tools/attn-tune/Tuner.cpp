@@ -281,6 +281,11 @@ std::vector<TuneReport> tune(const TuneOptions &options, const ReportCallback &o
   if (options.shapes.empty())
     throw Error("attn-tune: no shape to tune for");
   SpecTuningKey key = tuningKeyOfSpec(options.specText, options.specName);
+  if (key.linearFamily)
+    throw Error("attn-tune: @" + options.specName +
+                " is linear attention or retention, whose plan is fixed (64-token chunks, 64 "
+                "value columns); nothing to tune (attn-bench --segments times its sequence "
+                "split)");
 
   std::vector<TileConfig> candidates = enumerateTileCandidates(key.problem, options.space);
   if (std::find(candidates.begin(), candidates.end(), key.heuristic) == candidates.end() &&

@@ -268,6 +268,7 @@ SpecTuningKey tuningKeyOfSpec(const std::string &specText, const std::string &bu
   key.problem = mlir::attn::getTileProblem(op);
   key.heuristic = defaultTileConfig(key.problem);
   key.qHeads = op.getProblem().getQHeads();
+  key.linearFamily = op.getNormalizer().isLinearFamily();
   return key;
 }
 

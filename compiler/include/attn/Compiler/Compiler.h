@@ -91,6 +91,8 @@ struct SpecTuningKey {
   TileProblem problem;
   TileConfig heuristic;
   int64_t qHeads = 0;
+  /// Linear attention or retention: one fixed plan, nothing to tune.
+  bool linearFamily = false;
 };
 /// Throws attn::Error with the rendered diagnostics for an invalid spec.
 SpecTuningKey tuningKeyOfSpec(const std::string &specText, const std::string &bufferName);
