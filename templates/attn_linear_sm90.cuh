@@ -1,8 +1,8 @@
 // Linear attention and retention for sm_90a, in chunkwise-parallel form.
 //
-// Block (value slice, query head, batch) owns 64 value columns of one head's
-// state S (head_dim keys x 64 values, fp32 in registers) and walks the
-// sequence chunk by chunk. A producer warp streams each chunk's Q, K and the
+// Block (value slice, query head, batch x segment) owns 64 value columns of
+// one head's state S (head_dim keys x 64 values, fp32 in registers) and
+// walks its chunks of the sequence. A producer warp streams each chunk's Q, K and the
 // V slice into a ring of stages with TMA; the consumer warpgroup computes,
 // for chunk c with state S (the state before its first token):
 //
