@@ -76,16 +76,6 @@ struct Barriers {
 // consumer warp.
 constexpr int kReleaseArrivals = kConsumers * kWarpsPerWarpgroup;
 
-// Position of key tile `iteration` in the stage ring.
-struct RingSlot {
-  int stage;
-  u32 phase;
-};
-
-__device__ __forceinline__ RingSlot ringSlot(int iteration) {
-  return RingSlot{iteration % kStages, static_cast<u32>((iteration / kStages) & 1)};
-}
-
 // The half-open range of key tiles this block visits; tiles outside it are
 // fully masked for every row of the block and are never loaded.
 struct KeyTileRange {
@@ -252,7 +242,7 @@ __device__ void produce(const attn_abi::AttnFwdParams &p, u32 smemBase, const Ba
 
     for (int tile = nextVisitedTile(p, work, work.keys.begin); tile < work.keys.end;
          tile = nextVisitedTile(p, work, tile + 1), ++ring) {
-      RingSlot slot = ringSlot(ring);
+      RingSlot slot = ringSlot<kStages>(ring);
       // The slot's previous tile (ring - kStages) must have been released;
       // its release completed the phase before this slot's current one.
       bool reused = ring >= kStages;
@@ -504,7 +494,7 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
 
     // Prologue: S_0 alone.
     int keyTile = nextVisitedTileInWarp(p, work, work.keys.begin, lane);
-    RingSlot slot = ringSlot(ring);
+    RingSlot slot = ringSlot<kStages>(ring);
     mbarrierWait(barriers.kFull(slot.stage), slot.phase);
     turns.wait();
     issueScores(scores, qSlice, kTile(slot.stage));
@@ -520,7 +510,7 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
     for (int iteration = 1; iteration < tileCount; ++iteration) {
       keyTile = nextVisitedTileInWarp(p, work, keyTile + 1, lane);
       RingSlot previous = slot;
-      slot = ringSlot(ring + iteration);
+      slot = ringSlot<kStages>(ring + iteration);
       mbarrierWait(barriers.kFull(slot.stage), slot.phase);
       mbarrierWait(barriers.vFull(previous.stage), previous.phase);
       turns.wait();

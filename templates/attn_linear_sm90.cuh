@@ -79,14 +79,6 @@ struct Barriers {
   __device__ u32 empty(int stage) const { return base + 8 * (kStages + stage); }
 };
 
-struct Slot {
-  int stage;
-  u32 phase;
-};
-__device__ __forceinline__ Slot slotOf(int load) {
-  return Slot{load % kStages, static_cast<u32>((load / kStages) & 1)};
-}
-
 // What the block works on: chunks [firstChunk, endChunk) of one segment.
 struct Work {
   int slice;
@@ -171,7 +163,7 @@ __device__ void produce(const attn_abi::AttnLinearParams &p, u32 smem, const Bar
     const Pass kind = passOf(p, work, pass);
     const bool withQ = loadsQ(kind), withKv = loadsKv(kind);
     for (int chunk = work.firstChunk; chunk < work.endChunk; ++chunk, ++load) {
-      Slot slot = slotOf(load);
+      RingSlot slot = ringSlot<kStages>(load);
       if (load >= kStages)
         mbarrierWait(barriers.empty(slot.stage), slot.phase ^ 1);
       u32 bytes = (withQ ? kQkTileBytes : 0) + (withKv ? kQkTileBytes + kVTileBytes : 0);
@@ -284,29 +276,33 @@ __device__ __forceinline__ i64 pieceIndex(const attn_abi::AttnLinearParams &p, c
   return headIndex(p, work) * p.state_segments + piece;
 }
 
+// Calls visit(element, index) for each element of this thread's fragment of
+// `state` (float[kKeyBlocks][kAccumulatorRegs], const or not) with `index`,
+// its offset in a [head_dim, head_dim] state in memory.
+template <class State, class Visit>
+__device__ __forceinline__ void forEachStateElement(State &state, const Work &work, int warp,
+                                                    int lane, Visit visit) {
+#pragma unroll
+  for (int block = 0; block < kKeyBlocks; ++block)
+#pragma unroll
+    for (int i = 0; i < kAccumulatorRegs; ++i)
+      visit(state[block][i],
+            stateElement(work, stateRow(block, i, warp, lane), fragmentColumn(i, lane)));
+}
+
 // Adds a state in global memory to this thread's fragment of it.
 __device__ __forceinline__ void addGlobalState(float (&state)[kKeyBlocks][kAccumulatorRegs],
                                                const float *source, const Work &work, int warp,
                                                int lane) {
-#pragma unroll
-  for (int block = 0; block < kKeyBlocks; ++block)
-#pragma unroll
-    for (int i = 0; i < kAccumulatorRegs; ++i) {
-      int row = stateRow(block, i, warp, lane);
-      state[block][i] += source[stateElement(work, row, fragmentColumn(i, lane))];
-    }
+  forEachStateElement(state, work, warp, lane,
+                      [&](float &element, i64 index) { element += source[index]; });
 }
 
 __device__ __forceinline__ void storeGlobalState(const float (&state)[kKeyBlocks][kAccumulatorRegs],
                                                  float *destination, const Work &work, int warp,
                                                  int lane) {
-#pragma unroll
-  for (int block = 0; block < kKeyBlocks; ++block)
-#pragma unroll
-    for (int i = 0; i < kAccumulatorRegs; ++i) {
-      int row = stateRow(block, i, warp, lane);
-      destination[stateElement(work, row, fragmentColumn(i, lane))] = state[block][i];
-    }
+  forEachStateElement(state, work, warp, lane,
+                      [&](float element, i64 index) { destination[index] = element; });
 }
 
 __device__ __forceinline__ void scaleState(float (&state)[kKeyBlocks][kAccumulatorRegs], float factor) {
@@ -506,7 +502,7 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
     const Pass kind = passOf(p, work, pass);
     const bool computesOutput = kind.output, updatesState = kind.state;
     for (int chunk = work.firstChunk; chunk < work.endChunk; ++chunk, ++load) {
-      const Slot slot = slotOf(load);
+      const RingSlot slot = ringSlot<kStages>(load);
       const u32 q = qTile(smem, slot.stage), k = kTile(smem, slot.stage), v = vTile(smem, slot.stage);
       const int validRows = min(kChunk, p.seqlen - chunk * kChunk);
       if constexpr (kHasDecay)

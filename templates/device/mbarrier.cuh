@@ -44,4 +44,15 @@ __device__ __forceinline__ void mbarrierWait(u32 barrier, u32 parity) {
   } while (!done);
 }
 
+// Position of the `iteration`-th use of a ring of `Stages` slots: the slot,
+// and the parity its full / empty barriers are at on that round.
+struct RingSlot {
+  int stage;
+  u32 phase;
+};
+
+template <int Stages> __device__ __forceinline__ RingSlot ringSlot(int iteration) {
+  return RingSlot{iteration % Stages, static_cast<u32>((iteration / Stages) & 1)};
+}
+
 } // namespace attn_dev

@@ -31,6 +31,17 @@ def parse_args():
     return parser.parse_args()
 
 
+def timed_ms(fn):
+    """One call of fn, timed with CUDA events, in milliseconds."""
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
 def median_ms(fn, warmup, repeats, max_seconds=None):
     """Median CUDA-event time of `repeats` calls after `warmup` (at least one
     with max_seconds). With max_seconds, fewer repeats (at least 3) where
@@ -39,24 +50,9 @@ def median_ms(fn, warmup, repeats, max_seconds=None):
         fn()
     torch.cuda.synchronize()
     if max_seconds:
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        once = start.elapsed_time(end)
+        once = timed_ms(fn)
         repeats = max(3, min(repeats, int(max_seconds * 1e3 / max(once, 1e-3))))
-    times = []
-    for _ in range(repeats):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return statistics.median(timed_ms(fn) for _ in range(repeats))
 
 
 def make_sdpa(backend, q, k, v, causal):
