@@ -93,9 +93,51 @@ __device__ __forceinline__ KeyTileRange keyTilesFor(int queryBegin, int queryEnd
   return range;
 }
 
+// Where the sequence of one batch index lies in the tensors: the first rows
+// of its queries and keys, the tensor maps' batch coordinate, its lengths and
+// the built-in mask's shift (Sk - Sq when aligned bottom-right, else 0).
+struct Sequence {
+  int rowQ;
+  int rowK;
+  int mapBatch;
+  int seqlenQ;
+  int seqlenK;
+  i64 shift;
+};
+
+__device__ __forceinline__ int clampInt(int value, int low, int high) {
+  return min(max(value, low), high);
+}
+
+// Packed sequences are located by their offsets, clamped so that malformed
+// offsets can reach neither past the tensors nor past the schedule's query
+// blocks (the runtime checks the offsets it uploads itself).
+__device__ __forceinline__ Sequence sequenceOf(const attn_abi::AttnFwdParams &p, int batch) {
+  Sequence sequence;
+  if (p.cu_seqlens_q) {
+    sequence.rowQ = clampInt(__ldg(p.cu_seqlens_q + batch), 0, p.total_q);
+    sequence.rowK = clampInt(__ldg(p.cu_seqlens_k + batch), 0, p.total_k);
+    sequence.mapBatch = 0;
+    sequence.seqlenQ = clampInt(__ldg(p.cu_seqlens_q + batch + 1) - sequence.rowQ, 0,
+                                min(p.seqlen_q, p.total_q - sequence.rowQ));
+    sequence.seqlenK = clampInt(__ldg(p.cu_seqlens_k + batch + 1) - sequence.rowK, 0,
+                                min(p.seqlen_k, p.total_k - sequence.rowK));
+  } else {
+    sequence.rowQ = 0;
+    sequence.rowK = 0;
+    sequence.mapBatch = batch;
+    sequence.seqlenQ = p.seqlen_q;
+    sequence.seqlenK = p.seqlen_k;
+  }
+  sequence.shift =
+      attn_plan::kMaskBottomRight ? static_cast<i64>(sequence.seqlenK) - sequence.seqlenQ : 0;
+  return sequence;
+}
+
 // One unit of the persistent schedule: BLOCK_M query rows of one (batch,
 // head) and the key tiles they visit: those of `keys` that the mask_mod's
 // coverage test does not prove empty (all of them without a mask_mod).
+// Query blocks past a packed sequence's end are empty and skipped.
 struct WorkTile {
   int queryBlock;
   int queryBegin;
@@ -103,7 +145,10 @@ struct WorkTile {
   int head;
   int kvHead;
   int batch;
+  Sequence sequence;
   KeyTileRange keys;
+
+  __device__ bool empty() const { return queryBegin >= sequence.seqlenQ; }
 };
 
 // A mask_mod the compiler could not classify may come with a tile coverage
@@ -137,7 +182,7 @@ __device__ __forceinline__ bool visitsKeyTile(const attn_abi::AttnFwdParams &p,
     if (p.tile_coverage)
       return runtimeCoverage(p, work, tile) != Coverage::Empty;
   i64 keyFirst = static_cast<i64>(tile) * kBlockN;
-  i64 keyLast = minI64(keyFirst + kBlockN, p.seqlen_k) - 1;
+  i64 keyLast = minI64(keyFirst + kBlockN, work.sequence.seqlenK) - 1;
   return Mods::maskCoverage(work.batch, work.head, work.queryBegin, work.queryLast, keyFirst,
                             keyLast) != Coverage::Empty;
 }
@@ -186,6 +231,7 @@ __device__ __forceinline__ int countVisitedTilesInWarp(const attn_abi::AttnFwdPa
 // fastest, so the blocks working at once share the K and V of a few heads in
 // L2, and from the last query block down, so causal tiles with the most key
 // tiles start first and the end of the schedule is made of short ones.
+// Packed sequences count query blocks of the longest one.
 struct TileSchedule {
   int queryBlocks;
   int count;
@@ -194,17 +240,19 @@ struct TileSchedule {
       : queryBlocks((p.seqlen_q + kBlockM - 1) / kBlockM),
         count(queryBlocks * p.q_heads * p.batch) {}
 
-  __device__ WorkTile at(const attn_abi::AttnFwdParams &p, int index, i64 shift) const {
+  __device__ WorkTile at(const attn_abi::AttnFwdParams &p, int index) const {
     int queryBlock = queryBlocks - 1 - index % queryBlocks;
     int headBatch = index / queryBlocks;
     WorkTile work;
     work.queryBlock = queryBlock;
     work.queryBegin = queryBlock * kBlockM;
-    work.queryLast = min(work.queryBegin + kBlockM, p.seqlen_q) - 1;
     work.head = headBatch % p.q_heads;
     work.kvHead = work.head / (p.q_heads / p.kv_heads);
     work.batch = headBatch / p.q_heads;
-    work.keys = keyTilesFor(work.queryBegin, work.queryLast + 1, p.seqlen_k, shift);
+    work.sequence = sequenceOf(p, work.batch);
+    work.queryLast = min(work.queryBegin + kBlockM, work.sequence.seqlenQ) - 1;
+    work.keys = keyTilesFor(work.queryBegin, work.queryLast + 1, work.sequence.seqlenK,
+                            work.sequence.shift);
     return work;
   }
 };
@@ -221,7 +269,7 @@ __device__ __forceinline__ void loadTile(u32 destination, u32 rows, const Tensor
 }
 
 __device__ void produce(const attn_abi::AttnFwdParams &p, u32 smemBase, const Barriers &barriers,
-                        const TileSchedule &schedule, i64 shift) {
+                        const TileSchedule &schedule) {
   prefetchTensorMap(&p.q_map);
   prefetchTensorMap(&p.k_map);
   prefetchTensorMap(&p.v_map);
@@ -229,16 +277,19 @@ __device__ void produce(const attn_abi::AttnFwdParams &p, u32 smemBase, const Ba
 
   int ring = 0; // key tiles loaded so far, over all work tiles
   int qLoads = 0;
-  for (int index = blockIdx.x; index < schedule.count; index += gridDim.x, ++qLoads) {
-    const WorkTile work = schedule.at(p, index, shift);
+  for (int index = blockIdx.x; index < schedule.count; index += gridDim.x) {
+    const WorkTile work = schedule.at(p, index);
+    if (work.empty())
+      continue;
     // Every work tile loads Q, even one with no key tile to visit, so that
     // the consumers' Q phases never depend on the mask. The previous Q must
     // have been released (and, where staging shares its bytes, stored).
     if (qLoads > 0)
       mbarrierWait(barriers.qEmpty(), (qLoads - 1) & 1);
     mbarrierArriveExpectTx(barriers.qFull(), kQTileBytes);
-    loadTile(smemBase + attn_plan::kSmemQ, kBlockM, &p.q_map, barriers.qFull(), work.queryBegin,
-             work.head, work.batch);
+    loadTile(smemBase + attn_plan::kSmemQ, kBlockM, &p.q_map, barriers.qFull(),
+             work.sequence.rowQ + work.queryBegin, work.head, work.sequence.mapBatch);
+    ++qLoads;
 
     for (int tile = nextVisitedTile(p, work, work.keys.begin); tile < work.keys.end;
          tile = nextVisitedTile(p, work, tile + 1), ++ring) {
@@ -246,17 +297,17 @@ __device__ void produce(const attn_abi::AttnFwdParams &p, u32 smemBase, const Ba
       // The slot's previous tile (ring - kStages) must have been released;
       // its release completed the phase before this slot's current one.
       bool reused = ring >= kStages;
-      int keyRow = tile * kBlockN;
+      int keyRow = work.sequence.rowK + tile * kBlockN;
       if (reused)
         mbarrierWait(barriers.kEmpty(slot.stage), slot.phase ^ 1);
       mbarrierArriveExpectTx(barriers.kFull(slot.stage), kKvTileBytes);
       loadTile(smemBase + attn_plan::kSmemK + slot.stage * kKvTileBytes, kBlockN, &p.k_map,
-               barriers.kFull(slot.stage), keyRow, work.kvHead, work.batch);
+               barriers.kFull(slot.stage), keyRow, work.kvHead, work.sequence.mapBatch);
       if (reused)
         mbarrierWait(barriers.vEmpty(slot.stage), slot.phase ^ 1);
       mbarrierArriveExpectTx(barriers.vFull(slot.stage), kKvTileBytes);
       loadTile(smemBase + attn_plan::kSmemV + slot.stage * kKvTileBytes, kBlockN, &p.v_map,
-               barriers.vFull(slot.stage), keyRow, work.kvHead, work.batch);
+               barriers.vFull(slot.stage), keyRow, work.kvHead, work.sequence.mapBatch);
     }
   }
 }
@@ -340,12 +391,12 @@ struct GemmTurns {
 // the per-pair tests they save.)
 __device__ __forceinline__ void applyMask(const attn_abi::AttnFwdParams &p,
                                           float (&scores)[kScoreRegs], const WorkTile &work,
-                                          int row0, int keyBase, i64 shift, int lane) {
+                                          int row0, int keyBase, int lane) {
 #pragma unroll
   for (int i = 0; i < kScoreRegs; ++i) {
     int row = row0 + 8 * fragmentRowHalf(i);
     int key = keyBase + fragmentColumn(i, lane);
-    bool keep = key < p.seqlen_k && Mask::allows(row, key, shift);
+    bool keep = key < work.sequence.seqlenK && Mask::allows(row, key, work.sequence.shift);
     if constexpr (Mods::kHasMaskMod)
       keep = keep && Mods::keeps(p, work.batch, work.head, row, key);
     if (!keep)
@@ -378,17 +429,43 @@ __device__ __forceinline__ void packProbabilities(const float (&scores)[kScoreRe
 // row % 8, which also keeps the fragment stores free of bank conflicts); one
 // thread then stores the slice with TMA, which clips rows past seqlen_q. The
 // slice never touches another warpgroup's rows. The store is left in flight:
-// the next use of the slice waits for it to have been read.
+// the next use of the slice waits for it to have been read. A packed
+// sequence's partial slice is copied by the warps instead (storeWarpRows).
 __device__ __forceinline__ u32 stagingAddress(u32 staging, int row, int chunk) {
   int block = chunk / 8, chunkInRow = chunk % 8;
   return staging + block * kBlockM * kRowBytes + row * kRowBytes + ((chunkInRow ^ (row % 8)) * 16);
 }
 
+// Copies the rows this warp staged (16 of the slice, from `firstRow`) that
+// lie before `rowEnd` to O rows sliceRow0 + row of `head`, 16 bytes per lane
+// and step. TMA clips only at the tensor's end, and past a packed sequence's
+// end lie the next sequence's rows.
+__device__ __forceinline__ void storeWarpRows(const attn_abi::AttnFwdParams &p, u32 staging,
+                                              int firstRow, int rowEnd, i64 sliceRow0, int head,
+                                              int lane) {
+  constexpr int kChunksPerRow = kHeadDim / 8;
+  unsigned char *o = static_cast<unsigned char *>(p.o);
+  const int rows = clampInt(rowEnd - firstRow, 0, 16);
+#pragma unroll 1
+  for (int index = lane; index < rows * kChunksPerRow; index += 32) {
+    int row = firstRow + index / kChunksPerRow, chunk = index % kChunksPerRow;
+    u32 word0, word1, word2, word3;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(word0), "=r"(word1), "=r"(word2), "=r"(word3)
+                 : "r"(stagingAddress(staging, row, chunk)));
+    i64 element = (sliceRow0 + row) * p.o_row_stride + head * p.o_head_stride + chunk * 8;
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(o + element * kElementBytes),
+                 "r"(word0), "r"(word1), "r"(word2), "r"(word3)
+                 : "memory");
+  }
+}
+
 __device__ void storeOutput(const attn_abi::AttnFwdParams &p, const float (&output)[kOutputRegs],
                             const float (&logSumExp)[2], u32 staging, int consumer,
-                            int sliceQueryBegin, int head, int batch) {
+                            int sliceQueryBegin, const WorkTile &work) {
   const int thread = threadIdx.x % kWarpgroupThreads;
   const int warp = thread / 32, lane = thread % 32;
+  const int head = work.head;
 
   if constexpr (!kStagingSharesQ) {
     // The previous work tile's store must have read the slice.
@@ -404,23 +481,39 @@ __device__ void storeOutput(const attn_abi::AttnFwdParams &p, const float (&outp
     u32 packed = packPair<Element>(output[i], output[i + 1]);
     asm volatile("st.shared.b32 [%0], %1;" ::"r"(address), "r"(packed) : "memory");
   }
+  // Located again, once O is staged, rather than kept in registers through
+  // the main loop.
+  const Sequence sequence = sequenceOf(p, work.batch);
+  const bool packed = p.cu_seqlens_q != nullptr;
+  // A packed sequence's partial slice: each warp copies the rows it staged,
+  // before the barrier below, so that the slice is free after it just as
+  // after a TMA store has read it.
+  const bool storedByWarps = packed && sliceQueryBegin + 64 > sequence.seqlenQ;
+  if (storedByWarps) {
+    __syncwarp();
+    storeWarpRows(p, staging, warp * 16, sequence.seqlenQ - sliceQueryBegin,
+                  static_cast<i64>(sequence.rowQ) + sliceQueryBegin, head, lane);
+  }
   fenceSharedForAsyncProxy();
   warpgroupBarrier(1 + consumer);
 
-  if (thread == 0) {
+  if (thread == 0 && !storedByWarps) {
 #pragma unroll
     for (int block = 0; block < kColumnBlocks; ++block)
       tmaStore4d(&p.o_map, staging + block * kBlockM * kRowBytes, block * kColumnBlock,
-                 sliceQueryBegin, head, batch);
+                 sequence.rowQ + sliceQueryBegin, head, sequence.mapBatch);
     tmaStoreCommit();
   }
 
   if ((lane & 3) == 0) {
+    // [batch, q_heads, seqlen_q], or [q_heads, total_q] for packed sequences.
+    const i64 rowBase = packed ? static_cast<i64>(head) * p.total_q + sequence.rowQ
+                               : (static_cast<i64>(work.batch) * p.q_heads + head) * p.seqlen_q;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       int query = sliceQueryBegin + warp * 16 + lane / 4 + 8 * half;
-      if (query < p.seqlen_q)
-        p.lse[(static_cast<i64>(batch) * p.q_heads + head) * p.seqlen_q + query] = logSumExp[half];
+      if (query < sequence.seqlenQ)
+        p.lse[rowBase + query] = logSumExp[half];
     }
   }
 }
@@ -433,13 +526,13 @@ __device__ void storeOutput(const attn_abi::AttnFwdParams &p, const float (&outp
 // before it; `qPhase` is this tile's Q load.
 __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
                             const Barriers &barriers, int consumer, const WorkTile &work,
-                            int tileCount, int ring, u32 qPhase, const GemmTurns &turns,
-                            i64 shift) {
+                            int tileCount, int ring, u32 qPhase, const GemmTurns &turns) {
   const int thread = threadIdx.x % kWarpgroupThreads;
   const int warp = thread / 32, lane = thread % 32;
   const int sliceQueryBegin = work.queryBegin + 64 * consumer;
   const int row0 = sliceQueryBegin + warp * 16 + lane / 4;
-  const int sliceLast = min(sliceQueryBegin + 63, p.seqlen_q - 1);
+  const int sliceLast = min(sliceQueryBegin + 63, work.sequence.seqlenQ - 1);
+  const i64 shift = work.sequence.shift;
   const u32 qSlice = smemBase + attn_plan::kSmemQ + consumer * 64 * kRowBytes;
   auto kTile = [&](int stage) { return smemBase + attn_plan::kSmemK + stage * kKvTileBytes; };
   auto vTile = [&](int stage) { return smemBase + attn_plan::kSmemV + stage * kKvTileBytes; };
@@ -464,7 +557,7 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
   // Scores of key tile `keyTile` -> probabilities, with the O rescale factor.
   auto softmaxOfTile = [&](float (&scores)[kScoreRegs], int keyTile, float (&rescale)[2]) {
     int keyBase = keyTile * kBlockN;
-    bool needsMask = keyBase + kBlockN > p.seqlen_k ||
+    bool needsMask = keyBase + kBlockN > work.sequence.seqlenK ||
                      !Mask::coversTile(sliceQueryBegin, sliceLast, keyBase, keyBase + kBlockN - 1,
                                        shift);
     if constexpr (kRuntimeCoverage) {
@@ -479,7 +572,7 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
       applyScoreMod(p, scores, work, row0, keyBase, p.scale_log2 * kLn2, lane);
     // Tiles the masks fully cover skip the per-element test.
     if (needsMask)
-      applyMask(p, scores, work, row0, keyBase, shift, lane);
+      applyMask(p, scores, work, row0, keyBase, lane);
     softmaxProbabilities<attn_plan::kSoftmaxReductionChains>(scores, softmaxScaleLog2, stats,
                                                              rescale);
   };
@@ -546,7 +639,7 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
   float logSumExp[2];
   finalizeSoftmax(output, stats, logSumExp);
   u32 staging = smemBase + attn_plan::kSmemOStaging + consumer * 64 * kRowBytes;
-  storeOutput(p, output, logSumExp, staging, consumer, sliceQueryBegin, work.head, work.batch);
+  storeOutput(p, output, logSumExp, staging, consumer, sliceQueryBegin, work);
   if constexpr (kStagingSharesQ) {
     // The slice is this warpgroup's rows of Q: the next Q may land once the
     // store has read them. One thread arrives for the warpgroup's warps.
@@ -558,16 +651,19 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
 }
 
 __device__ void consume(const attn_abi::AttnFwdParams &p, u32 smemBase, const Barriers &barriers,
-                        int consumer, const TileSchedule &schedule, i64 shift) {
+                        int consumer, const TileSchedule &schedule) {
   const GemmTurns turns{consumer};
   turns.open();
   int ring = 0;
   u32 qPhase = 0;
-  for (int index = blockIdx.x; index < schedule.count; index += gridDim.x, qPhase ^= 1) {
-    const WorkTile work = schedule.at(p, index, shift);
+  for (int index = blockIdx.x; index < schedule.count; index += gridDim.x) {
+    const WorkTile work = schedule.at(p, index);
+    if (work.empty())
+      continue;
     const int tileCount = countVisitedTilesInWarp(p, work, threadIdx.x % 32);
-    consumeTile(p, smemBase, barriers, consumer, work, tileCount, ring, qPhase, turns, shift);
+    consumeTile(p, smemBase, barriers, consumer, work, tileCount, ring, qPhase, turns);
     ring += tileCount;
+    qPhase ^= 1;
   }
   turns.close();
   // Shared memory must outlive the copy engine's reads of the last store.
@@ -584,7 +680,6 @@ extern "C" __global__ void __launch_bounds__(attn_kernel::kThreads, 1)
   // Swizzled tiles need 1024-byte alignment; the launch reserves the slack.
   const u32 smemBase = (sharedAddress(sharedMemory) + 1023) & ~1023u;
   const Barriers barriers{smemBase + attn_plan::kSmemBarriers};
-  const i64 shift = attn_plan::kMaskBottomRight ? static_cast<i64>(p.seqlen_k) - p.seqlen_q : 0;
   const TileSchedule schedule(p);
 
   const int warpgroup = threadIdx.x / kWarpgroupThreads;
@@ -604,17 +699,18 @@ extern "C" __global__ void __launch_bounds__(attn_kernel::kThreads, 1)
   if (warpgroup == 0) {
     releaseRegisters<attn_plan::kProducerRegisters>();
     if (threadIdx.x == 0)
-      produce(p, smemBase, barriers, schedule, shift);
+      produce(p, smemBase, barriers, schedule);
   } else {
     claimRegisters<attn_plan::kConsumerRegisters>();
-    consume(p, smemBase, barriers, warpgroup - 1, schedule, shift);
+    consume(p, smemBase, barriers, warpgroup - 1, schedule);
   }
 }
 
 // Tile coverage of the masks at run time, for a mask_mod the compiler could
 // not classify (it reads a buffer, ...): block (key tile, query block,
 // batch * head) tests every pair of its tile inside the sequences against the
-// built-in mask and the mask_mod and writes Empty, Partial or Full. The
+// built-in mask and the mask_mod and writes Empty, Partial or Full (Empty
+// past a packed sequence's end). The
 // forward kernel then skips the empty tiles and the per-pair test of the full
 // ones. Built once per shape and captures, reused by every launch.
 extern "C" __global__ void __launch_bounds__(ATTN_TILE_COVERAGE_THREADS)
@@ -622,7 +718,7 @@ extern "C" __global__ void __launch_bounds__(ATTN_TILE_COVERAGE_THREADS)
   using namespace attn_kernel;
   const int keyTile = blockIdx.x, queryBlock = blockIdx.y;
   const int batch = blockIdx.z / p.q_heads, head = blockIdx.z % p.q_heads;
-  const i64 shift = attn_plan::kMaskBottomRight ? static_cast<i64>(p.seqlen_k) - p.seqlen_q : 0;
+  const Sequence sequence = sequenceOf(p, batch);
   __shared__ int counts[2]; // pairs inside the sequences, pairs kept
   if (threadIdx.x == 0)
     counts[0] = counts[1] = 0;
@@ -630,10 +726,10 @@ extern "C" __global__ void __launch_bounds__(ATTN_TILE_COVERAGE_THREADS)
   int inside = 0, kept = 0;
   for (int pair = threadIdx.x; pair < kBlockM * kBlockN; pair += blockDim.x) {
     int q = queryBlock * kBlockM + pair / kBlockN, k = keyTile * kBlockN + pair % kBlockN;
-    if (q >= p.seqlen_q || k >= p.seqlen_k)
+    if (q >= sequence.seqlenQ || k >= sequence.seqlenK)
       continue;
     ++inside;
-    kept += Mask::allows(q, k, shift) && Mods::keeps(p, batch, head, q, k);
+    kept += Mask::allows(q, k, sequence.shift) && Mods::keeps(p, batch, head, q, k);
   }
   atomicAdd(&counts[0], inside);
   atomicAdd(&counts[1], kept);

@@ -32,6 +32,16 @@ struct CaptureArg {
 // Q, K and V are read and O is written through tensor maps whose box shapes
 // come from the plan (O: 64 rows, one consumer warpgroup's slice).
 // LSE is [batch, q_heads, seqlen_q] fp32, contiguous, natural logarithm.
+//
+// Packed sequences (cu_seqlens_q non-null): `batch` sequences lie end to end
+// in tensors of batch 1, Q and O of total_q rows, K and V of total_k rows;
+// sequence b's queries are rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1
+// (keys likewise with cu_seqlens_k), and seqlen_q, seqlen_k bound every
+// sequence's length. Masks and regions see positions inside the sequence and
+// b as the batch index. LSE is then [q_heads, total_q]. O's rows past a
+// sequence's end belong to the next one, so a partial slice is stored by the
+// threads through `o` (element strides o_row_stride, o_head_stride) instead
+// of TMA.
 struct AttnFwdParams {
   TensorMapBlob q_map;
   TensorMapBlob k_map;
@@ -52,6 +62,13 @@ struct AttnFwdParams {
   // coverage kernel for masks the compiler could not classify; null when
   // absent. The forward kernel only reads it.
   unsigned char *tile_coverage;
+  const int *cu_seqlens_q;
+  const int *cu_seqlens_k;
+  int total_q;
+  int total_k;
+  void *o;
+  long long o_row_stride;
+  long long o_head_stride;
 };
 
 // Parameters of the chunkwise linear attention / retention kernel.

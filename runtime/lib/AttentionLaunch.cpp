@@ -11,6 +11,7 @@
 #include <limits>
 #include <mutex>
 #include <sstream>
+#include <tuple>
 #include <unordered_map>
 
 namespace attn {
@@ -208,11 +209,58 @@ void validateCaptureDecls(const std::vector<CaptureDecl> &captures) {
   }
 }
 
+/// The batch and sequence lengths a call has for its grid, its captures and
+/// its tile coverage: the tensors' own, or for packed sequences their count
+/// and the longest lengths.
+struct LogicalShape {
+  int64_t batch, seqlenQ, seqlenK;
+};
+
+LogicalShape logicalShape(const AttnForwardArgs &args) {
+  if (args.packed.active())
+    return {args.packed.batch, args.packed.maxSeqlenQ, args.packed.maxSeqlenK};
+  return {args.q.batch(), args.q.seqlen(), args.k.seqlen()};
+}
+
+/// Elements of lse: [B, Hq, Sq], or [Hq, total_q] for packed sequences.
+uint64_t lseElementCount(const AttnLaunchConfig &config, const AttnForwardArgs &args) {
+  uint64_t rows = uint64_t(args.q.seqlen()) * uint64_t(config.qHeads);
+  return args.packed.active() ? rows : rows * uint64_t(args.q.batch());
+}
+
+/// What can be checked of packed sequences without reading the offsets.
+void validatePackedSequences(const AttnForwardArgs &args) {
+  const PackedSequences &packed = args.packed;
+  for (auto [offsets, name] : {std::make_pair(packed.cuSeqlensQ, "packed.cuSeqlensQ"),
+                               std::make_pair(packed.cuSeqlensK, "packed.cuSeqlensK")}) {
+    if (!offsets)
+      fail(name, "pointer is null; packed sequences need both offset arrays");
+    if (reinterpret_cast<uintptr_t>(offsets) % alignof(int32_t) != 0)
+      fail(name, "pointer must be 4-byte aligned");
+  }
+  if (packed.batch <= 0)
+    fail("packed.batch", "must be positive, got " + std::to_string(packed.batch));
+  requireIntRange(packed.batch, "packed.batch", "sequence count");
+  for (auto [view, name] : {std::make_pair(&args.q, "q"), std::make_pair(&args.k, "k")})
+    if (view->batch() != 1)
+      fail(name, "packed sequences lie end to end in a tensor of batch 1, got batch " +
+                     std::to_string(view->batch()));
+  if (packed.maxSeqlenQ < 0 || packed.maxSeqlenQ > args.q.seqlen())
+    fail("packed.maxSeqlenQ", std::to_string(packed.maxSeqlenQ) +
+                                  " must lie in [0, q's " + std::to_string(args.q.seqlen()) +
+                                  " packed rows]");
+  if (packed.maxSeqlenK < 0 || packed.maxSeqlenK > args.k.seqlen())
+    fail("packed.maxSeqlenK", std::to_string(packed.maxSeqlenK) +
+                                  " must lie in [0, k's " + std::to_string(args.k.seqlen()) +
+                                  " packed rows]");
+}
+
 /// The extent a declared dim requires of this launch.
 int64_t requiredExtent(const CaptureDim &dim, const AttnLaunchConfig &config,
                        const AttnForwardArgs &args) {
-  return requiredCaptureExtent(dim, args.q.batch(), config.qHeads, config.kvHeads,
-                               args.q.seqlen(), args.k.seqlen());
+  LogicalShape shape = logicalShape(args);
+  return requiredCaptureExtent(dim, shape.batch, config.qHeads, config.kvHeads, shape.seqlenQ,
+                               shape.seqlenK);
 }
 
 void validateCapture(const CaptureDecl &decl, const CaptureView &view,
@@ -374,11 +422,12 @@ void validateForwardArgs(const AttnLaunchConfig &config,
   requireIntRange(args.q.batch(), "q", "batch");
   requireIntRange(args.q.seqlen(), "q", "seqlen");
   requireIntRange(args.k.seqlen(), "k", "seqlen");
-  forwardWorkTiles(config, static_cast<int>(args.q.batch()), static_cast<int>(args.q.seqlen()));
+  if (args.packed.active())
+    validatePackedSequences(args);
+  const LogicalShape shape = logicalShape(args);
+  forwardWorkTiles(config, static_cast<int>(shape.batch), static_cast<int>(shape.seqlenQ));
 
-  const int64_t lseElements =
-      args.q.batch() * int64_t(config.qHeads) * args.q.seqlen();
-  if (!args.lse && lseElements != 0)
+  if (!args.lse && lseElementCount(config, args) != 0)
     fail("lse", "pointer is null");
   if (reinterpret_cast<uintptr_t>(args.lse) % alignof(float) != 0)
     fail("lse", "pointer must be 4-byte aligned");
@@ -398,10 +447,14 @@ void validateDevicePointers(const AttnLaunchConfig &config,
                             std::make_pair(&args.o, "o")})
     if (view->numElements() != 0)
       requireDeviceMemory(view->data, viewExtentBytes(*view), name, device);
-  uint64_t lseElements = uint64_t(args.q.batch()) * uint64_t(config.qHeads) *
-                         uint64_t(args.q.seqlen());
+  uint64_t lseElements = lseElementCount(config, args);
   if (lseElements != 0)
     requireDeviceMemory(args.lse, lseElements * sizeof(float), "lse", device);
+  if (args.packed.active()) {
+    uint64_t offsetBytes = uint64_t(args.packed.batch + 1) * sizeof(int32_t);
+    requireDeviceMemory(args.packed.cuSeqlensQ, offsetBytes, "packed.cuSeqlensQ", device);
+    requireDeviceMemory(args.packed.cuSeqlensK, offsetBytes, "packed.cuSeqlensK", device);
+  }
   if (args.tileCoverage)
     requireDeviceMemory(args.tileCoverage, tileCoverageBytes(config, args), "tileCoverage",
                         device);
@@ -430,9 +483,20 @@ attn_abi::AttnFwdParams encodeForwardParams(const AttnLaunchConfig &config,
   // Each consumer warpgroup stores its own 64 rows of O.
   params.o_map = encodeBSHDTensorMap(args.o, kOutputBoxRows, kBoxCols, "o");
   params.lse = args.lse;
-  params.batch = static_cast<int>(args.q.batch());
-  params.seqlen_q = static_cast<int>(args.q.seqlen());
-  params.seqlen_k = static_cast<int>(args.k.seqlen());
+  const LogicalShape shape = logicalShape(args);
+  params.batch = static_cast<int>(shape.batch);
+  params.seqlen_q = static_cast<int>(shape.seqlenQ);
+  params.seqlen_k = static_cast<int>(shape.seqlenK);
+  if (args.packed.active()) {
+    params.cu_seqlens_q = args.packed.cuSeqlensQ;
+    params.cu_seqlens_k = args.packed.cuSeqlensK;
+    params.total_q = static_cast<int>(args.q.seqlen());
+    params.total_k = static_cast<int>(args.k.seqlen());
+    // A packed sequence's last partial slice of O is stored by the threads.
+    params.o = args.o.data;
+    params.o_row_stride = args.o.strides[1];
+    params.o_head_stride = args.o.strides[2];
+  }
   params.q_heads = config.qHeads;
   params.kv_heads = config.kvHeads;
   // The kernel exponentiates with exp2, so fold log2(e) into the scale.
@@ -526,15 +590,16 @@ int multiprocessorsOf(int device) {
 void launchForward(KernelFunction &kernel, const AttnLaunchConfig &config,
                    const AttnForwardArgs &args, CUstream stream) {
   validateForwardArgs(config, args);
-  if (args.q.batch() == 0 || args.q.seqlen() == 0)
+  const LogicalShape shape = logicalShape(args);
+  if (args.q.batch() == 0 || args.q.seqlen() == 0 || shape.batch == 0 || shape.seqlenQ == 0)
     return;
 
   validateDevicePointers(config, args);
 
   attn_abi::AttnFwdParams params = encodeForwardParams(config, args);
   kernel.setMaxDynamicSharedMemory(config.sharedMemoryBytes);
-  Dim3 grid = forwardGrid(config, static_cast<int>(args.q.batch()),
-                          static_cast<int>(args.q.seqlen()), multiprocessorsOf(currentDevice()));
+  Dim3 grid = forwardGrid(config, static_cast<int>(shape.batch), static_cast<int>(shape.seqlenQ),
+                          multiprocessorsOf(currentDevice()));
   Dim3 block{static_cast<unsigned>(config.threadsPerBlock), 1, 1};
   void *kernelArgs[] = {&params};
   kernel.launch(grid, block, config.sharedMemoryBytes, stream, kernelArgs);
@@ -788,14 +853,51 @@ struct TileCoverageShape {
 };
 
 TileCoverageShape tileCoverageShape(const AttnLaunchConfig &config, const AttnForwardArgs &args) {
-  return {uint64_t(args.q.batch()) * uint64_t(config.qHeads),
-          (uint64_t(args.q.seqlen()) + config.blockM - 1) / config.blockM,
-          (uint64_t(args.k.seqlen()) + config.blockN - 1) / config.blockN};
+  LogicalShape shape = logicalShape(args);
+  return {uint64_t(shape.batch) * uint64_t(config.qHeads),
+          (uint64_t(shape.seqlenQ) + config.blockM - 1) / config.blockM,
+          (uint64_t(shape.seqlenK) + config.blockN - 1) / config.blockN};
 }
 } // namespace
 
 uint64_t tileCoverageBytes(const AttnLaunchConfig &config, const AttnForwardArgs &args) {
   return tileCoverageShape(config, args).bytes();
+}
+
+PackedSequenceOffsets uploadPackedSequences(const std::vector<int64_t> &seqlensQ,
+                                            const std::vector<int64_t> &seqlensK) {
+  if (seqlensQ.empty())
+    fail("seqlensQ", "packed sequences need at least one sequence");
+  if (seqlensK.size() != seqlensQ.size())
+    fail("seqlensK", "has " + std::to_string(seqlensK.size()) + " lengths, but seqlensQ has " +
+                         std::to_string(seqlensQ.size()));
+  PackedSequenceOffsets packed;
+  std::vector<int32_t> offsets;
+  offsets.reserve(2 * (seqlensQ.size() + 1));
+  for (auto [lengths, name, total, longest] :
+       {std::make_tuple(&seqlensQ, "seqlensQ", &packed.totalQ, &packed.sequences.maxSeqlenQ),
+        std::make_tuple(&seqlensK, "seqlensK", &packed.totalK, &packed.sequences.maxSeqlenK)}) {
+    offsets.push_back(0);
+    for (size_t index = 0; index < lengths->size(); ++index) {
+      int64_t length = (*lengths)[index];
+      std::string at = std::string(name) + "[" + std::to_string(index) + "]";
+      if (length < 0)
+        fail(at, "length " + std::to_string(length) + " is negative");
+      *total += length;
+      if (*total > INT_MAX)
+        fail(at, "the packed rows up to here, " + std::to_string(*total) +
+                     ", exceed the int range of the kernel ABI");
+      *longest = std::max(*longest, length);
+      offsets.push_back(static_cast<int32_t>(*total));
+    }
+  }
+  packed.offsets = DeviceBuffer(offsets.size() * sizeof(int32_t));
+  packed.offsets.upload(offsets);
+  const int32_t *device = static_cast<const int32_t *>(packed.offsets.data());
+  packed.sequences.cuSeqlensQ = device;
+  packed.sequences.cuSeqlensK = device + seqlensQ.size() + 1;
+  packed.sequences.batch = static_cast<int64_t>(seqlensQ.size());
+  return packed;
 }
 
 DeviceBuffer buildTileCoverage(const Module &module, const AttnLaunchConfig &config,

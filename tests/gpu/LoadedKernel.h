@@ -7,8 +7,15 @@
 #include "AttnHarness.h"
 #include "attn/Compiler/Compiler.h"
 
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
+#include <vector>
 
 namespace attn::gputest {
 
@@ -31,6 +38,58 @@ inline LoadedKernel &loadKernel(const std::string &spec, const CompileOptions &o
       std::string_view(loaded.compiled.binary.data(), loaded.compiled.binary.size()));
   loaded.function = loaded.module.function(loaded.compiled.launch.kernelName);
   return cache.emplace(key, std::move(loaded)).first->second;
+}
+
+/// A shipped example spec, read from the source tree, or from docs/examples
+/// below the working directory when the tests run from a copy of the
+/// repository.
+inline std::string readExample(const std::string &name) {
+  for (std::string dir :
+       {std::string(ATTNC_SOURCE_DIR) + "/docs/examples", std::string("docs/examples")}) {
+    std::ifstream file(dir + "/" + name);
+    if (file) {
+      std::stringstream text;
+      text << file.rdbuf();
+      return text.str();
+    }
+  }
+  FAIL("cannot read docs/examples/" << name);
+  return {};
+}
+
+inline std::string replaceAll(std::string text, const std::string &from, const std::string &to) {
+  for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
+    text.replace(at, from.size(), to);
+  return text;
+}
+
+/// The coverage byte of every (batch, head, query block, key tile) from the
+/// reference's mask predicates: 0 no pair kept, 2 all pairs inside the
+/// sequences kept, 1 otherwise. Query blocks and key tiles count
+/// `queryBlocks` and `keyTiles` (0: those of the problem's lengths), so that
+/// packed sequences can count those of the longest one.
+inline std::vector<uint8_t> referenceTileCoverage(const reference::Problem &problem,
+                                                  const AttnLaunchConfig &launch,
+                                                  int64_t queryBlocks = 0, int64_t keyTiles = 0) {
+  if (queryBlocks == 0)
+    queryBlocks = (problem.seqlenQ + launch.blockM - 1) / launch.blockM;
+  if (keyTiles == 0)
+    keyTiles = (problem.seqlenK + launch.blockN - 1) / launch.blockN;
+  std::vector<uint8_t> coverage;
+  for (int64_t b = 0; b < problem.batch; ++b)
+    for (int64_t h = 0; h < problem.qHeads; ++h)
+      for (int64_t qb = 0; qb < queryBlocks; ++qb)
+        for (int64_t kt = 0; kt < keyTiles; ++kt) {
+          int64_t inside = 0, kept = 0;
+          for (int64_t q = qb * launch.blockM; q < std::min((qb + 1) * launch.blockM, problem.seqlenQ); ++q)
+            for (int64_t k = kt * launch.blockN; k < std::min((kt + 1) * launch.blockN, problem.seqlenK); ++k) {
+              ++inside;
+              kept += reference::maskAllows(problem.mask, q, k, problem.seqlenQ, problem.seqlenK) &&
+                      (!problem.maskMod || problem.maskMod(b, h, q, k));
+            }
+          coverage.push_back(kept == 0 ? 0 : (kept == inside ? 2 : 1));
+        }
+  return coverage;
 }
 
 /// The host copies of a problem's captures, as the reference reads them.

@@ -20,57 +20,15 @@
 using namespace attn;
 using attn::gputest::LoadedKernel;
 using attn::gputest::loadKernel;
+using attn::gputest::readExample;
+using attn::gputest::referenceTileCoverage;
+using attn::gputest::replaceAll;
 
 namespace {
-
-// The examples are read from the source tree, or from docs/examples below the
-// working directory when the tests run from a copy of the repository.
-std::string readExample(const std::string &name) {
-  for (std::string dir : {std::string(ATTNC_SOURCE_DIR) + "/docs/examples", std::string("docs/examples")}) {
-    std::ifstream file(dir + "/" + name);
-    if (file) {
-      std::stringstream text;
-      text << file.rdbuf();
-      return text.str();
-    }
-  }
-  FAIL("cannot read docs/examples/" << name);
-  return {};
-}
-
-std::string replaceAll(std::string text, const std::string &from, const std::string &to) {
-  for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
-    text.replace(at, from.size(), to);
-  return text;
-}
 
 // Adds the captured buffers a variant declares, for one shape.
 using CaptureMaker = std::function<void(harness::ForwardProblem &, const AttnLaunchConfig &,
                                         const harness::Shape &, std::mt19937_64 &)>;
-
-// The coverage byte of every (batch, head, query block, key tile) from the
-// reference's mask predicates: 0 no pair kept, 2 all pairs inside the
-// sequences kept, 1 otherwise.
-std::vector<uint8_t> referenceTileCoverage(const reference::Problem &problem,
-                                           const AttnLaunchConfig &launch) {
-  int64_t queryBlocks = (problem.seqlenQ + launch.blockM - 1) / launch.blockM;
-  int64_t keyTiles = (problem.seqlenK + launch.blockN - 1) / launch.blockN;
-  std::vector<uint8_t> coverage;
-  for (int64_t b = 0; b < problem.batch; ++b)
-    for (int64_t h = 0; h < problem.qHeads; ++h)
-      for (int64_t qb = 0; qb < queryBlocks; ++qb)
-        for (int64_t kt = 0; kt < keyTiles; ++kt) {
-          int64_t inside = 0, kept = 0;
-          for (int64_t q = qb * launch.blockM; q < std::min((qb + 1) * launch.blockM, problem.seqlenQ); ++q)
-            for (int64_t k = kt * launch.blockN; k < std::min((kt + 1) * launch.blockN, problem.seqlenK); ++k) {
-              ++inside;
-              kept += reference::maskAllows(problem.mask, q, k, problem.seqlenQ, problem.seqlenK) &&
-                      (!problem.maskMod || problem.maskMod(b, h, q, k));
-            }
-          coverage.push_back(kept == 0 ? 0 : (kept == inside ? 2 : 1));
-        }
-  return coverage;
-}
 
 void runVariant(const std::string &spec, const harness::Shape &shape, const CaptureMaker &captures,
                 uint64_t seed, bool withTileCoverage = false) {

@@ -776,3 +776,103 @@ TEST_CASE("malformed capture metadata is reported with its line",
   std::string version2 = "attn-launch-metadata 2" + withoutCaptures.substr(withoutCaptures.find('\n'));
   expectMetadataInvalid(version2, 1, "unsupported version 2 (this runtime reads version 4)");
 }
+
+namespace {
+
+/// Three packed sequences: q rows 0..249 of [1, 250, 8, 128] (longest 130),
+/// k and v rows 0..599 (longest 300); lse [8, 250].
+AttnForwardArgs makePackedArgs() {
+  AttnForwardArgs args;
+  args.q = contiguousBSHD(fakePointer(0x10000000), DType::BF16, 1, 250, 8, 128);
+  args.k = contiguousBSHD(fakePointer(0x20000000), DType::BF16, 1, 600, 2, 128);
+  args.v = contiguousBSHD(fakePointer(0x30000000), DType::BF16, 1, 600, 2, 128);
+  args.o = contiguousBSHD(fakePointer(0x40000000), DType::BF16, 1, 250, 8, 128);
+  args.lse = static_cast<float *>(fakePointer(0x50000000));
+  args.packed.cuSeqlensQ = static_cast<const int32_t *>(fakePointer(0x70000000));
+  args.packed.cuSeqlensK = static_cast<const int32_t *>(fakePointer(0x70000100));
+  args.packed.batch = 3;
+  args.packed.maxSeqlenQ = 130;
+  args.packed.maxSeqlenK = 300;
+  return args;
+}
+
+void expectPackedInvalid(const std::function<void(AttnForwardArgs &)> &mutate,
+                         const std::string &prefix, const std::string &detail) {
+  AttnForwardArgs args = makePackedArgs();
+  mutate(args);
+  CHECK_THROWS_AS(validateForwardArgs(makeConfig(), args), Error);
+  CHECK_THROWS_WITH(validateForwardArgs(makeConfig(), args),
+                    StartsWith(prefix) && Contains(detail));
+}
+
+} // namespace
+
+TEST_CASE("packed sequences pass validation and set the parameter block's sizes",
+          "[runtime][validate][packed]") {
+  AttnLaunchConfig config = makeConfig();
+  AttnForwardArgs args = makePackedArgs();
+  CHECK(args.packed.active());
+  CHECK_FALSE(makeArgs().packed.active());
+  CHECK_NOTHROW(validateForwardArgs(config, args));
+  // The grid and the tile coverage count the sequences and the longest
+  // lengths: 3 x 8 heads x ceil(130 / 128) query blocks x ceil(300 / 128)
+  // key tiles.
+  CHECK(forwardWorkTiles(config, 3, 130) == 3 * 8 * 2);
+  CHECK(tileCoverageBytes(config, args) == uint64_t(3 * 8 * 2 * 3));
+}
+
+TEST_CASE("packed sequence errors name the argument", "[runtime][validate][packed]") {
+  expectPackedInvalid([](auto &a) { a.packed.cuSeqlensK = nullptr; }, "packed.cuSeqlensK: ",
+                      "pointer is null");
+  expectPackedInvalid([](auto &a) { a.packed.cuSeqlensQ = nullptr; }, "packed.cuSeqlensQ: ",
+                      "pointer is null");
+  expectPackedInvalid(
+      [](auto &a) { a.packed.cuSeqlensQ = static_cast<const int32_t *>(fakePointer(0x70000002)); },
+      "packed.cuSeqlensQ: ", "4-byte aligned");
+  expectPackedInvalid([](auto &a) { a.packed.batch = 0; }, "packed.batch: ",
+                      "must be positive, got 0");
+  expectPackedInvalid([](auto &a) { a.packed.batch = int64_t(INT_MAX) + 1; }, "packed.batch: ",
+                      "exceeds the int range");
+  expectPackedInvalid(
+      [](auto &a) {
+        a.q = contiguousBSHD(a.q.data, DType::BF16, 2, 125, 8, 128);
+        a.o = contiguousBSHD(a.o.data, DType::BF16, 2, 125, 8, 128);
+        a.k = contiguousBSHD(a.k.data, DType::BF16, 2, 300, 2, 128);
+        a.v = contiguousBSHD(a.v.data, DType::BF16, 2, 300, 2, 128);
+      },
+      "q: ", "packed sequences lie end to end in a tensor of batch 1, got batch 2");
+  expectPackedInvalid([](auto &a) { a.packed.maxSeqlenQ = 251; }, "packed.maxSeqlenQ: ",
+                      "251 must lie in [0, q's 250 packed rows]");
+  expectPackedInvalid([](auto &a) { a.packed.maxSeqlenK = -1; }, "packed.maxSeqlenK: ",
+                      "must lie in [0, k's 600 packed rows]");
+  // Setting only the count makes the call a packed one: the arrays are missing.
+  AttnForwardArgs args = makeArgs();
+  args.packed.batch = 2;
+  CHECK_THROWS_WITH(validateForwardArgs(makeConfig(), args), StartsWith("packed.cuSeqlensQ: "));
+}
+
+TEST_CASE("packed sequences size captures by the sequence count and longest lengths",
+          "[runtime][validate][packed][captures]") {
+  AttnLaunchConfig config = makeConfig();
+  CaptureDecl document{"document", DType::I32,
+                       {{CaptureDim::Kind::Batch, 0}, {CaptureDim::Kind::SeqlenK, 0}}};
+  config.captures = {document};
+  AttnForwardArgs args = makePackedArgs();
+  args.captures = {{fakePointer(0x60000000), DType::I32, {3, 300}}};
+  CHECK_NOTHROW(validateForwardArgs(config, args));
+  args.captures[0].shape = {1, 600};
+  CHECK_THROWS_WITH(validateForwardArgs(config, args),
+                    StartsWith("capture 'document': dim 0 is 1, expected 3 (batch)"));
+}
+
+TEST_CASE("uploadPackedSequences checks the lengths before touching the device",
+          "[runtime][validate][packed]") {
+  CHECK_THROWS_WITH(uploadPackedSequences({}, {}),
+                    StartsWith("seqlensQ: packed sequences need at least one sequence"));
+  CHECK_THROWS_WITH(uploadPackedSequences({1, 2}, {3}),
+                    StartsWith("seqlensK: has 1 lengths, but seqlensQ has 2"));
+  CHECK_THROWS_WITH(uploadPackedSequences({1, -2}, {3, 4}),
+                    StartsWith("seqlensQ[1]: length -2 is negative"));
+  CHECK_THROWS_WITH(uploadPackedSequences({1, 2}, {INT_MAX, 1}),
+                    StartsWith("seqlensK[1]: the packed rows up to here, 2147483648, exceed"));
+}

@@ -84,13 +84,44 @@ struct AttnLaunchConfig {
   // `attnc --emit=metadata` serialize every field).
 };
 
+/// Packed (variable-length) sequences: `batch` sequences laid end to end,
+/// without padding, in q and o ([1, total_q, Hq, D]) and in k and v
+/// ([1, total_k, Hkv, D]). Sequence b's queries are rows cuSeqlensQ[b] to
+/// cuSeqlensQ[b + 1] - 1 of q and o, its keys rows cuSeqlensK[b] to
+/// cuSeqlensK[b + 1] - 1 of k and v: device int32 arrays of batch + 1
+/// non-decreasing offsets from 0 to the total. maxSeqlenQ and maxSeqlenK bound
+/// every sequence's lengths; the grid is sized by them.
+///
+/// Masks and regions see positions inside each sequence and b as the batch
+/// index (a causal mask is causal within each sequence, aligned by that
+/// sequence's lengths). The captures' `batch`, `seqlen_q` and `seqlen_k`
+/// extents are batch, maxSeqlenQ and maxSeqlenK. lse is [Hq, total_q].
+///
+/// The launch checks the arrays' memory but cannot read their values without
+/// a synchronization: the kernel clamps each sequence to the tensors and to
+/// the maxima, so that no access leaves them, but offsets that break the
+/// rules above give wrong rows. uploadPackedSequences checks the values on
+/// the host as it uploads them.
+struct PackedSequences {
+  const int32_t *cuSeqlensQ = nullptr;
+  const int32_t *cuSeqlensK = nullptr;
+  int64_t batch = 0;
+  int64_t maxSeqlenQ = 0;
+  int64_t maxSeqlenK = 0;
+
+  /// Whether any field is set: the call is then a packed one.
+  bool active() const { return cuSeqlensQ || cuSeqlensK || batch != 0; }
+};
+
 /// Device tensors of one forward call. q, o: [B, Sq, Hq, D]; k, v:
 /// [B, Sk, Hkv, D]; lse: [B, Hq, Sq] fp32 contiguous, device memory;
-/// captures: one per CaptureDecl of the config, in the same order.
+/// captures: one per CaptureDecl of the config, in the same order. With
+/// `packed` set, the sequences of the batch are packed (PackedSequences).
 struct AttnForwardArgs {
   TensorView q, k, v, o;
   float *lse = nullptr;
   std::vector<CaptureView> captures;
+  PackedSequences packed;
   /// Optional: the masks' tile coverage from buildTileCoverage for these
   /// shapes and captures (device memory of tileCoverageBytes bytes). Without
   /// it a mask the compiler could not classify is tested on every tile of
@@ -98,8 +129,24 @@ struct AttnForwardArgs {
   const unsigned char *tileCoverage = nullptr;
 };
 
+/// The offsets of packed sequences on the device (PackedSequences), made from
+/// each sequence's lengths.
+struct PackedSequenceOffsets {
+  DeviceBuffer offsets; // cuSeqlensQ's batch + 1 entries, then cuSeqlensK's
+  PackedSequences sequences;
+  int64_t totalQ = 0;
+  int64_t totalK = 0;
+};
+
+/// Checks the lengths (as many for keys as for queries, at least one
+/// sequence, none negative, totals within int32) and uploads their running
+/// sums; throws attn::Error naming "seqlensQ" or "seqlensK".
+PackedSequenceOffsets uploadPackedSequences(const std::vector<int64_t> &seqlensQ,
+                                            const std::vector<int64_t> &seqlensK);
+
 /// Bytes of a tile coverage: one per (batch, query head, query block of
-/// blockM rows, key tile of blockN rows).
+/// blockM rows, key tile of blockN rows); packed sequences count the longest
+/// lengths (query blocks past a sequence's end are empty).
 uint64_t tileCoverageBytes(const AttnLaunchConfig &config, const AttnForwardArgs &args);
 
 /// Checks that a config is self-consistent (positive sizes, kvHeads divides
