@@ -14,6 +14,10 @@
 //       a final state (and, gated, seeded log-decays logsigmoid(N(0, 1)));
 //       --check compares with the reference's recurrent form; it prints
 //       TB/s counting the bytes of Q, K, V and O.
+//   attn-bench spec.mlir --packed=L1,L2,...
+//       packed sequences of those lengths (Sq = Sk each) in one launch,
+//       then the padded alternative (a batch of that many sequences of the
+//       longest length); TFLOP/s of both count the pairs the sequences need.
 //   attn-bench --linear-grid
 //       retention, gated retention and linear attention beside our causal
 //       softmax at head dim 128, H = 16, bf16, S = 2048 to 65536 with
@@ -86,6 +90,11 @@ cl::opt<bool> tileCoverage(
     "tile-coverage",
     cl::desc("Build the masks' tile coverage once (timed separately) and pass it to every launch"),
     cl::init(false));
+
+cl::list<int64_t> packedLengths(
+    "packed", cl::CommaSeparated,
+    cl::desc("L1,L2,...: packed sequences of these lengths (Sq = Sk each), timed beside the "
+             "padded batch of the longest"));
 
 cl::list<std::string> captureOptions(
     "capture", cl::desc("NAME=GENERATOR[@D0xD1...]: a captured buffer (see the file header)"));
@@ -214,6 +223,42 @@ int runLinearSpec(Loaded &kernel, const std::string &spec) {
   return passed ? 0 : 1;
 }
 
+/// Packed sequences of --packed lengths in one launch, and the padded
+/// alternative: a batch of as many sequences of the longest length.
+/// TFLOP/s count the pairs each sequence computes.
+int runPackedSpec(Loaded &kernel, const std::string &spec) {
+  const attn::AttnLaunchConfig &launch = kernel.compiled.launch;
+  std::vector<int64_t> lengths(packedLengths.begin(), packedLengths.end());
+  attn::PackedSequenceOffsets packed = attn::uploadPackedSequences(lengths, lengths);
+  const int64_t count = packed.sequences.batch, longest = packed.sequences.maxSeqlenQ;
+  const bool causal = attn::harness::specHasCausalMask(spec);
+  double flops = 0;
+  for (int64_t length : lengths)
+    flops += attn::harness::forwardFlops(launch, {1, length, length, false}, causal);
+  std::printf("kernel @%s: %lld packed sequences, %lld rows (longest %lld), Hq=%d Hkv=%d D=%d %s\n",
+              kernel.compiled.name.c_str(), (long long)count, (long long)packed.totalQ,
+              (long long)longest, launch.qHeads, launch.kvHeads, launch.headDim,
+              attn::dtypeName(launch.dtype));
+
+  attn::harness::ForwardProblem data(launch, {1, packed.totalQ, packed.totalK, false}, 2026);
+  attn::harness::addGeneratedCaptures(data, launch, {count, longest, longest, false},
+                                      captureOptions);
+  attn::AttnForwardArgs args = data.args();
+  args.packed = packed.sequences;
+  double ms = attn::harness::medianLaunchMs(kernel.function, launch, args, warmup, repeats);
+  std::printf("packed: time %.3f ms (median of %d), %.1f TFLOP/s\n", ms, int(repeats),
+              flops / ms / 1e9);
+
+  attn::harness::Shape padded{count, longest, longest, false};
+  attn::harness::ForwardProblem paddedData(launch, padded, 2026);
+  attn::harness::addGeneratedCaptures(paddedData, launch, padded, captureOptions);
+  double paddedMs =
+      attn::harness::medianLaunchMs(kernel.function, launch, paddedData.args(), warmup, repeats);
+  std::printf("padded to B=%lld S=%lld: time %.3f ms, %.1f TFLOP/s of the same useful work\n",
+              (long long)count, (long long)longest, paddedMs, flops / paddedMs / 1e9);
+  return 0;
+}
+
 int runSpec() {
   auto buffer = MemoryBuffer::getFileOrSTDIN(specFile);
   if (!buffer) {
@@ -226,6 +271,14 @@ int runSpec() {
       load(spec, specFile, {batch, seqlen, seqlenK ? seqlenK : seqlen}, tuningDatabase);
   if (kernel.compiled.launch.linearFamily)
     return runLinearSpec(kernel, spec);
+  if (!packedLengths.empty()) {
+    if (check) {
+      errs() << "attn-bench: --check does not take --packed (the GPU tests [gpu][packed] "
+                "check packed sequences)\n";
+      return 1;
+    }
+    return runPackedSpec(kernel, spec);
+  }
   attn::harness::Shape shape{batch, seqlen, seqlenK ? seqlenK : seqlen, false};
   attn::harness::ForwardProblem data(kernel.compiled.launch, shape, 2026);
   const attn::AttnLaunchConfig &launch = kernel.compiled.launch;

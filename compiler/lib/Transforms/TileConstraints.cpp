@@ -163,7 +163,11 @@ int64_t estimateConsumerRegisters(const TileProblem &problem,
   // spills 40-64 bytes at head dim 256 with block_n 96 in 240 registers
   // (the candidate test, test_tune_candidates.cpp, finds it).
   int64_t wideHeadExtra = std::max<int64_t>(0, problem.headDim - 128) / 8;
-  return problem.headDim / 2 + config.blockN / 2 + config.blockN / 4 + 32 + wideHeadExtra;
+  // Score tiles wider than 160 keys leave no room for the packed-sequence
+  // bookkeeping: at head dim 128, block_n 176 and 192 spill 4-48 bytes.
+  int64_t wideTileExtra = config.blockN > 160 ? 16 : 0;
+  return problem.headDim / 2 + config.blockN / 2 + config.blockN / 4 + 32 + wideHeadExtra +
+         wideTileExtra;
 }
 
 int64_t estimateSharedMemoryBytes(const TileProblem &problem,
