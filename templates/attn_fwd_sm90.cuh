@@ -385,35 +385,59 @@ struct GemmTurns {
   }
 };
 
+// Calls body(i, half, row, key, keyFloat) for each score fragment element
+// of this thread in the tile of keys from keyBase. With NeedsKeyFloat,
+// keyFloat is `key` as f32 for the user regions: below 2^24 the sum of the
+// lane's first key, converted once per tile, and the element's column
+// offset is exact, so each element costs one add; beyond it each element
+// converts its own key.
+template <bool NeedsKeyFloat, class Body>
+__device__ __forceinline__ void forEachScoreElement(int row0, int keyBase, int lane, Body &&body) {
+  const int laneKey = keyBase + fragmentColumn(0, lane);
+  if (NeedsKeyFloat && keyBase + kBlockN <= (1 << 24)) {
+    const float laneKeyFloat = exactIntToFloat(laneKey);
+#pragma unroll
+    for (int i = 0; i < kScoreRegs; ++i)
+      body(i, fragmentRowHalf(i), row0 + 8 * fragmentRowHalf(i), laneKey + fragmentColumn(i, 0),
+           laneKeyFloat + static_cast<float>(fragmentColumn(i, 0)));
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < kScoreRegs; ++i) {
+    const int key = laneKey + fragmentColumn(i, 0);
+    body(i, fragmentRowHalf(i), row0 + 8 * fragmentRowHalf(i), key,
+         NeedsKeyFloat ? exactIntToFloat(key) : 0.f);
+  }
+}
+
 // Sets the scores the mask, the mask_mod or the key length excludes to -inf.
 // (Deciding 16 x 8 fragment groups first and testing pairs only in partial
 // groups measured slower for every variant: the group tests cost more than
 // the per-pair tests they save.)
 __device__ __forceinline__ void applyMask(const attn_abi::AttnFwdParams &p,
                                           float (&scores)[kScoreRegs], const WorkTile &work,
-                                          int row0, int keyBase, int lane) {
-#pragma unroll
-  for (int i = 0; i < kScoreRegs; ++i) {
-    int row = row0 + 8 * fragmentRowHalf(i);
-    int key = keyBase + fragmentColumn(i, lane);
-    bool keep = key < work.sequence.seqlenK && Mask::allows(row, key, work.sequence.shift);
-    if constexpr (Mods::kHasMaskMod)
-      keep = keep && Mods::keeps(p, work.batch, work.head, row, key);
-    if (!keep)
-      scores[i] = negativeInfinity();
-  }
+                                          const typename Mods::MaskRow (&maskRows)[2], int row0,
+                                          int keyBase, int lane) {
+  forEachScoreElement<Mods::kMaskUsesKeyFloat>(
+      row0, keyBase, lane, [&](int i, int half, int row, int key, float keyFloat) {
+        bool keep = key < work.sequence.seqlenK && Mask::allows(row, key, work.sequence.shift);
+        if constexpr (Mods::kHasMaskMod)
+          keep = keep && Mods::keeps(p, maskRows[half], work.batch, work.head, row, key, keyFloat);
+        if (!keep)
+          scores[i] = negativeInfinity();
+      });
 }
 
 // Replaces each raw score s by score_mod(scale * s, batch, head, q, k).
 __device__ __forceinline__ void applyScoreMod(const attn_abi::AttnFwdParams &p,
                                               float (&scores)[kScoreRegs], const WorkTile &work,
+                                              const typename Mods::ScoreRow (&scoreRows)[2],
                                               int row0, int keyBase, float scale, int lane) {
-#pragma unroll
-  for (int i = 0; i < kScoreRegs; ++i) {
-    int row = row0 + 8 * fragmentRowHalf(i);
-    int key = keyBase + fragmentColumn(i, lane);
-    scores[i] = Mods::score(p, scores[i] * scale, work.batch, work.head, row, key);
-  }
+  forEachScoreElement<Mods::kScoreUsesKeyFloat>(
+      row0, keyBase, lane, [&](int i, int half, int row, int key, float keyFloat) {
+        scores[i] = Mods::score(p, scoreRows[half], scores[i] * scale, work.batch, work.head, row,
+                                key, keyFloat);
+      });
 }
 
 __device__ __forceinline__ void packProbabilities(const float (&scores)[kScoreRegs],
@@ -549,6 +573,15 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
   RowStatistics stats;
   stats.reset();
 
+  // What the user regions compute once per query row of this thread.
+  typename Mods::MaskRow maskRows[2];
+  typename Mods::ScoreRow scoreRows[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    maskRows[half] = Mods::maskRow(p, work.batch, work.head, row0 + 8 * half);
+    scoreRows[half] = Mods::scoreRow(p, work.batch, work.head, row0 + 8 * half);
+  }
+
   // A score_mod sees scaled scores, so the softmax then scales by log2(e)
   // alone; without one the scale folds into the exponent.
   const float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
@@ -569,10 +602,10 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
                                                   keyBase, keyBase + kBlockN - 1) != Coverage::Full;
     }
     if constexpr (Mods::kHasScoreMod)
-      applyScoreMod(p, scores, work, row0, keyBase, p.scale_log2 * kLn2, lane);
+      applyScoreMod(p, scores, work, scoreRows, row0, keyBase, p.scale_log2 * kLn2, lane);
     // Tiles the masks fully cover skip the per-element test.
     if (needsMask)
-      applyMask(p, scores, work, row0, keyBase, lane);
+      applyMask(p, scores, work, maskRows, row0, keyBase, lane);
     softmaxProbabilities<attn_plan::kSoftmaxReductionChains>(scores, softmaxScaleLog2, stats,
                                                              rescale);
   };

@@ -43,26 +43,39 @@ __device__ __forceinline__ Capture<T, Rank> captureOf(const attn_abi::CaptureArg
   return capture;
 }
 
+// `*address` if `inside`, else 0, as one predicated load instead of a branch
+// per element. The buffers are read-only for the kernel's lifetime, so the
+// load is an ordinary (not volatile) asm on the non-coherent path: the
+// compiler may merge equal loads and keep a value loaded once per tile.
+// Captures hold 32-bit values (f32 or i32).
+__device__ __forceinline__ float fromBits(unsigned bits, float) { return __uint_as_float(bits); }
+__device__ __forceinline__ int fromBits(unsigned bits, int) { return static_cast<int>(bits); }
+template <typename T>
+__device__ __forceinline__ T loadIfInside(const T *address, bool inside) {
+  unsigned bits = 0;
+  asm("{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n@p ld.global.nc.b32 %0, [%1];\n}"
+      : "+r"(bits)
+      : "l"(address), "r"(static_cast<int>(inside)));
+  return fromBits(bits, T());
+}
+
 // Reads outside the extents give 0. Indices are size_t (MLIR's index), so a
-// negative index wraps to a huge one and fails the same test. The buffers
-// are read-only for the kernel's lifetime: the non-coherent path lets the
-// compiler keep a value loaded once per tile in a register.
+// negative index wraps to a huge one and fails the same test; the address
+// of a read outside is formed but never dereferenced.
 template <typename T>
 __device__ __forceinline__ T loadCapture(const Capture<T, 1> &c, size_t i) {
-  return i < static_cast<size_t>(c.extent[0]) ? __ldg(c.data + i) : T(0);
+  return loadIfInside(c.data + i, i < static_cast<size_t>(c.extent[0]));
 }
 template <typename T>
 __device__ __forceinline__ T loadCapture(const Capture<T, 2> &c, size_t i, size_t j) {
-  // One unsigned test per extent; the address is formed only when inside.
-  if (i >= static_cast<size_t>(c.extent[0]) || j >= static_cast<size_t>(c.extent[1]))
-    return T(0);
-  return __ldg(c.data + i * static_cast<size_t>(c.extent[1]) + j);
+  bool inside = i < static_cast<size_t>(c.extent[0]) && j < static_cast<size_t>(c.extent[1]);
+  return loadIfInside(c.data + i * static_cast<size_t>(c.extent[1]) + j, inside);
 }
 template <typename T>
 __device__ __forceinline__ T loadCapture(const Capture<T, 3> &c, size_t i, size_t j, size_t k) {
   bool inside = i < static_cast<size_t>(c.extent[0]) && j < static_cast<size_t>(c.extent[1]) &&
                 k < static_cast<size_t>(c.extent[2]);
-  return inside ? __ldg(c.data + (i * c.extent[1] + j) * c.extent[2] + k) : T(0);
+  return loadIfInside(c.data + (i * c.extent[1] + j) * c.extent[2] + k, inside);
 }
 
 // tanh on the special function unit: one instruction, relative error about

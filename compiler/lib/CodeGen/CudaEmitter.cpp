@@ -114,21 +114,61 @@ void emitCoverage(const TileFormula &formula, std::ostringstream &out) {
     out << ")";
 }
 
+/// A region's hooks in UserMods: the struct `<Name>Row` of its row values,
+/// `<prefix>Row(p, b, h, q)` computing them, and `call` (`keeps` or `score`)
+/// taking them with the key; a second `call` without row values computes
+/// them on the spot. `leading` is the region's argument before b ("s, " for
+/// a score), `fallback` the result without a region.
+void emitModHooks(const ModFunctions &mod, const std::string &captureArgs, const char *name,
+                  const char *prefix, const char *result, const char *call,
+                  const char *leadingParam, const char *leading, const char *fallback,
+                  std::ostringstream &out) {
+  const char *params = "const attn_abi::AttnFwdParams &p";
+  out << "  static constexpr bool k" << name << "UsesKeyFloat = "
+      << (mod.usesKeyFloat ? "true" : "false") << ";\n";
+  out << "  struct " << name << "Row {\n";
+  for (size_t i = 0; i < mod.rowTypes.size(); ++i)
+    out << "    " << mod.rowTypes[i] << " v" << i << ";\n";
+  out << "  };\n";
+  out << "  static __device__ __forceinline__ " << name << "Row " << prefix << "Row(" << params
+      << ", long long b, long long h, long long q) {\n"
+      << "    " << name << "Row row;\n";
+  for (size_t i = 0; i < mod.rowFunctions.size(); ++i)
+    out << "    row.v" << i << " = " << mod.rowFunctions[i] << "(b, h, q" << captureArgs << ");\n";
+  out << "    return row;\n  }\n";
+  out << "  static __device__ __forceinline__ " << result << " " << call << "(" << params << ", const "
+      << name << "Row &row, " << leadingParam
+      << "long long b, long long h, long long q, long long k, float kf) {\n";
+  if (mod.empty()) {
+    out << "    return " << fallback << ";\n";
+  } else {
+    out << "    return " << mod.function << "(" << leading << "b, h, q, k, kf" << captureArgs;
+    for (size_t i = 0; i < mod.rowFunctions.size(); ++i)
+      out << ", row.v" << i;
+    out << ");\n";
+  }
+  out << "  }\n";
+  out << "  static __device__ __forceinline__ " << result << " " << call << "(" << params << ", "
+      << leadingParam << "long long b, long long h, long long q, long long k) {\n"
+      << "    return " << call << "(p, " << prefix << "Row(p, b, h, q), " << leading
+      << "b, h, q, k, attn_dev::exactIntToFloat(static_cast<int>(k)));\n  }\n";
+}
+
 /// namespace attn_plan's UserMods: the kernel's hooks into the user regions.
 void emitUserMods(const UserMods &mods, std::ostringstream &out) {
   out << "struct UserMods {\n"
-      << "  static constexpr bool kHasMaskMod = " << (mods.maskFunction.empty() ? "false" : "true")
+      << "  static constexpr bool kHasMaskMod = " << (mods.mask.empty() ? "false" : "true")
       << ";\n"
       << "  static constexpr bool kMaskProved = " << (mods.hasMaskFormula ? "true" : "false")
       << ";\n"
-      << "  static constexpr bool kHasScoreMod = "
-      << (mods.scoreFunction.empty() ? "false" : "true") << ";\n";
+      << "  static constexpr bool kHasScoreMod = " << (mods.score.empty() ? "false" : "true")
+      << ";\n";
 
   out << "  // Whether mask_mod keeps all, none or some pairs of the tile [q0, q1] x [k0, k1].\n"
       << "  static __device__ __forceinline__ attn_dev::Coverage maskCoverage(long long b, long long "
          "h, long long q0, long long q1, long long k0, long long k1) {\n"
       << "    using namespace attn_dev;\n";
-  if (mods.maskFunction.empty())
+  if (mods.mask.empty())
     out << "    return Coverage::Full;\n";
   else if (!mods.hasMaskFormula)
     out << "    return Coverage::Partial; // not analysable: decided per element\n";
@@ -143,20 +183,12 @@ void emitUserMods(const UserMods &mods, std::ostringstream &out) {
   for (size_t i = 0; i < mods.captures.size(); ++i)
     captureArgs << ", attn_dev::captureOf<" << (mods.captures[i].isFloat ? "float" : "int")
                 << ", " << mods.captures[i].rank << ">(p.captures[" << i << "])";
-  out << "  static __device__ __forceinline__ bool keeps(const attn_abi::AttnFwdParams &p, long long "
-         "b, long long h, long long q, long long k) {\n";
-  if (mods.maskFunction.empty())
-    out << "    return true;\n";
-  else
-    out << "    return " << mods.maskFunction << "(b, h, q, k" << captureArgs.str() << ");\n";
-  out << "  }\n";
-  out << "  static __device__ __forceinline__ float score(const attn_abi::AttnFwdParams &p, float s, "
-         "long long b, long long h, long long q, long long k) {\n";
-  if (mods.scoreFunction.empty())
-    out << "    return s;\n";
-  else
-    out << "    return " << mods.scoreFunction << "(s, b, h, q, k" << captureArgs.str() << ");\n";
-  out << "  }\n};\n";
+  out << "  // mask_mod and score_mod: what they compute once per query row, and per key.\n";
+  emitModHooks(mods.mask, captureArgs.str(), "Mask", "mask", "bool", "keeps", "", "", "true",
+               out);
+  emitModHooks(mods.score, captureArgs.str(), "Score", "score", "float", "score", "float s, ",
+               "s, ", "s", out);
+  out << "};\n";
 }
 
 } // namespace

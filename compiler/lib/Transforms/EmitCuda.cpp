@@ -122,6 +122,25 @@ LogicalResult checkModFunction(emitc::FuncOp func, ArrayRef<std::string> capture
   return success();
 }
 
+/// The C++ spelling of a scalar type checkModFunction allows; empty for an
+/// integer width C has no type for.
+std::string cppScalarType(Type type) {
+  if (type.isF32())
+    return "float";
+  if (isa<emitc::SizeTType>(type))
+    return "size_t";
+  if (isa<emitc::PtrDiffTType>(type))
+    return "ptrdiff_t";
+  if (isa<emitc::SignedSizeTType>(type))
+    return "ssize_t";
+  auto integer = cast<IntegerType>(type);
+  if (integer.getWidth() == 1)
+    return "bool";
+  if (!llvm::is_contained({8u, 16u, 32u, 64u}, integer.getWidth()))
+    return "";
+  return (integer.isUnsigned() ? "uint" : "int") + std::to_string(integer.getWidth()) + "_t";
+}
+
 /// Fills `mods` from the kernel's lowered user regions.
 LogicalResult collectUserMods(KernelOp op, ::attn::codegen::UserMods &mods) {
   if (!op.getMaskMod().empty() || !op.getScoreMod().empty())
@@ -135,10 +154,8 @@ LogicalResult collectUserMods(KernelOp op, ::attn::codegen::UserMods &mods) {
     captureTypes.push_back(getCaptureCppType(capture.getElementType(), capture.getRank()));
   }
   llvm::raw_string_ostream source(mods.source);
-  for (auto [ref, function] : {std::make_pair(op.getMaskModFnAttr(), &mods.maskFunction),
-                               std::make_pair(op.getScoreModFnAttr(), &mods.scoreFunction)}) {
-    if (!ref)
-      continue;
+  // Looks up a function attn-lower-mods generated and prints it.
+  auto emitFunction = [&](FlatSymbolRefAttr ref) -> FailureOr<emitc::FuncOp> {
     auto func = SymbolTable::lookupNearestSymbolFrom<emitc::FuncOp>(op, ref);
     if (!func)
       return op.emitOpError("refers to ") << ref << ", which is not an emitc.func";
@@ -147,14 +164,50 @@ LogicalResult collectUserMods(KernelOp op, ::attn::codegen::UserMods &mods) {
                          llvm::all_of(name, [](char c) { return llvm::isAlnum(c) || c == '_'; });
     if (!generatedName)
       return func.emitOpError("name '") << name << "' is not one attn-lower-mods generates";
-    if (failed(checkModFunction(func, captureTypes)))
+    if (failed(checkModFunction(func, captureTypes)) || failed(emitc::translateToCpp(func, source)))
       return failure();
-    if (failed(emitc::translateToCpp(func, source)))
+    return func;
+  };
+  struct {
+    FlatSymbolRefAttr function;
+    ArrayAttr rows;
+    unsigned leadingArgs; // the score before b, h, q, kv
+    ::attn::codegen::ModFunctions &out;
+  } regions[] = {{op.getMaskModFnAttr(), op.getMaskModRowFnsAttr(), 0, mods.mask},
+                 {op.getScoreModFnAttr(), op.getScoreModRowFnsAttr(), 1, mods.score}};
+  for (auto &region : regions) {
+    if (!region.function)
+      continue;
+    if (region.rows) {
+      for (Attribute ref : region.rows) {
+        FailureOr<emitc::FuncOp> row = emitFunction(cast<FlatSymbolRefAttr>(ref));
+        if (failed(row))
+          return failure();
+        if (row->getNumArguments() != 3 + captureTypes.size() || row->getNumResults() != 1)
+          return row->emitOpError("row function must take (b, h, q, captures...) and return "
+                                  "one value");
+        std::string type = cppScalarType(row->getResultTypes()[0]);
+        if (type.empty())
+          return row->emitOpError("row value type ")
+                 << row->getResultTypes()[0] << " has no C++ scalar type";
+        region.out.rowFunctions.push_back(row->getSymName().str());
+        region.out.rowTypes.push_back(type);
+      }
+    }
+    FailureOr<emitc::FuncOp> func = emitFunction(region.function);
+    if (failed(func))
       return failure();
-    *function = name.str();
+    const unsigned keyFloatIndex = region.leadingArgs + 4;
+    unsigned expected = keyFloatIndex + 1 + captureTypes.size() + region.out.rowFunctions.size();
+    if (func->getNumArguments() != expected ||
+        !func->getArgumentTypes()[keyFloatIndex].isF32())
+      return func->emitOpError("mod function must take ")
+             << expected << " arguments, kv as f32 after kv, then captures and row values";
+    region.out.function = func->getSymName().str();
+    region.out.usesKeyFloat = !func->getArgument(keyFloatIndex).use_empty();
   }
   if (TileFormulaAttr formula = op.getMaskTileFormulaAttr()) {
-    if (!mods.maskFunction.empty()) {
+    if (!mods.mask.empty()) {
       mods.hasMaskFormula = true;
       mods.maskFormula = tileFormulaFor(formula);
     }

@@ -13,7 +13,10 @@
 #include "mlir/Dialect/EmitC/IR/EmitC.h"
 #include "mlir/Dialect/EmitC/Transforms/TypeConversions.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/IR/Matchers.h"
 #include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Transforms/DialectConversion.h"
 
 namespace mlir::attn {
@@ -250,6 +253,120 @@ func::FuncOp outlineRegion(KernelOp kernel, Region &region, StringRef name) {
   return func;
 }
 
+/// Whether `op` converts `key` to f32: (s|u)itofp of an index_cast(ui) of
+/// it to i32 or i64. Positions are below 2^31, so every such chain gives
+/// the same float.
+bool convertsKeyToFloat(Operation *op, Value key) {
+  if (!isa<arith::SIToFPOp, arith::UIToFPOp>(op) || !op->getResult(0).getType().isF32())
+    return false;
+  Operation *cast = op->getOperand(0).getDefiningOp();
+  if (!isa_and_nonnull<arith::IndexCastOp, arith::IndexCastUIOp>(cast) ||
+      cast->getOperand(0) != key)
+    return false;
+  unsigned width = cast->getResult(0).getType().getIntOrFloatBitWidth();
+  return width == 32 || width == 64;
+}
+
+/// Erases the ops of `block` whose results are unused and that only compute
+/// (a capture load reads a buffer the kernel never writes).
+void eraseDeadOps(Block &block) {
+  SmallVector<Operation *> ops;
+  for (Operation &op : block.without_terminator())
+    ops.push_back(&op);
+  for (Operation *op : llvm::reverse(ops))
+    if (op->use_empty() && (isMemoryEffectFree(op) || isa<memref::LoadOp>(op)))
+      op->erase();
+}
+
+/// Clones into a new function `name(batch, head, q, captures...)`, inserted
+/// before `func`, the ops of `func` that `value` depends on, and returns it.
+func::FuncOp outlineRowValue(func::FuncOp func, Value value, ArrayRef<Value> rowArgs,
+                             StringRef name) {
+  Block &body = func.front();
+  SetVector<Operation *> slice;
+  SmallVector<Value> worklist{value};
+  while (!worklist.empty()) {
+    Operation *op = worklist.pop_back_val().getDefiningOp();
+    if (op && slice.insert(op))
+      llvm::append_range(worklist, op->getOperands());
+  }
+  OpBuilder builder(func);
+  auto type = builder.getFunctionType(ValueRange(rowArgs).getTypes(), value.getType());
+  auto row = func::FuncOp::create(builder, value.getLoc(), name, type);
+  Block *entry = row.addEntryBlock();
+  IRMapping mapping;
+  mapping.map(rowArgs, entry->getArguments());
+  builder.setInsertionPointToStart(entry);
+  for (Operation &op : body.without_terminator())
+    if (slice.contains(&op))
+      builder.clone(op, mapping);
+  func::ReturnOp::create(builder, value.getLoc(), mapping.lookup(value));
+  return row;
+}
+
+/// Splits an outlined region by what its values depend on, so that the
+/// kernel computes each part as rarely as it can. Values that depend on
+/// neither the key nor the score are the same for every key of a query row:
+/// each one the rest uses becomes a row function `<name>_row_<i>(batch,
+/// head, q, captures...)`, which the kernel calls once per row of a work
+/// tile and holds in registers; `func` then takes those values as trailing
+/// arguments. `func` also gains kv as f32 right after kv, which replaces the
+/// region's conversions of kv: the kernel derives it for a whole tile with
+/// one conversion and an add per key. `firstIndex` is the position of the
+/// batch argument (1 after a score). Returns the row functions in argument
+/// order.
+SmallVector<func::FuncOp> splitRowInvariants(func::FuncOp func, unsigned firstIndex,
+                                             SymbolTable &symbols) {
+  Block &body = func.front();
+  const unsigned keyIndex = firstIndex + 3, keyFloatIndex = firstIndex + 4;
+  Value key = body.getArgument(keyIndex);
+  (void)func.insertArgument(keyFloatIndex, Float32Type::get(func.getContext()), DictionaryAttr(),
+                            func.getLoc());
+  Value keyFloat = body.getArgument(keyFloatIndex);
+  for (Operation &op : body.without_terminator())
+    if (convertsKeyToFloat(&op, key))
+      op.getResult(0).replaceAllUsesWith(keyFloat);
+
+  DenseSet<Value> perKey{key, keyFloat};
+  if (firstIndex > 0)
+    perKey.insert(body.getArgument(0)); // the score
+  DenseSet<Operation *> perKeyOps;
+  for (Operation &op : body.without_terminator())
+    if (llvm::any_of(op.getOperands(), [&](Value v) { return perKey.contains(v); })) {
+      perKeyOps.insert(&op);
+      perKey.insert(op.getResults().begin(), op.getResults().end());
+    }
+  auto usedPerKey = [&](OpOperand &use) {
+    return perKeyOps.contains(use.getOwner()) || use.getOwner()->hasTrait<OpTrait::IsTerminator>();
+  };
+  SetVector<Value> rowValues;
+  for (Operation &op : body)
+    for (OpOperand &use : op.getOpOperands()) {
+      Value value = use.get();
+      if (usedPerKey(use) && !perKey.contains(value) && value.getDefiningOp() &&
+          !matchPattern(value, m_Constant()))
+        rowValues.insert(value);
+    }
+
+  SmallVector<Value> rowArgs{body.getArgument(firstIndex), body.getArgument(firstIndex + 1),
+                             body.getArgument(firstIndex + 2)};
+  for (unsigned i = keyFloatIndex + 1; i < body.getNumArguments(); ++i)
+    rowArgs.push_back(body.getArgument(i));
+  SmallVector<func::FuncOp> rows;
+  for (Value value : rowValues) {
+    func::FuncOp row = outlineRowValue(func, value, rowArgs,
+                                       freeName(symbols, (func.getSymName() + "_row").str(),
+                                                static_cast<int>(rows.size())));
+    symbols.insert(row);
+    rows.push_back(row);
+    unsigned index = body.getNumArguments();
+    (void)func.insertArgument(index, value.getType(), DictionaryAttr(), value.getLoc());
+    value.replaceUsesWithIf(body.getArgument(index), usedPerKey);
+  }
+  eraseDeadOps(body);
+  return rows;
+}
+
 struct LowerModsPass : impl::AttnLowerModsBase<LowerModsPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -274,13 +391,23 @@ struct LowerModsPass : impl::AttnLowerModsBase<LowerModsPass> {
         std::string name = freeName(symbols, mod.base, index);
         func::FuncOp func = outlineRegion(kernel, mod.region, name);
         symbols.insert(func);
+        SmallVector<Attribute> rowRefs;
+        for (func::FuncOp row : splitRowInvariants(func, mod.isMask ? 0 : 1, symbols)) {
+          outlined.push_back(row);
+          outlinedNames.push_back(row.getSymName().str());
+          rowRefs.push_back(FlatSymbolRefAttr::get(context, row.getSymName()));
+        }
         outlined.push_back(func);
         outlinedNames.push_back(name);
         auto ref = FlatSymbolRefAttr::get(context, func.getSymName());
-        if (mod.isMask)
+        auto rowRefList = rowRefs.empty() ? ArrayAttr() : ArrayAttr::get(context, rowRefs);
+        if (mod.isMask) {
           kernel.setMaskModFnAttr(ref);
-        else
+          kernel.setMaskModRowFnsAttr(rowRefList);
+        } else {
           kernel.setScoreModFnAttr(ref);
+          kernel.setScoreModRowFnsAttr(rowRefList);
+        }
       }
     }
     if (outlined.empty())

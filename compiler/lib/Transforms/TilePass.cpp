@@ -34,6 +34,8 @@ std::string mlir::attn::tuningSpecHash(KernelOp kernel) {
   copy.removeMaskTileFormulaAttr();
   copy.removeMaskModFnAttr();
   copy.removeScoreModFnAttr();
+  copy.removeMaskModRowFnsAttr();
+  copy.removeScoreModRowFnsAttr();
   copy->removeAttr(kCudaSourceAttrName);
   std::string text;
   llvm::raw_string_ostream os(text);

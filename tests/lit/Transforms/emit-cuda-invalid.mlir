@@ -73,3 +73,16 @@ attn.kernel @bad_type
     mask = #attn.no_mask
     normalizer = #attn.softmax
     attributes {score_mod_fn = @attn_score_mod_0}
+
+// -----
+
+// A region function takes kv as f32 after kv (attn-lower-mods adds it).
+// expected-error @below {{mod function must take 6 arguments, kv as f32 after kv, then captures and row values}}
+emitc.func @attn_score_mod_0(%s: f32, %b: !emitc.size_t, %h: !emitc.size_t, %q: !emitc.size_t, %kv: !emitc.size_t) -> f32 {
+  emitc.return %s : f32
+}
+attn.kernel @no_key_float
+    problem = #attn.problem<q_heads = 4, kv_heads = 4, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask
+    normalizer = #attn.softmax
+    attributes {score_mod_fn = @attn_score_mod_0}

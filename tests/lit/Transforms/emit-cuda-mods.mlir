@@ -6,15 +6,18 @@
 // CHECK-LABEL: attn.kernel @alibi_prefix
 // CHECK: attn.cuda_source = "
 // CHECK-SAME: __device__ __forceinline__ bool attn_mask_mod_0(size_t [[B:v[0-9]+]], size_t
+// CHECK-SAME: __device__ __forceinline__ float attn_score_mod_0_row_0(size_t
 // CHECK-SAME: __device__ __forceinline__ float attn_score_mod_0(float
-// CHECK-SAME: attn_dev::Capture<float, 1>
-// CHECK-SAME: attn_dev::loadCapture(
 // CHECK-SAME: struct UserMods {
 // CHECK-SAME: static constexpr bool kHasMaskMod = true;
 // CHECK-SAME: static constexpr bool kHasScoreMod = true;
 // CHECK-SAME: return coverageOr(affineCoverage(0LL * b + 0LL * h + 2047LL, 0LL, -1LL, q0, q1, k0, k1), affineCoverage(0LL * b + 0LL * h + 0LL, 1LL, -1LL, q0, q1, k0, k1));
-// CHECK-SAME: return attn_mask_mod_0(b, h, q, k, attn_dev::captureOf<float, 1>(p.captures[0]));
-// CHECK-SAME: return attn_score_mod_0(s, b, h, q, k, attn_dev::captureOf<float, 1>(p.captures[0]));
+// CHECK-SAME: static constexpr bool kMaskUsesKeyFloat = false;
+// CHECK-SAME: struct MaskRow {\0A  };
+// CHECK-SAME: return attn_mask_mod_0(b, h, q, k, kf, attn_dev::captureOf<float, 1>(p.captures[0]));
+// CHECK-SAME: struct ScoreRow {\0A    float v0;\0A  };
+// CHECK-SAME: row.v0 = attn_score_mod_0_row_0(b, h, q, attn_dev::captureOf<float, 1>(p.captures[0]));
+// CHECK-SAME: return attn_score_mod_0(s, b, h, q, k, kf, attn_dev::captureOf<float, 1>(p.captures[0]), row.v0);
 attn.kernel @alibi_prefix
     problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
     mask = #attn.no_mask normalizer = #attn.softmax

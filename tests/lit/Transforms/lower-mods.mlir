@@ -1,20 +1,32 @@
 // attn-lower-mods moves the user regions into EmitC device functions with
 // generated names; captures become attn_dev::Capture values read through
-// attn_dev::loadCapture, math.tanh the hardware tanh.
+// attn_dev::loadCapture, math.tanh the hardware tanh. What a region computes
+// without the key or the score (here the query's document and the head's
+// slope) moves to row functions of (b, h, q, captures...), and the region
+// function takes their values last; kv as f32 follows kv.
 // RUN: attn-opt --attn-lower-mods %s | FileCheck %s
 
-// CHECK-LABEL: emitc.func @attn_mask_mod_0(
-// CHECK-SAME:      %{{.*}}: !emitc.size_t, %{{.*}}: !emitc.size_t, %{{.*}}: !emitc.size_t, %{{.*}}: !emitc.size_t, %{{.*}}: !emitc.opaque<"attn_dev::Capture<int, 2>">, %{{.*}}: !emitc.opaque<"attn_dev::Capture<float, 1>">) -> i1
+// CHECK-LABEL: emitc.func @attn_mask_mod_0_row_0(
+// CHECK-SAME:      %[[B:.*]]: !emitc.size_t, %{{.*}}: !emitc.size_t, %[[Q:.*]]: !emitc.size_t, %[[DOC:.*]]: !emitc.opaque<"attn_dev::Capture<int, 2>">, %{{.*}}: !emitc.opaque<"attn_dev::Capture<float, 1>">) -> i32
 // CHECK-SAME:      specifiers = ["__device__", "__forceinline__"]
-// CHECK:         call_opaque "attn_dev::loadCapture"(%{{.*}}, %{{.*}}, %{{.*}}) : (!emitc.opaque<"attn_dev::Capture<int, 2>">, !emitc.size_t, !emitc.size_t) -> i32
-// CHECK:         return
-// CHECK-LABEL: emitc.func @attn_score_mod_0(
-// CHECK-SAME:      %{{.*}}: f32
+// CHECK-NEXT:    %[[DQ:.*]] = call_opaque "attn_dev::loadCapture"(%[[DOC]], %[[B]], %[[Q]])
+// CHECK-NEXT:    return %[[DQ]] : i32
+// CHECK-LABEL: emitc.func @attn_mask_mod_0(
+// CHECK-SAME:      %[[B:.*]]: !emitc.size_t, %{{.*}}: !emitc.size_t, %{{.*}}: !emitc.size_t, %[[KV:.*]]: !emitc.size_t, %{{.*}}: f32, %[[DOC:.*]]: !emitc.opaque<"attn_dev::Capture<int, 2>">, %{{.*}}: !emitc.opaque<"attn_dev::Capture<float, 1>">, %[[ROW:.*]]: i32) -> i1
+// CHECK-SAME:      specifiers = ["__device__", "__forceinline__"]
+// CHECK-NEXT:    %[[DK:.*]] = call_opaque "attn_dev::loadCapture"(%[[DOC]], %[[B]], %[[KV]]) : (!emitc.opaque<"attn_dev::Capture<int, 2>">, !emitc.size_t, !emitc.size_t) -> i32
+// CHECK-NEXT:    %[[SAME:.*]] = cmp eq, %[[ROW]], %[[DK]]
+// CHECK-NEXT:    return %[[SAME]]
+// CHECK-LABEL: emitc.func @attn_score_mod_0_row_0(
 // CHECK:         call_opaque "attn_dev::loadCapture"(%{{.*}}, %{{.*}}) : (!emitc.opaque<"attn_dev::Capture<float, 1>">, !emitc.size_t) -> f32
+// CHECK-LABEL: emitc.func @attn_score_mod_0(
+// CHECK-SAME:      %{{.*}}: f32, %{{.*}}: !emitc.size_t, %{{.*}}: !emitc.size_t, %{{.*}}: !emitc.size_t, %{{.*}}: !emitc.size_t, %{{.*}}: f32, %{{.*}}, %{{.*}}, %[[SLOPE:.*]]: f32) -> f32
+// CHECK-NOT:     loadCapture
 // CHECK:         call_opaque "attn_dev::fastTanh"
 // CHECK:         call_opaque "expf"
+// CHECK:         mul %{{.*}}, %[[SLOPE]]
 // CHECK-LABEL: attn.kernel @doc_softcap
-// CHECK:         attributes {mask_mod_fn = @attn_mask_mod_0, score_mod_fn = @attn_score_mod_0}
+// CHECK:         attributes {mask_mod_fn = @attn_mask_mod_0, mask_mod_row_fns = [@attn_mask_mod_0_row_0], score_mod_fn = @attn_score_mod_0, score_mod_row_fns = [@attn_score_mod_0_row_0]}
 // CHECK-NOT:     mask_mod {
 // CHECK-NOT:     score_mod {
 attn.kernel @doc_softcap
@@ -55,11 +67,12 @@ attn.kernel @second
     }
 
 // Rounded signed quotients call the device helpers on signed operands (C's
-// division truncates); remf is fmodf.
-// CHECK-LABEL: emitc.func @attn_mask_mod_3(
+// division truncates); remf is fmodf. q's quotient is a row value.
+// CHECK-LABEL: emitc.func @attn_mask_mod_3_row_0(
 // CHECK:         %[[A:.*]] = cast %{{.*}} : !emitc.size_t to !emitc.ptrdiff_t
 // CHECK:         %[[B:.*]] = cast %{{.*}} : !emitc.size_t to !emitc.ptrdiff_t
 // CHECK:         call_opaque "attn_dev::floorDiv"(%[[A]], %[[B]]) : (!emitc.ptrdiff_t, !emitc.ptrdiff_t) -> !emitc.ptrdiff_t
+// CHECK-LABEL: emitc.func @attn_mask_mod_3(
 // CHECK:         call_opaque "attn_dev::ceilDiv"(%{{.*}}, %{{.*}}) : (i32, i32) -> i32
 // CHECK-LABEL: emitc.func @attn_score_mod_{{[0-9]+}}(
 // CHECK:         call_opaque "fmodf"
@@ -81,5 +94,54 @@ attn.kernel @rounded
     ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index):
       %c = arith.constant 3.0 : f32
       %r = arith.remf %s, %c : f32
+      attn.yield %r : f32
+    }
+
+// ALiBi's bias: the query's position as f32 and the slope are row values;
+// the conversion of kv becomes the f32 argument after kv, so a key costs a
+// subtraction and a multiply-add.
+// CHECK-LABEL: emitc.func @attn_score_mod_3_row_0(
+// CHECK:         call_opaque "attn_dev::exactIntToFloat"
+// CHECK-LABEL: emitc.func @attn_score_mod_3_row_1(
+// CHECK:         call_opaque "attn_dev::loadCapture"
+// CHECK-LABEL: emitc.func @attn_score_mod_3(
+// CHECK-SAME:      %[[S:[^:]*]]: f32, %{{.*}}: !emitc.size_t, %{{.*}}: !emitc.size_t, %{{.*}}: !emitc.size_t, %{{.*}}: !emitc.size_t, %[[KVF:[^:]*]]: f32, %{{.*}}: !emitc.opaque<"attn_dev::Capture<float, 1>">, %[[QF:[^:]*]]: f32, %[[SLOPE:[^:]*]]: f32) -> f32
+// CHECK-NEXT:    %[[D:.*]] = sub %[[QF]], %[[KVF]]
+// CHECK-NEXT:    %[[BIAS:.*]] = mul %[[SLOPE]], %[[D]]
+// CHECK-NEXT:    %[[R:.*]] = sub %[[S]], %[[BIAS]]
+// CHECK-NEXT:    return %[[R]]
+// CHECK-LABEL: attn.kernel @alibi
+// CHECK:         score_mod_fn = @attn_score_mod_3, score_mod_row_fns = [@attn_score_mod_3_row_0, @attn_score_mod_3_row_1]
+attn.kernel @alibi
+    problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
+    mask = #attn.causal<bottom_right> normalizer = #attn.softmax
+    captures = [#attn.capture<"slopes", f32, [q_heads]>]
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index, %slopes: memref<?xf32>):
+      %slope = memref.load %slopes[%h] : memref<?xf32>
+      %qi = arith.index_cast %q : index to i32
+      %kvi = arith.index_cast %kv : index to i32
+      %qf = arith.sitofp %qi : i32 to f32
+      %kvf = arith.sitofp %kvi : i32 to f32
+      %d = arith.subf %qf, %kvf : f32
+      %bias = arith.mulf %slope, %d : f32
+      %r = arith.subf %s, %bias : f32
+      attn.yield %r : f32
+    }
+
+// Nothing depends on the row alone: no row functions; kv narrowed to i16
+// before the conversion is not kv as f32, so it stays a conversion.
+// CHECK-LABEL: emitc.func @attn_score_mod_4(
+// CHECK:         cast %{{.*}} : !emitc.ptrdiff_t to i16
+// CHECK-LABEL: attn.kernel @narrow
+// CHECK-NOT:     score_mod_row_fns
+attn.kernel @narrow
+    problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask normalizer = #attn.softmax
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index):
+      %kvi = arith.index_cast %kv : index to i16
+      %kvf = arith.sitofp %kvi : i16 to f32
+      %r = arith.addf %s, %kvf : f32
       attn.yield %r : f32
     }

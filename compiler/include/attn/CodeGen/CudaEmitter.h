@@ -56,13 +56,25 @@ struct CaptureShape {
   int rank = 1;
 };
 
-// User regions lowered to device functions (attn-lower-mods), printed by
-// MLIR's C++ emitter: `source` defines `maskFunction(b, h, q, kv, captures...)`
-// and/or `scoreFunction(score, b, h, q, kv, captures...)`.
+// One user region lowered to device functions (attn-lower-mods), printed by
+// MLIR's C++ emitter. `function` takes the region's arguments, kv as float
+// after kv, the captures, then one value per entry of `rowFunctions`:
+// rowFunctions[i](b, h, q, captures...) computes, once per query row, the
+// part of the region that does not depend on the key (a `rowTypes[i]`).
+struct ModFunctions {
+  std::string function; // empty: no such region
+  std::vector<std::string> rowFunctions;
+  std::vector<std::string> rowTypes;
+  bool usesKeyFloat = false; // whether `function` reads kv as float
+  bool empty() const { return function.empty(); }
+};
+
+// The user regions: `source` defines the functions of `mask`
+// (b, h, q, kv, ...) and `score` (score, b, h, q, kv, ...).
 struct UserMods {
   std::string source;
-  std::string maskFunction;  // empty: no mask_mod
-  std::string scoreFunction; // empty: no score_mod
+  ModFunctions mask;
+  ModFunctions score;
   std::vector<CaptureShape> captures;
   bool hasMaskFormula = false;
   TileFormula maskFormula;

@@ -145,6 +145,18 @@ def AttnLowerMods : Pass<"attn-lower-mods", "::mlir::ModuleOp"> {
     result open (a zero divisor gives 0, the minimum wraps); `arith.remf`
     calls `fmodf`. Operations without a conversion are reported at their
     location.
+
+    The kernel evaluates a region for every (query, key) pair it tests, so
+    the pass splits each region by what its values depend on. A value that
+    depends on neither the key nor the score (a slope read by head, the
+    query's document, the query's position as f32) and that the rest uses
+    becomes a row function `<name>_row_<i>(b, h, q, captures...)`, listed
+    in `mask_mod_row_fns` / `score_mod_row_fns`; the kernel calls it once per
+    query row of a work tile and passes the value to the region function as
+    a trailing argument. The region function also takes kv as f32 right
+    after kv, in place of the region's conversions of kv to f32
+    (`(s|u)itofp` of `index_cast(ui)` to i32 or i64): the kernel converts
+    once per tile and adds each key's column offset, exact below 2^24.
   }];
   let dependentDialects = ["::mlir::attn::AttnDialect",
                            "::mlir::emitc::EmitCDialect",

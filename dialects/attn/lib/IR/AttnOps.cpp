@@ -22,7 +22,8 @@ void KernelOp::build(OpBuilder &builder, OperationState &state, StringRef name,
   build(builder, state, builder.getStringAttr(name), problem, mask, normalizer,
         /*captures=*/ArrayAttr(), /*tile=*/TilePlanAttr(), /*smem=*/SmemPlanAttr(),
         /*mask_tile_formula=*/TileFormulaAttr(), /*mask_mod_fn=*/FlatSymbolRefAttr(),
-        /*score_mod_fn=*/FlatSymbolRefAttr());
+        /*score_mod_fn=*/FlatSymbolRefAttr(), /*mask_mod_row_fns=*/ArrayAttr(),
+        /*score_mod_row_fns=*/ArrayAttr());
 }
 
 SmallVector<CaptureAttr> KernelOp::getCaptureList() {

@@ -48,7 +48,9 @@ def Attn_KernelOp : Attn_Op<"kernel", [
     `attn-classify-blocks` adds `mask_tile_formula` when it can prove what
     `mask_mod` computes; `attn-lower-mods` moves the regions into EmitC
     functions beside the kernel and names them in `mask_mod_fn` and
-    `score_mod_fn`.
+    `score_mod_fn`; the parts of a region that do not depend on the key
+    (nor on the score) become functions of their own, computed once per
+    query row, named in `mask_mod_row_fns` and `score_mod_row_fns`.
 
     ```mlir
     attn.kernel @k problem = #attn.problem<...> mask = #attn.no_mask
@@ -75,7 +77,9 @@ def Attn_KernelOp : Attn_Op<"kernel", [
     OptionalAttr<Attn_SmemPlanAttr>:$smem,
     OptionalAttr<Attn_TileFormulaAttr>:$mask_tile_formula,
     OptionalAttr<FlatSymbolRefAttr>:$mask_mod_fn,
-    OptionalAttr<FlatSymbolRefAttr>:$score_mod_fn
+    OptionalAttr<FlatSymbolRefAttr>:$score_mod_fn,
+    OptionalAttr<FlatSymbolRefArrayAttr>:$mask_mod_row_fns,
+    OptionalAttr<FlatSymbolRefArrayAttr>:$score_mod_row_fns
   );
   let regions = (region MaxSizedRegion<1>:$mask_mod,
                         MaxSizedRegion<1>:$score_mod);
