@@ -229,11 +229,20 @@ std::optional<std::string> checkTileLegality(const TileProblem &problem,
       int64_t(kThreadsPerWarpgroup) *
       (int64_t(config.producerRegisters) * config.producerWarpgroups +
        int64_t(config.consumerRegisters) * config.consumerWarpgroups);
-  if (blockRegisters > kRegistersPerBlock) {
+  // setmaxnreg moves registers within what the launch allocated to the
+  // block: the per-thread count the launch bounds allow (a multiple of 8,
+  // at most 248 here) times the threads. Asking for more makes the
+  // consumers' increase wait forever (384 threads: 168 x 384 = 64512).
+  int64_t threads = int64_t(kThreadsPerWarpgroup) *
+                    (config.producerWarpgroups + config.consumerWarpgroups);
+  int64_t launchRegisters =
+      std::min<int64_t>(248, kRegistersPerBlock / threads / 8 * 8) * threads;
+  if (blockRegisters > launchRegisters) {
     os << "register budget: 128 x (" << config.producerRegisters << " x "
        << config.producerWarpgroups << " + " << config.consumerRegisters
        << " x " << config.consumerWarpgroups << ") = " << blockRegisters
-       << " registers per block, limit " << kRegistersPerBlock;
+       << " registers per block, limit " << launchRegisters << " (what a launch of "
+       << threads << " threads allocates)";
     return os.str();
   }
   int64_t needed = estimateConsumerRegisters(problem, config);

@@ -61,9 +61,18 @@ attn.kernel @k problem = #attn.problem<q_heads = 16, kv_heads = 2, head_dim = 12
 // -----
 
 // Three consumer warpgroups at 240 registers: 128 x (24 + 3 x 240) = 95232 > 65536.
-// expected-error @+1 {{illegal tile plan for sm_90a: register budget: 128 x (24 x 1 + 240 x 3) = 95232 registers per block, limit 65536}}
+// expected-error @+1 {{illegal tile plan for sm_90a: register budget: 128 x (24 x 1 + 240 x 3) = 95232 registers per block, limit 65536 (what a launch of 512 threads allocates)}}
 attn.kernel @k problem = #attn.problem<q_heads = 16, kv_heads = 2, head_dim = 64, element_type = bf16> mask = #attn.no_mask normalizer = #attn.softmax
     attributes {tile = #attn.tile<block_m = 192, block_n = 64, stages = 2, consumer_warpgroups = 3, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24>}
+
+// -----
+
+// 128 x (32 + 2 x 240) = 65536 fits the register file, but a launch of 384
+// threads allocates 168 registers each, 64512 in all: setmaxnreg cannot
+// hand out more than that.
+// expected-error @+1 {{illegal tile plan for sm_90a: register budget: 128 x (32 x 1 + 240 x 2) = 65536 registers per block, limit 64512 (what a launch of 384 threads allocates)}}
+attn.kernel @k problem = #attn.problem<q_heads = 16, kv_heads = 2, head_dim = 128, element_type = bf16> mask = #attn.no_mask normalizer = #attn.softmax
+    attributes {tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 32>}
 
 // -----
 
