@@ -330,22 +330,6 @@ __device__ __forceinline__ void issueScores(float (&scores)[kScoreRegs], u32 qSl
   wgmmaCommitGroup();
 }
 
-// O += P V, issued asynchronously as one WGMMA group: A is P from registers,
-// B the V tile read MN-major (transposed): each k-step of 16 keys advances 16
-// rows; column blocks are kBlockN rows apart. P and O must stay untouched
-// until the group completes.
-__device__ __forceinline__ void issueOutput(float (&output)[kOutputRegs],
-                                            const u32 (&probabilities)[kPRegs], u32 vTile) {
-  wgmmaFence();
-#pragma unroll
-  for (int step = 0; step < kBlockN / 16; ++step) {
-    u64 b = swizzled128Descriptor(vTile + step * 16 * kRowBytes, kBlockN * kRowBytes, kAtomBytes);
-    WgmmaRS<kHeadDim, Element>::mma(output, probabilities[4 * step], probabilities[4 * step + 1],
-                                    probabilities[4 * step + 2], probabilities[4 * step + 3], b);
-  }
-  wgmmaCommitGroup();
-}
-
 // Lane 0 of each warp gives a ring slot (or the Q tile) back to the
 // producer, once the warp's WGMMA groups that read it have completed.
 __device__ __forceinline__ void releaseSlot(u32 emptyBarrier, int lane) {
@@ -641,7 +625,8 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
       mbarrierWait(barriers.vFull(previous.stage), previous.phase);
       turns.wait();
       issueScores(scores, qSlice, kTile(slot.stage));
-      issueOutput(output, probabilities, vTile(previous.stage));
+      issueRegisterProduct<kHeadDim, kBlockN, Element>(output, probabilities,
+                                                        vTile(previous.stage));
       turns.pass();
 
       wgmmaWaitGroup<1>(); // S_j done, PV_{j-1} may still run
@@ -662,7 +647,7 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
     // Epilogue: the last PV alone.
     mbarrierWait(barriers.vFull(slot.stage), slot.phase);
     turns.wait();
-    issueOutput(output, probabilities, vTile(slot.stage));
+    issueRegisterProduct<kHeadDim, kBlockN, Element>(output, probabilities, vTile(slot.stage));
     turns.pass();
     wgmmaWaitGroup<0>();
     fenceRegisters(output);

@@ -208,19 +208,6 @@ __device__ __forceinline__ void issueScoresAndStateProduct(float (&scores)[kAccu
   wgmmaCommitGroup();
 }
 
-// O += P V, P from registers, V MN-major.
-__device__ __forceinline__ void issueValueProduct(float (&output)[kAccumulatorRegs],
-                                                  const u32 (&weights)[kPRegs], u32 v) {
-  wgmmaFence();
-#pragma unroll
-  for (int step = 0; step < kChunk / 16; ++step) {
-    u64 b = swizzled128Descriptor(v + step * 16 * kRowBytes, kChunk * kRowBytes, kAtomBytes);
-    WgmmaRS<64, Element>::mma(output, weights[4 * step], weights[4 * step + 1],
-                              weights[4 * step + 2], weights[4 * step + 3], b);
-  }
-  wgmmaCommitGroup();
-}
-
 // S += Kᵀ V for each 64-row block of the state: A is a column block of K
 // read MN-major (keys dims along M), B the V slice MN-major; each k-step of
 // 16 tokens advances 16 rows of both.
@@ -552,7 +539,7 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
 #pragma unroll
           for (int i = 0; i < kPRegs; ++i)
             weights[i] = packPair<Element>(scores[2 * i], scores[2 * i + 1]);
-          issueValueProduct(output, weights, v);
+          issueRegisterProduct<kSlice, kChunk, Element>(output, weights, v);
           if constexpr (kNormalize)
             for (int half = 0; half < 2; ++half)
               denominator[half] = denominator[half] * scale + quadSum(rowSum[half]);

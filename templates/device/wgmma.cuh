@@ -73,4 +73,24 @@ template <int N, class Element> struct WgmmaSSTransAB;
 // 16-bit values per thread), B MN-major in shared memory (transposed).
 template <int N, class Element> struct WgmmaRS;
 
+// D[64 x N] += A[64 x Keys] * B[Keys x N], issued asynchronously as one
+// WGMMA group: A from registers (the packed fragments of an earlier
+// accumulator, four per 16 keys), B in shared memory as 128-byte swizzled
+// rows read MN-major: each k-step of 16 keys advances 16 rows, and column
+// blocks of 64 lie Keys rows apart. A and D must stay untouched until the
+// group completes.
+template <int N, int Keys, class Element>
+__device__ __forceinline__ void issueRegisterProduct(float (&d)[N / 2], const u32 (&a)[Keys / 4],
+                                                     u32 b) {
+  constexpr u32 kRowBytes = 128, kAtomBytes = 8 * kRowBytes;
+  wgmmaFence();
+#pragma unroll
+  for (int step = 0; step < Keys / 16; ++step) {
+    u64 descriptor = swizzled128Descriptor(b + step * 16 * kRowBytes, Keys * kRowBytes, kAtomBytes);
+    WgmmaRS<N, Element>::mma(d, a[4 * step], a[4 * step + 1], a[4 * step + 2], a[4 * step + 3],
+                             descriptor);
+  }
+  wgmmaCommitGroup();
+}
+
 } // namespace attn_dev
