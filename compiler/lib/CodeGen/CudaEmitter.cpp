@@ -116,9 +116,8 @@ void emitCoverage(const TileFormula &formula, std::ostringstream &out) {
 
 /// A region's hooks in UserMods: the struct `<Name>Row` of its row values,
 /// `<prefix>Row(p, b, h, q)` computing them, and `call` (`keeps` or `score`)
-/// taking them with the key; a second `call` without row values computes
-/// them on the spot. `leading` is the region's argument before b ("s, " for
-/// a score), `fallback` the result without a region.
+/// taking them with the key. `leading` is the region's argument before b
+/// ("s, " for a score), `fallback` the result without a region.
 void emitModHooks(const ModFunctions &mod, const std::string &captureArgs, const char *name,
                   const char *prefix, const char *result, const char *call,
                   const char *leadingParam, const char *leading, const char *fallback,
@@ -148,10 +147,6 @@ void emitModHooks(const ModFunctions &mod, const std::string &captureArgs, const
     out << ");\n";
   }
   out << "  }\n";
-  out << "  static __device__ __forceinline__ " << result << " " << call << "(" << params << ", "
-      << leadingParam << "long long b, long long h, long long q, long long k) {\n"
-      << "    return " << call << "(p, " << prefix << "Row(p, b, h, q), " << leading
-      << "b, h, q, k, attn_dev::exactIntToFloat(static_cast<int>(k)));\n  }\n";
 }
 
 /// namespace attn_plan's UserMods: the kernel's hooks into the user regions.
@@ -186,6 +181,11 @@ void emitUserMods(const UserMods &mods, std::ostringstream &out) {
   out << "  // mask_mod and score_mod: what they compute once per query row, and per key.\n";
   emitModHooks(mods.mask, captureArgs.str(), "Mask", "mask", "bool", "keeps", "", "", "true",
                out);
+  // For the run-time tile coverage, which tests pairs one at a time.
+  out << "  static __device__ __forceinline__ bool keeps(const attn_abi::AttnFwdParams &p, long "
+         "long b, long long h, long long q, long long k) {\n"
+      << "    return keeps(p, maskRow(p, b, h, q), b, h, q, k, "
+         "attn_dev::exactIntToFloat(static_cast<int>(k)));\n  }\n";
   emitModHooks(mods.score, captureArgs.str(), "Score", "score", "float", "score", "float s, ",
                "s, ", "s", out);
   out << "};\n";
