@@ -154,6 +154,8 @@ struct WorkTile {
 // A mask_mod the compiler could not classify may come with a tile coverage
 // computed at run time (p.tile_coverage, see attn_tile_coverage_kernel).
 constexpr bool kRuntimeCoverage = Mods::kHasMaskMod && !Mods::kMaskProved;
+// Otherwise the compiler derived the mask_mod's coverage of any tile.
+constexpr bool kMaskModProved = Mods::kHasMaskMod && Mods::kMaskProved;
 
 // Position of a tile's byte in p.tile_coverage, laid out
 // [batch][q_heads][query block][key tile].
@@ -394,6 +396,30 @@ __device__ __forceinline__ void forEachScoreElement(int row0, int keyBase, int l
   }
 }
 
+// How much of key tile `keyTile` the masks keep for the query rows
+// [sliceBegin, sliceLast] of one consumer: Full tiles skip the per-element
+// test, and tiles the mask_mod's formula proves Empty for the slice (a work
+// tile visits them for other rows) skip the score_mod and give P = 0. The
+// run-time coverage is per work tile: it never proves a slice empty.
+__device__ __forceinline__ Coverage sliceCoverage(const attn_abi::AttnFwdParams &p,
+                                                  const WorkTile &work, int keyTile,
+                                                  int sliceBegin, int sliceLast) {
+  const int keyFirst = keyTile * kBlockN, keyLast = keyFirst + kBlockN - 1;
+  Coverage coverage = keyLast >= work.sequence.seqlenK ||
+                              !Mask::coversTile(sliceBegin, sliceLast, keyFirst, keyLast,
+                                                work.sequence.shift)
+                          ? Coverage::Partial
+                          : Coverage::Full;
+  if constexpr (kRuntimeCoverage) {
+    if (!p.tile_coverage || runtimeCoverage(p, work, keyTile) != Coverage::Full)
+      coverage = Coverage::Partial;
+  } else if constexpr (Mods::kHasMaskMod) {
+    coverage = coverageAnd(coverage, Mods::maskCoverage(work.batch, work.head, sliceBegin,
+                                                        sliceLast, keyFirst, keyLast));
+  }
+  return coverage;
+}
+
 // Sets the scores the mask, the mask_mod or the key length excludes to -inf.
 // (Deciding 16 x 8 fragment groups first and testing pairs only in partial
 // groups measured slower for every variant: the group tests cost more than
@@ -540,7 +566,6 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
   const int sliceQueryBegin = work.queryBegin + 64 * consumer;
   const int row0 = sliceQueryBegin + warp * 16 + lane / 4;
   const int sliceLast = min(sliceQueryBegin + 63, work.sequence.seqlenQ - 1);
-  const i64 shift = work.sequence.shift;
   const u32 qSlice = smemBase + attn_plan::kSmemQ + consumer * 64 * kRowBytes;
   auto kTile = [&](int stage) { return smemBase + attn_plan::kSmemK + stage * kKvTileBytes; };
   auto vTile = [&](int stage) { return smemBase + attn_plan::kSmemV + stage * kKvTileBytes; };
@@ -574,24 +599,18 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
   // Scores of key tile `keyTile` -> probabilities, with the O rescale factor.
   auto softmaxOfTile = [&](float (&scores)[kScoreRegs], int keyTile, float (&rescale)[2]) {
     int keyBase = keyTile * kBlockN;
-    bool needsMask = keyBase + kBlockN > work.sequence.seqlenK ||
-                     !Mask::coversTile(sliceQueryBegin, sliceLast, keyBase, keyBase + kBlockN - 1,
-                                       shift);
-    if constexpr (kRuntimeCoverage) {
-      // The run-time coverage is per work tile, so it holds for each slice.
-      needsMask = needsMask || !p.tile_coverage ||
-                  runtimeCoverage(p, work, keyTile) != Coverage::Full;
-    } else if constexpr (Mods::kHasMaskMod) {
-      needsMask = needsMask || Mods::maskCoverage(work.batch, work.head, sliceQueryBegin, sliceLast,
-                                                  keyBase, keyBase + kBlockN - 1) != Coverage::Full;
-    }
+    Coverage coverage = sliceCoverage(p, work, keyTile, sliceQueryBegin, sliceLast);
+    // A tile visited for the other consumers' rows only: the softmax gives
+    // P = 0 and keeps the statistics, with nothing evaluated per element.
+    const bool sliceEmpty = kMaskModProved && coverage == Coverage::Empty;
     if constexpr (Mods::kHasScoreMod)
-      applyScoreMod(p, scores, work, scoreRows, row0, keyBase, p.scale_log2 * kLn2, lane);
+      if (!sliceEmpty)
+        applyScoreMod(p, scores, work, scoreRows, row0, keyBase, p.scale_log2 * kLn2, lane);
     // Tiles the masks fully cover skip the per-element test.
-    if (needsMask)
+    if (coverage != Coverage::Full && !sliceEmpty)
       applyMask(p, scores, work, maskRows, row0, keyBase, lane);
-    softmaxProbabilities<attn_plan::kSoftmaxReductionChains>(scores, softmaxScaleLog2, stats,
-                                                             rescale);
+    softmaxProbabilities<attn_plan::kSoftmaxReductionChains>(scores, softmaxScaleLog2, sliceEmpty,
+                                                             stats, rescale);
   };
 
   mbarrierWait(barriers.qFull(), qPhase);

@@ -37,9 +37,12 @@ struct RowStatistics {
 // per row: one serial chain of ScoreRegs / 2 dependent instructions leaves the
 // warp waiting on each result's latency, more chains hold more registers. The
 // plan picks the count (attn_plan::kSoftmaxReductionChains).
+// With `masked`, every score counts as masked whatever its value: the tile
+// gives P = 0 and leaves the statistics as they were.
 template <int Chains, int ScoreRegs>
 __device__ __forceinline__ void softmaxProbabilities(float (&scores)[ScoreRegs], float scaleLog2,
-                                                     RowStatistics &stats, float (&rescale)[2]) {
+                                                     bool masked, RowStatistics &stats,
+                                                     float (&rescale)[2]) {
   float partialMax[2][Chains];
 #pragma unroll
   for (int chain = 0; chain < Chains; ++chain)
@@ -56,6 +59,8 @@ __device__ __forceinline__ void softmaxProbabilities(float (&scores)[ScoreRegs],
 #pragma unroll
     for (int chain = 1; chain < Chains; ++chain)
       tileMax[half] = fmaxf(tileMax[half], partialMax[half][chain]);
+    if (masked)
+      tileMax[half] = negativeInfinity();
   }
 
   float negatedBase[2];
@@ -65,7 +70,8 @@ __device__ __forceinline__ void softmaxProbabilities(float (&scores)[ScoreRegs],
     // A row with nothing unmasked yet keeps max = -inf; exponentiate against 0
     // so that -inf - -inf never produces NaN.
     float base = newMax == negativeInfinity() ? 0.f : newMax;
-    negatedBase[half] = -base;
+    // exp2(s * scaleLog2 - inf) = 0 for every finite score s.
+    negatedBase[half] = masked ? negativeInfinity() : -base;
     rescale[half] = fastExp2(stats.max[half] - base);
     stats.max[half] = newMax;
     stats.sum[half] *= rescale[half];
