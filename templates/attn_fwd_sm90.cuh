@@ -592,9 +592,12 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
   }
 
   // A score_mod sees scaled scores, so the softmax then scales by log2(e)
-  // alone; without one the scale folds into the exponent.
+  // alone; without one the scale folds into the exponent. The constant
+  // factors attn-lower-mods took out of score_mod join these two scales.
   const float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
-  const float softmaxScaleLog2 = Mods::kHasScoreMod ? kLog2e : p.scale_log2;
+  const float softmaxScaleLog2 =
+      Mods::kHasScoreMod ? kLog2e * Mods::kScoreOutputScale : p.scale_log2;
+  const float scoreModInputScale = p.scale_log2 * kLn2 * Mods::kScoreInputScale;
 
   // Scores of key tile `keyTile` -> probabilities, with the O rescale factor.
   auto softmaxOfTile = [&](float (&scores)[kScoreRegs], int keyTile, float (&rescale)[2]) {
@@ -605,7 +608,7 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
     const bool sliceEmpty = kMaskModProved && coverage == Coverage::Empty;
     if constexpr (Mods::kHasScoreMod)
       if (!sliceEmpty)
-        applyScoreMod(p, scores, work, scoreRows, row0, keyBase, p.scale_log2 * kLn2, lane);
+        applyScoreMod(p, scores, work, scoreRows, row0, keyBase, scoreModInputScale, lane);
     // Tiles the masks fully cover skip the per-element test.
     if (coverage != Coverage::Full && !sliceEmpty)
       applyMask(p, scores, work, maskRows, row0, keyBase, lane);

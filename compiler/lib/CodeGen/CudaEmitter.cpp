@@ -149,6 +149,13 @@ void emitModHooks(const ModFunctions &mod, const std::string &captureArgs, const
   out << "  }\n";
 }
 
+/// `value` as a C++ float literal that reads back exactly (hexadecimal).
+std::string floatLiteral(float value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%af", static_cast<double>(value));
+  return text;
+}
+
 /// namespace attn_plan's UserMods: the kernel's hooks into the user regions.
 void emitUserMods(const UserMods &mods, std::ostringstream &out) {
   out << "struct UserMods {\n"
@@ -157,6 +164,12 @@ void emitUserMods(const UserMods &mods, std::ostringstream &out) {
       << "  static constexpr bool kMaskProved = " << (mods.hasMaskFormula ? "true" : "false")
       << ";\n"
       << "  static constexpr bool kHasScoreMod = " << (mods.score.empty() ? "false" : "true")
+      << ";\n"
+      << "  // Constant factors of score_mod the kernel applies: to the score before it\n"
+      << "  // (with the softmax scale) and to its result (in the softmax's exponent).\n"
+      << "  static constexpr float kScoreInputScale = " << floatLiteral(mods.scoreInputScale)
+      << ";\n"
+      << "  static constexpr float kScoreOutputScale = " << floatLiteral(mods.scoreOutputScale)
       << ";\n";
 
   out << "  // Whether mask_mod keeps all, none or some pairs of the tile [q0, q1] x [k0, k1].\n"

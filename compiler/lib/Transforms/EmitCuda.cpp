@@ -206,6 +206,20 @@ LogicalResult collectUserMods(KernelOp op, ::attn::codegen::UserMods &mods) {
     region.out.function = func->getSymName().str();
     region.out.usesKeyFloat = !func->getArgument(keyFloatIndex).use_empty();
   }
+  // The kernel applies the factors attn-lower-mods took out of score_mod; a
+  // non-positive result factor would move the softmax's row maximum.
+  if (FloatAttr input = op.getScoreInputScaleAttr()) {
+    if (mods.score.empty() || !input.getValue().isFinite())
+      return op.emitOpError("score_input_scale needs a score_mod function and a finite value");
+    mods.scoreInputScale = input.getValue().convertToFloat();
+  }
+  if (FloatAttr output = op.getScoreOutputScaleAttr()) {
+    if (mods.score.empty() || !output.getValue().isFinite() ||
+        !(output.getValue().convertToFloat() > 0.f))
+      return op.emitOpError(
+          "score_output_scale needs a score_mod function and a positive finite value");
+    mods.scoreOutputScale = output.getValue().convertToFloat();
+  }
   if (TileFormulaAttr formula = op.getMaskTileFormulaAttr()) {
     if (!mods.mask.empty()) {
       mods.hasMaskFormula = true;

@@ -278,6 +278,47 @@ void eraseDeadOps(Block &block) {
       op->erase();
 }
 
+/// The finite f32 constant that `mul` multiplies `operand` by, if its other
+/// operand is one.
+std::optional<float> constantFactor(arith::MulFOp mul, Value operand) {
+  Value other = mul.getLhs() == operand ? mul.getRhs() : mul.getLhs();
+  FloatAttr factor;
+  if (other == operand || !matchPattern(other, m_Constant(&factor)) || !factor.getType().isF32() ||
+      !factor.getValue().isFinite())
+    return std::nullopt;
+  return factor.getValue().convertToFloat();
+}
+
+/// Takes out of an outlined score_mod the constant scalings the kernel
+/// applies for free: a multiplication of the score by a constant that is the
+/// score's only use (the kernel multiplies each raw score by the softmax
+/// scale anyway, and now by the constant too), and a final multiplication by
+/// a positive constant (the softmax multiplies the result by log2(e)
+/// anyway, and a positive factor keeps the row maximum where it is). Returns
+/// the two factors, 1 where there is none.
+std::pair<float, float> peelScoreScales(func::FuncOp func) {
+  Block &body = func.front();
+  Value score = body.getArgument(0);
+  float input = 1.f, output = 1.f;
+  if (score.hasOneUse())
+    if (auto mul = dyn_cast<arith::MulFOp>(*score.user_begin()))
+      if (std::optional<float> factor = constantFactor(mul, score)) {
+        mul.getResult().replaceAllUsesWith(score);
+        mul.erase();
+        input = *factor;
+      }
+  Operation *terminator = body.getTerminator();
+  if (auto mul = terminator->getOperand(0).getDefiningOp<arith::MulFOp>())
+    for (Value operand : {mul.getLhs(), mul.getRhs()})
+      if (std::optional<float> factor = constantFactor(mul, operand); factor && *factor > 0.f) {
+        terminator->setOperand(0, operand);
+        output = *factor;
+        break;
+      }
+  eraseDeadOps(body);
+  return {input, output};
+}
+
 /// Clones into a new function `name(batch, head, q, captures...)`, inserted
 /// before `func`, the ops of `func` that `value` depends on, and returns it.
 func::FuncOp outlineRowValue(func::FuncOp func, Value value, ArrayRef<Value> rowArgs,
@@ -391,6 +432,13 @@ struct LowerModsPass : impl::AttnLowerModsBase<LowerModsPass> {
         std::string name = freeName(symbols, mod.base, index);
         func::FuncOp func = outlineRegion(kernel, mod.region, name);
         symbols.insert(func);
+        if (!mod.isMask) {
+          auto [input, output] = peelScoreScales(func);
+          if (input != 1.f)
+            kernel.setScoreInputScaleAttr(FloatAttr::get(Float32Type::get(context), input));
+          if (output != 1.f)
+            kernel.setScoreOutputScaleAttr(FloatAttr::get(Float32Type::get(context), output));
+        }
         SmallVector<Attribute> rowRefs;
         for (func::FuncOp row : splitRowInvariants(func, mod.isMask ? 0 : 1, symbols)) {
           outlined.push_back(row);

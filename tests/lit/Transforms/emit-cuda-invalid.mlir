@@ -86,3 +86,28 @@ attn.kernel @no_key_float
     mask = #attn.no_mask
     normalizer = #attn.softmax
     attributes {score_mod_fn = @attn_score_mod_0}
+
+// -----
+
+// A result factor at or below 0 would move the softmax's row maximum.
+emitc.func @attn_score_mod_0(%s: f32, %b: !emitc.size_t, %h: !emitc.size_t, %q: !emitc.size_t, %kv: !emitc.size_t, %kvf: f32) -> f32 {
+  emitc.return %s : f32
+}
+// expected-error @below {{score_output_scale needs a score_mod function and a positive finite value}}
+attn.kernel @negative_output_scale
+    problem = #attn.problem<q_heads = 4, kv_heads = 4, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask
+    normalizer = #attn.softmax
+    attributes {score_mod_fn = @attn_score_mod_0, score_output_scale = -2.0 : f32}
+
+// -----
+
+emitc.func @attn_score_mod_0(%s: f32, %b: !emitc.size_t, %h: !emitc.size_t, %q: !emitc.size_t, %kv: !emitc.size_t, %kvf: f32) -> f32 {
+  emitc.return %s : f32
+}
+// expected-error @below {{score_input_scale needs a score_mod function and a finite value}}
+attn.kernel @infinite_input_scale
+    problem = #attn.problem<q_heads = 4, kv_heads = 4, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask
+    normalizer = #attn.softmax
+    attributes {score_mod_fn = @attn_score_mod_0, score_input_scale = 0x7F800000 : f32}

@@ -11,6 +11,8 @@
 // CHECK-SAME: struct UserMods {
 // CHECK-SAME: static constexpr bool kHasMaskMod = true;
 // CHECK-SAME: static constexpr bool kHasScoreMod = true;
+// CHECK-SAME: static constexpr float kScoreInputScale = 0x1p+0f;
+// CHECK-SAME: static constexpr float kScoreOutputScale = 0x1p+0f;
 // CHECK-SAME: return coverageOr(affineCoverage(0LL * b + 0LL * h + 2047LL, 0LL, -1LL, q0, q1, k0, k1), affineCoverage(0LL * b + 0LL * h + 0LL, 1LL, -1LL, q0, q1, k0, k1));
 // CHECK-SAME: static constexpr bool kMaskUsesKeyFloat = false;
 // CHECK-SAME: struct MaskRow {\0A  };
@@ -65,4 +67,22 @@ attn.kernel @chunked
       %kv_chunk = arith.divui %kv, %chunk : index
       %same = arith.cmpi eq, %q_chunk, %kv_chunk : index
       attn.yield %same : i1
+    }
+
+// The constant factors attn-lower-mods takes out of a score_mod reach the
+// kernel as exact float literals.
+// CHECK-LABEL: attn.kernel @softcap
+// CHECK: static constexpr float kScoreInputScale = 0x1.47ae14p-6f;
+// CHECK-SAME: static constexpr float kScoreOutputScale = 0x1.9p+5f;
+attn.kernel @softcap
+    problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
+    mask = #attn.causal<bottom_right> normalizer = #attn.softmax
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index):
+      %cap = arith.constant 50.0 : f32
+      %inverse = arith.constant 0.02 : f32
+      %scaled = arith.mulf %s, %inverse : f32
+      %squashed = math.tanh %scaled : f32
+      %capped = arith.mulf %squashed, %cap : f32
+      attn.yield %capped : f32
     }

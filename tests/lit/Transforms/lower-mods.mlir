@@ -145,3 +145,64 @@ attn.kernel @narrow
       %r = arith.addf %s, %kvf : f32
       attn.yield %r : f32
     }
+
+// Soft-capping, cap * tanh(s / cap): the kernel multiplies the raw score by
+// the inner constant with the softmax scale, and the softmax folds the cap
+// into its exponent; the region function keeps only the tanh.
+// CHECK-LABEL: emitc.func @attn_score_mod_5(
+// CHECK-SAME:      %[[S:[^:]*]]: f32,
+// CHECK-NEXT:    %[[T:.*]] = call_opaque "attn_dev::fastTanh"(%[[S]])
+// CHECK-NEXT:    return %[[T]]
+// CHECK-LABEL: attn.kernel @softcap
+// CHECK:         score_input_scale = 2.000000e-02 : f32, score_mod_fn = @attn_score_mod_5, score_output_scale = 5.000000e+01 : f32
+attn.kernel @softcap
+    problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
+    mask = #attn.causal<bottom_right> normalizer = #attn.softmax
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index):
+      %cap = arith.constant 50.0 : f32
+      %inverse = arith.constant 0.02 : f32
+      %scaled = arith.mulf %inverse, %s : f32
+      %squashed = math.tanh %scaled : f32
+      %capped = arith.mulf %squashed, %cap : f32
+      attn.yield %capped : f32
+    }
+
+// Not taken out: a multiplication of a score that has a second use, and a
+// negative result factor (it would move the row maximum).
+// CHECK-LABEL: emitc.func @attn_score_mod_6(
+// CHECK:         mul
+// CHECK:         add
+// CHECK:         mul
+// CHECK-LABEL: attn.kernel @kept_scalings
+// CHECK-NOT:     score_input_scale
+// CHECK-NOT:     score_output_scale
+// CHECK:         }
+attn.kernel @kept_scalings
+    problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask normalizer = #attn.softmax
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index):
+      %two = arith.constant 2.0 : f32
+      %minus = arith.constant -3.0 : f32
+      %doubled = arith.mulf %s, %two : f32
+      %sum = arith.addf %doubled, %s : f32
+      %r = arith.mulf %sum, %minus : f32
+      attn.yield %r : f32
+    }
+
+// A factor that is not a constant stays in the region.
+// CHECK-LABEL: attn.kernel @variable_factor
+// CHECK-NOT:     score_input_scale
+// CHECK-NOT:     score_output_scale
+// CHECK:         }
+attn.kernel @variable_factor
+    problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask normalizer = #attn.softmax
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index):
+      %qi = arith.index_cast %q : index to i32
+      %qf = arith.sitofp %qi : i32 to f32
+      %r = arith.mulf %s, %qf : f32
+      attn.yield %r : f32
+    }

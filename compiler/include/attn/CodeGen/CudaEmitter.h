@@ -78,6 +78,10 @@ struct UserMods {
   std::vector<CaptureShape> captures;
   bool hasMaskFormula = false;
   TileFormula maskFormula;
+  // Constant factors attn-lower-mods took out of the score region: of the
+  // score before it, and of its result (positive).
+  float scoreInputScale = 1.f;
+  float scoreOutputScale = 1.f;
 };
 
 struct ForwardKernelConfig {

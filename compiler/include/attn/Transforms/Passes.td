@@ -157,6 +157,15 @@ def AttnLowerMods : Pass<"attn-lower-mods", "::mlir::ModuleOp"> {
     after kv, in place of the region's conversions of kv to f32
     (`(s|u)itofp` of `index_cast(ui)` to i32 or i64): the kernel converts
     once per tile and adds each key's column offset, exact below 2^24.
+
+    Before that it takes two constant scalings out of `score_mod`, which the
+    kernel applies without a per-pair instruction: a multiplication of the
+    score by a finite constant that is the score's only use becomes
+    `score_input_scale` (the kernel already multiplies each raw score by the
+    softmax scale), and a final multiplication by a positive finite constant
+    becomes `score_output_scale` (the softmax already multiplies each score
+    by log2(e) before its exponential, and a positive factor keeps the row
+    maximum). Soft-capping, `cap * tanh(s / cap)`, keeps only its `tanh`.
   }];
   let dependentDialects = ["::mlir::attn::AttnDialect",
                            "::mlir::emitc::EmitCDialect",

@@ -50,7 +50,11 @@ def Attn_KernelOp : Attn_Op<"kernel", [
     functions beside the kernel and names them in `mask_mod_fn` and
     `score_mod_fn`; the parts of a region that do not depend on the key
     (nor on the score) become functions of their own, computed once per
-    query row, named in `mask_mod_row_fns` and `score_mod_row_fns`.
+    query row, named in `mask_mod_row_fns` and `score_mod_row_fns`. It also
+    takes out of `score_mod` a multiplication of the score by a constant
+    (`score_input_scale`: the kernel multiplies the raw score by it together
+    with the softmax scale) and a final multiplication by a positive
+    constant (`score_output_scale`: the softmax folds it into its exponent).
 
     ```mlir
     attn.kernel @k problem = #attn.problem<...> mask = #attn.no_mask
@@ -79,7 +83,9 @@ def Attn_KernelOp : Attn_Op<"kernel", [
     OptionalAttr<FlatSymbolRefAttr>:$mask_mod_fn,
     OptionalAttr<FlatSymbolRefAttr>:$score_mod_fn,
     OptionalAttr<FlatSymbolRefArrayAttr>:$mask_mod_row_fns,
-    OptionalAttr<FlatSymbolRefArrayAttr>:$score_mod_row_fns
+    OptionalAttr<FlatSymbolRefArrayAttr>:$score_mod_row_fns,
+    OptionalAttr<F32Attr>:$score_input_scale,
+    OptionalAttr<F32Attr>:$score_output_scale
   );
   let regions = (region MaxSizedRegion<1>:$mask_mod,
                         MaxSizedRegion<1>:$score_mod);
