@@ -63,6 +63,13 @@ inline std::string replaceAll(std::string text, const std::string &from, const s
   return text;
 }
 
+/// A shipped example (written for 16 query and 16 key/value heads) with
+/// fewer heads, GQA 2:1 by default, to keep the CPU reference fast.
+inline std::string exampleWithHeads(const std::string &name,
+                                    const std::string &heads = "q_heads = 4, kv_heads = 2") {
+  return replaceAll(readExample(name), "q_heads = 16, kv_heads = 16", heads);
+}
+
 /// The coverage byte of every (batch, head, query block, key tile) from the
 /// reference's mask predicates: 0 no pair kept, 2 all pairs inside the
 /// sequences kept, 1 otherwise. Query blocks and key tiles count

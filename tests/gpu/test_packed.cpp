@@ -19,6 +19,7 @@
 #include <sstream>
 
 using namespace attn;
+using attn::gputest::exampleWithHeads;
 using attn::gputest::LoadedKernel;
 using attn::gputest::loadKernel;
 using attn::gputest::readExample;
@@ -26,11 +27,6 @@ using attn::gputest::referenceTileCoverage;
 using attn::gputest::replaceAll;
 
 namespace {
-
-// A shipped example with fewer heads (GQA 2:1) to keep the reference fast.
-std::string example(const std::string &name) {
-  return replaceAll(readExample(name), "q_heads = 16, kv_heads = 16", "q_heads = 4, kv_heads = 2");
-}
 
 struct PackedLengths {
   std::vector<int64_t> q, k;
@@ -162,7 +158,7 @@ TEST_CASE("packed causal sequences match the reference per sequence", "[gpu][pac
   // Top-left causal and no mask, and the other head dims and f16: other
   // tile shapes, and at head dim 256 O's staging shares Q's bytes.
   runPacked(replaceAll(spec, "bottom_right", "top_left"), kAwkward, 3);
-  std::string full = example("full_hd128.mlir");
+  std::string full = exampleWithHeads("full_hd128.mlir");
   runPacked(full, kAwkward, 4);
   for (const char *headDim : {"head_dim = 64", "head_dim = 256"}) {
     runPacked(replaceAll(spec, "head_dim = 128", headDim), kAwkward, 5);
@@ -172,9 +168,9 @@ TEST_CASE("packed causal sequences match the reference per sequence", "[gpu][pac
 }
 
 TEST_CASE("packed sequences with masks and regions match the reference", "[gpu][packed]") {
-  runPacked(example("sliding_window_hd128.mlir"), {{1500, 200, 1100}, {1500, 300, 1100}}, 11);
-  runPacked(example("prefix_lm_hd128.mlir"), {{2300, 100, 40}, {2300, 2200, 40}}, 12);
-  runPacked(example("softcap_causal_hd128.mlir"), kAwkward, 13);
+  runPacked(exampleWithHeads("sliding_window_hd128.mlir"), {{1500, 200, 1100}, {1500, 300, 1100}}, 11);
+  runPacked(exampleWithHeads("prefix_lm_hd128.mlir"), {{2300, 100, 40}, {2300, 2200, 40}}, 12);
+  runPacked(exampleWithHeads("softcap_causal_hd128.mlir"), kAwkward, 13);
   auto slopes = [](harness::ForwardProblem &data, const AttnLaunchConfig &launch,
                    const PackedSequences &, std::mt19937_64 &) {
     std::vector<float> values;
@@ -182,7 +178,7 @@ TEST_CASE("packed sequences with masks and regions match the reference", "[gpu][
       values.push_back(float(h + 1) / float(launch.qHeads));
     data.addCapture(values, {launch.qHeads});
   };
-  runPacked(example("alibi_causal_hd128.mlir"), kAwkward, 14, slopes);
+  runPacked(exampleWithHeads("alibi_causal_hd128.mlir"), kAwkward, 14, slopes);
 }
 
 TEST_CASE("a packed document mask reads captures sized by the longest sequence", "[gpu][packed]") {
@@ -204,7 +200,7 @@ TEST_CASE("a packed document mask reads captures sized by the longest sequence",
     }
     data.addCapture(ids, {packed.batch, packed.maxSeqlenK});
   };
-  std::string spec = example("document_mask_hd128.mlir");
+  std::string spec = exampleWithHeads("document_mask_hd128.mlir");
   PackedLengths lengths{{900, 0, 333, 129}, {900, 5, 333, 129}};
   runPacked(spec, lengths, 21, documents);
   runPacked(spec, lengths, 22, documents, /*headMajor=*/false, /*withTileCoverage=*/true);

@@ -18,9 +18,9 @@
 #include <sstream>
 
 using namespace attn;
+using attn::gputest::exampleWithHeads;
 using attn::gputest::LoadedKernel;
 using attn::gputest::loadKernel;
-using attn::gputest::readExample;
 using attn::gputest::referenceTileCoverage;
 using attn::gputest::replaceAll;
 
@@ -65,11 +65,6 @@ void runVariant(const std::string &spec, const harness::Shape &shape, const Capt
   CHECK(result.nonFinite == 0);
   CHECK(result.maskedRowMismatches == 0);
   CHECK(result.toleranceViolations == 0);
-}
-
-// The shipped spec with fewer heads (GQA 2:1) to keep the CPU reference fast.
-std::string exampleWithHeads(const std::string &name, const std::string &heads = "q_heads = 4, kv_heads = 2") {
-  return replaceAll(readExample(name), "q_heads = 16, kv_heads = 16", heads);
 }
 
 void addSlopes(harness::ForwardProblem &data, const AttnLaunchConfig &launch,
