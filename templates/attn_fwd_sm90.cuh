@@ -229,10 +229,12 @@ __device__ __forceinline__ int countVisitedTilesInWarp(const attn_abi::AttnFwdPa
   return count;
 }
 
-// Block b takes work tiles b, b + gridDim.x, ... The query block runs
-// fastest, so the blocks working at once share the K and V of a few heads in
-// L2, and from the last query block down, so causal tiles with the most key
-// tiles start first and the end of the schedule is made of short ones.
+// Block b takes work tiles b, b + gridDim.x, ... In the default order the
+// query block runs fastest, so the blocks working at once share the K and V
+// of a few heads in L2, and from the last query block down, so causal tiles
+// with the most key tiles start first and the end of the schedule is made of
+// short ones. Masks whose long tiles lie elsewhere (Longformer's global rows)
+// come with p.work_order, the same tiles sorted by cost, longest first.
 // Packed sequences count query blocks of the longest one.
 struct TileSchedule {
   int queryBlocks;
@@ -242,7 +244,17 @@ struct TileSchedule {
       : queryBlocks((p.seqlen_q + kBlockM - 1) / kBlockM),
         count(queryBlocks * p.q_heads * p.batch) {}
 
+  // The work tile at position `index` of the run.
   __device__ WorkTile at(const attn_abi::AttnFwdParams &p, int index) const {
+    // One unsigned min clamps both ends of an entry out of range.
+    return atDefault(p, p.work_order ? static_cast<int>(min(static_cast<unsigned>(__ldg(
+                                                                p.work_order + index)),
+                                                            static_cast<unsigned>(count - 1)))
+                                     : index);
+  }
+
+  // The work tile at position `index` of the default order.
+  __device__ WorkTile atDefault(const attn_abi::AttnFwdParams &p, int index) const {
     int queryBlock = queryBlocks - 1 - index % queryBlocks;
     int headBatch = index / queryBlocks;
     WorkTile work;
@@ -780,4 +792,21 @@ extern "C" __global__ void __launch_bounds__(ATTN_TILE_COVERAGE_THREADS)
     p.tile_coverage[tileCoverageIndex(p, batch, head, queryBlock, keyTile)] =
         static_cast<unsigned char>(coverage);
   }
+}
+
+// The cost of each work tile, in default order, for the host's longest-first
+// work order: the key tiles its block visits (those the forward kernel would
+// load, with p.tile_coverage when given), 0 for an empty tile past a packed
+// sequence's end. One warp per work tile.
+extern "C" __global__ void __launch_bounds__(ATTN_WORK_COST_THREADS)
+    attn_work_cost_kernel(const __grid_constant__ attn_abi::AttnFwdParams p, int *costs) {
+  using namespace attn_kernel;
+  const TileSchedule schedule(p);
+  const int index = blockIdx.x * (ATTN_WORK_COST_THREADS / 32) + threadIdx.x / 32;
+  if (index >= schedule.count)
+    return;
+  const WorkTile work = schedule.atDefault(p, index);
+  const int cost = work.empty() ? 0 : countVisitedTilesInWarp(p, work, threadIdx.x % 32);
+  if (threadIdx.x % 32 == 0)
+    costs[index] = cost;
 }

@@ -62,6 +62,11 @@ struct AttnFwdParams {
   // coverage kernel for masks the compiler could not classify; null when
   // absent. The forward kernel only reads it.
   unsigned char *tile_coverage;
+  // Optional order of the work tiles: entry i is the default-order index
+  // (see the kernel's TileSchedule) of the i-th work tile to start, a
+  // permutation written by the host from the work cost kernel's counts;
+  // null keeps the default order. Out-of-range entries are clamped.
+  const int *work_order;
   const int *cu_seqlens_q;
   const int *cu_seqlens_k;
   int total_q;
@@ -153,6 +158,11 @@ struct AttnDecodeParams {
 // (key tiles, query blocks, batch * q_heads), 256 threads.
 #define ATTN_TILE_COVERAGE_KERNEL_NAME "attn_tile_coverage_kernel"
 #define ATTN_TILE_COVERAGE_THREADS 256
+// The work cost kernel's entry point, in the same unit: one warp per work
+// tile, ATTN_WORK_COST_THREADS / 32 work tiles per block; its second
+// parameter is the int array of costs it writes.
+#define ATTN_WORK_COST_KERNEL_NAME "attn_work_cost_kernel"
+#define ATTN_WORK_COST_THREADS 128
 
 } // namespace attn_abi
 

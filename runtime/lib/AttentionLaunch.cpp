@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <limits>
 #include <mutex>
+#include <numeric>
 #include <sstream>
 #include <tuple>
 #include <unordered_map>
@@ -458,6 +459,8 @@ void validateDevicePointers(const AttnLaunchConfig &config,
   if (args.tileCoverage)
     requireDeviceMemory(args.tileCoverage, tileCoverageBytes(config, args), "tileCoverage",
                         device);
+  if (args.workOrder)
+    requireDeviceMemory(args.workOrder, workOrderBytes(config, args), "workOrder", device);
   for (size_t index = 0; index < args.captures.size(); ++index) {
     const CaptureView &capture = args.captures[index];
     // The kernel bounds its reads by the extents alone, so the allocation
@@ -504,6 +507,7 @@ attn_abi::AttnFwdParams encodeForwardParams(const AttnLaunchConfig &config,
   params.scale_log2 = static_cast<float>(double(config.scale) * kLog2e);
   fillCaptureArgs(args, params);
   params.tile_coverage = const_cast<unsigned char *>(args.tileCoverage);
+  params.work_order = args.workOrder;
   return params;
 }
 
@@ -923,6 +927,45 @@ DeviceBuffer buildTileCoverage(const Module &module, const AttnLaunchConfig &con
   void *kernelArgs[] = {&params};
   kernel.launch(grid, block, 0, stream, kernelArgs);
   return coverage;
+}
+
+uint64_t workOrderBytes(const AttnLaunchConfig &config, const AttnForwardArgs &args) {
+  LogicalShape shape = logicalShape(args);
+  return uint64_t(forwardWorkTiles(config, static_cast<int>(shape.batch),
+                                   static_cast<int>(shape.seqlenQ))) *
+         sizeof(int32_t);
+}
+
+std::vector<int32_t> longestFirstOrder(const std::vector<int32_t> &costs) {
+  std::vector<int32_t> order(costs.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t left, int32_t right) { return costs[left] > costs[right]; });
+  return order;
+}
+
+DeviceBuffer buildWorkOrder(const Module &module, const AttnLaunchConfig &config,
+                            const AttnForwardArgs &args, CUstream stream) {
+  AttnForwardArgs checked = args;
+  checked.workOrder = nullptr;
+  validateForwardArgs(config, checked);
+  uint64_t tiles = workOrderBytes(config, checked) / sizeof(int32_t);
+  DeviceBuffer order(std::max<uint64_t>(tiles, 1) * sizeof(int32_t));
+  if (tiles == 0)
+    return order;
+  validateDevicePointers(config, checked);
+  attn_abi::AttnFwdParams params = encodeForwardParams(config, checked);
+  DeviceBuffer costs(tiles * sizeof(int32_t));
+  int *costData = static_cast<int *>(costs.data());
+  KernelFunction kernel = module.function(ATTN_WORK_COST_KERNEL_NAME);
+  constexpr uint64_t kTilesPerBlock = ATTN_WORK_COST_THREADS / 32;
+  Dim3 grid{static_cast<unsigned>((tiles + kTilesPerBlock - 1) / kTilesPerBlock), 1, 1};
+  Dim3 block{ATTN_WORK_COST_THREADS, 1, 1};
+  void *kernelArgs[] = {&params, &costData};
+  kernel.launch(grid, block, 0, stream, kernelArgs);
+  ATTN_CU_CHECK(cuStreamSynchronize, stream);
+  order.upload(longestFirstOrder(costs.download<int32_t>()));
+  return order;
 }
 
 } // namespace attn

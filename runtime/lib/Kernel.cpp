@@ -157,6 +157,12 @@ DeviceBuffer Kernel::buildTileCoverage(const AttnForwardArgs &args, CUstream str
   return ::attn::buildTileCoverage(loadedForCurrentContext().module, config, args, stream);
 }
 
+DeviceBuffer Kernel::buildWorkOrder(const AttnForwardArgs &args, CUstream stream) const {
+  const AttnLaunchConfig &config = launchConfig();
+  validateForwardArgs(config, args);
+  return ::attn::buildWorkOrder(loadedForCurrentContext().module, config, args, stream);
+}
+
 void Kernel::run(const AttnForwardArgs &args, CUstream stream) const {
   const AttnLaunchConfig &config = launchConfig();
   // Argument errors first: they need no driver, and name what to fix.

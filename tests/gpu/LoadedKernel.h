@@ -40,6 +40,31 @@ inline LoadedKernel &loadKernel(const std::string &spec, const CompileOptions &o
   return cache.emplace(key, std::move(loaded)).first->second;
 }
 
+/// What a run builds once before it launches (bit flags): the run-time tile
+/// coverage, then the longest-first work order (which counts with it).
+enum Prepared : unsigned { kNothing = 0, kTileCoverage = 1, kWorkOrder = 2 };
+
+/// The buffers `prepare` built; the arguments point into them.
+struct PreparedBuffers {
+  DeviceBuffer coverage;
+  DeviceBuffer workOrder;
+};
+
+inline PreparedBuffers prepare(const LoadedKernel &kernel, AttnForwardArgs &args,
+                               unsigned prepared) {
+  PreparedBuffers buffers;
+  const AttnLaunchConfig &launch = kernel.compiled.launch;
+  if (prepared & kTileCoverage) {
+    buffers.coverage = buildTileCoverage(kernel.module, launch, args, nullptr);
+    args.tileCoverage = static_cast<const unsigned char *>(buffers.coverage.data());
+  }
+  if (prepared & kWorkOrder) {
+    buffers.workOrder = buildWorkOrder(kernel.module, launch, args, nullptr);
+    args.workOrder = static_cast<const int32_t *>(buffers.workOrder.data());
+  }
+  return buffers;
+}
+
 /// A shipped example spec, read from the source tree, or from docs/examples
 /// below the working directory when the tests run from a copy of the
 /// repository.
@@ -97,6 +122,25 @@ inline std::vector<uint8_t> referenceTileCoverage(const reference::Problem &prob
           coverage.push_back(kept == 0 ? 0 : (kept == inside ? 2 : 1));
         }
   return coverage;
+}
+
+/// The cost of every work tile in the kernel's default order (each (batch,
+/// head)'s query blocks from the last one down): its key tiles that keep a
+/// pair, from referenceTileCoverage. The work cost kernel counts the same
+/// where it knows each tile's coverage (a proved mask_mod, a run-time tile
+/// coverage, or none).
+inline std::vector<int32_t> referenceWorkCosts(const reference::Problem &problem,
+                                               const AttnLaunchConfig &launch) {
+  const int64_t queryBlocks = (problem.seqlenQ + launch.blockM - 1) / launch.blockM;
+  const int64_t keyTiles = (problem.seqlenK + launch.blockN - 1) / launch.blockN;
+  std::vector<uint8_t> coverage = referenceTileCoverage(problem, launch);
+  std::vector<int32_t> costs;
+  for (int64_t headBatch = 0; headBatch < problem.batch * problem.qHeads; ++headBatch)
+    for (int64_t queryBlock = queryBlocks - 1; queryBlock >= 0; --queryBlock) {
+      auto row = coverage.begin() + (headBatch * queryBlocks + queryBlock) * keyTiles;
+      costs.push_back(int32_t(keyTiles - std::count(row, row + keyTiles, uint8_t(0))));
+    }
+  return costs;
 }
 
 /// The host copies of a problem's captures, as the reference reads them.

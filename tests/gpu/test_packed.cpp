@@ -15,11 +15,15 @@
 #include <algorithm>
 #include <fstream>
 #include <functional>
+#include <numeric>
 #include <random>
 #include <sstream>
 
 using namespace attn;
 using attn::gputest::exampleWithHeads;
+using attn::gputest::kNothing;
+using attn::gputest::kTileCoverage;
+using attn::gputest::kWorkOrder;
 using attn::gputest::LoadedKernel;
 using attn::gputest::loadKernel;
 using attn::gputest::readExample;
@@ -57,7 +61,7 @@ reference::Problem sequenceProblem(const reference::Problem &packed, int64_t ind
 
 void runPacked(const std::string &spec, const PackedLengths &lengths, uint64_t seed,
                const CaptureMaker &captures = {}, bool headMajor = false,
-               bool withTileCoverage = false) {
+               unsigned prepared = kNothing) {
   LoadedKernel &kernel = loadKernel(spec);
   const AttnLaunchConfig &launch = kernel.compiled.launch;
   PackedSequenceOffsets packed = uploadPackedSequences(lengths.q, lengths.k);
@@ -68,11 +72,7 @@ void runPacked(const std::string &spec, const PackedLengths &lengths, uint64_t s
   data.poisonOutputs();
   AttnForwardArgs args = data.args();
   args.packed = packed.sequences;
-  DeviceBuffer coverage;
-  if (withTileCoverage) {
-    coverage = buildTileCoverage(kernel.module, launch, args, nullptr);
-    args.tileCoverage = static_cast<const unsigned char *>(coverage.data());
-  }
+  gputest::PreparedBuffers buffers = gputest::prepare(kernel, args, prepared);
   launchForward(kernel.function, launch, args, nullptr);
   ATTN_CU_CHECK(cuCtxSynchronize);
 
@@ -106,7 +106,16 @@ void runPacked(const std::string &spec, const PackedLengths &lengths, uint64_t s
     rowQ += sq;
     rowK += sk;
   }
-  if (withTileCoverage) {
+  if (prepared & kWorkOrder) {
+    // Any permutation is a valid order; the output check below is the
+    // oracle of its decoding.
+    std::vector<int32_t> order = buffers.workOrder.download<int32_t>();
+    std::sort(order.begin(), order.end());
+    std::vector<int32_t> identity(order.size());
+    std::iota(identity.begin(), identity.end(), 0);
+    CHECK(order == identity);
+  }
+  if (prepared & kTileCoverage) {
     // Sequence by sequence, in the query blocks and key tiles of the
     // longest lengths (those past a sequence's end are empty).
     const int64_t queryBlocks = (packed.sequences.maxSeqlenQ + launch.blockM - 1) / launch.blockM;
@@ -117,9 +126,7 @@ void runPacked(const std::string &spec, const PackedLengths &lengths, uint64_t s
           keyTiles);
       expectedCoverage.insert(expectedCoverage.end(), bytes.begin(), bytes.end());
     }
-    std::vector<uint8_t> actual(expectedCoverage.size());
-    coverage.copyToHost(actual.data(), actual.size());
-    CHECK(actual == expectedCoverage);
+    CHECK(buffers.coverage.download<uint8_t>() == expectedCoverage);
   }
 
   reference::Problem layout;
@@ -155,6 +162,8 @@ TEST_CASE("packed causal sequences match the reference per sequence", "[gpu][pac
   spec = replaceAll(spec, "q_heads = 16, kv_heads = 4", "q_heads = 4, kv_heads = 2");
   runPacked(spec, kAwkward, 1);
   runPacked(spec, {{513, 70, 1}, {200, 900, 1}}, 2, {}, /*headMajor=*/true);
+  // Longest first: the long sequence's tiles start before the short ones'.
+  runPacked(spec, kAwkward, 8, {}, /*headMajor=*/false, kWorkOrder);
   // Top-left causal and no mask, and the other head dims and f16: other
   // tile shapes, and at head dim 256 O's staging shares Q's bytes.
   runPacked(replaceAll(spec, "bottom_right", "top_left"), kAwkward, 3);
@@ -203,7 +212,7 @@ TEST_CASE("a packed document mask reads captures sized by the longest sequence",
   std::string spec = exampleWithHeads("document_mask_hd128.mlir");
   PackedLengths lengths{{900, 0, 333, 129}, {900, 5, 333, 129}};
   runPacked(spec, lengths, 21, documents);
-  runPacked(spec, lengths, 22, documents, /*headMajor=*/false, /*withTileCoverage=*/true);
+  runPacked(spec, lengths, 22, documents, /*headMajor=*/false, kTileCoverage | kWorkOrder);
 }
 
 TEST_CASE("packed launches check their arguments on the device", "[gpu][packed]") {

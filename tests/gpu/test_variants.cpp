@@ -19,6 +19,9 @@
 
 using namespace attn;
 using attn::gputest::exampleWithHeads;
+using attn::gputest::kNothing;
+using attn::gputest::kTileCoverage;
+using attn::gputest::kWorkOrder;
 using attn::gputest::LoadedKernel;
 using attn::gputest::loadKernel;
 using attn::gputest::referenceTileCoverage;
@@ -30,8 +33,10 @@ namespace {
 using CaptureMaker = std::function<void(harness::ForwardProblem &, const AttnLaunchConfig &,
                                         const harness::Shape &, std::mt19937_64 &)>;
 
+// `prepared` (gputest::Prepared) builds the tile coverage, checked against
+// the reference's, and the work order, checked against the reference's costs.
 void runVariant(const std::string &spec, const harness::Shape &shape, const CaptureMaker &captures,
-                uint64_t seed, bool withTileCoverage = false) {
+                uint64_t seed, unsigned prepared = kNothing) {
   LoadedKernel &kernel = loadKernel(spec);
   const AttnLaunchConfig &launch = kernel.compiled.launch;
   harness::ForwardProblem data(launch, shape, seed);
@@ -40,23 +45,18 @@ void runVariant(const std::string &spec, const harness::Shape &shape, const Capt
     captures(data, launch, shape, random);
   data.poisonOutputs();
   AttnForwardArgs args = data.args();
-  DeviceBuffer coverage;
-  if (withTileCoverage) {
-    coverage = buildTileCoverage(kernel.module, launch, args, nullptr);
-    args.tileCoverage = static_cast<const unsigned char *>(coverage.data());
-  }
+  gputest::PreparedBuffers buffers = gputest::prepare(kernel, args, prepared);
   launchForward(kernel.function, launch, args, nullptr);
   ATTN_CU_CHECK(cuCtxSynchronize);
 
   std::vector<HostCapture> host = gputest::hostCaptures(data);
   reference::Problem problem =
       referenceProblemFromSpec(spec, shape.batch, shape.seqlenQ, shape.seqlenK, host);
-  if (withTileCoverage) {
-    std::vector<uint8_t> expected = referenceTileCoverage(problem, launch);
-    std::vector<uint8_t> actual(expected.size());
-    coverage.copyToHost(actual.data(), actual.size());
-    CHECK(actual == expected);
-  }
+  if (prepared & kTileCoverage)
+    CHECK(buffers.coverage.download<uint8_t>() == referenceTileCoverage(problem, launch));
+  if (prepared & kWorkOrder)
+    CHECK(buffers.workOrder.download<int32_t>() ==
+          longestFirstOrder(gputest::referenceWorkCosts(problem, launch)));
   harness::Comparison result = harness::compareWithReference(problem, data, launch.dtype);
   INFO("spec: " << spec << "\nB=" << shape.batch << " Sq=" << shape.seqlenQ
                 << " Sk=" << shape.seqlenK << "\nmax|dO|=" << result.maxAbsError
@@ -106,6 +106,9 @@ TEST_CASE("Longformer matches the reference", "[gpu][variants]") {
   // Three 64-row slices per query block: beyond the band, the global rows'
   // slice computes each key tile and the other two skip it.
   runVariant(replaceAll(spec, "head_dim = 128", "head_dim = 64"), {1, 1100, 1100, false}, {}, 11);
+  // Longest first: the query block of the global rows, of each (batch,
+  // head), starts before the band's.
+  runVariant(spec, {2, 1100, 1100, false}, {}, 25, kWorkOrder);
 }
 
 TEST_CASE("document masking with captured ids matches the reference", "[gpu][variants]") {
@@ -130,8 +133,8 @@ TEST_CASE("document masking with captured ids matches the reference", "[gpu][var
   runVariant(spec, {1, 1500, 1500, true}, documents, 12);
   // With the tile coverage built at run time (checked against the
   // reference's): empty tiles skipped, full ones untested per pair.
-  runVariant(spec, {2, 1000, 1000, false}, documents, 21, /*withTileCoverage=*/true);
-  runVariant(spec, {1, 700, 1300, false}, documents, 22, /*withTileCoverage=*/true);
+  runVariant(spec, {2, 1000, 1000, false}, documents, 21, kTileCoverage);
+  runVariant(spec, {1, 700, 1300, false}, documents, 22, kTileCoverage | kWorkOrder);
 }
 
 TEST_CASE("relative-position bias from a captured table matches the reference",
@@ -166,7 +169,7 @@ TEST_CASE("BigBird with captured random blocks matches the reference", "[gpu][va
   };
   runVariant(spec, {1, 1000, 1000, false}, blocks, 16);
   runVariant(spec, {2, 640, 1100, false}, blocks, 17);
-  runVariant(spec, {2, 640, 1100, false}, blocks, 23, /*withTileCoverage=*/true);
+  runVariant(spec, {2, 640, 1100, false}, blocks, 23, kTileCoverage | kWorkOrder);
 }
 
 TEST_CASE("rows that no key survives give 0 and -inf", "[gpu][variants]") {
@@ -196,9 +199,9 @@ TEST_CASE("rows that no key survives give 0 and -inf", "[gpu][variants]") {
   runVariant(spec, {1, 700, 500, false}, {}, 18);
 }
 
-TEST_CASE("a JIT kernel builds and uses the tile coverage", "[gpu][variants]") {
+TEST_CASE("a JIT kernel builds and uses the tile coverage and the work order", "[gpu][variants]") {
   // attn::Compiler -> attn::Kernel: coverage from Kernel::buildTileCoverage,
-  // output against the reference.
+  // order from Kernel::buildWorkOrder, output against the reference.
   std::string spec = exampleWithHeads("document_mask_hd128.mlir");
   JitOptions options;
   options.diskCache = DiskCacheOptions{}; // memory cache only
@@ -214,6 +217,8 @@ TEST_CASE("a JIT kernel builds and uses the tile coverage", "[gpu][variants]") {
   AttnForwardArgs args = data.args();
   DeviceBuffer coverage = kernel.buildTileCoverage(args);
   args.tileCoverage = static_cast<const unsigned char *>(coverage.data());
+  DeviceBuffer workOrder = kernel.buildWorkOrder(args);
+  args.workOrder = static_cast<const int32_t *>(workOrder.data());
   kernel.run(args);
   ATTN_CU_CHECK(cuCtxSynchronize);
   std::vector<HostCapture> host{{data.captures[0].i32.data(), DType::I32, {1, shape.seqlenK}}};
@@ -230,4 +235,22 @@ TEST_CASE("a variant launched without its captured buffer is refused", "[gpu][va
   harness::ForwardProblem data(kernel.compiled.launch, {1, 64, 64, false}, 19);
   REQUIRE_THROWS_WITH(launchForward(kernel.function, kernel.compiled.launch, data.args(), nullptr),
                       Catch::Contains("captures") && Catch::Contains("slopes"));
+}
+
+TEST_CASE("a work order that is not device memory of every work tile is refused",
+          "[gpu][variants]") {
+  LoadedKernel &kernel = loadKernel(exampleWithHeads("longformer_hd128.mlir"));
+  const AttnLaunchConfig &launch = kernel.compiled.launch;
+  // 4 heads x ceil(300 / 128) query blocks: 12 work tiles.
+  harness::ForwardProblem data(launch, {1, 300, 300, false}, 26);
+  AttnForwardArgs args = data.args();
+  std::vector<int32_t> host(12);
+  args.workOrder = host.data();
+  CHECK_THROWS_WITH(launchForward(kernel.function, launch, args, nullptr),
+                    Catch::StartsWith("workOrder: data pointer") &&
+                        Catch::Contains("is not device memory"));
+  DeviceBuffer tooShort(11 * sizeof(int32_t));
+  args.workOrder = static_cast<const int32_t *>(tooShort.data());
+  CHECK_THROWS_WITH(launchForward(kernel.function, launch, args, nullptr),
+                    Catch::StartsWith("workOrder: the view spans 48 bytes"));
 }

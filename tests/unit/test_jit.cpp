@@ -419,7 +419,8 @@ TEST_CASE("JIT: spec text errors carry their location", "[jit]") {
 
 TEST_CASE("JIT: variants with regions and captures compile like attnc's", "[jit]") {
   // The JIT runs the same emit pipeline as attnc: the regions are lowered,
-  // the captures reach the launch config, the coverage kernel is in the PTX.
+  // the captures reach the launch config, the coverage and work cost kernels
+  // are in the PTX.
   Compiler compiler(optionsWithCache(""));
   for (const char *name : {"document_mask_hd128", "alibi_causal_hd128", "chunked_local_hd128"}) {
     INFO(name);
@@ -427,6 +428,7 @@ TEST_CASE("JIT: variants with regions and captures compile like attnc's", "[jit]
     const std::string &ptx = kernel.image().ptx;
     CHECK(ptx.find(".entry attn_fwd_kernel") != std::string::npos);
     CHECK(ptx.find(".entry " ATTN_TILE_COVERAGE_KERNEL_NAME) != std::string::npos);
+    CHECK(ptx.find(".entry " ATTN_WORK_COST_KERNEL_NAME) != std::string::npos);
     CHECK(ptx.find("wgmma.mma_async") != std::string::npos);
   }
   Kernel document = compiler.compile(exampleText("document_mask_hd128"), "document.mlir");

@@ -819,6 +819,14 @@ TEST_CASE("packed sequences pass validation and set the parameter block's sizes"
   // key tiles.
   CHECK(forwardWorkTiles(config, 3, 130) == 3 * 8 * 2);
   CHECK(tileCoverageBytes(config, args) == uint64_t(3 * 8 * 2 * 3));
+  CHECK(workOrderBytes(config, args) == uint64_t(3 * 8 * 2 * 4));
+}
+
+TEST_CASE("the work order starts the costliest tiles first, ties in index order",
+          "[runtime][schedule]") {
+  CHECK(longestFirstOrder({}).empty());
+  CHECK(longestFirstOrder({3, 9, 0, 9, 5, 3}) == std::vector<int32_t>{1, 3, 4, 0, 5, 2});
+  CHECK(longestFirstOrder({2, 2, 2}) == std::vector<int32_t>{0, 1, 2});
 }
 
 TEST_CASE("packed sequence errors name the argument", "[runtime][validate][packed]") {

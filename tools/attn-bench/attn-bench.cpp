@@ -91,6 +91,12 @@ cl::opt<bool> tileCoverage(
     cl::desc("Build the masks' tile coverage once (timed separately) and pass it to every launch"),
     cl::init(false));
 
+cl::opt<bool> useWorkOrder(
+    "work-order",
+    cl::desc("Build the longest-first order of the work tiles once (timed separately, after "
+             "the tile coverage if any) and pass it to every launch"),
+    cl::init(false));
+
 cl::list<int64_t> packedLengths(
     "packed", cl::CommaSeparated,
     cl::desc("L1,L2,...: packed sequences of these lengths (Sq = Sk each), timed beside the "
@@ -289,10 +295,34 @@ int runSpec() {
               (long long)shape.seqlenK, launch.qHeads, launch.kvHeads, launch.headDim,
               attn::dtypeName(launch.dtype), launch.blockM, launch.blockN,
               launch.threadsPerBlock, launch.sharedMemoryBytes);
+  attn::AttnForwardArgs args = data.args();
+  auto millisecondsSince = [](std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+        .count();
+  };
+  attn::DeviceBuffer coverage;
+  if (tileCoverage) {
+    auto start = std::chrono::steady_clock::now();
+    coverage = attn::buildTileCoverage(kernel.module, launch, args, nullptr);
+    ATTN_CU_CHECK(cuCtxSynchronize);
+    double buildMs = millisecondsSince(start);
+    args.tileCoverage = static_cast<const unsigned char *>(coverage.data());
+    std::printf("tile coverage built in %.3f ms (%llu bytes)\n", buildMs,
+                (unsigned long long)attn::tileCoverageBytes(launch, args));
+  }
+  attn::DeviceBuffer workOrder;
+  if (useWorkOrder) {
+    auto start = std::chrono::steady_clock::now();
+    workOrder = attn::buildWorkOrder(kernel.module, launch, args, nullptr);
+    double buildMs = millisecondsSince(start);
+    args.workOrder = static_cast<const int32_t *>(workOrder.data());
+    std::printf("work order built in %.3f ms (%llu work tiles)\n", buildMs,
+                (unsigned long long)(attn::workOrderBytes(launch, args) / sizeof(int32_t)));
+  }
   bool passed = true;
   if (check) {
     data.poisonOutputs();
-    attn::launchForward(kernel.function, launch, data.args(), nullptr);
+    attn::launchForward(kernel.function, launch, args, nullptr);
     ATTN_CU_CHECK(cuCtxSynchronize);
     std::vector<attn::HostCapture> host;
     for (const attn::harness::HostDeviceCapture &capture : data.captures)
@@ -306,17 +336,6 @@ int runSpec() {
                 "max|dLSE| = %.3g, %s\n",
                 result.maxAbsError, result.relativeL2Error, result.maxLseError,
                 passed ? "PASS" : ("FAIL: " + result.firstViolation).c_str());
-  }
-  attn::AttnForwardArgs args = data.args();
-  attn::DeviceBuffer coverage;
-  if (tileCoverage) {
-    auto start = std::chrono::steady_clock::now();
-    coverage = attn::buildTileCoverage(kernel.module, launch, args, nullptr);
-    ATTN_CU_CHECK(cuCtxSynchronize);
-    double buildMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    args.tileCoverage = static_cast<const unsigned char *>(coverage.data());
-    std::printf("tile coverage built in %.3f ms (%llu bytes)\n", buildMs,
-                (unsigned long long)attn::tileCoverageBytes(launch, args));
   }
   double ms = attn::harness::medianLaunchMs(kernel.function, launch, args, warmup, repeats);
   double flops = attn::harness::forwardFlops(launch, shape, attn::harness::specHasCausalMask(spec));

@@ -127,6 +127,11 @@ struct AttnForwardArgs {
   /// it a mask the compiler could not classify is tested on every tile of
   /// the built-in mask's range.
   const unsigned char *tileCoverage = nullptr;
+  /// Optional: the order in which the work tiles start, from buildWorkOrder
+  /// for these shapes, captures and tile coverage (device memory of
+  /// workOrderBytes bytes). Without it they start in the default order
+  /// (each head's query blocks from the last one down).
+  const int32_t *workOrder = nullptr;
 };
 
 /// The offsets of packed sequences on the device (PackedSequences), made from
@@ -148,6 +153,14 @@ PackedSequenceOffsets uploadPackedSequences(const std::vector<int64_t> &seqlensQ
 /// blockM rows, key tile of blockN rows); packed sequences count the longest
 /// lengths (query blocks past a sequence's end are empty).
 uint64_t tileCoverageBytes(const AttnLaunchConfig &config, const AttnForwardArgs &args);
+
+/// Bytes of a work order: one int32 per work tile (forwardWorkTiles of the
+/// logical batch and query length).
+uint64_t workOrderBytes(const AttnLaunchConfig &config, const AttnForwardArgs &args);
+
+/// The longest-first order of work tiles of the given costs: their indices
+/// sorted by cost, highest first, equal costs in index order.
+std::vector<int32_t> longestFirstOrder(const std::vector<int32_t> &costs);
 
 /// Checks that a config is self-consistent (positive sizes, kvHeads divides
 /// qHeads, a 16-bit dtype, a finite scale, at most kMaxCaptures captures,
@@ -208,6 +221,17 @@ void launchForward(KernelFunction &kernel, const AttnLaunchConfig &config,
 /// Validates like launchForward (args.tileCoverage is ignored).
 DeviceBuffer buildTileCoverage(const Module &module, const AttnLaunchConfig &config,
                                const AttnForwardArgs &args, CUstream stream);
+
+/// Runs the module's work cost kernel (ATTN_WORK_COST_KERNEL_NAME), which
+/// counts the key tiles each work tile visits (with args.tileCoverage when
+/// set), waits for it, and uploads longestFirstOrder of the counts: pass it
+/// as args.workOrder to every launch with the same shapes, captures and
+/// coverage. Masks whose longest work tiles the default order starts late
+/// (Longformer's global rows, buffer-driven masks) then end with short ones;
+/// the output does not depend on the order. Synchronizes `stream`: build it
+/// once, reuse it. Validates like launchForward (args.workOrder is ignored).
+DeviceBuffer buildWorkOrder(const Module &module, const AttnLaunchConfig &config,
+                            const AttnForwardArgs &args, CUstream stream);
 
 /// Device tensors of one linear attention / retention call (a linear-family
 /// config). q, o: [B, S, Hq, D]; k, v: [B, S, Hkv, D] (one sequence length;

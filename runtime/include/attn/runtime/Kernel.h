@@ -84,6 +84,11 @@ public:
   /// (attn::buildTileCoverage with this kernel's module): pass it as
   /// args.tileCoverage to later runs with the same shapes and captures.
   DeviceBuffer buildTileCoverage(const AttnForwardArgs &args, CUstream stream = nullptr) const;
+  /// The longest-first order of the work tiles for these arguments (attn::
+  /// buildWorkOrder with this kernel's module; args.tileCoverage counts):
+  /// pass it as args.workOrder to later runs with the same shapes, captures
+  /// and coverage. Synchronizes `stream`.
+  DeviceBuffer buildWorkOrder(const AttnForwardArgs &args, CUstream stream = nullptr) const;
 
 private:
   struct State;
