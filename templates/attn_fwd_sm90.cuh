@@ -198,22 +198,40 @@ __device__ __forceinline__ int nextVisitedTile(const attn_abi::AttnFwdParams &p,
   return tile;
 }
 
-// The same for a whole consumer warp: each lane tests one tile of a window
-// of 32, so skipping a run of empty tiles costs one test per lane instead
-// of one per tile.
-__device__ __forceinline__ int nextVisitedTileInWarp(const attn_abi::AttnFwdParams &p,
-                                                     const WorkTile &work, int tile, int lane) {
-  if constexpr (!Mods::kHasMaskMod)
-    return tile;
-  for (int base = tile; base < work.keys.end; base += 32) {
-    int candidate = base + lane;
-    unsigned visited = __ballot_sync(0xffffffffu, candidate < work.keys.end &&
-                                                      visitsKeyTile(p, work, candidate));
-    if (visited)
-      return base + __ffs(visited) - 1;
-  }
-  return work.keys.end;
+// The tiles of `work` the block visits among the 32 from `base`, for a whole
+// consumer warp: each lane tests one, so skipping a run of empty tiles costs
+// one test per lane instead of one per tile.
+__device__ __forceinline__ unsigned visitedTilesInWindow(const attn_abi::AttnFwdParams &p,
+                                                         const WorkTile &work, int base,
+                                                         int lane) {
+  int candidate = base + lane;
+  return __ballot_sync(0xffffffffu,
+                       candidate < work.keys.end && visitsKeyTile(p, work, candidate));
 }
+
+// A consumer warp's walk over the tiles the block visits, for kernels with a
+// mask_mod: one window test serves the steps of up to 32 tiles, which then
+// read its bits, and also gives each tile's coverage of the consumer's own
+// rows (sliceCoverage), so no step evaluates the mask's formula itself.
+// Measured on H100 against a test per step: prefix-LM -4 %, chunked local
+// -6 %, BigBird with its coverage -4 %.
+struct VisitedTileWalk {
+  int base;       // the window's first tile
+  unsigned bits;  // the visited tiles of the window, bit i for tile base + i
+  unsigned full;  // those the masks keep whole for the slice's rows
+  unsigned empty; // those they leave empty for them
+
+  // The first visited tile at or after `tile` (keys.end if none); `tile`
+  // never goes back. Defined after sliceCoverage.
+  __device__ __forceinline__ int next(const attn_abi::AttnFwdParams &p, const WorkTile &work,
+                                      int tile, int sliceBegin, int sliceLast, int lane);
+
+  // sliceCoverage of a tile next() returned from the current window.
+  __device__ __forceinline__ Coverage coverage(int tile) const {
+    const unsigned bit = 1u << (tile - base);
+    return (full & bit) ? Coverage::Full : ((empty & bit) ? Coverage::Empty : Coverage::Partial);
+  }
+};
 
 // How many key tiles of `work` the block visits, counted by a whole warp.
 __device__ __forceinline__ int countVisitedTilesInWarp(const attn_abi::AttnFwdParams &p,
@@ -221,11 +239,8 @@ __device__ __forceinline__ int countVisitedTilesInWarp(const attn_abi::AttnFwdPa
   if constexpr (!Mods::kHasMaskMod)
     return work.keys.end - work.keys.begin;
   int count = 0;
-  for (int base = work.keys.begin; base < work.keys.end; base += 32) {
-    int candidate = base + lane;
-    count += __popc(__ballot_sync(0xffffffffu, candidate < work.keys.end &&
-                                                   visitsKeyTile(p, work, candidate)));
-  }
+  for (int base = work.keys.begin; base < work.keys.end; base += 32)
+    count += __popc(visitedTilesInWindow(p, work, base, lane));
   return count;
 }
 
@@ -432,6 +447,32 @@ __device__ __forceinline__ Coverage sliceCoverage(const attn_abi::AttnFwdParams 
   return coverage;
 }
 
+__device__ __forceinline__ int VisitedTileWalk::next(const attn_abi::AttnFwdParams &p,
+                                                     const WorkTile &work, int tile,
+                                                     int sliceBegin, int sliceLast, int lane) {
+  if constexpr (!Mods::kHasMaskMod)
+    return tile;
+  for (;;) {
+    const unsigned offset = static_cast<unsigned>(tile - base);
+    if (offset < 32) {
+      const unsigned ahead = bits & (0xffffffffu << offset);
+      if (ahead)
+        return base + __ffs(ahead) - 1;
+      tile = base + 32;
+    }
+    if (tile >= work.keys.end)
+      return work.keys.end;
+    base = tile;
+    bits = visitedTilesInWindow(p, work, base, lane);
+    const int candidate = base + lane;
+    const Coverage mine = (bits >> lane) & 1u
+                              ? sliceCoverage(p, work, candidate, sliceBegin, sliceLast)
+                              : Coverage::Empty;
+    full = __ballot_sync(0xffffffffu, mine == Coverage::Full);
+    empty = __ballot_sync(0xffffffffu, mine == Coverage::Empty);
+  }
+}
+
 // Sets the scores the mask, the mask_mod or the key length excludes to -inf.
 // (Deciding 16 x 8 fragment groups first and testing pairs only in partial
 // groups measured slower for every variant: the group tests cost more than
@@ -611,10 +652,14 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
       Mods::kHasScoreMod ? kLog2e * Mods::kScoreOutputScale : p.scale_log2;
   const float scoreModInputScale = p.scale_log2 * kLn2 * Mods::kScoreInputScale;
 
+  // Its first next() tests the window at keys.begin.
+  VisitedTileWalk walk{work.keys.begin - 32, 0u, 0u, 0u};
   // Scores of key tile `keyTile` -> probabilities, with the O rescale factor.
   auto softmaxOfTile = [&](float (&scores)[kScoreRegs], int keyTile, float (&rescale)[2]) {
     int keyBase = keyTile * kBlockN;
-    Coverage coverage = sliceCoverage(p, work, keyTile, sliceQueryBegin, sliceLast);
+    Coverage coverage = Mods::kHasMaskMod
+                            ? walk.coverage(keyTile)
+                            : sliceCoverage(p, work, keyTile, sliceQueryBegin, sliceLast);
     // A tile visited for the other consumers' rows only: the softmax gives
     // P = 0 and keeps the statistics, with nothing evaluated per element.
     const bool sliceEmpty = kMaskModProved && coverage == Coverage::Empty;
@@ -637,7 +682,7 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
     float rescale[2];
 
     // Prologue: S_0 alone.
-    int keyTile = nextVisitedTileInWarp(p, work, work.keys.begin, lane);
+    int keyTile = walk.next(p, work, work.keys.begin, sliceQueryBegin, sliceLast, lane);
     RingSlot slot = ringSlot<kStages>(ring);
     mbarrierWait(barriers.kFull(slot.stage), slot.phase);
     turns.wait();
@@ -652,7 +697,7 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
     packProbabilities(scores, probabilities);
 
     for (int iteration = 1; iteration < tileCount; ++iteration) {
-      keyTile = nextVisitedTileInWarp(p, work, keyTile + 1, lane);
+      keyTile = walk.next(p, work, keyTile + 1, sliceQueryBegin, sliceLast, lane);
       RingSlot previous = slot;
       slot = ringSlot<kStages>(ring + iteration);
       mbarrierWait(barriers.kFull(slot.stage), slot.phase);
