@@ -157,6 +157,17 @@ constexpr bool kRuntimeCoverage = Mods::kHasMaskMod && !Mods::kMaskProved;
 // Otherwise the compiler derived the mask_mod's coverage of any tile.
 constexpr bool kMaskModProved = Mods::kHasMaskMod && Mods::kMaskProved;
 
+// A bounded score_mod (soft-capping) puts every exponent of the softmax
+// within +-kScoreRangeLog2 (base 2) before any shift. Up to 80, one fixed
+// base keeps every exp2 between 2^-120 (a row whose scores all sit at the
+// bottom still sums to a normal number) and 2^40 (sums and the output stay
+// far from overflow): no running maximum, no rescaling of the output.
+constexpr float kScoreRangeLog2 =
+    Mods::kScoreBound * 1.4426950408889634f * Mods::kScoreOutputScale;
+constexpr bool kFixedSoftmaxBase =
+    Mods::kHasScoreMod && kScoreRangeLog2 > 0.f && kScoreRangeLog2 <= 80.f;
+constexpr float kFixedSoftmaxBaseLog2 = kScoreRangeLog2 > 40.f ? kScoreRangeLog2 - 40.f : 0.f;
+
 // Position of a tile's byte in p.tile_coverage, laid out
 // [batch][q_heads][query block][key tile].
 __device__ __forceinline__ i64 tileCoverageIndex(const attn_abi::AttnFwdParams &p, int batch,
@@ -634,6 +645,8 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
     output[i] = 0.f;
   RowStatistics stats;
   stats.reset();
+  if constexpr (kFixedSoftmaxBase)
+    stats.max[0] = stats.max[1] = kFixedSoftmaxBaseLog2;
 
   // What the user regions compute once per query row of this thread.
   typename Mods::MaskRow maskRows[2];
@@ -669,8 +682,12 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
     // Tiles the masks fully cover skip the per-element test.
     if (coverage != Coverage::Full && !sliceEmpty)
       applyMask(p, scores, work, maskRows, row0, keyBase, lane);
-    softmaxProbabilities<attn_plan::kSoftmaxReductionChains>(scores, softmaxScaleLog2, sliceEmpty,
-                                                             stats, rescale);
+    if constexpr (kFixedSoftmaxBase)
+      fixedBaseProbabilities<attn_plan::kSoftmaxReductionChains>(
+          scores, softmaxScaleLog2, kFixedSoftmaxBaseLog2, sliceEmpty, stats);
+    else
+      softmaxProbabilities<attn_plan::kSoftmaxReductionChains>(scores, softmaxScaleLog2,
+                                                               sliceEmpty, stats, rescale);
   };
 
   mbarrierWait(barriers.qFull(), qPhase);
@@ -719,7 +736,8 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
       fenceRegisters(output);
       fenceRegisters(probabilities);
       releaseSlot(barriers.vEmpty(previous.stage), lane);
-      rescaleOutput(output, rescale);
+      if constexpr (!kFixedSoftmaxBase)
+        rescaleOutput(output, rescale);
       packProbabilities(scores, probabilities);
     }
 

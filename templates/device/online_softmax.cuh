@@ -26,6 +26,26 @@ struct RowStatistics {
   }
 };
 
+// scores[i] = exp2(scores[i] * scaleLog2 + negatedBase[row half]), and adds
+// them to the rows' running sums over `Chains` independent partial sums.
+template <int Chains, int ScoreRegs>
+__device__ __forceinline__ void exponentiateAndSum(float (&scores)[ScoreRegs], float scaleLog2,
+                                                   const float (&negatedBase)[2],
+                                                   RowStatistics &stats) {
+  float partialSum[2][Chains] = {};
+#pragma unroll
+  for (int i = 0; i < ScoreRegs; ++i) {
+    int half = fragmentRowHalf(i);
+    scores[i] = fastExp2(fmaf(scores[i], scaleLog2, negatedBase[half]));
+    partialSum[half][(i >> 2) % Chains] += scores[i];
+  }
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+#pragma unroll
+    for (int chain = 0; chain < Chains; ++chain)
+      stats.sum[half] += partialSum[half][chain];
+}
+
 // Turns raw scores (masked entries at -inf) into unnormalized probabilities
 // in place, exp2(score * scaleLog2 - runningMax) with one FFMA per element,
 // and updates the running statistics (kept in base-2 units of the scaled
@@ -76,19 +96,20 @@ __device__ __forceinline__ void softmaxProbabilities(float (&scores)[ScoreRegs],
     stats.max[half] = newMax;
     stats.sum[half] *= rescale[half];
   }
+  exponentiateAndSum<Chains>(scores, scaleLog2, negatedBase, stats);
+}
 
-  float partialSum[2][Chains] = {};
-#pragma unroll
-  for (int i = 0; i < ScoreRegs; ++i) {
-    int half = fragmentRowHalf(i);
-    scores[i] = fastExp2(fmaf(scores[i], scaleLog2, negatedBase[half]));
-    partialSum[half][(i >> 2) % Chains] += scores[i];
-  }
-#pragma unroll
-  for (int half = 0; half < 2; ++half)
-#pragma unroll
-    for (int chain = 0; chain < Chains; ++chain)
-      stats.sum[half] += partialSum[half][chain];
+// The same for scores known to lie within [-bound, bound] (or be -inf), where
+// |bound * scaleLog2| leaves room for every exp2 against a fixed base: no
+// running maximum, no rescale of the output. stats.max holds the base from
+// reset on (finalize's log-sum-exp is base + log2(sum)).
+template <int Chains, int ScoreRegs>
+__device__ __forceinline__ void fixedBaseProbabilities(float (&scores)[ScoreRegs],
+                                                       float scaleLog2, float base, bool masked,
+                                                       RowStatistics &stats) {
+  const float negated = masked ? negativeInfinity() : -base;
+  const float negatedBase[2] = {negated, negated};
+  exponentiateAndSum<Chains>(scores, scaleLog2, negatedBase, stats);
 }
 
 template <int OutputRegs>

@@ -99,6 +99,31 @@ TEST_CASE("tanh soft-capping matches the reference", "[gpu][variants]") {
   runVariant(spec, {1, 1000, 77, false}, {}, 8); // bottom-right: rows with no key
 }
 
+TEST_CASE("a bounded score_mod whose scores all sit at the bottom of its range matches the "
+          "reference", "[gpu][variants]") {
+  // -50 * tanh(1000 + |s|): bounded by 50, so the softmax runs against a
+  // fixed base, and every score is -50, the bottom of the range (O is the
+  // mean of the visible values): against a base at the top of the range,
+  // 50 log2(e) above, their exponentials would underflow to 0.
+  std::string spec = R"(attn.kernel @bottom_of_range
+    problem = #attn.problem<q_heads = 2, kv_heads = 1, head_dim = 128, element_type = bf16>
+    mask = #attn.causal<bottom_right>
+    normalizer = #attn.softmax
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index):
+      %offset = arith.constant 1000.0 : f32
+      %cap = arith.constant -50.0 : f32
+      %magnitude = math.absf %s : f32
+      %x = arith.addf %magnitude, %offset : f32
+      %t = math.tanh %x : f32
+      %r = arith.mulf %t, %cap : f32
+      attn.yield %r : f32
+    }
+)";
+  runVariant(spec, {1, 700, 700, false}, {}, 27);
+  runVariant(spec, {1, 300, 900, false}, {}, 28);
+}
+
 TEST_CASE("Longformer matches the reference", "[gpu][variants]") {
   std::string spec = exampleWithHeads("longformer_hd128.mlir");
   runVariant(spec, {1, 1100, 1100, false}, {}, 9);

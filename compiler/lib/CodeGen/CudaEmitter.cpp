@@ -170,7 +170,10 @@ void emitUserMods(const UserMods &mods, std::ostringstream &out) {
       << "  static constexpr float kScoreInputScale = " << floatLiteral(mods.scoreInputScale)
       << ";\n"
       << "  static constexpr float kScoreOutputScale = " << floatLiteral(mods.scoreOutputScale)
-      << ";\n";
+      << ";\n"
+      << "  // Every score_mod result is -inf or within [-kScoreBound, kScoreBound]\n"
+      << "  // before kScoreOutputScale (0: unbounded).\n"
+      << "  static constexpr float kScoreBound = " << floatLiteral(mods.scoreBound) << ";\n";
 
   out << "  // Whether mask_mod keeps all, none or some pairs of the tile [q0, q1] x [k0, k1].\n"
       << "  static __device__ __forceinline__ attn_dev::Coverage maskCoverage(long long b, long long "

@@ -220,6 +220,12 @@ LogicalResult collectUserMods(KernelOp op, ::attn::codegen::UserMods &mods) {
           "score_output_scale needs a score_mod function and a positive finite value");
     mods.scoreOutputScale = output.getValue().convertToFloat();
   }
+  if (FloatAttr bound = op.getScoreBoundAttr()) {
+    if (mods.score.empty() || !bound.getValue().isFinite() ||
+        !(bound.getValue().convertToFloat() > 0.f))
+      return op.emitOpError("score_bound needs a score_mod function and a positive finite value");
+    mods.scoreBound = bound.getValue().convertToFloat();
+  }
   if (TileFormulaAttr formula = op.getMaskTileFormulaAttr()) {
     if (!mods.mask.empty()) {
       mods.hasMaskFormula = true;

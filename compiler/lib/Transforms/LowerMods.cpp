@@ -19,6 +19,9 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Transforms/DialectConversion.h"
 
+#include <cmath>
+#include <limits>
+
 namespace mlir::attn {
 #define GEN_PASS_DEF_ATTNLOWERMODS
 #include "attn/Transforms/Passes.h.inc"
@@ -319,6 +322,39 @@ std::pair<float, float> peelScoreScales(func::FuncOp func) {
   return {input, output};
 }
 
+/// A bound B such that `value` is -inf or within [-B, B] for every input,
+/// if the ops that define it give one: tanh (1), finite constants, constant
+/// multiples of bounded values, and selections between bounded values and
+/// -inf (a masked pair). The kernel then needs no running row maximum.
+std::optional<double> scoreBound(Value value) {
+  FloatAttr constant;
+  if (matchPattern(value, m_Constant(&constant))) {
+    const APFloat &number = constant.getValue();
+    if (number.isInfinity() && number.isNegative())
+      return 0.0;
+    if (!number.isFinite())
+      return std::nullopt;
+    return std::abs(number.convertToDouble());
+  }
+  Operation *op = value.getDefiningOp();
+  if (isa_and_nonnull<math::TanhOp>(op))
+    return 1.0;
+  if (auto mul = dyn_cast_or_null<arith::MulFOp>(op)) {
+    for (Value operand : {mul.getLhs(), mul.getRhs()})
+      if (std::optional<float> factor = constantFactor(mul, operand))
+        if (std::optional<double> bound = scoreBound(operand))
+          return std::abs(double(*factor)) * *bound;
+    return std::nullopt;
+  }
+  if (auto select = dyn_cast_or_null<arith::SelectOp>(op)) {
+    std::optional<double> whenTrue = scoreBound(select.getTrueValue());
+    std::optional<double> whenFalse = scoreBound(select.getFalseValue());
+    if (whenTrue && whenFalse)
+      return std::max(*whenTrue, *whenFalse);
+  }
+  return std::nullopt;
+}
+
 /// Clones into a new function `name(batch, head, q, captures...)`, inserted
 /// before `func`, the ops of `func` that `value` depends on, and returns it.
 func::FuncOp outlineRowValue(func::FuncOp func, Value value, ArrayRef<Value> rowArgs,
@@ -438,6 +474,10 @@ struct LowerModsPass : impl::AttnLowerModsBase<LowerModsPass> {
             kernel.setScoreInputScaleAttr(FloatAttr::get(Float32Type::get(context), input));
           if (output != 1.f)
             kernel.setScoreOutputScaleAttr(FloatAttr::get(Float32Type::get(context), output));
+          std::optional<double> bound =
+              scoreBound(func.front().getTerminator()->getOperand(0));
+          if (bound && *bound > 0.0 && *bound <= double(std::numeric_limits<float>::max()))
+            kernel.setScoreBoundAttr(FloatAttr::get(Float32Type::get(context), float(*bound)));
         }
         SmallVector<Attribute> rowRefs;
         for (func::FuncOp row : splitRowInvariants(func, mod.isMask ? 0 : 1, symbols)) {

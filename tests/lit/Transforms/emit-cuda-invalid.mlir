@@ -111,3 +111,17 @@ attn.kernel @infinite_input_scale
     mask = #attn.no_mask
     normalizer = #attn.softmax
     attributes {score_mod_fn = @attn_score_mod_0, score_input_scale = 0x7F800000 : f32}
+
+// -----
+
+// A score bound must be a positive finite value.
+emitc.func @attn_score_mod_0(%s: f32, %b: !emitc.size_t, %h: !emitc.size_t, %q: !emitc.size_t, %kv: !emitc.size_t, %kvf: f32) -> f32 {
+  emitc.return %s : f32
+}
+// expected-error @below {{score_bound needs a score_mod function and a positive finite value}}
+attn.kernel @zero_score_bound
+    problem = #attn.problem<q_heads = 4, kv_heads = 4, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask
+    normalizer = #attn.softmax
+    attributes {score_mod_fn = @attn_score_mod_0, score_bound = 0.0 : f32}
+

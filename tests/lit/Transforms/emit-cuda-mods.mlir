@@ -13,6 +13,7 @@
 // CHECK-SAME: static constexpr bool kHasScoreMod = true;
 // CHECK-SAME: static constexpr float kScoreInputScale = 0x1p+0f;
 // CHECK-SAME: static constexpr float kScoreOutputScale = 0x1p+0f;
+// CHECK-SAME: static constexpr float kScoreBound = 0x0p+0f;
 // CHECK-SAME: return coverageOr(affineCoverage(0LL * b + 0LL * h + 2047LL, 0LL, -1LL, q0, q1, k0, k1), affineCoverage(0LL * b + 0LL * h + 0LL, 1LL, -1LL, q0, q1, k0, k1));
 // CHECK-SAME: static constexpr bool kMaskUsesKeyFloat = false;
 // CHECK-SAME: struct MaskRow {\0A  };
@@ -74,6 +75,7 @@ attn.kernel @chunked
 // CHECK-LABEL: attn.kernel @softcap
 // CHECK: static constexpr float kScoreInputScale = 0x1.47ae14p-6f;
 // CHECK-SAME: static constexpr float kScoreOutputScale = 0x1.9p+5f;
+// CHECK-SAME: static constexpr float kScoreBound = 0x1p+0f;
 attn.kernel @softcap
     problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
     mask = #attn.causal<bottom_right> normalizer = #attn.softmax

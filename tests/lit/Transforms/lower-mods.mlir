@@ -154,7 +154,7 @@ attn.kernel @narrow
 // CHECK-NEXT:    %[[T:.*]] = call_opaque "attn_dev::fastTanh"(%[[S]])
 // CHECK-NEXT:    return %[[T]]
 // CHECK-LABEL: attn.kernel @softcap
-// CHECK:         score_input_scale = 2.000000e-02 : f32, score_mod_fn = @attn_score_mod_5, score_output_scale = 5.000000e+01 : f32
+// CHECK:         score_bound = 1.000000e+00 : f32, score_input_scale = 2.000000e-02 : f32, score_mod_fn = @attn_score_mod_5, score_output_scale = 5.000000e+01 : f32
 attn.kernel @softcap
     problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
     mask = #attn.causal<bottom_right> normalizer = #attn.softmax
@@ -175,6 +175,7 @@ attn.kernel @softcap
 // CHECK:         add
 // CHECK:         mul
 // CHECK-LABEL: attn.kernel @kept_scalings
+// CHECK-NOT:     score_bound
 // CHECK-NOT:     score_input_scale
 // CHECK-NOT:     score_output_scale
 // CHECK:         }
@@ -204,5 +205,35 @@ attn.kernel @variable_factor
       %qi = arith.index_cast %q : index to i32
       %qf = arith.sitofp %qi : i32 to f32
       %r = arith.mulf %s, %qf : f32
+      attn.yield %r : f32
+    }
+
+// Bounds of what score_mod yields: a negative multiple of a tanh (kept in
+// the region) and -inf for masked pairs give 3; a sum is not bounded.
+// CHECK-LABEL: attn.kernel @bounded_select
+// CHECK:         score_bound = 3.000000e+00 : f32
+attn.kernel @bounded_select
+    problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask normalizer = #attn.softmax
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index):
+      %factor = arith.constant -3.0 : f32
+      %ninf = arith.constant 0xFF800000 : f32
+      %t = math.tanh %s : f32
+      %r = arith.mulf %t, %factor : f32
+      %even = arith.cmpi ult, %kv, %q : index
+      %masked = arith.select %even, %r, %ninf : f32
+      attn.yield %masked : f32
+    }
+// CHECK-LABEL: attn.kernel @unbounded_sum
+// CHECK-NOT:     score_bound
+// CHECK:         }
+attn.kernel @unbounded_sum
+    problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask normalizer = #attn.softmax
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index):
+      %t = math.tanh %s : f32
+      %r = arith.addf %t, %s : f32
       attn.yield %r : f32
     }

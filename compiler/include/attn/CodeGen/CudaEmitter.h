@@ -82,6 +82,9 @@ struct UserMods {
   // score before it, and of its result (positive).
   float scoreInputScale = 1.f;
   float scoreOutputScale = 1.f;
+  // Every score_mod result is -inf or within [-scoreBound, scoreBound]
+  // (before scoreOutputScale); 0 when unbounded.
+  float scoreBound = 0.f;
 };
 
 struct ForwardKernelConfig {

@@ -166,6 +166,12 @@ def AttnLowerMods : Pass<"attn-lower-mods", "::mlir::ModuleOp"> {
     becomes `score_output_scale` (the softmax already multiplies each score
     by log2(e) before its exponential, and a positive factor keeps the row
     maximum). Soft-capping, `cap * tanh(s / cap)`, keeps only its `tanh`.
+
+    Then it bounds what remains: a `tanh` (1), finite constants, constant
+    multiples of bounded values and selections between bounded values and
+    -inf give `score_bound`. The kernel runs the softmax of a bounded
+    score_mod against a fixed base, with no running row maximum and no
+    rescaling of the output, where the bound leaves room for it.
   }];
   let dependentDialects = ["::mlir::attn::AttnDialect",
                            "::mlir::emitc::EmitCDialect",

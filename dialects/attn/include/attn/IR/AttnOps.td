@@ -55,6 +55,10 @@ def Attn_KernelOp : Attn_Op<"kernel", [
     (`score_input_scale`: the kernel multiplies the raw score by it together
     with the softmax scale) and a final multiplication by a positive
     constant (`score_output_scale`: the softmax folds it into its exponent).
+    When what remains of `score_mod` is bounded (a `tanh`, constant
+    multiples of bounded values, selections between them and -inf), it
+    records the bound in `score_bound`: every result is -inf or within
+    [-score_bound, score_bound], before `score_output_scale`.
 
     ```mlir
     attn.kernel @k problem = #attn.problem<...> mask = #attn.no_mask
@@ -85,7 +89,8 @@ def Attn_KernelOp : Attn_Op<"kernel", [
     OptionalAttr<FlatSymbolRefArrayAttr>:$mask_mod_row_fns,
     OptionalAttr<FlatSymbolRefArrayAttr>:$score_mod_row_fns,
     OptionalAttr<F32Attr>:$score_input_scale,
-    OptionalAttr<F32Attr>:$score_output_scale
+    OptionalAttr<F32Attr>:$score_output_scale,
+    OptionalAttr<F32Attr>:$score_bound
   );
   let regions = (region MaxSizedRegion<1>:$mask_mod,
                         MaxSizedRegion<1>:$score_mod);
