@@ -162,8 +162,8 @@ constexpr bool kMaskModProved = Mods::kHasMaskMod && Mods::kMaskProved;
 // base keeps every exp2 between 2^-120 (a row whose scores all sit at the
 // bottom still sums to a normal number) and 2^40 (sums and the output stay
 // far from overflow): no running maximum, no rescaling of the output.
-constexpr float kScoreRangeLog2 =
-    Mods::kScoreBound * 1.4426950408889634f * Mods::kScoreOutputScale;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kScoreRangeLog2 = Mods::kScoreBound * kLog2e * Mods::kScoreOutputScale;
 constexpr bool kFixedSoftmaxBase =
     Mods::kHasScoreMod && kScoreRangeLog2 > 0.f && kScoreRangeLog2 <= 80.f;
 constexpr float kFixedSoftmaxBaseLog2 = kScoreRangeLog2 > 40.f ? kScoreRangeLog2 - 40.f : 0.f;
@@ -660,7 +660,7 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
   // A score_mod sees scaled scores, so the softmax then scales by log2(e)
   // alone; without one the scale folds into the exponent. The constant
   // factors attn-lower-mods took out of score_mod join these two scales.
-  const float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+  const float kLn2 = 0.6931471805599453f;
   const float softmaxScaleLog2 =
       Mods::kHasScoreMod ? kLog2e * Mods::kScoreOutputScale : p.scale_log2;
   const float scoreModInputScale = p.scale_log2 * kLn2 * Mods::kScoreInputScale;

@@ -206,25 +206,29 @@ LogicalResult collectUserMods(KernelOp op, ::attn::codegen::UserMods &mods) {
     region.out.function = func->getSymName().str();
     region.out.usesKeyFloat = !func->getArgument(keyFloatIndex).use_empty();
   }
-  // The kernel applies the factors attn-lower-mods took out of score_mod; a
-  // non-positive result factor would move the softmax's row maximum.
-  if (FloatAttr input = op.getScoreInputScaleAttr()) {
-    if (mods.score.empty() || !input.getValue().isFinite())
-      return op.emitOpError("score_input_scale needs a score_mod function and a finite value");
-    mods.scoreInputScale = input.getValue().convertToFloat();
-  }
-  if (FloatAttr output = op.getScoreOutputScaleAttr()) {
-    if (mods.score.empty() || !output.getValue().isFinite() ||
-        !(output.getValue().convertToFloat() > 0.f))
-      return op.emitOpError(
-          "score_output_scale needs a score_mod function and a positive finite value");
-    mods.scoreOutputScale = output.getValue().convertToFloat();
-  }
-  if (FloatAttr bound = op.getScoreBoundAttr()) {
-    if (mods.score.empty() || !bound.getValue().isFinite() ||
-        !(bound.getValue().convertToFloat() > 0.f))
-      return op.emitOpError("score_bound needs a score_mod function and a positive finite value");
-    mods.scoreBound = bound.getValue().convertToFloat();
+  // The kernel applies the constants attn-lower-mods derived from score_mod:
+  // its factors and the bound of its result. A non-positive result factor
+  // would move the softmax's row maximum; a bound is a positive magnitude.
+  struct ScoreConstant {
+    FloatAttr attr;
+    const char *name;
+    bool positive;
+    float &into;
+  } scoreConstants[] = {{op.getScoreInputScaleAttr(), "score_input_scale", false,
+                         mods.scoreInputScale},
+                        {op.getScoreOutputScaleAttr(), "score_output_scale", true,
+                         mods.scoreOutputScale},
+                        {op.getScoreBoundAttr(), "score_bound", true, mods.scoreBound}};
+  for (ScoreConstant &constant : scoreConstants) {
+    if (!constant.attr)
+      continue;
+    float value = constant.attr.getValue().convertToFloat();
+    if (mods.score.empty() || !constant.attr.getValue().isFinite() ||
+        (constant.positive && !(value > 0.f)))
+      return op.emitOpError(constant.name)
+             << " needs a score_mod function and a " << (constant.positive ? "positive " : "")
+             << "finite value";
+    constant.into = value;
   }
   if (TileFormulaAttr formula = op.getMaskTileFormulaAttr()) {
     if (!mods.mask.empty()) {
