@@ -162,7 +162,6 @@ constexpr bool kMaskModProved = Mods::kHasMaskMod && Mods::kMaskProved;
 // base keeps every exp2 between 2^-120 (a row whose scores all sit at the
 // bottom still sums to a normal number) and 2^40 (sums and the output stay
 // far from overflow): no running maximum, no rescaling of the output.
-constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kScoreRangeLog2 = Mods::kScoreBound * kLog2e * Mods::kScoreOutputScale;
 constexpr bool kFixedSoftmaxBase =
     Mods::kHasScoreMod && kScoreRangeLog2 > 0.f && kScoreRangeLog2 <= 80.f;

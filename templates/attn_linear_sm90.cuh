@@ -46,7 +46,10 @@ constexpr bool kGated = attn_plan::kGated;
 constexpr bool kHasDecay = attn_plan::kFixedDecay || kGated;
 
 constexpr int kSlice = 64;                       // value columns per block
-constexpr int kKeyBlocks = kHeadDim / 64;        // 64-row blocks of the state
+constexpr int kKeyBlocks = kHeadDim / 64;
+// The largest decay within a chunk (base 2) taken in factored form: token
+// weights stay above 2^-100, far from the bf16 and fp32 normal range's end.
+constexpr float kFactoredDecayRange = 100.f;        // 64-row blocks of the state
 constexpr u32 kRowBytes = 128;
 constexpr u32 kAtomBytes = 8 * kRowBytes;
 constexpr u32 kQkTileBytes = kChunk * kHeadDim * 2;
@@ -140,9 +143,46 @@ __device__ __forceinline__ u32 qTile(u32 smem, int stage) { return smem + attn_p
 __device__ __forceinline__ u32 kTile(u32 smem, int stage) { return smem + attn_plan::kSmemK + stage * kQkTileBytes; }
 __device__ __forceinline__ u32 vTile(u32 smem, int stage) { return smem + attn_plan::kSmemV + stage * kVTileBytes; }
 
+// The chunk's decays in stage `stage`: G[0..63], the inclusive prefix sums
+// of the tokens' log2-decays (tokens past the sequence decay by nothing, so
+// G of the last row is that of the last token), then each token's weight to
+// the chunk's end, 2^(G[63] - G[t]).
+__device__ __forceinline__ float *chunkDecay(unsigned char *smemPointer, int stage) {
+  return reinterpret_cast<float *>(smemPointer + attn_plan::kSmemDecay) + stage * 2 * kChunk;
+}
+
+// The producer warp writes the chunk's decays (one token per lane and half).
+__device__ __forceinline__ void writeChunkDecay(const attn_abi::AttnLinearParams &p,
+                                                const Work &work, int chunk, float *decay,
+                                                int lane) {
+  float low = 0.f, high = 0.f;
+  int token = chunk * kChunk + lane;
+  if constexpr (kGated) {
+    auto logDecay = [&](int t) {
+      return t < p.seqlen
+                 ? p.log_decay[(static_cast<i64>(work.batch) * p.seqlen + t) * p.q_heads + work.head] *
+                       kLog2e
+                 : 0.f;
+    };
+    low = logDecay(token);
+    high = logDecay(token + 32);
+  } else {
+    float perToken = attn_plan::logDecayOfHead(work.head) * kLog2e;
+    low = token < p.seqlen ? perToken : 0.f;
+    high = token + 32 < p.seqlen ? perToken : 0.f;
+  }
+  warpInclusiveScan64(low, high, lane);
+  float last = __shfl_sync(0xffffffff, high, 31);
+  decay[lane] = low;
+  decay[lane + 32] = high;
+  decay[kChunk + lane] = fastExp2(last - low);
+  decay[kChunk + lane + 32] = fastExp2(last - high);
+}
+
 // ---------------------------------------------------------------------------
-// Producer: one thread issues the loads. The causal form loads Q, K and V of
-// each chunk; the non-causal form loads K and V of every chunk, then Q.
+// Producer warp: lane 0 issues the loads, every lane computes the decays.
+// The causal form loads Q, K and V of each chunk; the non-causal form loads
+// K and V of every chunk, then Q.
 
 __device__ __forceinline__ void loadRows(u32 destination, const TensorMapBlob *map, u32 barrier,
                                          int row, int head, int batch) {
@@ -151,12 +191,14 @@ __device__ __forceinline__ void loadRows(u32 destination, const TensorMapBlob *m
     tmaLoad4d(destination + block * kChunk * kRowBytes, map, barrier, block * 64, row, head, batch);
 }
 
-__device__ void produce(const attn_abi::AttnLinearParams &p, u32 smem, const Barriers &barriers,
-                        const Work &work) {
-  prefetchTensorMap(&p.q_map);
-  prefetchTensorMap(&p.k_map);
-  prefetchTensorMap(&p.v_map);
-  prefetchTensorMap(&p.o_map);
+__device__ void produce(const attn_abi::AttnLinearParams &p, u32 smem, unsigned char *smemPointer,
+                        const Barriers &barriers, const Work &work, int lane) {
+  if (lane == 0) {
+    prefetchTensorMap(&p.q_map);
+    prefetchTensorMap(&p.k_map);
+    prefetchTensorMap(&p.v_map);
+    prefetchTensorMap(&p.o_map);
+  }
   const int passCount = passCountOf(p, work);
   int load = 0;
   for (int pass = 0; pass < passCount; ++pass) {
@@ -166,87 +208,106 @@ __device__ void produce(const attn_abi::AttnLinearParams &p, u32 smem, const Bar
       RingSlot slot = ringSlot<kStages>(load);
       if (load >= kStages)
         mbarrierWait(barriers.empty(slot.stage), slot.phase ^ 1);
-      u32 bytes = (withQ ? kQkTileBytes : 0) + (withKv ? kQkTileBytes + kVTileBytes : 0);
-      mbarrierArriveExpectTx(barriers.full(slot.stage), bytes);
-      int row = chunk * kChunk;
-      if (withQ)
-        loadRows(qTile(smem, slot.stage), &p.q_map, barriers.full(slot.stage), row, work.head,
-                 work.batch);
-      if (withKv) {
-        loadRows(kTile(smem, slot.stage), &p.k_map, barriers.full(slot.stage), row, work.kvHead,
-                 work.batch);
-        tmaLoad4d(vTile(smem, slot.stage), &p.v_map, barriers.full(slot.stage), work.slice * kSlice,
-                  row, work.kvHead, work.batch);
+      const u32 full = barriers.full(slot.stage);
+      if (lane == 0) {
+        // The loads first; the barrier's one arrival comes after the decays.
+        mbarrierExpectTx(full, (withQ ? kQkTileBytes : 0) + (withKv ? kQkTileBytes + kVTileBytes : 0));
+        int row = chunk * kChunk;
+        if (withQ)
+          loadRows(qTile(smem, slot.stage), &p.q_map, full, row, work.head, work.batch);
+        if (withKv) {
+          loadRows(kTile(smem, slot.stage), &p.k_map, full, row, work.kvHead, work.batch);
+          tmaLoad4d(vTile(smem, slot.stage), &p.v_map, full, work.slice * kSlice, row, work.kvHead,
+                    work.batch);
+        }
       }
+      if constexpr (kHasDecay) {
+        writeChunkDecay(p, work, chunk, chunkDecay(smemPointer, slot.stage), lane);
+        __syncwarp();
+      }
+      // Releases the decays to the consumers, which acquire them with the
+      // loads' completion.
+      if (lane == 0)
+        mbarrierArrive(full);
     }
   }
 }
 
 // ---------------------------------------------------------------------------
-// Consumer pieces. Thread t of the warpgroup holds, in every 64 x 64
-// fragment, rows warp * 16 + lane / 4 and that + 8 (wgmma.cuh).
+// Consumer pieces. Thread t of the warpgroup holds, in every m64 fragment,
+// rows warp * 16 + lane / 4 and that + 8 (wgmma.cuh). The state is held
+// transposed, Sᵀ (64 value columns x head_dim key dims): its update then
+// takes the decayed values from registers and K as TMA wrote it, and its
+// bf16 copy is a K-major operand of Q S, laid out like a K tile.
 
-// A = Q Kᵀ and O = Q S as one WGMMA group: Q and K K-major, the state
-// (keys x values, bf16) MN-major. Each k-step of 16 key dims advances 32
-// bytes in a row of Q and K and 16 rows of the state.
+constexpr int kStateRegs = kHeadDim / 2; // the m64 x head_dim fp32 fragment of Sᵀ
+constexpr int kValueRegs = kChunk / 4;   // (decayed V)ᵀ as A fragments
+static_assert(kSlice == kChunk, "the state tile has the rows of a K tile");
+
+// A = Q Kᵀ and O = Q S as one WGMMA group, every operand K-major: Q and K
+// as loaded, S as its transposed bf16 copy. Each k-step of 16 key dims
+// advances 32 bytes in a row.
 __device__ __forceinline__ void issueScoresAndStateProduct(float (&scores)[kAccumulatorRegs],
                                                            float (&output)[kAccumulatorRegs],
-                                                           u32 q, u32 k, u32 state,
+                                                           u32 q, u32 k, u32 stateTile,
                                                            bool withScores) {
+  const u64 qFirst = swizzled128Descriptor(q, 16, kAtomBytes);
+  const u64 kFirst = swizzled128Descriptor(k, 16, kAtomBytes);
+  const u64 stateFirst = swizzled128Descriptor(stateTile, 16, kAtomBytes);
   wgmmaFence();
 #pragma unroll
   for (int step = 0; step < kHeadDim / 16; ++step) {
-    u32 blockOffset = (step / 4) * kChunk * kRowBytes, inRow = (step % 4) * 32;
-    u64 a = swizzled128Descriptor(q + blockOffset + inRow, 16, kAtomBytes);
-    if (withScores) {
-      u64 b = swizzled128Descriptor(k + blockOffset + inRow, 16, kAtomBytes);
-      WgmmaSS<64, Element>::mma(scores, a, b, step > 0);
-    }
-    u64 s = swizzled128Descriptor(state + step * 16 * kRowBytes, kHeadDim * kRowBytes, kAtomBytes);
-    WgmmaSSTransB<64, Element>::mma(output, a, s, step > 0);
+    u32 offset = (step / 4) * kChunk * kRowBytes + (step % 4) * 32;
+    u64 a = advanceDescriptor(qFirst, offset);
+    if (withScores)
+      WgmmaSS<64, Element>::mma(scores, a, advanceDescriptor(kFirst, offset), step > 0);
+    WgmmaSS<kSlice, Element>::mma(output, a, advanceDescriptor(stateFirst, offset), step > 0);
   }
   wgmmaCommitGroup();
 }
 
-// S += Kᵀ V for each 64-row block of the state: A is a column block of K
-// read MN-major (keys dims along M), B the V slice MN-major; each k-step of
-// 16 tokens advances 16 rows of both.
-__device__ __forceinline__ void issueStateUpdate(float (&state)[kKeyBlocks][kAccumulatorRegs],
-                                                 u32 k, u32 v) {
-  wgmmaFence();
+// (diag(w) V)ᵀ as the A fragments of the state update: the chunk's V slice
+// (tokens x 64 value columns, as TMA wrote it) read transposed with
+// ldmatrix, each token scaled by its weight w to the chunk's end (decayed
+// forms). Register 4 s + j holds value rows warp * 16 + lane / 4 (+ 8 for
+// odd j) and tokens 16 s + 2 (lane % 4) + {0, 1} (+ 8 for j >= 2).
+__device__ __forceinline__ void loadValuesTransposed(u32 (&values)[kValueRegs], u32 v,
+                                                     const float *weight, int warp, int lane) {
+  const int matrix = lane / 8;
 #pragma unroll
-  for (int block = 0; block < kKeyBlocks; ++block) {
+  for (int step = 0; step < kChunk / 16; ++step) {
+    int token = step * 16 + (matrix / 2) * 8 + lane % 8;
+    int column = warp * 16 + (matrix % 2) * 8;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(values[4 * step]), "=r"(values[4 * step + 1]), "=r"(values[4 * step + 2]),
+                   "=r"(values[4 * step + 3])
+                 : "r"(swizzledAddress(v, kChunk, token, column)));
+  }
+  if constexpr (kHasDecay) {
 #pragma unroll
-    for (int step = 0; step < kChunk / 16; ++step) {
-      u64 a = swizzled128Descriptor(k + block * kChunk * kRowBytes + step * 16 * kRowBytes,
-                                    kChunk * kRowBytes, kAtomBytes);
-      u64 b = swizzled128Descriptor(v + step * 16 * kRowBytes, kChunk * kRowBytes, kAtomBytes);
-      WgmmaSSTransAB<64, Element>::mma(state[block], a, b, 1);
+    for (int i = 0; i < kValueRegs; ++i) {
+      int token = (i / 4) * 16 + ((i % 4) / 2) * 8 + 2 * (lane % 4);
+      float2 pair = *reinterpret_cast<const float2 *>(weight + token);
+      values[i] = packPair<Element>(lowHalfToFloat<Element>(values[i]) * pair.x,
+                                    highHalfToFloat<Element>(values[i]) * pair.y);
     }
   }
-  wgmmaCommitGroup();
 }
 
-// The key dim (row of the state) of element i of this thread's fragment of
-// 64-row block `block` of the state.
-__device__ __forceinline__ int stateRow(int block, int i, int warp, int lane) {
-  return block * 64 + warp * 16 + lane / 4 + 8 * fragmentRowHalf(i);
-}
-
-// The state as bf16/f16 in shared memory for the next Q S product: key
-// dims as rows, 64 value columns of 128 bytes, swizzled like a V tile.
-__device__ __forceinline__ void storeStateShared(const float (&state)[kKeyBlocks][kAccumulatorRegs],
-                                                 u32 stateTile, int warp, int lane) {
+// Stores an m64 x N fp32 fragment as 16-bit pairs into a 128-byte swizzled
+// tile of 64 rows per 64-column block: the layout of TMA's tiles and of
+// K-major WGMMA operands.
+template <int N>
+__device__ __forceinline__ void storeFragmentShared(const float (&fragment)[N / 2], u32 tile,
+                                                    int warp, int lane) {
 #pragma unroll
-  for (int block = 0; block < kKeyBlocks; ++block)
-#pragma unroll
-    for (int i = 0; i < kAccumulatorRegs; i += 2) {
-      int row = stateRow(block, i, warp, lane);
-      u32 address = swizzledAddress(stateTile, kHeadDim, row, fragmentColumn(i, lane));
-      asm volatile("st.shared.b32 [%0], %1;" ::"r"(address),
-                   "r"(packPair<Element>(state[block][i], state[block][i + 1]))
-                   : "memory");
-    }
+  for (int i = 0; i < N / 2; i += 2) {
+    int row = warp * 16 + lane / 4 + 8 * fragmentRowHalf(i);
+    u32 address = swizzledAddress(tile, 64, row, fragmentColumn(i, lane));
+    asm volatile("st.shared.b32 [%0], %1;" ::"r"(address),
+                 "r"(packPair<Element>(fragment[i], fragment[i + 1]))
+                 : "memory");
+  }
 }
 
 // Element (keyDim, this block's valueColumn) of a [head_dim, head_dim]
@@ -264,40 +325,37 @@ __device__ __forceinline__ i64 pieceIndex(const attn_abi::AttnLinearParams &p, c
 }
 
 // Calls visit(element, index) for each element of this thread's fragment of
-// `state` (float[kKeyBlocks][kAccumulatorRegs], const or not) with `index`,
-// its offset in a [head_dim, head_dim] state in memory.
+// Sᵀ (float[kStateRegs], const or not) with `index`, its offset in a
+// [head_dim, head_dim] state (keys x values) in memory.
 template <class State, class Visit>
 __device__ __forceinline__ void forEachStateElement(State &state, const Work &work, int warp,
                                                     int lane, Visit visit) {
 #pragma unroll
-  for (int block = 0; block < kKeyBlocks; ++block)
-#pragma unroll
-    for (int i = 0; i < kAccumulatorRegs; ++i)
-      visit(state[block][i],
-            stateElement(work, stateRow(block, i, warp, lane), fragmentColumn(i, lane)));
+  for (int i = 0; i < kStateRegs; ++i) {
+    int valueColumn = warp * 16 + lane / 4 + 8 * fragmentRowHalf(i);
+    visit(state[i], stateElement(work, fragmentColumn(i, lane), valueColumn));
+  }
 }
 
 // Adds a state in global memory to this thread's fragment of it.
-__device__ __forceinline__ void addGlobalState(float (&state)[kKeyBlocks][kAccumulatorRegs],
+__device__ __forceinline__ void addGlobalState(float (&state)[kStateRegs],
                                                const float *source, const Work &work, int warp,
                                                int lane) {
   forEachStateElement(state, work, warp, lane,
                       [&](float &element, i64 index) { element += source[index]; });
 }
 
-__device__ __forceinline__ void storeGlobalState(const float (&state)[kKeyBlocks][kAccumulatorRegs],
+__device__ __forceinline__ void storeGlobalState(const float (&state)[kStateRegs],
                                                  float *destination, const Work &work, int warp,
                                                  int lane) {
   forEachStateElement(state, work, warp, lane,
                       [&](float element, i64 index) { destination[index] = element; });
 }
 
-__device__ __forceinline__ void scaleState(float (&state)[kKeyBlocks][kAccumulatorRegs], float factor) {
+__device__ __forceinline__ void scaleState(float (&state)[kStateRegs], float factor) {
 #pragma unroll
-  for (int block = 0; block < kKeyBlocks; ++block)
-#pragma unroll
-    for (int i = 0; i < kAccumulatorRegs; ++i)
-      state[block][i] *= factor;
+  for (int i = 0; i < kStateRegs; ++i)
+    state[i] *= factor;
 }
 
 // The state (and key sum) the block's first chunk starts from: zero in the
@@ -305,14 +363,12 @@ __device__ __forceinline__ void scaleState(float (&state)[kKeyBlocks][kAccumulat
 // pieces before this segment folded in, each after the decay of the ones
 // before it (every piece's, non-causal).
 __device__ __forceinline__ void loadEntryState(const attn_abi::AttnLinearParams &p, const Work &work,
-                                               float (&state)[kKeyBlocks][kAccumulatorRegs],
+                                               float (&state)[kStateRegs],
                                                float *keySum, int thread, int warp, int lane) {
   constexpr i64 kStateElements = static_cast<i64>(kHeadDim) * kHeadDim;
 #pragma unroll
-  for (int block = 0; block < kKeyBlocks; ++block)
-#pragma unroll
-    for (int i = 0; i < kAccumulatorRegs; ++i)
-      state[block][i] = 0.f;
+  for (int i = 0; i < kStateRegs; ++i)
+    state[i] = 0.f;
   if (kNormalize && thread < kHeadDim)
     keySum[thread] = 0.f;
   if (work.segmentKernel)
@@ -338,7 +394,7 @@ __device__ __forceinline__ void loadEntryState(const attn_abi::AttnLinearParams 
 // into the scratch (segment kernel), or the final state from the block of
 // the last segment.
 __device__ __forceinline__ void storeExitState(const attn_abi::AttnLinearParams &p, const Work &work,
-                                               const float (&state)[kKeyBlocks][kAccumulatorRegs],
+                                               const float (&state)[kStateRegs],
                                                const float *keySum, float segmentLog2Decay,
                                                int thread, int warp, int lane) {
   constexpr i64 kStateElements = static_cast<i64>(kHeadDim) * kHeadDim;
@@ -358,36 +414,6 @@ __device__ __forceinline__ void storeExitState(const attn_abi::AttnLinearParams 
     storeGlobalState(state, p.state_out + headIndex(p, work) * kStateElements, work, warp, lane);
   if (kNormalize && ownsSharedParts && p.key_sum_out && thread < kHeadDim)
     p.key_sum_out[headIndex(p, work) * kHeadDim + thread] = keySum[thread];
-}
-
-// The chunk's cumulative log2-decays G[0..63] in shared memory (tokens past
-// the sequence decay by nothing, so G of the last row is that of the last
-// token). Warp 0 computes them; the caller synchronizes.
-__device__ __forceinline__ void computeChunkDecay(const attn_abi::AttnLinearParams &p,
-                                                  const Work &work, int chunk, float *decay,
-                                                  int warp, int lane) {
-  if (warp != 0)
-    return;
-  const float kLog2e = 1.4426950408889634f;
-  float low = 0.f, high = 0.f;
-  int token = chunk * kChunk + lane;
-  if constexpr (kGated) {
-    auto logDecay = [&](int t) {
-      return t < p.seqlen
-                 ? p.log_decay[(static_cast<i64>(work.batch) * p.seqlen + t) * p.q_heads + work.head] *
-                       kLog2e
-                 : 0.f;
-    };
-    low = logDecay(token);
-    high = logDecay(token + 32);
-  } else {
-    float perToken = attn_plan::logDecayOfHead(work.head) * kLog2e;
-    low = token < p.seqlen ? perToken : 0.f;
-    high = token + 32 < p.seqlen ? perToken : 0.f;
-  }
-  warpInclusiveScan64(low, high, lane);
-  decay[lane] = low;
-  decay[lane + 32] = high;
 }
 
 // Sum over a quad (the four threads sharing a row).
@@ -427,32 +453,10 @@ __device__ __forceinline__ void accumulateKeySum(u32 k, float *keySum, int valid
   }
 }
 
-// Writes the 64 x 64 output fragment through a staging tile and one TMA
-// store (rows past the sequence are clipped). The store is left in flight;
-// the next use of the staging tile waits for it to have been read.
-__device__ __forceinline__ void storeOutput(const attn_abi::AttnLinearParams &p, const Work &work,
-                                            const float (&output)[kAccumulatorRegs], u32 staging,
-                                            int chunk, int thread, int warp, int lane) {
-  if (thread == 0)
-    tmaStoreWaitRead();
-  warpgroupBarrier(1);
-#pragma unroll
-  for (int i = 0; i < kAccumulatorRegs; i += 2) {
-    int row = warp * 16 + lane / 4 + 8 * fragmentRowHalf(i);
-    u32 address = swizzledAddress(staging, kChunk, row, fragmentColumn(i, lane));
-    asm volatile("st.shared.b32 [%0], %1;" ::"r"(address),
-                 "r"(packPair<Element>(output[i], output[i + 1]))
-                 : "memory");
-  }
-  fenceSharedForAsyncProxy();
-  warpgroupBarrier(1);
-  if (thread == 0) {
-    tmaStore4d(&p.o_map, staging, work.slice * kSlice, chunk * kChunk, work.head, work.batch);
-    tmaStoreCommit();
-  }
-}
-
+// Lane 0 arrives for its warp, after every lane's reads of the stage (the
+// decays included: the producer rewrites them).
 __device__ __forceinline__ void releaseStage(const Barriers &barriers, int stage, int lane) {
+  __syncwarp();
   if (lane == 0)
     mbarrierArrive(barriers.empty(stage));
 }
@@ -473,13 +477,12 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
   const int rowInChunk = warp * 16 + lane / 4;
   const u32 stateTile = smem + attn_plan::kSmemState;
   const u32 staging = smem + attn_plan::kSmemOStaging;
-  float *decay = reinterpret_cast<float *>(smemPointer + attn_plan::kSmemDecay);
   float *keySum = reinterpret_cast<float *>(smemPointer + attn_plan::kSmemKeySum);
   const float scale = p.scale;
 
-  float state[kKeyBlocks][kAccumulatorRegs];
+  float state[kStateRegs];
   loadEntryState(p, work, state, keySum, thread, warp, lane);
-  storeStateShared(state, stateTile, warp, lane);
+  storeFragmentShared<kHeadDim>(state, stateTile, warp, lane);
   publishShared();
   float segmentLog2Decay = 0.f; // the decay over the block's chunks
 
@@ -491,115 +494,139 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
     for (int chunk = work.firstChunk; chunk < work.endChunk; ++chunk, ++load) {
       const RingSlot slot = ringSlot<kStages>(load);
       const u32 q = qTile(smem, slot.stage), k = kTile(smem, slot.stage), v = vTile(smem, slot.stage);
+      const float *decay = chunkDecay(smemPointer, slot.stage);
       const int validRows = min(kChunk, p.seqlen - chunk * kChunk);
-      if constexpr (kHasDecay)
-        computeChunkDecay(p, work, chunk, decay, warp, lane);
+      // The loads and the producer's decays.
       mbarrierWait(barriers.full(slot.stage), slot.phase);
       if (computesOutput)
         mapTileInPlace<kFeatureMap, Element>(q, kQkTileBytes, thread, kConsumerThreads);
       if (updatesState)
         mapTileInPlace<kFeatureMap, Element>(k, kQkTileBytes, thread, kConsumerThreads);
-      // The mapped tiles and warp 0's decays; with neither, nothing was
-      // written since the last barrier.
-      if constexpr (kFeatureMap != FeatureMap::Identity || kHasDecay)
+      if constexpr (kFeatureMap != FeatureMap::Identity)
         publishShared();
 
       float output[kAccumulatorRegs];
+      u32 weights[kPRegs];
+      float denominator[2] = {0.f, 0.f};
+      // Decays within the chunk factor into a row and a token part,
+      // 2^(G_i - G_j) = 2^(G_i - G_last) * w_j, while every token weight w_j
+      // = 2^(G_last - G_j) is far from underflow. Then P = A ⊙ w (no
+      // exponential per score) and the row factors apply once after P V.
+      const bool factoredDecay =
+          kHasDecay && kCausal && decay[0] - decay[kChunk - 1] <= kFactoredDecayRange;
       if (computesOutput) {
         float scores[kAccumulatorRegs];
         issueScoresAndStateProduct(scores, output, q, k, stateTile, kCausal);
-        float denominator[2] = {0.f, 0.f};
         if constexpr (kNormalize)
           queryDotKeySum(q, keySum, rowInChunk, lane, denominator);
         wgmmaWaitGroup<0>();
         fenceRegisters(output);
         fenceRegisters(scores);
 
-        // Inter-chunk part: rows decay from the chunk's start.
+        // Inter-chunk part: rows decay from the chunk's start. Factored, Q S
+        // is weighed against P V here and both take their row factors after
+        // the product.
 #pragma unroll
         for (int i = 0; i < kAccumulatorRegs; ++i) {
           float factor = scale;
           if constexpr (kHasDecay)
-            factor *= fastExp2(decay[rowInChunk + 8 * fragmentRowHalf(i)]);
+            factor = factoredDecay ? fastExp2(decay[kChunk - 1])
+                                   : scale * fastExp2(decay[rowInChunk + 8 * fragmentRowHalf(i)]);
           output[i] *= factor;
         }
         if constexpr (kCausal) {
-          // Intra-chunk part: the decayed causal weights P = D ⊙ A.
-          u32 weights[kPRegs];
+          // Intra-chunk part: the decayed causal weights P = D ⊙ A. The
+          // select keeps an overflowing decay above the diagonal out of P.
           float rowSum[2] = {0.f, 0.f};
+          if (factoredDecay) {
 #pragma unroll
-          for (int i = 0; i < kAccumulatorRegs; ++i) {
-            int row = rowInChunk + 8 * fragmentRowHalf(i), column = fragmentColumn(i, lane);
-            float factor = column <= row ? scale : 0.f;
-            if constexpr (kHasDecay)
-              factor *= fastExp2(decay[row] - decay[column]);
-            scores[i] *= factor;
-            rowSum[fragmentRowHalf(i)] += scores[i];
+            for (int i = 0; i < kAccumulatorRegs; ++i) {
+              int row = rowInChunk + 8 * fragmentRowHalf(i), column = fragmentColumn(i, lane);
+              scores[i] = column <= row ? scores[i] * decay[kChunk + column] : 0.f;
+            }
+          } else {
+#pragma unroll
+            for (int i = 0; i < kAccumulatorRegs; ++i) {
+              int row = rowInChunk + 8 * fragmentRowHalf(i), column = fragmentColumn(i, lane);
+              float factor = scale;
+              if constexpr (kHasDecay)
+                factor *= fastExp2(decay[row] - decay[column]);
+              scores[i] = column <= row ? scores[i] * factor : 0.f;
+              rowSum[fragmentRowHalf(i)] += scores[i];
+            }
           }
 #pragma unroll
           for (int i = 0; i < kPRegs; ++i)
             weights[i] = packPair<Element>(scores[2 * i], scores[2 * i + 1]);
-          issueRegisterProduct<kSlice, kChunk, Element>(output, weights, v);
           if constexpr (kNormalize)
             for (int half = 0; half < 2; ++half)
               denominator[half] = denominator[half] * scale + quadSum(rowSum[half]);
-          wgmmaWaitGroup<0>();
-          fenceRegisters(output);
-          fenceRegisters(weights);
         } else if constexpr (kNormalize) {
           for (int half = 0; half < 2; ++half)
             denominator[half] *= scale;
         }
+      }
+
+      u32 values[kValueRegs];
+      if (updatesState) {
+        if constexpr (kHasDecay) {
+          float last = decay[kChunk - 1];
+          scaleState(state, fastExp2(last));
+          segmentLog2Decay += last;
+        }
+        if constexpr (kNormalize) {
+          // After every thread has read the old key sum for its denominators.
+          warpgroupBarrier(1);
+          accumulateKeySum(k, keySum, validRows, thread);
+        }
+        // Loaded last, so that they are not held through the key sum.
+        loadValuesTransposed(values, v, decay + kChunk, warp, lane);
+      }
+      // P V and S <- S + Kᵀ (diag(w) V) as one group, with one wait.
+      const bool productOfWeights = computesOutput && kCausal;
+      if (productOfWeights)
+        issueRegisterProduct<kSlice, kChunk, Element>(output, weights, v);
+      if (updatesState)
+        issueRegisterProduct<kHeadDim, kChunk, Element>(state, values, k);
+      if (productOfWeights || updatesState) {
+        wgmmaWaitGroup<0>();
+        fenceRegisters(output);
+        fenceRegisters(weights);
+        fenceRegisters(state);
+        fenceRegisters(values);
+      }
+      if (computesOutput && factoredDecay)
+#pragma unroll
+        for (int i = 0; i < kAccumulatorRegs; ++i)
+          output[i] *= scale * fastExp2(decay[rowInChunk + 8 * fragmentRowHalf(i)] - decay[kChunk - 1]);
+      releaseStage(barriers, slot.stage, lane);
+
+      if (computesOutput) {
         if constexpr (kNormalize)
 #pragma unroll
           for (int i = 0; i < kAccumulatorRegs; ++i) {
             float den = denominator[fragmentRowHalf(i)];
             output[i] = den != 0.f ? output[i] / den : 0.f;
           }
-      }
-
-      if (updatesState) {
-        // Each token's V row scaled by its decay to the chunk's end (the
-        // V slice is half the size of K at head dim 128); the key sum, after
-        // every thread has read the old one for the denominators.
-        if constexpr (kHasDecay) {
-          // Every warp's P V product (which reads V) must have completed.
-          if (computesOutput)
-            warpgroupBarrier(1);
-          float last = decay[kChunk - 1];
-          scaleRowsByDecayInPlace<Element, kVTileBytes, kConsumerThreads>(v, kChunk, decay, last,
-                                                                          thread);
-          scaleState(state, fastExp2(last));
-          segmentLog2Decay += last;
-        }
-        if constexpr (kNormalize) {
-          warpgroupBarrier(1);
-          accumulateKeySum(k, keySum, validRows, thread);
-        }
-        // The scaled V rows, for WGMMA.
-        if constexpr (kHasDecay)
-          publishShared();
-        issueStateUpdate(state, k, v);
-      }
-      if (computesOutput)
-        storeOutput(p, work, output, staging, chunk, thread, warp, lane);
-      if (updatesState) {
-        wgmmaWaitGroup<0>();
-        fenceRegisters(state[0]);
-        if constexpr (kKeyBlocks > 1)
-          fenceRegisters(state[kKeyBlocks - 1]);
-      }
-      releaseStage(barriers, slot.stage, lane);
-      if (updatesState && computesOutput) {
-        // Every thread's Q S product of this chunk has completed (the waits
-        // above), so the state tile may be overwritten.
-        storeStateShared(state, stateTile, warp, lane);
+        // One barrier pair publishes the output tile and the next chunk's
+        // state. Before it, every warp's Q S product (the state tile) has
+        // completed and the last TMA store has read the staging tile.
+        if (thread == 0)
+          tmaStoreWaitRead();
+        warpgroupBarrier(1);
+        storeFragmentShared<kSlice>(output, staging, warp, lane);
+        if (updatesState)
+          storeFragmentShared<kHeadDim>(state, stateTile, warp, lane);
         publishShared();
+        if (thread == 0) {
+          tmaStore4d(&p.o_map, staging, work.slice * kSlice, chunk * kChunk, work.head, work.batch);
+          tmaStoreCommit();
+        }
       }
     }
     // A state-only pass hands its state to the output pass after it once.
     if (!computesOutput && pass + 1 < passCount) {
-      storeStateShared(state, stateTile, warp, lane);
+      storeFragmentShared<kHeadDim>(state, stateTile, warp, lane);
       publishShared();
     }
   }
@@ -628,12 +655,11 @@ __device__ __forceinline__ void runBlock(const attn_abi::AttnLinearParams &p, bo
     fenceBarrierInit();
   }
   __syncthreads();
-  if (threadIdx.x >= kConsumerThreads) {
-    if (threadIdx.x == kConsumerThreads)
-      produce(p, smem, barriers, work);
-  } else {
-    consume(p, smem, sharedMemory + (smem - sharedAddress(sharedMemory)), barriers, work);
-  }
+  unsigned char *smemPointer = sharedMemory + (smem - sharedAddress(sharedMemory));
+  if (threadIdx.x >= kConsumerThreads)
+    produce(p, smem, smemPointer, barriers, work, threadIdx.x % 32);
+  else
+    consume(p, smem, smemPointer, barriers, work);
 }
 } // namespace attn_linear
 

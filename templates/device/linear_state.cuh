@@ -11,7 +11,7 @@ template <FeatureMap Map> __device__ __forceinline__ float featureMap(float x) {
   if constexpr (Map == FeatureMap::Relu)
     return fmaxf(x, 0.f);
   else if constexpr (Map == FeatureMap::EluPlusOne)
-    return x > 0.f ? x + 1.f : fastExp2(x * 1.4426950408889634f);
+    return x > 0.f ? x + 1.f : fastExp2(x * kLog2e);
   else
     return x;
 }

@@ -19,6 +19,13 @@ __device__ __forceinline__ void mbarrierArriveExpectTx(u32 barrier, u32 bytes) {
                : "memory");
 }
 
+// Announces `bytes` of transactions still to land, without arriving: the
+// phase then completes on the arrivals still owed and the bytes.
+__device__ __forceinline__ void mbarrierExpectTx(u32 barrier, u32 bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(barrier), "r"(bytes)
+               : "memory");
+}
+
 __device__ __forceinline__ void mbarrierArrive(u32 barrier) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(barrier) : "memory");
 }

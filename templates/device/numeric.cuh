@@ -8,6 +8,9 @@ namespace attn_dev {
 typedef unsigned int u32;
 typedef unsigned long long u64;
 
+// log2(e): exponentials run as exp2 on the SFU.
+constexpr float kLog2e = 1.4426950408889634f;
+
 // Tags naming the 16-bit element type of Q, K, V and O.
 struct Bf16 {
   static constexpr const char *kPtxName = "bf16";

@@ -22,6 +22,14 @@ __device__ __forceinline__ u64 swizzled128Descriptor(u32 sharedAddr, u32 leading
   return descriptor;
 }
 
+// The descriptor of the operand `bytes` further on in shared memory: the
+// start-address field (bits 0-13, the address in 16-byte units) takes the
+// offset without a carry, since shared addresses stay below 2^18. One add
+// in place of rebuilding every field.
+__device__ __forceinline__ u64 advanceDescriptor(u64 descriptor, u32 bytes) {
+  return descriptor + (bytes >> 4);
+}
+
 // Orders register writes (accumulator rescaling, packed A operands) before the
 // next asynchronous WGMMA reads them.
 __device__ __forceinline__ void wgmmaFence() {
@@ -65,10 +73,6 @@ __device__ __forceinline__ int fragmentColumn(int i, int lane) {
 // both K-major. `accumulate` = 0 overwrites D.
 template <int N, class Element> struct WgmmaSS;
 
-// The same with B MN-major (transposed), and with both A and B MN-major.
-template <int N, class Element> struct WgmmaSSTransB;
-template <int N, class Element> struct WgmmaSSTransAB;
-
 // D[64 x N] (+)= A[64 x 16] * B[16 x N], A from registers (4 x 2 packed
 // 16-bit values per thread), B MN-major in shared memory (transposed).
 template <int N, class Element> struct WgmmaRS;
@@ -83,13 +87,12 @@ template <int N, int Keys, class Element>
 __device__ __forceinline__ void issueRegisterProduct(float (&d)[N / 2], const u32 (&a)[Keys / 4],
                                                      u32 b) {
   constexpr u32 kRowBytes = 128, kAtomBytes = 8 * kRowBytes;
+  const u64 first = swizzled128Descriptor(b, Keys * kRowBytes, kAtomBytes);
   wgmmaFence();
 #pragma unroll
-  for (int step = 0; step < Keys / 16; ++step) {
-    u64 descriptor = swizzled128Descriptor(b + step * 16 * kRowBytes, Keys * kRowBytes, kAtomBytes);
+  for (int step = 0; step < Keys / 16; ++step)
     WgmmaRS<N, Element>::mma(d, a[4 * step], a[4 * step + 1], a[4 * step + 2], a[4 * step + 3],
-                             descriptor);
-  }
+                             advanceDescriptor(first, step * 16 * kRowBytes));
   wgmmaCommitGroup();
 }
 

@@ -25,6 +25,8 @@ struct LinearCase {
   std::string normalizer = "#attn.retention";
   reference::FeatureMap featureMap = reference::FeatureMap::Identity;
   bool normalize = false, causal = true, gated = false, fixedDecay = true;
+  float lowestLogDecay = -0.5f; // gated: log-decays drawn from [lowestLogDecay, 0]
+  std::vector<double> gammas;   // fixed decay: per query head, else the multi-scale default
 };
 
 std::string specFor(const LinearCase &c) {
@@ -96,6 +98,8 @@ reference::LinearProblem referenceProblem(const LinearCase &c, const AttnLaunchC
   problem.causal = c.causal;
   if (c.gated)
     problem.logDecay = logDecay;
+  else if (c.fixedDecay && !c.gammas.empty())
+    problem.gamma = c.gammas;
   else if (c.fixedDecay)
     for (int h = 0; h < c.qHeads; ++h)
       problem.gamma.push_back(reference::multiScaleGamma(h));
@@ -127,7 +131,7 @@ void checkCase(const LinearCase &c, harness::Shape shape, bool withState, uint64
     }
   }
   if (c.gated)
-    logDecay = randomValues(size_t(shape.batch) * shape.seqlenQ * c.qHeads, random, -0.5f, 0.f);
+    logDecay = randomValues(size_t(shape.batch) * shape.seqlenQ * c.qHeads, random, c.lowestLogDecay, 0.f);
   DeviceBuffer stateInBuffer = upload(stateIn), keySumInBuffer = upload(keySumIn);
   DeviceBuffer logDecayBuffer = upload(logDecay);
   DeviceBuffer stateOut(heads * d * d * sizeof(float)), keySumOut(heads * d * sizeof(float));
@@ -219,6 +223,26 @@ TEST_CASE("gated retention matches the reference", "[gpu][linear]") {
   checkCase(c, harness::Shape{2, 130, 130}, /*withState=*/true, 31);
   c.headDim = 64;
   checkCase(c, harness::Shape{1, 300, 300}, /*withState=*/false, 32);
+}
+
+TEST_CASE("retention with strong decays stays finite", "[gpu][linear]") {
+  // Log-decays down to -8 a token: within a chunk, e^(G_i - G_j) above the
+  // diagonal reaches far past the float range, and must not enter P as
+  // 0 * inf; the weights of early tokens and the inter-chunk factors
+  // underflow to 0. Such chunks take the exact (unfactored) decay, and so
+  // does a fixed gamma of 0.05 (a range of 63 x 4.3 bits), beside a mild
+  // head that factors.
+  LinearCase c;
+  c.qHeads = c.kvHeads = 2;
+  c.normalizer = "#attn.retention<decay = [0.05, 0.9]>";
+  c.gammas = {0.05, 0.9};
+  checkCase(c, harness::Shape{1, 200, 200}, /*withState=*/true, 35);
+  c = LinearCase();
+  c.normalizer = "#attn.retention<gated>";
+  c.gated = true;
+  c.lowestLogDecay = -8.f;
+  checkCase(c, harness::Shape{2, 190, 190}, /*withState=*/true, 33);
+  checkCase(c, harness::Shape{1, 300, 300}, /*withState=*/false, 34, /*segments=*/2);
 }
 
 TEST_CASE("linear attention: feature maps, normalization, causal and not", "[gpu][linear]") {

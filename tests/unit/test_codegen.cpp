@@ -75,10 +75,11 @@ TEST_CASE("every linear-family kernel assembles for sm_90a without spills", "[co
   REQUIRE(report.status == 0);
   if (headDim == 128) {
     // Known: under the 168-register cap of two blocks per SM the head-dim-128
-    // kernel spills 24 bytes (retention) to 68 (causal normalized), measured
-    // as a better trade than one block per SM (docs/guide/linear-attention.md);
-    // it must not grow. The segment kernel must not spill.
-    CHECK(report.spillStoreBytes("attn_linear_kernel") <= 72);
+    // kernel spills 4 bytes (bf16 retention) to 20 (f16 retention),
+    // measured as a better trade than one block per SM
+    // (docs/guide/linear-attention.md); it must not grow. The segment kernel
+    // must not spill.
+    CHECK(report.spillStoreBytes("attn_linear_kernel") <= 20);
     CHECK(report.spillStoreBytes("attn_linear_segment_kernel") == 0);
   } else {
     CHECK(report.spillFree());

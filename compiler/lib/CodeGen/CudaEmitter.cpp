@@ -219,12 +219,7 @@ std::string expandTemplate(std::string_view rootFile, std::string &error) {
 std::string emitWgmmaWrapper(int n, ElementKind element, WgmmaForm form) {
   const int accumulators = n / 2;
   const bool fromRegisters = form == WgmmaForm::RS;
-  const char *name = form == WgmmaForm::RS         ? "WgmmaRS"
-                     : form == WgmmaForm::SSTransB ? "WgmmaSSTransB"
-                     : form == WgmmaForm::SSTransAB ? "WgmmaSSTransAB"
-                                                    : "WgmmaSS";
-  // imm-trans-a / imm-trans-b: 1 reads the operand MN-major.
-  const char *transposes = form == WgmmaForm::SS ? "0, 0" : form == WgmmaForm::SSTransAB ? "1, 1" : "0, 1";
+  const char *name = fromRegisters ? "WgmmaRS" : "WgmmaSS";
   std::ostringstream out;
   out << "template <> struct " << name << "<" << n << ", " << elementTag(element) << "> {\n";
   if (fromRegisters)
@@ -248,8 +243,7 @@ std::string emitWgmmaWrapper(int n, ElementKind element, WgmmaForm form) {
     out << "{%" << accumulators << ", %" << accumulators + 1 << ", %" << accumulators + 2 << ", %"
         << accumulators + 3 << "}, %" << accumulators + 4 << ", p, 1, 1, 1;\\n\"\n";
   else
-    out << "%" << accumulators << ", %" << accumulators + 1 << ", p, 1, 1, " << transposes
-        << ";\\n\"\n";
+    out << "%" << accumulators << ", %" << accumulators + 1 << ", p, 1, 1, 0, 0;\\n\"\n";
   out << "                 \"}\\n\"\n                 : ";
   for (int i = 0; i < accumulators; ++i)
     out << (i ? ", " : "") << "\"+f\"(d[" << i << "])";
@@ -355,8 +349,11 @@ std::string emitLinearKernelSource(const LinearKernelConfig &config) {
                    {"device/linear_state.cuh"}, error);
 
   out << "// ---- WGMMA shapes of this plan\nnamespace attn_dev {\n";
-  for (WgmmaForm form : {WgmmaForm::SS, WgmmaForm::SSTransB, WgmmaForm::SSTransAB, WgmmaForm::RS})
-    out << emitWgmmaWrapper(64, config.element, form);
+  // Q Kᵀ and Q S (N = 64 value columns), P V, and the state update (N = head dim).
+  out << emitWgmmaWrapper(64, config.element, WgmmaForm::SS)
+      << emitWgmmaWrapper(64, config.element, WgmmaForm::RS);
+  if (config.headDim != 64)
+    out << emitWgmmaWrapper(config.headDim, config.element, WgmmaForm::RS);
   out << "} // namespace attn_dev\n\n";
 
   const char *featureMap = config.featureMap == FeatureMapKind::Relu         ? "Relu"

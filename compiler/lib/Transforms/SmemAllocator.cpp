@@ -107,7 +107,9 @@ std::vector<SmemRequest> linearKernelSmemRequests(const TileProblem &problem,
   requests.push_back({"state", alignTo(int64_t(problem.headDim) * sliceRow, kTileAlign), kTileAlign,
                       kSwizzle, 1, kPhaseSetup, kPhaseEnd});
   requests.push_back({"o_staging", vSlot, kTileAlign, kSwizzle, 1, kPhaseSetup, kPhaseEnd});
-  requests.push_back({"decay", int64_t(config.blockM) * 4, 16, 0, 1, kPhaseSetup, kPhaseEnd});
+  // Per stage, the chunk's cumulative decays and each token's weight.
+  requests.push_back({"decay", stages * 2 * int64_t(config.blockM) * 4, 16, 0, stages, kPhaseSetup,
+                      kPhaseEnd});
   requests.push_back({"key_sum", int64_t(problem.headDim) * 4, 16, 0, 1, kPhaseSetup, kPhaseEnd});
   requests.push_back({"barriers", 16 * stages, 8, 0, 2 * stages, kPhaseSetup, kPhaseEnd});
   return requests;

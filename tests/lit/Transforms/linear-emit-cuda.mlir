@@ -19,9 +19,9 @@
 // CHECK-NOT: attn_fwd_kernel(
 // CHECK-SAME: template <> struct WgmmaSS<64, Bf16>
 // CHECK-SAME: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16
-// CHECK-SAME: template <> struct WgmmaSSTransB<64, Bf16>
-// CHECK-SAME: template <> struct WgmmaSSTransAB<64, Bf16>
 // CHECK-SAME: template <> struct WgmmaRS<64, Bf16>
+// CHECK-SAME: template <> struct WgmmaRS<128, Bf16>
+// CHECK-SAME: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16
 // CHECK-SAME: namespace attn_plan {\0Ausing Element = attn_dev::Bf16;\0A
 // CHECK-SAME: constexpr int kHeadDim = 128;\0A
 // CHECK-SAME: constexpr int kChunk = 64;\0A
@@ -39,9 +39,9 @@
 // CHECK-SAME: constexpr unsigned kSmemState = 81920;\0A
 // CHECK-SAME: constexpr unsigned kSmemOStaging = 98304;\0A
 // CHECK-SAME: constexpr unsigned kSmemDecay = 106496;\0A
-// CHECK-SAME: constexpr unsigned kSmemKeySum = 106752;\0A
-// CHECK-SAME: constexpr unsigned kSmemBarriers = 107264;\0A
-// CHECK-SAME: constexpr unsigned kSmemTotal = 107296;\0A
+// CHECK-SAME: constexpr unsigned kSmemKeySum = 107520;\0A
+// CHECK-SAME: constexpr unsigned kSmemBarriers = 108032;\0A
+// CHECK-SAME: constexpr unsigned kSmemTotal = 108064;\0A
 // CHECK-SAME: } // namespace attn_plan
 // CHECK-SAME: attn_linear_kernel(const __grid_constant__
 // CHECK-SAME: attn_linear_decode_kernel(const __grid_constant__
@@ -69,7 +69,7 @@ attn.kernel @retention_hd128
 // CHECK-SAME: constexpr bool kCausal = true;\0A
 // CHECK-SAME: constexpr bool kGated = true;\0A
 // CHECK-SAME: constexpr bool kFixedDecay = false;\0A__device__ __forceinline__ float logDecayOfHead(int) { return 0.f; }\0A
-// CHECK-SAME: constexpr unsigned kSmemTotal = 107296;\0A
+// CHECK-SAME: constexpr unsigned kSmemTotal = 108064;\0A
 attn.kernel @gated_hd128
     problem = #attn.problem<q_heads = 16, kv_heads = 16, head_dim = 128, element_type = bf16>
     mask = #attn.causal<bottom_right>
@@ -87,7 +87,7 @@ attn.kernel @gated_hd128
 // CHECK-SAME: constexpr bool kGated = false;\0A
 // CHECK-SAME: constexpr bool kFixedDecay = true;\0A
 // CHECK-SAME: __device__ const float kLogDecayOfHead[3] = {-0.693147181f, -0.287682072f, -0.0645385211f};\0A
-// CHECK-SAME: constexpr unsigned kSmemTotal = 66080;\0A
+// CHECK-SAME: constexpr unsigned kSmemTotal = 66848;\0A
 attn.kernel @explicit_decay_f16
     problem = #attn.problem<q_heads = 3, kv_heads = 1, head_dim = 64, element_type = f16>
     mask = #attn.causal<bottom_right>
@@ -123,9 +123,9 @@ attn.kernel @no_decay_head
 // CHECK-SAME: constexpr unsigned kSmemState = 49152;\0A
 // CHECK-SAME: constexpr unsigned kSmemOStaging = 57344;\0A
 // CHECK-SAME: constexpr unsigned kSmemDecay = 65536;\0A
-// CHECK-SAME: constexpr unsigned kSmemKeySum = 65792;\0A
-// CHECK-SAME: constexpr unsigned kSmemBarriers = 66048;\0A
-// CHECK-SAME: constexpr unsigned kSmemTotal = 66080;\0A
+// CHECK-SAME: constexpr unsigned kSmemKeySum = 66560;\0A
+// CHECK-SAME: constexpr unsigned kSmemBarriers = 66816;\0A
+// CHECK-SAME: constexpr unsigned kSmemTotal = 66848;\0A
 // CHECK-SAME: attn_linear_kernel(const __grid_constant__
 // CHECK-SAME: attn_linear_decode_kernel(const __grid_constant__
 attn.kernel @linear_elu_hd64
@@ -150,7 +150,7 @@ attn.kernel @linear_relu_no_mask
 
 // A preset 3-stage tile: kStages follows, and so do the offsets:
 // q, k 3 x 8192 = 24576 each, v 24576, state 8192, o_staging 8192, decay
-// 512, key_sum 256, barriers 3 x 2 x 8 = 48.
+// 3 x 512 = 1536, key_sum 256, barriers 3 x 2 x 8 = 48.
 // CHECK-LABEL: attn.kernel @linear_three_stages
 // CHECK: attn.cuda_source =
 // CHECK-SAME: constexpr int kStages = 3;\0A
@@ -163,9 +163,9 @@ attn.kernel @linear_relu_no_mask
 // CHECK-SAME: constexpr unsigned kSmemState = 73728;\0A
 // CHECK-SAME: constexpr unsigned kSmemOStaging = 81920;\0A
 // CHECK-SAME: constexpr unsigned kSmemDecay = 90112;\0A
-// CHECK-SAME: constexpr unsigned kSmemKeySum = 90368;\0A
-// CHECK-SAME: constexpr unsigned kSmemBarriers = 90624;\0A
-// CHECK-SAME: constexpr unsigned kSmemTotal = 90672;\0A
+// CHECK-SAME: constexpr unsigned kSmemKeySum = 91648;\0A
+// CHECK-SAME: constexpr unsigned kSmemBarriers = 91904;\0A
+// CHECK-SAME: constexpr unsigned kSmemTotal = 91952;\0A
 attn.kernel @linear_three_stages
     problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
     mask = #attn.no_mask

@@ -131,10 +131,9 @@ struct LinearKernelConfig {
 std::string emitLinearKernelSource(const LinearKernelConfig &config);
 
 // The WGMMA wrapper specializations for m64nNk16 with fp32 accumulation.
-// SS: both operands from shared memory, K-major (QKᵀ). SSTransB: B MN-major
-// (Q times a state stored keys x values). SSTransAB: both MN-major (Kᵀ V).
-// RS: A from registers, B MN-major (P V).
-enum class WgmmaForm { SS, SSTransB, SSTransAB, RS };
+// SS: both operands from shared memory, K-major (Q Kᵀ). RS: A from
+// registers, B MN-major (P V).
+enum class WgmmaForm { SS, RS };
 std::string emitWgmmaWrapper(int n, ElementKind element, WgmmaForm form);
 
 // Inlines `#include "..."` directives that name embedded template files,
