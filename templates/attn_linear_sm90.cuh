@@ -1,17 +1,18 @@
 // Linear attention and retention for sm_90a, in chunkwise-parallel form.
 //
 // Block (value slice, query head, batch x segment) owns 64 value columns of
-// one head's state S (head_dim keys x 64 values, fp32 in registers) and
-// walks its chunks of the sequence. A producer warp streams each chunk's Q, K and the
-// V slice into a ring of stages with TMA; the consumer warpgroup computes,
-// for chunk c with state S (the state before its first token):
+// one head's state S, held transposed (Sᵀ: 64 values x head_dim keys, fp32
+// in registers), and walks its chunks of the sequence. A producer warp
+// streams each chunk's Q, K and the V slice into a ring of stages with TMA
+// and writes the chunk's decays into the stage; the consumer warpgroup
+// computes, for chunk c with state S (the state before its first token):
 //
 //   A   = Q Kᵀ                       (WGMMA, both from shared memory)
 //   O   = scale (D ⊙ A) V + scale diag(e^G) Q S
-//                                    (P = D ⊙ A from registers; S as bf16
-//                                     in shared memory)
-//   S  <- e^{G_last} S + Kᵀ (diag(e^{G_last - G}) V)
-//                                    (WGMMA, Kᵀ and V read MN-major)
+//                                    (P = D ⊙ A from registers; Sᵀ as bf16
+//                                     in shared memory, K-major)
+//   Sᵀ <- e^{G_last} Sᵀ + (diag(e^{G_last - G}) V)ᵀ K
+//                                    (WGMMA, the weighted Vᵀ from registers)
 //
 // where G is the chunk's inclusive prefix sum of log-decays (0 for linear
 // attention) and D the decayed causal mask, D_ij = e^{G_i - G_j} for j <= i.
