@@ -596,10 +596,14 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
         fenceRegisters(state);
         fenceRegisters(values);
       }
-      if (computesOutput && factoredDecay)
+      if (computesOutput && factoredDecay) {
+        float rowFactor[2];
+        for (int half = 0; half < 2; ++half)
+          rowFactor[half] = scale * fastExp2(decay[rowInChunk + 8 * half] - decay[kChunk - 1]);
 #pragma unroll
         for (int i = 0; i < kAccumulatorRegs; ++i)
-          output[i] *= scale * fastExp2(decay[rowInChunk + 8 * fragmentRowHalf(i)] - decay[kChunk - 1]);
+          output[i] *= rowFactor[fragmentRowHalf(i)];
+      }
       releaseStage(barriers, slot.stage, lane);
 
       if (computesOutput) {
