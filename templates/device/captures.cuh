@@ -50,6 +50,9 @@ __device__ __forceinline__ Capture<T, Rank> captureOf(const attn_abi::CaptureArg
 // Captures hold 32-bit values (f32 or i32).
 __device__ __forceinline__ float fromBits(unsigned bits, float) { return __uint_as_float(bits); }
 __device__ __forceinline__ int fromBits(unsigned bits, int) { return static_cast<int>(bits); }
+// A 32-bit value as the word the kernel stages it in (fromBits' inverse).
+__device__ __forceinline__ unsigned toBits(float value) { return __float_as_uint(value); }
+__device__ __forceinline__ unsigned toBits(int value) { return static_cast<unsigned>(value); }
 template <typename T>
 __device__ __forceinline__ T loadIfInside(const T *address, bool inside) {
   unsigned bits = 0;

@@ -178,6 +178,66 @@ TEST_CASE("relative-position bias from a captured table matches the reference",
   runVariant(spec, {1, 200, 900, false}, table, 14);
 }
 
+TEST_CASE("score_mod values staged per diagonal match the reference", "[gpu][variants]") {
+  // Two values the kernel stages per key tile (functions of q - kv): a table
+  // read scaled per head, and a bias read through an i32 bucket table. The
+  // tables are narrower than the diagonals the shapes meet, so reads fall
+  // outside on both sides and give 0; the factor 3 and the offset make the
+  // index wrap below 0 for most keys after the query.
+  std::string spec = R"(attn.kernel @staged_diagonals
+    problem = #attn.problem<q_heads = 4, kv_heads = 2, head_dim = 128, element_type = bf16>
+    mask = #attn.no_mask
+    normalizer = #attn.softmax
+    captures = [#attn.capture<"bias", f32, [q_heads, ?]>, #attn.capture<"scale", f32, [q_heads]>,
+                #attn.capture<"bucket", i32, [?]>, #attn.capture<"bucket_bias", f32, [?]>]
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index, %bias: memref<?x?xf32>,
+         %scale: memref<?xf32>, %bucket: memref<?xi32>, %bucketBias: memref<?xf32>):
+      %offset = arith.constant 600 : index
+      %shifted = arith.addi %q, %offset : index
+      %column = arith.subi %shifted, %kv : index
+      %value = memref.load %bias[%h, %column] : memref<?x?xf32>
+      %factor = memref.load %scale[%h] : memref<?xf32>
+      %scaled = arith.mulf %value, %factor : f32
+      %first = arith.addf %s, %scaled : f32
+      %c3 = arith.constant 3 : index
+      %tripled = arith.muli %column, %c3 : index
+      %b32 = memref.load %bucket[%tripled] : memref<?xi32>
+      %bucketIndex = arith.index_cast %b32 : i32 to index
+      %bucketValue = memref.load %bucketBias[%bucketIndex] : memref<?xf32>
+      %second = arith.addf %first, %bucketValue : f32
+      attn.yield %second : f32
+    }
+)";
+  auto tables = [](harness::ForwardProblem &data, const AttnLaunchConfig &launch,
+                   const harness::Shape &, std::mt19937_64 &random) {
+    std::normal_distribution<float> normal(0.f, 0.5f);
+    const int64_t columns = 1100, buckets = 2500, biases = 40;
+    std::vector<float> bias(launch.qHeads * columns), scale, bucketBias(biases);
+    for (float &value : bias)
+      value = normal(random);
+    for (int h = 0; h < launch.qHeads; ++h)
+      scale.push_back(0.5f + 0.25f * float(h));
+    std::vector<int32_t> bucket(buckets);
+    for (int32_t &value : bucket)
+      value = int32_t(random() % (biases + 5)); // some past the bias table
+    for (float &value : bucketBias)
+      value = normal(random);
+    data.addCapture(bias, {launch.qHeads, columns});
+    data.addCapture(scale, {launch.qHeads});
+    data.addCapture(bucket, {buckets});
+    data.addCapture(bucketBias, {biases});
+  };
+  runVariant(spec, {1, 1000, 1000, false}, tables, 25);
+  runVariant(spec, {2, 300, 1700, true}, tables, 26);
+  // Head dim 64 (three consumers, 192-row blocks) stages them too; head dim
+  // 256 has no room and reads per pair.
+  for (const char *headDim : {"head_dim = 64", "head_dim = 256"})
+    runVariant(replaceAll(spec, "head_dim = 128", headDim), {1, 777, 650, false}, tables, 27);
+  runVariant(replaceAll(spec, "mask = #attn.no_mask", "mask = #attn.causal<bottom_right>"),
+             {1, 900, 1300, false}, tables, 28);
+}
+
 TEST_CASE("chunked local attention matches the reference", "[gpu][variants]") {
   runVariant(exampleWithHeads("chunked_local_hd128.mlir"), {1, 2100, 2100, false}, {}, 15);
 }

@@ -2,6 +2,7 @@
 
 #include "attn/CodeGen/CudaEmitter.h"
 
+#include <algorithm>
 #include <initializer_list>
 #include <set>
 #include <cmath>
@@ -117,11 +118,13 @@ void emitCoverage(const TileFormula &formula, std::ostringstream &out) {
 /// A region's hooks in UserMods: the struct `<Name>Row` of its row values,
 /// `<prefix>Row(p, b, h, q)` computing them, and `call` (`keeps` or `score`)
 /// taking them with the key. `leading` is the region's argument before b
-/// ("s, " for a score), `fallback` the result without a region.
+/// ("s, " for a score), `fallback` the result without a region. With
+/// `diagonalParam`, `call` also takes the pair's staged diagonal values as
+/// 32-bit words.
 void emitModHooks(const ModFunctions &mod, const std::string &captureArgs, const char *name,
                   const char *prefix, const char *result, const char *call,
                   const char *leadingParam, const char *leading, const char *fallback,
-                  std::ostringstream &out) {
+                  const char *diagonalParam, std::ostringstream &out) {
   const char *params = "const attn_abi::AttnFwdParams &p";
   out << "  static constexpr bool k" << name << "UsesKeyFloat = "
       << (mod.usesKeyFloat ? "true" : "false") << ";\n";
@@ -137,11 +140,15 @@ void emitModHooks(const ModFunctions &mod, const std::string &captureArgs, const
   out << "    return row;\n  }\n";
   out << "  static __device__ __forceinline__ " << result << " " << call << "(" << params << ", const "
       << name << "Row &row, " << leadingParam
-      << "long long b, long long h, long long q, long long k, float kf) {\n";
+      << "long long b, long long h, long long q, long long k, float kf" << diagonalParam
+      << ") {\n";
   if (mod.empty()) {
     out << "    return " << fallback << ";\n";
   } else {
     out << "    return " << mod.function << "(" << leading << "b, h, q, k, kf" << captureArgs;
+    for (size_t i = 0; i < mod.diagonalFunctions.size(); ++i)
+      out << ", attn_dev::fromBits(diagonals[" << i << "], "
+          << (mod.diagonalTypes[i] == "float" ? "float" : "int") << "())";
     for (size_t i = 0; i < mod.rowFunctions.size(); ++i)
       out << ", row.v" << i;
     out << ");\n";
@@ -195,15 +202,27 @@ void emitUserMods(const UserMods &mods, std::ostringstream &out) {
     captureArgs << ", attn_dev::captureOf<" << (mods.captures[i].isFloat ? "float" : "int")
                 << ", " << mods.captures[i].rank << ">(p.captures[" << i << "])";
   out << "  // mask_mod and score_mod: what they compute once per query row, and per key.\n";
-  emitModHooks(mods.mask, captureArgs.str(), "Mask", "mask", "bool", "keeps", "", "", "true",
+  emitModHooks(mods.mask, captureArgs.str(), "Mask", "mask", "bool", "keeps", "", "", "true", "",
                out);
   // For the run-time tile coverage, which tests pairs one at a time.
   out << "  static __device__ __forceinline__ bool keeps(const attn_abi::AttnFwdParams &p, long "
          "long b, long long h, long long q, long long k) {\n"
       << "    return keeps(p, maskRow(p, b, h, q), b, h, q, k, "
          "attn_dev::exactIntToFloat(static_cast<int>(k)));\n  }\n";
-  emitModHooks(mods.score, captureArgs.str(), "Score", "score", "float", "score", "float s, ",
-               "s, ", "s", out);
+  // score_mod's values that depend on q and kv only through d = q - kv,
+  // which the kernel stages per key tile.
+  const ModFunctions &score = mods.score;
+  out << "  static constexpr int kScoreDiagonals = " << score.diagonalFunctions.size() << ";\n"
+      << "  static constexpr int kScoreDiagonalSlots = "
+      << std::max<size_t>(1, score.diagonalFunctions.size()) << ";\n"
+      << "  static __device__ __forceinline__ unsigned scoreDiagonal(const "
+         "attn_abi::AttnFwdParams &p, int n, long long b, long long h, long long d) {\n";
+  for (size_t i = 0; i < score.diagonalFunctions.size(); ++i)
+    out << "    if (n == " << i << ")\n      return attn_dev::toBits("
+        << score.diagonalFunctions[i] << "(b, h, d" << captureArgs.str() << "));\n";
+  out << "    return 0u;\n  }\n";
+  emitModHooks(score, captureArgs.str(), "Score", "score", "float", "score", "float s, ", "s, ",
+               "s", ", const unsigned (&diagonals)[kScoreDiagonalSlots]", out);
   out << "};\n";
 }
 
@@ -319,6 +338,7 @@ std::string emitForwardKernelSource(const ForwardKernelConfig &config) {
       << "constexpr unsigned kSmemV = " << config.smem.v << ";\n"
       << "constexpr unsigned kSmemOStaging = " << config.smem.oStaging << ";\n"
       << "constexpr unsigned kSmemBarriers = " << config.smem.barriers << ";\n"
+      << "constexpr unsigned kSmemScoreDiagonals = " << config.smem.scoreDiagonals << ";\n"
       << "constexpr unsigned kSmemTotal = " << config.smem.total << ";\n"
       << "} // namespace attn_plan\n\n";
 

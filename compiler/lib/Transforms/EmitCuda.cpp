@@ -168,41 +168,65 @@ LogicalResult collectUserMods(KernelOp op, ::attn::codegen::UserMods &mods) {
       return failure();
     return func;
   };
+  if (op.getScoreModDiagonalFnsAttr() && !op.getScoreModFnAttr())
+    return op.emitOpError("has score_mod diagonal functions but no score_mod function");
   struct {
     FlatSymbolRefAttr function;
-    ArrayAttr rows;
+    ArrayAttr rows, diagonals;
     unsigned leadingArgs; // the score before b, h, q, kv
     ::attn::codegen::ModFunctions &out;
-  } regions[] = {{op.getMaskModFnAttr(), op.getMaskModRowFnsAttr(), 0, mods.mask},
-                 {op.getScoreModFnAttr(), op.getScoreModRowFnsAttr(), 1, mods.score}};
+  } regions[] = {{op.getMaskModFnAttr(), op.getMaskModRowFnsAttr(), ArrayAttr(), 0, mods.mask},
+                 {op.getScoreModFnAttr(), op.getScoreModRowFnsAttr(),
+                  op.getScoreModDiagonalFnsAttr(), 1, mods.score}};
+  // Row functions take (b, h, q, captures...), diagonal ones (b, h, d,
+  // captures...); both return one scalar.
+  auto emitHelpers = [&](ArrayAttr refs, const char *kind, bool only32Bit,
+                         std::vector<std::string> &names,
+                         std::vector<std::string> &types) -> LogicalResult {
+    if (!refs)
+      return success();
+    for (Attribute ref : refs) {
+      FailureOr<emitc::FuncOp> helper = emitFunction(cast<FlatSymbolRefAttr>(ref));
+      if (failed(helper))
+        return failure();
+      if (helper->getNumArguments() != 3 + captureTypes.size() || helper->getNumResults() != 1)
+        return helper->emitOpError(kind) << " function must take (b, h, "
+                                         << (only32Bit ? "d" : "q")
+                                         << ", captures...) and return one value";
+      Type result = helper->getResultTypes()[0];
+      std::string type = cppScalarType(result);
+      if (type.empty() || (only32Bit && !result.isF32() && !result.isSignlessInteger(32)))
+        return helper->emitOpError(kind) << " value type " << result
+                                         << (only32Bit ? " is not f32 or i32"
+                                                       : " has no C++ scalar type");
+      names.push_back(helper->getSymName().str());
+      types.push_back(type);
+    }
+    return success();
+  };
   for (auto &region : regions) {
     if (!region.function)
       continue;
-    if (region.rows) {
-      for (Attribute ref : region.rows) {
-        FailureOr<emitc::FuncOp> row = emitFunction(cast<FlatSymbolRefAttr>(ref));
-        if (failed(row))
-          return failure();
-        if (row->getNumArguments() != 3 + captureTypes.size() || row->getNumResults() != 1)
-          return row->emitOpError("row function must take (b, h, q, captures...) and return "
-                                  "one value");
-        std::string type = cppScalarType(row->getResultTypes()[0]);
-        if (type.empty())
-          return row->emitOpError("row value type ")
-                 << row->getResultTypes()[0] << " has no C++ scalar type";
-        region.out.rowFunctions.push_back(row->getSymName().str());
-        region.out.rowTypes.push_back(type);
-      }
-    }
+    if (failed(emitHelpers(region.rows, "row", false, region.out.rowFunctions,
+                           region.out.rowTypes)) ||
+        failed(emitHelpers(region.diagonals, "diagonal", true, region.out.diagonalFunctions,
+                           region.out.diagonalTypes)))
+      return failure();
+    if (region.out.diagonalFunctions.size() > size_t(::attn::kMaxScoreDiagonals))
+      return op.emitOpError("has ") << region.out.diagonalFunctions.size()
+                                    << " score_mod diagonal functions, at most "
+                                    << ::attn::kMaxScoreDiagonals;
     FailureOr<emitc::FuncOp> func = emitFunction(region.function);
     if (failed(func))
       return failure();
     const unsigned keyFloatIndex = region.leadingArgs + 4;
-    unsigned expected = keyFloatIndex + 1 + captureTypes.size() + region.out.rowFunctions.size();
+    unsigned expected = keyFloatIndex + 1 + captureTypes.size() +
+                        region.out.diagonalFunctions.size() + region.out.rowFunctions.size();
     if (func->getNumArguments() != expected ||
         !func->getArgumentTypes()[keyFloatIndex].isF32())
       return func->emitOpError("mod function must take ")
-             << expected << " arguments, kv as f32 after kv, then captures and row values";
+             << expected
+             << " arguments, kv as f32 after kv, then captures, diagonal and row values";
     region.out.function = func->getSymName().str();
     region.out.usesKeyFloat = !func->getArgument(keyFloatIndex).use_empty();
   }
@@ -284,6 +308,16 @@ FailureOr<::attn::codegen::ForwardKernelConfig> buildForwardKernelConfig(KernelO
                                 {"o_staging", &config.smem.oStaging},
                                 {"barriers", &config.smem.barriers}})))
     return failure();
+  if (size_t staged = config.mods.score.diagonalFunctions.size()) {
+    ::attn::TileProblem problem{config.headDim, 2};
+    problem.scoreDiagonals = static_cast<int>(staged);
+    SmemBufferAttr buffer = smem.lookupBuffer("score_diagonals");
+    if (!buffer || buffer.getSize() < ::attn::scoreDiagonalBytes(problem, config.tile))
+      return op.emitOpError("shared-memory plan has no 'score_diagonals' buffer of ")
+             << ::attn::scoreDiagonalBytes(problem, config.tile) << " bytes for its "
+             << staged << " staged score_mod values";
+    config.smem.scoreDiagonals = buffer.getOffset();
+  }
   config.smem.total = smem.getTotal();
   return config;
 }

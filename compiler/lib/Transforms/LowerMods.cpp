@@ -355,10 +355,11 @@ std::optional<double> scoreBound(Value value) {
   return std::nullopt;
 }
 
-/// Clones into a new function `name(batch, head, q, captures...)`, inserted
-/// before `func`, the ops of `func` that `value` depends on, and returns it.
-func::FuncOp outlineRowValue(func::FuncOp func, Value value, ArrayRef<Value> rowArgs,
-                             StringRef name) {
+/// Clones into a new function `name(args...)`, inserted before `func`, the
+/// ops of `func` that `value` depends on, and returns it. `zeroIndex` (when
+/// given, and not among `args`) becomes the index constant 0 there.
+func::FuncOp outlineValue(func::FuncOp func, Value value, ArrayRef<Value> args, StringRef name,
+                          Value zeroIndex = Value()) {
   Block &body = func.front();
   SetVector<Operation *> slice;
   SmallVector<Value> worklist{value};
@@ -368,17 +369,177 @@ func::FuncOp outlineRowValue(func::FuncOp func, Value value, ArrayRef<Value> row
       llvm::append_range(worklist, op->getOperands());
   }
   OpBuilder builder(func);
-  auto type = builder.getFunctionType(ValueRange(rowArgs).getTypes(), value.getType());
-  auto row = func::FuncOp::create(builder, value.getLoc(), name, type);
-  Block *entry = row.addEntryBlock();
+  auto type = builder.getFunctionType(ValueRange(args).getTypes(), value.getType());
+  auto outlined = func::FuncOp::create(builder, value.getLoc(), name, type);
+  Block *entry = outlined.addEntryBlock();
   IRMapping mapping;
-  mapping.map(rowArgs, entry->getArguments());
+  mapping.map(args, entry->getArguments());
   builder.setInsertionPointToStart(entry);
+  if (zeroIndex)
+    mapping.map(zeroIndex, arith::ConstantIndexOp::create(builder, value.getLoc(), 0).getResult());
   for (Operation &op : body.without_terminator())
     if (slice.contains(&op))
       builder.clone(op, mapping);
   func::ReturnOp::create(builder, value.getLoc(), mapping.lookup(value));
-  return row;
+  return outlined;
+}
+
+/// How a value of a score_mod body depends on q and kv. Index arithmetic
+/// that is linear in them (addi, subi, muli by a constant) keeps the form
+/// q * qFactor + kv * keyFactor + (what depends on neither); other values
+/// are functions of b, h, the captures and d = q - kv alone (Diagonal), of
+/// q alone (Row), or of more (Pair, as is anything of the score).
+struct PositionForm {
+  enum Kind { Linear, Row, Diagonal, Pair } kind = Pair;
+  uint64_t qFactor = 0, keyFactor = 0; // Linear: modulo 2^64, like index
+  static PositionForm linear(uint64_t q, uint64_t kv) { return {Linear, q, kv}; }
+  static PositionForm of(Kind kind) { return {kind, 0, 0}; }
+  /// A function of d (and of b, h, the captures) with the given q and kv.
+  bool diagonal() const {
+    return kind == Diagonal || (kind == Linear && qFactor + keyFactor == 0);
+  }
+  bool dependsOnKey() const {
+    return kind == Diagonal || kind == Pair || (kind == Linear && keyFactor != 0);
+  }
+  bool dependsOnQuery() const {
+    return kind == Row || kind == Pair || (kind == Linear && qFactor != 0);
+  }
+};
+
+/// The form of `op`'s results from its operands' forms.
+PositionForm positionFormOf(Operation *op, ArrayRef<PositionForm> operands) {
+  auto linearOperands = [&] {
+    return llvm::all_of(operands, [](const PositionForm &f) { return f.kind == PositionForm::Linear; });
+  };
+  if (op->getNumResults() == 1 && op->getResult(0).getType().isIndex() && linearOperands()) {
+    if (isa<arith::ConstantOp>(op))
+      return PositionForm::linear(0, 0);
+    if (isa<arith::AddIOp>(op))
+      return PositionForm::linear(operands[0].qFactor + operands[1].qFactor,
+                                  operands[0].keyFactor + operands[1].keyFactor);
+    if (isa<arith::SubIOp>(op))
+      return PositionForm::linear(operands[0].qFactor - operands[1].qFactor,
+                                  operands[0].keyFactor - operands[1].keyFactor);
+    if (isa<arith::MulIOp>(op))
+      for (unsigned i = 0; i < 2; ++i) {
+        APInt factor;
+        if (matchPattern(op->getOperand(i), m_ConstantInt(&factor))) {
+          const PositionForm &other = operands[1 - i];
+          uint64_t c = factor.getZExtValue();
+          return PositionForm::linear(other.qFactor * c, other.keyFactor * c);
+        }
+      }
+  }
+  bool key = false, query = false, diagonal = true;
+  for (const PositionForm &form : operands) {
+    if (form.kind == PositionForm::Pair)
+      return PositionForm::of(PositionForm::Pair);
+    key |= form.dependsOnKey();
+    query |= form.dependsOnQuery();
+    diagonal &= form.diagonal();
+  }
+  if (!key)
+    return query ? PositionForm::of(PositionForm::Row) : PositionForm::linear(0, 0);
+  return PositionForm::of(diagonal ? PositionForm::Diagonal : PositionForm::Pair);
+}
+
+/// Whether `value`'s definition reads a capture, directly or through its
+/// operands.
+bool readsCapture(Value value) {
+  SmallVector<Value> worklist{value};
+  DenseSet<Operation *> seen;
+  while (!worklist.empty()) {
+    Operation *op = worklist.pop_back_val().getDefiningOp();
+    if (!op || !seen.insert(op).second)
+      continue;
+    if (isa<memref::LoadOp>(op))
+      return true;
+    llvm::append_range(worklist, op->getOperands());
+  }
+  return false;
+}
+
+} // namespace
+
+SmallVector<Value> findScoreDiagonals(Block &body) {
+  DenseMap<Value, PositionForm> forms;
+  auto formOf = [&](Value value) {
+    auto it = forms.find(value);
+    return it == forms.end() ? PositionForm::linear(0, 0) : it->second;
+  };
+  // Arguments: score, b, h, q, kv, captures (b, h and captures default to
+  // depending on neither).
+  forms[body.getArgument(0)] = PositionForm::of(PositionForm::Pair);
+  forms[body.getArgument(3)] = PositionForm::linear(1, 0);
+  forms[body.getArgument(4)] = PositionForm::linear(0, 1);
+  for (Operation &op : body.without_terminator()) {
+    SmallVector<PositionForm> operands;
+    for (Value operand : op.getOperands())
+      operands.push_back(formOf(operand));
+    PositionForm form = positionFormOf(&op, operands);
+    for (Value result : op.getResults())
+      forms[result] = form;
+  }
+  SmallVector<Value> diagonals;
+  for (Operation &op : body.without_terminator()) {
+    if (op.getNumResults() != 1)
+      continue;
+    Value value = op.getResult(0);
+    if (formOf(value).kind != PositionForm::Diagonal ||
+        !(value.getType().isF32() || value.getType().isSignlessInteger(32)))
+      continue;
+    // Staged where the rest of the body stops being a function of d.
+    bool feedsPair = llvm::any_of(value.getUsers(), [&](Operation *user) {
+      return user->getNumResults() == 0 ||
+             formOf(user->getResult(0)).kind != PositionForm::Diagonal;
+    });
+    if (feedsPair && readsCapture(value))
+      diagonals.push_back(value);
+  }
+  return diagonals;
+}
+
+namespace {
+
+/// Clones into a new function `name(batch, head, d, captures...)`, inserted
+/// before `func`, the ops of `func` that the diagonal `value` depends on,
+/// with q replaced by d and kv by 0: its index arithmetic is linear with
+/// opposite factors of q and kv, so this computes the same value.
+func::FuncOp outlineDiagonalValue(func::FuncOp func, Value value, StringRef name) {
+  Block &body = func.front();
+  SmallVector<Value> args{body.getArgument(1), body.getArgument(2), body.getArgument(3)};
+  for (BlockArgument arg : body.getArguments().drop_front(5))
+    if (isa<MemRefType>(arg.getType()))
+      args.push_back(arg);
+  return outlineValue(func, value, args, name, /*zeroIndex=*/body.getArgument(4));
+}
+
+/// Moves the first `count` staged values of an outlined score_mod into
+/// diagonal functions `<name>_diag_<i>(batch, head, d, captures...)`;
+/// `func` then takes each value as a trailing argument, which the kernel
+/// reads from the key tile's staged window. Returns the functions in
+/// argument order.
+SmallVector<func::FuncOp> splitScoreDiagonals(func::FuncOp func, int count,
+                                              SymbolTable &symbols) {
+  Block &body = func.front();
+  SmallVector<func::FuncOp> diagonals;
+  SmallVector<Value> values = findScoreDiagonals(body);
+  values.resize(std::min<size_t>(values.size(), count));
+  // All are cloned before any is replaced: one may be computed from another.
+  for (Value value : values) {
+    func::FuncOp diagonal = outlineDiagonalValue(
+        func, value,
+        freeName(symbols, (func.getSymName() + "_diag").str(), static_cast<int>(diagonals.size())));
+    symbols.insert(diagonal);
+    diagonals.push_back(diagonal);
+  }
+  for (Value value : values) {
+    unsigned index = body.getNumArguments();
+    (void)func.insertArgument(index, value.getType(), DictionaryAttr(), value.getLoc());
+    value.replaceAllUsesWith(body.getArgument(index));
+  }
+  eraseDeadOps(body);
+  return diagonals;
 }
 
 /// Splits an outlined region by what its values depend on, so that the
@@ -407,6 +568,10 @@ SmallVector<func::FuncOp> splitRowInvariants(func::FuncOp func, unsigned firstIn
   DenseSet<Value> perKey{key, keyFloat};
   if (firstIndex > 0)
     perKey.insert(body.getArgument(0)); // the score
+  // The staged diagonal values (splitScoreDiagonals) follow the captures.
+  for (BlockArgument arg : body.getArguments().drop_front(keyFloatIndex + 1))
+    if (!isa<MemRefType>(arg.getType()))
+      perKey.insert(arg);
   DenseSet<Operation *> perKeyOps;
   for (Operation &op : body.without_terminator())
     if (llvm::any_of(op.getOperands(), [&](Value v) { return perKey.contains(v); })) {
@@ -427,11 +592,12 @@ SmallVector<func::FuncOp> splitRowInvariants(func::FuncOp func, unsigned firstIn
 
   SmallVector<Value> rowArgs{body.getArgument(firstIndex), body.getArgument(firstIndex + 1),
                              body.getArgument(firstIndex + 2)};
-  for (unsigned i = keyFloatIndex + 1; i < body.getNumArguments(); ++i)
-    rowArgs.push_back(body.getArgument(i));
+  for (BlockArgument arg : body.getArguments().drop_front(keyFloatIndex + 1))
+    if (isa<MemRefType>(arg.getType()))
+      rowArgs.push_back(arg);
   SmallVector<func::FuncOp> rows;
   for (Value value : rowValues) {
-    func::FuncOp row = outlineRowValue(func, value, rowArgs,
+    func::FuncOp row = outlineValue(func, value, rowArgs,
                                        freeName(symbols, (func.getSymName() + "_row").str(),
                                                 static_cast<int>(rows.size())));
     symbols.insert(row);
@@ -478,6 +644,19 @@ struct LowerModsPass : impl::AttnLowerModsBase<LowerModsPass> {
               scoreBound(func.front().getTerminator()->getOperand(0));
           if (bound && *bound > 0.0 && *bound <= double(std::numeric_limits<float>::max()))
             kernel.setScoreBoundAttr(FloatAttr::get(Float32Type::get(context), float(*bound)));
+        }
+        if (!mod.isMask) {
+          SmemPlanAttr smem = kernel.getSmemAttr();
+          SmemBufferAttr staged = smem ? smem.lookupBuffer("score_diagonals") : SmemBufferAttr();
+          SmallVector<Attribute> diagonalRefs;
+          if (staged)
+            for (func::FuncOp diagonal : splitScoreDiagonals(func, staged.getSlots(), symbols)) {
+              outlined.push_back(diagonal);
+              outlinedNames.push_back(diagonal.getSymName().str());
+              diagonalRefs.push_back(FlatSymbolRefAttr::get(context, diagonal.getSymName()));
+            }
+          if (!diagonalRefs.empty())
+            kernel.setScoreModDiagonalFnsAttr(ArrayAttr::get(context, diagonalRefs));
         }
         SmallVector<Attribute> rowRefs;
         for (func::FuncOp row : splitRowInvariants(func, mod.isMask ? 0 : 1, symbols)) {

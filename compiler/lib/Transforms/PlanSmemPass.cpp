@@ -37,12 +37,21 @@ struct AttnPlanSmemPass : public mlir::attn::impl::AttnPlanSmemBase<AttnPlanSmem
       }
       ::attn::TileProblem problem = getTileProblem(kernel);
       ::attn::TileConfig config = getTileConfig(tile);
-      ::attn::SmemLayout layout = ::attn::allocateSharedMemory(
-          kernel.getNormalizer().isLinearFamily()
-              ? ::attn::linearKernelSmemRequests(problem, config)
-              : ::attn::forwardKernelSmemRequests(problem, config));
-
+      auto allocate = [&] {
+        return ::attn::allocateSharedMemory(
+            kernel.getNormalizer().isLinearFamily()
+                ? ::attn::linearKernelSmemRequests(problem, config)
+                : ::attn::forwardKernelSmemRequests(problem, config));
+      };
+      ::attn::SmemLayout layout = allocate();
       int64_t launchBytes = layout.total + SmemPlanAttr::kBaseAlignSlack;
+      // Staged score_mod values are an optimization: without room for them
+      // the kernel reads the capture per pair.
+      if (launchBytes > ::attn::kMaxSharedMemoryPerBlock && problem.scoreDiagonals > 0) {
+        problem.scoreDiagonals = 0;
+        layout = allocate();
+        launchBytes = layout.total + SmemPlanAttr::kBaseAlignSlack;
+      }
       if (launchBytes > ::attn::kMaxSharedMemoryPerBlock) {
         kernel.emitOpError()
             << "shared-memory capacity: the plan needs " << launchBytes

@@ -86,6 +86,12 @@ std::vector<SmemRequest> forwardKernelSmemRequests(const TileProblem &problem,
   requests.push_back({"o_staging", qBytes, kTileAlign, kSwizzle, 1,
                       stagingOfItsOwn ? kPhaseMainLoop : kPhaseEpilogue,
                       kPhaseEnd});
+  // Consumers in their epilogue overlap others still in the main loop, and
+  // a persistent block's next main loop overlaps this store: the windows
+  // share no bytes with anything.
+  if (problem.scoreDiagonals > 0)
+    requests.push_back({"score_diagonals", scoreDiagonalBytes(problem, config), 16, 0,
+                        problem.scoreDiagonals, kPhaseSetup, kPhaseEnd});
   requests.push_back({"barriers", 8 * numBarriers, 8, 0, numBarriers,
                       kPhaseSetup, kPhaseEnd});
   return requests;

@@ -179,6 +179,12 @@ int64_t estimateSharedMemoryBytes(const TileProblem &problem,
   return q + int64_t(config.stages) * 2 * kv + barriers + kSmemBaseAlignSlack;
 }
 
+int64_t scoreDiagonalBytes(const TileProblem &problem, const TileConfig &config) {
+  constexpr int64_t kWarpsPerWarpgroup = 4, kWindows = 2, kWordBytes = 4;
+  return int64_t(config.consumerWarpgroups) * kWarpsPerWarpgroup * kWindows *
+         problem.scoreDiagonals * (int64_t(config.blockN) + 16) * kWordBytes;
+}
+
 std::optional<std::string> checkTileLegality(const TileProblem &problem,
                                              const TileConfig &config) {
   std::ostringstream os;

@@ -36,6 +36,7 @@ std::string mlir::attn::tuningSpecHash(KernelOp kernel) {
   copy.removeScoreModFnAttr();
   copy.removeMaskModRowFnsAttr();
   copy.removeScoreModRowFnsAttr();
+  copy.removeScoreModDiagonalFnsAttr();
   copy->removeAttr(kCudaSourceAttrName);
   std::string text;
   llvm::raw_string_ostream os(text);

@@ -77,7 +77,7 @@ attn.kernel @bad_type
 // -----
 
 // A region function takes kv as f32 after kv (attn-lower-mods adds it).
-// expected-error @below {{mod function must take 6 arguments, kv as f32 after kv, then captures and row values}}
+// expected-error @below {{mod function must take 6 arguments, kv as f32 after kv, then captures, diagonal and row values}}
 emitc.func @attn_score_mod_0(%s: f32, %b: !emitc.size_t, %h: !emitc.size_t, %q: !emitc.size_t, %kv: !emitc.size_t) -> f32 {
   emitc.return %s : f32
 }

@@ -32,6 +32,7 @@ struct MaskPolicy {
 // memory of one block.
 struct SharedMemoryOffsets {
   int64_t q = 0, k = 0, v = 0, oStaging = 0, barriers = 0, total = 0;
+  int64_t scoreDiagonals = 0; // when the score_mod has diagonal functions
 };
 
 // A mask as and/or/nor of affine inequalities (#attn.tile_formula), for the
@@ -61,10 +62,18 @@ struct CaptureShape {
 // after kv, the captures, then one value per entry of `rowFunctions`:
 // rowFunctions[i](b, h, q, captures...) computes, once per query row, the
 // part of the region that does not depend on the key (a `rowTypes[i]`).
+//
+// A score region may also have `diagonalFunctions`: diagonalFunctions[i](b,
+// h, d, captures...) computes a value that depends on q and kv only through
+// d = q - kv (a `diagonalTypes[i]`, float or int32_t), which the kernel
+// stages per key tile; `function` takes those values after the captures and
+// before the row values.
 struct ModFunctions {
   std::string function; // empty: no such region
   std::vector<std::string> rowFunctions;
   std::vector<std::string> rowTypes;
+  std::vector<std::string> diagonalFunctions;
+  std::vector<std::string> diagonalTypes;
   bool usesKeyFloat = false; // whether `function` reads kv as float
   bool empty() const { return function.empty(); }
 };

@@ -62,7 +62,20 @@ struct TileProblem {
   /// Every work tile costs the same (no mask, no mask_mod): the default grid
   /// is persistent.
   bool evenTiles = false;
+  /// Values of score_mod the kernel stages per key tile in shared memory
+  /// (capture reads that depend on q and kv only through q - kv), at most
+  /// kMaxScoreDiagonals.
+  int scoreDiagonals = 0;
 };
+
+/// The most score_mod values staged per key tile (each holds a window of
+/// block_n + 16 words per consumer warp, twice).
+constexpr int kMaxScoreDiagonals = 2;
+
+/// Shared memory of the staged score_mod values: per consumer warp, two
+/// windows (one being read, one being filled) of block_n + 16 words per
+/// value.
+int64_t scoreDiagonalBytes(const TileProblem &problem, const TileConfig &config);
 
 /// A partial TileConfig: set fields replace the heuristic's.
 struct TileOverride {

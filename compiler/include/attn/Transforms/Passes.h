@@ -49,6 +49,13 @@ std::string getCaptureCppType(Type elementType, int64_t rank);
 /// no other callee in a mod function).
 bool isModFunctionCallee(llvm::StringRef callee);
 
+/// The values of a score_mod body (arguments score, b, h, q, kv, captures)
+/// worth staging per key tile: each reads a capture, is f32 or i32, depends
+/// on kv but on q and kv only through q - kv (their index arithmetic is
+/// linear with opposite coefficients), and feeds what depends on the score
+/// or the pair otherwise. In the body's order.
+SmallVector<Value> findScoreDiagonals(Block &scoreBody);
+
 /// Conversions between the plan attributes and the MLIR-free structs of
 /// attn/Compiler/TileConstraints.h.
 ::attn::TileProblem getTileProblem(KernelOp kernel);

@@ -23,7 +23,8 @@ void KernelOp::build(OpBuilder &builder, OperationState &state, StringRef name,
         /*captures=*/ArrayAttr(), /*tile=*/TilePlanAttr(), /*smem=*/SmemPlanAttr(),
         /*mask_tile_formula=*/TileFormulaAttr(), /*mask_mod_fn=*/FlatSymbolRefAttr(),
         /*score_mod_fn=*/FlatSymbolRefAttr(), /*mask_mod_row_fns=*/ArrayAttr(),
-        /*score_mod_row_fns=*/ArrayAttr(), /*score_input_scale=*/FloatAttr(),
+        /*score_mod_row_fns=*/ArrayAttr(), /*score_mod_diagonal_fns=*/ArrayAttr(),
+        /*score_input_scale=*/FloatAttr(),
         /*score_output_scale=*/FloatAttr(), /*score_bound=*/FloatAttr());
 }
 

@@ -58,7 +58,12 @@ def Attn_KernelOp : Attn_Op<"kernel", [
     When what remains of `score_mod` is bounded (a `tanh`, constant
     multiples of bounded values, selections between them and -inf), it
     records the bound in `score_bound`: every result is -inf or within
-    [-score_bound, score_bound], before `score_output_scale`.
+    [-score_bound, score_bound], before `score_output_scale`. Where the
+    shared-memory plan has a `score_diagonals` buffer, the values of
+    `score_mod` that read a capture and depend on q and kv only through
+    d = q - kv (a relative-position table) become functions of (b, h, d),
+    named in `score_mod_diagonal_fns`: the kernel stages them per key tile
+    instead of reading the capture per pair.
 
     ```mlir
     attn.kernel @k problem = #attn.problem<...> mask = #attn.no_mask
@@ -88,6 +93,7 @@ def Attn_KernelOp : Attn_Op<"kernel", [
     OptionalAttr<FlatSymbolRefAttr>:$score_mod_fn,
     OptionalAttr<FlatSymbolRefArrayAttr>:$mask_mod_row_fns,
     OptionalAttr<FlatSymbolRefArrayAttr>:$score_mod_row_fns,
+    OptionalAttr<FlatSymbolRefArrayAttr>:$score_mod_diagonal_fns,
     OptionalAttr<F32Attr>:$score_input_scale,
     OptionalAttr<F32Attr>:$score_output_scale,
     OptionalAttr<F32Attr>:$score_bound
