@@ -503,74 +503,79 @@ __device__ __forceinline__ void applyMask(const attn_abi::AttnFwdParams &p,
 
 // score_mod values that depend on q and kv only through d = q - kv (a
 // relative-position table; attn-lower-mods outlines them): instead of a
-// capture read per pair, each warp stages the kBlockN + 15 diagonals its 16
-// rows meet in a key tile in a window of its own. It fetches them into
-// registers before the tile's QKᵀ, so the loads overlap it, and publishes
-// them after; each pair then reads its word at a constant offset from the
-// lane's base. A warp's two windows alternate, so one __syncwarp per tile
-// orders the writes before the reads, and the reads before the next writes
-// to the same window.
+// capture read per pair, each consumer warpgroup stages the kBlockN + 63
+// diagonals its 64 rows meet in a key tile in a window of its own, one or two
+// words a thread. It fetches them into registers before the tile's QKᵀ, so
+// the loads overlap it, and publishes them after; each pair then reads its
+// word at a constant offset from the lane's base. The warpgroup's two
+// windows alternate, so one warpgroup barrier per tile orders the writes
+// before the reads, and the reads before the next writes to the same window.
+// (A window per warp needs only __syncwarp, but its 16 rows share 127 of
+// their kBlockN + 15 diagonals with the next warp's: each thread fetched
+// three times as many words, and the fetches cost more than the barrier.)
 constexpr int kDiagonals = Mods::kScoreDiagonals;
-constexpr int kDiagonalsPerTile = kBlockN + 15;
-constexpr u32 kDiagonalWindowBytes = (kBlockN + 16) * 4;
-constexpr int kDiagonalFetches = (kDiagonalsPerTile + 31) / 32;
+constexpr int kDiagonalsPerTile = kBlockN + 63;
+constexpr u32 kDiagonalWindowBytes = (kBlockN + 64) * 4;
+constexpr int kDiagonalFetches = (kDiagonalsPerTile + kWarpgroupThreads - 1) / kWarpgroupThreads;
 constexpr int kColumnGroups = kBlockN / 8;
 
 struct DiagonalStage {
-  u32 windows; // this warp's: [window][diagonal value][kBlockN + 16] words
+  u32 windows; // this warpgroup's: [window][diagonal value][kBlockN + 64] words
   int window;
   u32 fetched[Mods::kScoreDiagonalSlots][kDiagonalFetches];
 
-  __device__ __forceinline__ DiagonalStage(u32 smemBase, int consumer, int warp)
+  __device__ __forceinline__ explicit DiagonalStage(u32 smemBase, int consumer)
       : windows(smemBase + attn_plan::kSmemScoreDiagonals +
-                (consumer * kWarpsPerWarpgroup + warp) * 2 * kDiagonals * kDiagonalWindowBytes),
+                consumer * 2 * kDiagonals * kDiagonalWindowBytes),
         window(0) {}
 
-  // body(n, f, x) for the words x = lane + 32 f of each value n this lane
-  // fetches and publishes.
+  // body(n, f, x) for the words x = thread + 128 f of each value n this
+  // thread fetches and publishes.
   template <class Body>
-  static __device__ __forceinline__ void forEachLaneWord(int lane, Body &&body) {
+  static __device__ __forceinline__ void forEachThreadWord(int thread, Body &&body) {
 #pragma unroll
     for (int n = 0; n < kDiagonals; ++n)
 #pragma unroll
       for (int f = 0; f < kDiagonalFetches; ++f)
-        if (lane + 32 * f < kDiagonalsPerTile)
-          body(n, f, lane + 32 * f);
+        if (thread + kWarpgroupThreads * f < kDiagonalsPerTile)
+          body(n, f, thread + kWarpgroupThreads * f);
   }
 
-  // Loads the values of key tile `keyTile` for the warp's rows from
-  // `warpRow0`: word x holds d = warpRow0 - (keyTile * kBlockN + kBlockN - 1) + x.
+  // Loads the values of key tile `keyTile` for the slice's rows from
+  // `sliceRow0`: word x holds d = sliceRow0 - (keyTile * kBlockN + kBlockN - 1) + x.
   __device__ __forceinline__ void fetch(const attn_abi::AttnFwdParams &p, const WorkTile &work,
-                                        int warpRow0, int keyTile, int lane) {
-    const long long first = static_cast<long long>(warpRow0) - keyTile * kBlockN - (kBlockN - 1);
-    forEachLaneWord(lane, [&](int n, int f, int x) {
+                                        int sliceRow0, int keyTile, int thread) {
+    const long long first = static_cast<long long>(sliceRow0) - keyTile * kBlockN - (kBlockN - 1);
+    forEachThreadWord(thread, [&](int n, int f, int x) {
       fetched[n][f] = Mods::scoreDiagonal(p, n, work.batch, work.head, first + x);
     });
   }
 
   // Writes the fetched words to the next window and returns its address.
-  __device__ __forceinline__ u32 publish(int lane) {
+  // `barrier` is the warpgroup's named barrier.
+  __device__ __forceinline__ u32 publish(int thread, int barrier) {
     const u32 address = windows + window * kDiagonals * kDiagonalWindowBytes;
     window ^= 1;
-    forEachLaneWord(lane, [&](int n, int f, int x) {
+    forEachThreadWord(thread, [&](int n, int f, int x) {
       asm volatile("st.shared.b32 [%0], %1;" ::"r"(address + n * kDiagonalWindowBytes + 4 * x),
                    "r"(fetched[n][f])
                    : "memory");
     });
-    __syncwarp();
+    warpgroupBarrier(barrier);
     return address;
   }
 };
 
 // The words of a published window this thread's pairs read. Element i
-// (row half h, column 8 g + 2 (lane % 4) + e) meets diagonal word
-// lane / 4 - 2 (lane % 4) + kBlockN - 1 - 8 (g - h) - e: row half 1 at group
-// g meets what half 0 meets at g - 1, so 2 (kBlockN / 8 + 1) reads serve
-// the kBlockN / 2 elements. words[n][g - h + 1][e].
-__device__ __forceinline__ void readDiagonals(u32 window, int lane,
+// (row 16 warp + lane / 4 + 8 h of the slice, column 8 g + 2 (lane % 4) + e)
+// meets diagonal word 16 warp + lane / 4 - 2 (lane % 4) + kBlockN - 1 -
+// 8 (g - h) - e: row half 1 at group g meets what half 0 meets at g - 1, so
+// 2 (kBlockN / 8 + 1) reads serve the kBlockN / 2 elements.
+// words[n][g - h + 1][e].
+__device__ __forceinline__ void readDiagonals(u32 window, int warp, int lane,
                                               u32 (&words)[Mods::kScoreDiagonalSlots]
                                                           [kColumnGroups + 1][2]) {
-  const u32 laneWord = window + 4 * (lane / 4 - 2 * (lane % 4) + kBlockN - 1);
+  const u32 laneWord = window + 4 * (16 * warp + lane / 4 - 2 * (lane % 4) + kBlockN - 1);
 #pragma unroll
   for (int n = 0; n < kDiagonals; ++n)
 #pragma unroll
@@ -587,10 +592,12 @@ __device__ __forceinline__ void applyScoreMod(const attn_abi::AttnFwdParams &p,
                                               float (&scores)[kScoreRegs], const WorkTile &work,
                                               const typename Mods::ScoreRow (&scoreRows)[2],
                                               int row0, int keyBase, float scale, int lane,
-                                              DiagonalStage &diagonals) {
+                                              DiagonalStage &diagonals, int consumer) {
   u32 words[Mods::kScoreDiagonalSlots][kColumnGroups + 1][2];
-  if constexpr (kDiagonals > 0)
-    readDiagonals(diagonals.publish(lane), lane, words);
+  if constexpr (kDiagonals > 0) {
+    const int thread = threadIdx.x % kWarpgroupThreads;
+    readDiagonals(diagonals.publish(thread, 1 + consumer), thread / 32, lane, words);
+  }
   forEachScoreElement<Mods::kScoreUsesKeyFloat>(
       row0, keyBase, lane, [&](int i, int half, int row, int key, float keyFloat) {
         unsigned pairWords[Mods::kScoreDiagonalSlots] = {};
@@ -716,8 +723,7 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
   const int thread = threadIdx.x % kWarpgroupThreads;
   const int warp = thread / 32, lane = thread % 32;
   const int sliceQueryBegin = work.queryBegin + 64 * consumer;
-  const int warpRow0 = sliceQueryBegin + warp * 16;
-  const int row0 = warpRow0 + lane / 4;
+  const int row0 = sliceQueryBegin + warp * 16 + lane / 4;
   const int sliceLast = min(sliceQueryBegin + 63, work.sequence.seqlenQ - 1);
   const u32 qSlice = smemBase + attn_plan::kSmemQ + consumer * 64 * kRowBytes;
   auto kTile = [&](int stage) { return smemBase + attn_plan::kSmemK + stage * kKvTileBytes; };
@@ -756,7 +762,7 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
 
   // Its first next() tests the window at keys.begin.
   VisitedTileWalk walk{work.keys.begin - 32, 0u, 0u, 0u};
-  DiagonalStage diagonals(smemBase, consumer, warp);
+  DiagonalStage diagonals(smemBase, consumer);
   // Scores of key tile `keyTile` -> probabilities, with the O rescale factor.
   auto softmaxOfTile = [&](float (&scores)[kScoreRegs], int keyTile, float (&rescale)[2]) {
     int keyBase = keyTile * kBlockN;
@@ -769,7 +775,7 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
     if constexpr (Mods::kHasScoreMod)
       if (!sliceEmpty)
         applyScoreMod(p, scores, work, scoreRows, row0, keyBase, scoreModInputScale, lane,
-                      diagonals);
+                      diagonals, consumer);
     // Tiles the masks fully cover skip the per-element test.
     if (coverage != Coverage::Full && !sliceEmpty)
       applyMask(p, scores, work, maskRows, row0, keyBase, lane);
@@ -791,7 +797,7 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
 
     // Prologue: S_0 alone.
     int keyTile = walk.next(p, work, work.keys.begin, sliceQueryBegin, sliceLast, lane);
-    diagonals.fetch(p, work, warpRow0, keyTile, lane);
+    diagonals.fetch(p, work, sliceQueryBegin, keyTile, thread);
     RingSlot slot = ringSlot<kStages>(ring);
     mbarrierWait(barriers.kFull(slot.stage), slot.phase);
     turns.wait();
@@ -807,7 +813,7 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
 
     for (int iteration = 1; iteration < tileCount; ++iteration) {
       keyTile = walk.next(p, work, keyTile + 1, sliceQueryBegin, sliceLast, lane);
-      diagonals.fetch(p, work, warpRow0, keyTile, lane);
+      diagonals.fetch(p, work, sliceQueryBegin, keyTile, thread);
       RingSlot previous = slot;
       slot = ringSlot<kStages>(ring + iteration);
       mbarrierWait(barriers.kFull(slot.stage), slot.phase);

@@ -180,9 +180,9 @@ int64_t estimateSharedMemoryBytes(const TileProblem &problem,
 }
 
 int64_t scoreDiagonalBytes(const TileProblem &problem, const TileConfig &config) {
-  constexpr int64_t kWarpsPerWarpgroup = 4, kWindows = 2, kWordBytes = 4;
-  return int64_t(config.consumerWarpgroups) * kWarpsPerWarpgroup * kWindows *
-         problem.scoreDiagonals * (int64_t(config.blockN) + 16) * kWordBytes;
+  constexpr int64_t kWindows = 2, kWordBytes = 4;
+  return int64_t(config.consumerWarpgroups) * kWindows * problem.scoreDiagonals *
+         (int64_t(config.blockN) + kWgmmaM) * kWordBytes;
 }
 
 std::optional<std::string> checkTileLegality(const TileProblem &problem,

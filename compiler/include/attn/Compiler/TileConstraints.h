@@ -68,13 +68,12 @@ struct TileProblem {
   int scoreDiagonals = 0;
 };
 
-/// The most score_mod values staged per key tile (each holds a window of
-/// block_n + 16 words per consumer warp, twice).
+/// The most score_mod values staged per key tile.
 constexpr int kMaxScoreDiagonals = 2;
 
-/// Shared memory of the staged score_mod values: per consumer warp, two
-/// windows (one being read, one being filled) of block_n + 16 words per
-/// value.
+/// Shared memory of the staged score_mod values: per consumer warpgroup,
+/// two windows (one being read, one being filled) of block_n + 64 words per
+/// value (the diagonals its 64 rows meet in a key tile, and one spare).
 int64_t scoreDiagonalBytes(const TileProblem &problem, const TileConfig &config);
 
 /// A partial TileConfig: set fields replace the heuristic's.
