@@ -125,3 +125,34 @@ attn.kernel @zero_score_bound
     normalizer = #attn.softmax
     attributes {score_mod_fn = @attn_score_mod_0, score_bound = 0.0 : f32}
 
+
+// -----
+
+// Staged diagonal values are 32-bit words (f32 or i32).
+emitc.func @attn_score_mod_0(%s: f32, %b: !emitc.size_t, %h: !emitc.size_t, %q: !emitc.size_t, %kv: !emitc.size_t, %kvf: f32, %d: i64) -> f32 {
+  emitc.return %s : f32
+}
+// expected-error @below {{diagonal value type 'i64' is not f32 or i32}}
+emitc.func @attn_score_mod_0_diag_0(%b: !emitc.size_t, %h: !emitc.size_t, %d: !emitc.size_t) -> i64 {
+  %0 = "emitc.constant"() <{value = 0 : i64}> : () -> i64
+  emitc.return %0 : i64
+}
+attn.kernel @wide_diagonal
+    problem = #attn.problem<q_heads = 4, kv_heads = 4, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask
+    normalizer = #attn.softmax
+    attributes {score_mod_fn = @attn_score_mod_0, score_mod_diagonal_fns = [@attn_score_mod_0_diag_0]}
+
+// -----
+
+// Diagonal functions belong to a score_mod function.
+emitc.func @attn_score_mod_0_diag_0(%b: !emitc.size_t, %h: !emitc.size_t, %d: !emitc.size_t) -> f32 {
+  %0 = "emitc.constant"() <{value = 0.0 : f32}> : () -> f32
+  emitc.return %0 : f32
+}
+// expected-error @below {{has score_mod diagonal functions but no score_mod function}}
+attn.kernel @orphan_diagonal
+    problem = #attn.problem<q_heads = 4, kv_heads = 4, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask
+    normalizer = #attn.softmax
+    attributes {score_mod_diagonal_fns = [@attn_score_mod_0_diag_0]}
