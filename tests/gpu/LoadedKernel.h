@@ -1,5 +1,5 @@
 // A compiled spec loaded into the current context, shared by the GPU tests:
-// one module per spec text and tile override, compiled and loaded once for
+// one module per spec text, tile override and tuning shape, compiled and loaded once for
 // the whole run; and the captures of a problem as the reference reads them.
 #ifndef ATTN_TESTS_GPU_LOADEDKERNEL_H
 #define ATTN_TESTS_GPU_LOADEDKERNEL_H
@@ -27,7 +27,7 @@ struct LoadedKernel {
 
 inline LoadedKernel &loadKernel(const std::string &spec, const CompileOptions &options = {}) {
   static std::map<std::string, LoadedKernel> cache;
-  std::string key = options.tileOverride + "\n" + spec;
+  std::string key = options.tileOverride + "\n" + options.tuningShape + "\n" + spec;
   auto found = cache.find(key);
   if (found != cache.end())
     return found->second;

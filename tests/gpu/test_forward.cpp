@@ -33,9 +33,10 @@ std::string specText(int headDim, const std::string &element, const std::string 
 }
 
 void checkAgainstReference(int headDim, const std::string &element, const std::string &mask,
-                           const Case &testCase, uint64_t seed) {
+                           const Case &testCase, uint64_t seed,
+                           const CompileOptions &options = {}) {
   std::string spec = specText(headDim, element, mask, testCase.qHeads, testCase.kvHeads);
-  LoadedKernel &kernel = loadKernel(spec);
+  LoadedKernel &kernel = loadKernel(spec, options);
   harness::ForwardProblem data(kernel.compiled.launch, testCase.shape, seed);
   data.poisonOutputs();
   launchForward(kernel.function, kernel.compiled.launch, data.args(), nullptr);
@@ -85,6 +86,22 @@ TEST_CASE("forward kernel matches the reference on awkward shapes", "[gpu]") {
       continue;
     checkAgainstReference(headDim, element, mask, testCase, seed++);
   }
+}
+
+TEST_CASE("the plan for long keys matches the reference on awkward shapes", "[gpu]") {
+  // Planned for 8192 keys, the unmasked head-dim-128 kernel takes 128 x 160
+  // tiles (attn-tile's heuristic); it must be right at any length, the last
+  // key tile partial included.
+  CompileOptions options;
+  options.tuningShape = "2,8192,8192";
+  std::string element = GENERATE(std::string("bf16"), std::string("f16"));
+  const LoadedKernel &kernel =
+      loadKernel(specText(128, element, kMasks[0], 2, 1), options);
+  REQUIRE(kernel.compiled.launch.blockN == 160);
+  uint64_t seed = 100;
+  for (const Case &testCase : awkwardCases())
+    checkAgainstReference(128, element, kMasks[0], testCase, seed++, options);
+  checkAgainstReference(128, element, kMasks[0], {2, 2, {1, 300, 2081, false}}, seed++, options);
 }
 
 TEST_CASE("an explicit softmax scale is honoured", "[gpu]") {

@@ -157,6 +157,9 @@ void checkCase(const LinearCase &c, harness::Shape shape, bool withState, uint64
     REQUIRE(split.segments <= segments);
     REQUIRE(int64_t(split.segments) * split.segmentChunks * 64 >= shape.seqlenQ);
     workspace = DeviceBuffer(std::max<uint64_t>(linearWorkspaceBytes(launch, shape.batch, split), 4));
+    // NaN pieces: a main-kernel block that read them before the segment
+    // kernel wrote them would fail the checks below.
+    workspace.fill32(0x7fc00000u);
     args.workspace = workspace.data();
     args.workspaceBytes = workspace.size();
     args.segments = segments;

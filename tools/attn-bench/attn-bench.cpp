@@ -111,14 +111,15 @@ struct Loaded {
   attn::KernelFunction function;
 };
 
-/// Compiles and loads a spec; with a tuning database, its plan is the one
-/// recorded nearest `shape`.
+/// Compiles and loads a spec planned for `shape` (attn-tile's heuristic
+/// reads its key length; a shape of 0 tokens leaves it unknown); with a
+/// tuning database, its plan is the one recorded nearest `shape`.
 Loaded load(const std::string &spec, const std::string &name, const attn::TuningShape &shape,
             const std::string &database) {
   attn::CompileOptions options;
   options.tileOverride = tileOverride;
   options.tuningDatabase = database;
-  if (!database.empty())
+  if (shape.seqlenQ > 0)
     options.tuningShape = attn::formatTuningShape(shape);
   Loaded loaded;
   loaded.compiled = attn::compileSpec(spec, name, options);
@@ -396,11 +397,12 @@ int runGrid() {
            << ", head_dim = " << headDim << ", element_type = bf16> mask = "
            << (causal ? "#attn.causal<bottom_right>" : "#attn.no_mask")
            << " normalizer = #attn.softmax\n";
-      Loaded heuristic = load(spec.str(), "grid.mlir", {}, "");
-      if (!data)
-        data.emplace(heuristic.compiled.launch, attn::harness::Shape{1, 16384, 16384, false}, 11);
       for (int64_t s : {512, 1024, 2048, 4096, 8192, 16384}) {
         attn::harness::Shape shape{16384 / s, s, s, false};
+        // Planned for the point's shape, as the JIT plans for a given one.
+        Loaded heuristic = load(spec.str(), "grid.mlir", {shape.batch, s, s}, "");
+        if (!data)
+          data.emplace(heuristic.compiled.launch, attn::harness::Shape{1, 16384, 16384, false}, 11);
         attn::AttnForwardArgs args = gridArgs(*data, shape.batch, s);
         double flops = attn::harness::forwardFlops(heuristic.compiled.launch, shape, causal);
         auto time = [&](Loaded &kernel) {

@@ -287,10 +287,20 @@ std::vector<TuneReport> tune(const TuneOptions &options, const ReportCallback &o
                 "value columns); nothing to tune (attn-bench --segments times its sequence "
                 "split)");
 
+  // attn-tile's plan for each shape (the heuristic reads the key length):
+  // the baseline, always measured.
+  auto heuristicFor = [&](const TuningShape &shape) {
+    TileProblem problem = key.problem;
+    problem.keyLength = shape.seqlenK;
+    return defaultTileConfig(problem);
+  };
   std::vector<TileConfig> candidates = enumerateTileCandidates(key.problem, options.space);
-  if (std::find(candidates.begin(), candidates.end(), key.heuristic) == candidates.end() &&
-      !checkTileLegality(key.problem, key.heuristic))
-    candidates.push_back(key.heuristic); // The baseline is always measured.
+  for (const TuningShape &shape : options.shapes) {
+    TileConfig heuristic = heuristicFor(shape);
+    if (std::find(candidates.begin(), candidates.end(), heuristic) == candidates.end() &&
+        !checkTileLegality(key.problem, heuristic))
+      candidates.push_back(heuristic);
+  }
   if (candidates.empty())
     throw Error("attn-tune: the search space holds no legal tile plan for @" + options.specName);
 
@@ -299,7 +309,6 @@ std::vector<TuneReport> tune(const TuneOptions &options, const ReportCallback &o
   std::map<std::string, size_t> binaryOf;
   for (size_t i = 0; i < candidates.size(); ++i) {
     blank[i].config = candidates[i];
-    blank[i].heuristic = candidates[i] == key.heuristic;
     auto [it, inserted] = binaryOf.emplace(binaryKey(candidates[i]), binaries.size());
     if (inserted) {
       binaries.push_back({});
@@ -340,10 +349,12 @@ std::vector<TuneReport> tune(const TuneOptions &options, const ReportCallback &o
     report.device = device;
     report.shape = shape;
     report.bucket = ShapeBucket::of(shape, key.qHeads);
-    report.heuristic = key.heuristic;
+    report.heuristic = heuristicFor(shape);
     report.binaries = binaries.size();
     report.compileSeconds = compileSeconds;
     std::vector<CandidateResult> results = blank;
+    for (CandidateResult &result : results)
+      result.heuristic = result.config == report.heuristic;
     measureShape(options, key, binaries, functions, shape, results);
     std::stable_sort(results.begin(), results.end(),
                      [](const CandidateResult &a, const CandidateResult &b) {

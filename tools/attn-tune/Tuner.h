@@ -60,7 +60,7 @@ const char *statusName(CandidateStatus status);
 
 struct CandidateResult {
   TileConfig config;
-  bool heuristic = false; // attn-tile's default plan
+  bool heuristic = false; // attn-tile's plan for the report's shape
   CandidateStatus status = CandidateStatus::Measured;
   std::string message;    // why it failed
   double milliseconds = 0;

@@ -26,14 +26,19 @@ def main():
     print("|---|---|---|---|---|---|---|---|")
     rows = list(csv.DictReader(open(sys.argv[2])))
     rows.sort(key=lambda r: (int(r["head_dim"]), r["causal"], int(r["seqlen"])))
+    def peer(row, name):
+        # A peer left out of the run (attn_peers.py --peers) has no column.
+        value = row.get(name)
+        return f"{float(value):.1f}" if value else "-"
+
     for row in rows:
         key = (int(row["head_dim"]), int(row["seqlen"]), row["causal"] == "1")
         mine = ours.get(key)
         cudnn = float(row["cudnn"])
         ratio = f"{mine / cudnn:.2f}" if mine else "-"
         print(f"| {key[0]} | {key[1]} | {'yes' if key[2] else 'no'} | "
-              f"{mine if mine else '-'} | {cudnn:.1f} | {float(row['flash']):.1f} | "
-              f"{float(row['flex']):.1f} | {ratio} |")
+              f"{mine if mine else '-'} | {cudnn:.1f} | {peer(row, 'flash')} | "
+              f"{peer(row, 'flex')} | {ratio} |")
 
 
 if __name__ == "__main__":

@@ -38,6 +38,14 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
   // consumers, 240 registers each) and lose 3 % at head dims 64 and 256,
   // whose schedules have less room.
   config.softmaxChains = problem.headDim == 128 ? 4 : 1;
+  // Same-run A/B on H100 (docs/benchmarks.md, 2026-11-25), B x S = 16384:
+  // unmasked head dim 128 with 128 x 160 tiles and one chain is 2.7-3.8 %
+  // faster at S = 2048 to 16384. Causal was mixed (-2.3 % at 2048, +2-3 %
+  // at 8192 and up), so masked kernels keep 128 keys.
+  if (problem.headDim == 128 && problem.evenTiles && problem.keyLength >= kWideKeyTileMinKeys) {
+    config.blockN = 160;
+    config.softmaxChains = 1;
+  }
   // Even tiles: a persistent grid overlaps each tile's epilogue with the
   // next tile's loads (+18 % at S = 512). Uneven (masked) tiles: a static
   // round-robin lost 6-28 % to the hardware's dynamic block dispatch.

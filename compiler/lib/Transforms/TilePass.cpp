@@ -76,6 +76,8 @@ struct AttnTilePass : public mlir::attn::impl::AttnTileBase<AttnTilePass> {
         return;
       }
       ::attn::TileProblem problem = getTileProblem(kernel);
+      if (!tuningShape.empty())
+        problem.keyLength = shape.seqlenK;
       const bool linear = kernel.getNormalizer().isLinearFamily();
       ::attn::TileConfig config;
       TilePlanAttr existing = kernel.getTileAttr();

@@ -72,7 +72,7 @@ public:
   /// in diagnostics (buffer:line:col).
   Kernel compile(std::string_view specText, std::string_view bufferName = "spec");
   /// The same, with the tile plan the tuning database holds for the bucket
-  /// nearest `shape` (without a shape: for the largest tuned bucket).
+  /// nearest `shape`, else attn-tile's heuristic plan for its key length.
   Kernel compile(const Spec &spec, const TuningShape &shape);
   Kernel compile(std::string_view specText, std::string_view bufferName,
                  const TuningShape &shape);

@@ -22,6 +22,10 @@ def AttnTile : Pass<"attn-tile"> {
     and `persistent_blocks_per_sm = 1` when every work tile costs the same
     (no mask, no `mask_mod`), 0 (a block per work tile) otherwise.
 
+    With `tuning-shape`, an unmasked kernel of head dim 128 whose key length
+    is 2048 or more takes 160-key tiles and one softmax chain (128 x 160);
+    shorter or unknown lengths and masked kernels keep the table's plan.
+
     With `tuning-db`, the tuning database's record for the kernel (its
     tuning hash, the target `arch`, and the shape bucket nearest
     `tuning-shape`, or the largest bucket when no shape is given) replaces
@@ -47,7 +51,8 @@ def AttnTile : Pass<"attn-tile"> {
     Option<"tuningDatabase", "tuning-db", "std::string", /*default=*/"\"\"",
            "Tuning database to consult (empty: none)">,
     Option<"tuningShape", "tuning-shape", "std::string", /*default=*/"\"\"",
-           "B,S or B,Sq,Sk: the shape whose bucket the database is asked for">,
+           "B,S or B,Sq,Sk: the shape the kernel is planned for (the "
+           "heuristic's key length; the database's bucket)">,
     Option<"arch", "arch", "std::string", /*default=*/"\"sm_90a\"",
            "Target architecture of the database lookup">,
   ];

@@ -1,0 +1,39 @@
+// attn-tile's heuristic with a known shape (tuning-shape, no database): an
+// unmasked kernel of head dim 128 takes 128 x 160 tiles with one softmax
+// chain from a key length of 2048; shorter keys, other head dims and
+// masked kernels keep the shape-free plan.
+// RUN: attn-opt --attn-tile="tuning-shape=2,8192" %s | FileCheck %s --check-prefixes=COMMON,WIDE
+// RUN: attn-opt --attn-tile="tuning-shape=1,300,2048" %s | FileCheck %s --check-prefixes=COMMON,WIDE
+// RUN: attn-opt --attn-tile="tuning-shape=1,4096,2047" %s | FileCheck %s --check-prefixes=COMMON,NARROW
+// RUN: attn-opt --attn-tile="tuning-shape=16,1024" %s | FileCheck %s --check-prefixes=COMMON,NARROW
+// RUN: attn-opt --attn-tile %s | FileCheck %s --check-prefixes=COMMON,NARROW
+
+// WIDE-LABEL: attn.kernel @full_hd128
+// WIDE:       tile = #attn.tile<block_m = 128, block_n = 160, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, persistent_blocks_per_sm = 1>
+// NARROW-LABEL: attn.kernel @full_hd128
+// NARROW:     tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, softmax_chains = 4, persistent_blocks_per_sm = 1>
+attn.kernel @full_hd128
+    problem = #attn.problem<q_heads = 16, kv_heads = 16, head_dim = 128, element_type = bf16>
+    mask = #attn.no_mask
+    normalizer = #attn.softmax
+
+// COMMON-LABEL: attn.kernel @causal_hd128
+// COMMON:     tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, softmax_chains = 4>
+attn.kernel @causal_hd128
+    problem = #attn.problem<q_heads = 16, kv_heads = 4, head_dim = 128, element_type = bf16>
+    mask = #attn.causal<bottom_right>
+    normalizer = #attn.softmax
+
+// COMMON-LABEL: attn.kernel @full_hd64
+// COMMON:     tile = #attn.tile<block_m = 192, block_n = 128, stages = 2, consumer_warpgroups = 3, producer_warpgroups = 1, consumer_registers = 160, producer_registers = 24, persistent_blocks_per_sm = 1>
+attn.kernel @full_hd64
+    problem = #attn.problem<q_heads = 32, kv_heads = 32, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask
+    normalizer = #attn.softmax
+
+// COMMON-LABEL: attn.kernel @full_hd256
+// COMMON:     tile = #attn.tile<block_m = 128, block_n = 80, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, persistent_blocks_per_sm = 1>
+attn.kernel @full_hd256
+    problem = #attn.problem<q_heads = 8, kv_heads = 8, head_dim = 256, element_type = bf16>
+    mask = #attn.no_mask
+    normalizer = #attn.softmax
