@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <functional>
@@ -515,6 +516,14 @@ TEST_CASE("tile candidates: legal, distinct, round-trip as overrides, include th
     CHECK(applyTileOverride(TileConfig{}, parsed) == config);
   }
   CHECK(hasHeuristic);
+  // The heuristic for a long key length (128 x 160 at head dim 128) is a
+  // candidate of the default space too.
+  TileProblem longKeys = problem;
+  longKeys.keyLength = 8192;
+  TileConfig longKeysHeuristic = defaultTileConfig(longKeys);
+  CHECK(std::find(candidates.begin(), candidates.end(), longKeysHeuristic) != candidates.end());
+  if (headDim == 128)
+    CHECK(longKeysHeuristic.blockN == 160);
 
   // The grid policy does not change legality: every plan comes in both.
   for (const TileConfig &config : candidates) {

@@ -309,8 +309,15 @@ int runSpec() {
     return 1;
   }
   std::string spec = (*buffer)->getBuffer().str();
-  Loaded kernel =
-      load(spec, specFile, {batch, seqlen, seqlenK ? seqlenK : seqlen}, tuningDatabase);
+  // Planned for the shape it runs: packed sequences for their count and the
+  // longest (the padded batch they are timed beside).
+  attn::TuningShape planned{batch, seqlen, seqlenK ? seqlenK : seqlen};
+  if (!packedLengths.empty()) {
+    const int64_t longest = *std::max_element(packedLengths.begin(), packedLengths.end());
+    if (longest > 0) // bad lengths are reported with the upload
+      planned = {static_cast<int64_t>(packedLengths.size()), longest, longest};
+  }
+  Loaded kernel = load(spec, specFile, planned, tuningDatabase);
   if (kernel.compiled.launch.linearFamily)
     return runLinearSpec(kernel, spec);
   if (!packedLengths.empty()) {

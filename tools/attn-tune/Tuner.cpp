@@ -294,7 +294,8 @@ std::vector<TuneReport> tune(const TuneOptions &options, const ReportCallback &o
     problem.keyLength = shape.seqlenK;
     return defaultTileConfig(problem);
   };
-  std::vector<TileConfig> candidates = enumerateTileCandidates(key.problem, options.space);
+  const std::vector<TileConfig> space = enumerateTileCandidates(key.problem, options.space);
+  std::vector<TileConfig> candidates = space;
   for (const TuningShape &shape : options.shapes) {
     TileConfig heuristic = heuristicFor(shape);
     if (std::find(candidates.begin(), candidates.end(), heuristic) == candidates.end() &&
@@ -356,6 +357,15 @@ std::vector<TuneReport> tune(const TuneOptions &options, const ReportCallback &o
     for (CandidateResult &result : results)
       result.heuristic = result.config == report.heuristic;
     measureShape(options, key, binaries, functions, shape, results);
+    // Another shape's heuristic from outside the search space ran along
+    // (its binary is shared) but is no candidate at this shape.
+    results.erase(std::remove_if(results.begin(), results.end(),
+                                 [&](const CandidateResult &result) {
+                                   return !result.heuristic &&
+                                          std::find(space.begin(), space.end(), result.config) ==
+                                              space.end();
+                                 }),
+                  results.end());
     std::stable_sort(results.begin(), results.end(),
                      [](const CandidateResult &a, const CandidateResult &b) {
                        bool aOk = a.status == CandidateStatus::Measured;

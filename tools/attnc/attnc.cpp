@@ -65,7 +65,8 @@ cl::opt<std::string> tileOverride(
 cl::opt<std::string> shape(
     "shape",
     cl::desc("The problem size the kernel is for: the tuning database's plan for the nearest "
-             "shape is used (default: its largest tuned shape)"),
+             "shape (default: its largest tuned shape), else the heuristic's for its key "
+             "length; --tile applies over that plan"),
     cl::value_desc("B,S or B,Sq,Sk"), cl::init(""), cl::sub(cl::SubCommand::getTopLevel()),
     cl::sub(cacheCommand));
 cl::opt<std::string> tuningDatabase(

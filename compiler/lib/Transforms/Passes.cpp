@@ -49,6 +49,7 @@ void mlir::attn::registerAttnPasses() {
   result.elementBytes = static_cast<int>(problem.getElementBytes());
   result.evenTiles = isa<NoMaskAttr>(kernel.getMask()) &&
                      !kernel.getMaskModFnAttr() && kernel.getMaskMod().empty();
+  result.hasScoreMod = !kernel.getScoreMod().empty() || kernel.getScoreModFnAttr();
   if (isa<SoftmaxAttr>(kernel.getNormalizer()) && !kernel.getScoreMod().empty())
     result.scoreDiagonals = std::min<int>(::attn::kMaxScoreDiagonals,
                                           findScoreDiagonals(kernel.getScoreMod().front()).size());

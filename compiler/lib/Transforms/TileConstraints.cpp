@@ -39,10 +39,13 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
   // whose schedules have less room.
   config.softmaxChains = problem.headDim == 128 ? 4 : 1;
   // Same-run A/B on H100 (docs/benchmarks.md, 2026-11-25), B x S = 16384:
-  // unmasked head dim 128 with 128 x 160 tiles and one chain is 2.7-3.8 %
-  // faster at S = 2048 to 16384. Causal was mixed (-2.3 % at 2048, +2-3 %
-  // at 8192 and up), so masked kernels keep 128 keys.
-  if (problem.headDim == 128 && problem.evenTiles && problem.keyLength >= kWideKeyTileMinKeys) {
+  // unmasked head dim 128 with 128 x 160 tiles and one chain was 1.7 to
+  // 4.9 % faster in every paired round at S = 2048 to 16384. Causal was
+  // mixed (-2.3 % at 2048, +1.5 to +4.2 % at 8192 and 16384), so masked
+  // kernels keep 128 keys; so do score_mods, which were not measured (and
+  // whose staged diagonals would not fit beside 160-key stages).
+  if (problem.headDim == 128 && problem.evenTiles && !problem.hasScoreMod &&
+      problem.keyLength >= kWideKeyTileMinKeys) {
     config.blockN = 160;
     config.softmaxChains = 1;
   }

@@ -1,8 +1,10 @@
 //===- TilePass.cpp - choose the sm_90a tile plan -------------------------===//
 //
 // attn-tile: records `tile = #attn.tile<...>` on each attn.kernel, from the
-// head-dimension heuristic, an existing plan, or a tile override, after
-// checking it against the sm_90a constraints.
+// heuristic (head dimension, mask and score_mod, and the key length of
+// tuning-shape), a tuning database record, an existing plan, or a tile
+// override over one of these, after checking it against the sm_90a
+// constraints.
 //
 //===----------------------------------------------------------------------===//
 

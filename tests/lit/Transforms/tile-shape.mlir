@@ -1,7 +1,7 @@
 // attn-tile's heuristic with a known shape (tuning-shape, no database): an
-// unmasked kernel of head dim 128 takes 128 x 160 tiles with one softmax
-// chain from a key length of 2048; shorter keys, other head dims and
-// masked kernels keep the shape-free plan.
+// unmasked kernel of head dim 128 without a score_mod takes 128 x 160 tiles
+// with one softmax chain from a key length of 2048; shorter keys, other
+// head dims, masked kernels and score_mods keep the shape-free plan.
 // RUN: attn-opt --attn-tile="tuning-shape=2,8192" %s | FileCheck %s --check-prefixes=COMMON,WIDE
 // RUN: attn-opt --attn-tile="tuning-shape=1,300,2048" %s | FileCheck %s --check-prefixes=COMMON,WIDE
 // RUN: attn-opt --attn-tile="tuning-shape=1,4096,2047" %s | FileCheck %s --check-prefixes=COMMON,NARROW
@@ -37,3 +37,19 @@ attn.kernel @full_hd256
     problem = #attn.problem<q_heads = 8, kv_heads = 8, head_dim = 256, element_type = bf16>
     mask = #attn.no_mask
     normalizer = #attn.softmax
+
+// A score_mod keeps 128 keys (not measured with 160; a staged diagonal
+// would not fit beside 160-key stages).
+// COMMON-LABEL: attn.kernel @softcap_hd128
+// COMMON:     tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, softmax_chains = 4, persistent_blocks_per_sm = 1>
+attn.kernel @softcap_hd128
+    problem = #attn.problem<q_heads = 16, kv_heads = 16, head_dim = 128, element_type = bf16>
+    mask = #attn.no_mask
+    normalizer = #attn.softmax
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index):
+      %inverse = arith.constant 0.02 : f32
+      %scaled = arith.mulf %s, %inverse : f32
+      %squashed = math.tanh %scaled : f32
+      attn.yield %squashed : f32
+    }

@@ -26,11 +26,14 @@ namespace attn {
 
 struct CompileOptions {
   std::string arch = "sm_90a";
-  /// `key=value,...` applied by attn-tile over its heuristic.
+  /// `key=value,...` applied by attn-tile over the tuned or heuristic plan
+  /// (which may depend on tuningShape).
   std::string tileOverride;
   /// The tuning database attn-tile consults (empty: none; drivers pass
-  /// TuningDatabase::defaultPath()) and the shape to ask it for ("B,S" or
-  /// "B,Sq,Sk"; empty: the largest tuned shape).
+  /// TuningDatabase::defaultPath()) and the shape the kernel is planned for
+  /// ("B,S" or "B,Sq,Sk"): the database is asked for its bucket, and the
+  /// heuristic reads its key length (empty: the largest tuned shape, and
+  /// the shape-free heuristic).
   std::string tuningDatabase;
   std::string tuningShape;
   /// Stop after planning (no CUDA emission).
@@ -85,7 +88,9 @@ std::vector<std::string> emitCudaSources(const std::string &specText,
                                          const CompileOptions &options = {});
 
 /// What the tuner needs of a spec (one attn.kernel): its key in the tuning
-/// database, the tile problem and attn-tile's heuristic plan for it.
+/// database, the tile problem (keyLength 0) and attn-tile's heuristic plan
+/// for it without a shape (the tuner asks for each shape's with
+/// defaultTileConfig and the shape's key length).
 struct SpecTuningKey {
   std::string specHash;
   TileProblem problem;

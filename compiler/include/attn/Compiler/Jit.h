@@ -73,6 +73,8 @@ public:
   Kernel compile(std::string_view specText, std::string_view bufferName = "spec");
   /// The same, with the tile plan the tuning database holds for the bucket
   /// nearest `shape`, else attn-tile's heuristic plan for its key length.
+  /// (Without a shape: the largest tuned bucket's plan, else the
+  /// shape-free heuristic.) JitOptions::tileOverride applies over it.
   Kernel compile(const Spec &spec, const TuningShape &shape);
   Kernel compile(std::string_view specText, std::string_view bufferName,
                  const TuningShape &shape);

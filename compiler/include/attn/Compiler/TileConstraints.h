@@ -66,6 +66,8 @@ struct TileProblem {
   /// (capture reads that depend on q and kv only through q - kv), at most
   /// kMaxScoreDiagonals.
   int scoreDiagonals = 0;
+  /// The kernel modifies scores (a score_mod region or function).
+  bool hasScoreMod = false;
   /// The key sequence length the kernel is planned for (attn-tile's
   /// tuning-shape), 0 when unknown. Only the heuristic reads it; every plan
   /// runs at any length.
@@ -103,13 +105,14 @@ int defaultConsumerRegisters(int consumerWarpgroups);
 ///   head_dim 256: 128 x  80, 2 consumer warpgroups;
 /// four softmax reduction chains at head dim 128 (one otherwise) and a
 /// persistent grid of one block per SM when the work tiles are even. At head
-/// dim 128 without a mask, with keyLength known and at least
+/// dim 128 without a mask or a score_mod, with keyLength known and at least
 /// kWideKeyTileMinKeys, 128 x 160 tiles with one softmax chain.
 TileConfig defaultTileConfig(const TileProblem &problem);
 
 /// The shortest key length for which the heuristic takes 160-key tiles at
-/// head dim 128 (unmasked): below it the last key tile's padding costs
-/// more than the wider tile gains.
+/// head dim 128 (no mask, no score_mod): the shortest measured
+/// (docs/benchmarks.md); at 512 and 1024 keys a 160-key tiling pads the
+/// last tile by 25 % and 9 %, and was not measured.
 constexpr int64_t kWideKeyTileMinKeys = 2048;
 
 /// Applies `override` on top of `base`. When block_m is given without

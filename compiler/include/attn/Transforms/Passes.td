@@ -22,9 +22,10 @@ def AttnTile : Pass<"attn-tile"> {
     and `persistent_blocks_per_sm = 1` when every work tile costs the same
     (no mask, no `mask_mod`), 0 (a block per work tile) otherwise.
 
-    With `tuning-shape`, an unmasked kernel of head dim 128 whose key length
-    is 2048 or more takes 160-key tiles and one softmax chain (128 x 160);
-    shorter or unknown lengths and masked kernels keep the table's plan.
+    With `tuning-shape`, a kernel of head dim 128 with no mask and no
+    `score_mod` whose key length is 2048 or more takes 160-key tiles and one
+    softmax chain (128 x 160); shorter or unknown lengths, masks and
+    score_mods keep the table's plan.
 
     With `tuning-db`, the tuning database's record for the kernel (its
     tuning hash, the target `arch`, and the shape bucket nearest
