@@ -278,6 +278,30 @@ TEST_CASE("JIT: a cold compile, then memory and disk hits of the same kernel", "
   }
 }
 
+TEST_CASE("JIT: the plan follows the shape a kernel is compiled for", "[jit][cache]") {
+  // No tuning database: attn-tile's heuristic reads the shape's key length
+  // (an unmasked head dim 128 takes 160-key tiles from 2048 keys).
+  TempDir dir;
+  JitOptions options = optionsWithCache(dir.path);
+  options.tuningDatabase = "";
+  Compiler compiler(options);
+  Spec full = SpecBuilder("full_hd128").heads(16).headDim(128).dtype(DType::BF16).mask(Mask::none());
+  Kernel anyLength = compiler.compile(full);
+  CHECK(anyLength.launchConfig().blockN == 128);
+  Kernel longKeys = compiler.compile(full, TuningShape{2, 8192, 8192});
+  CHECK(longKeys.launchConfig().blockN == 160);
+  CHECK(longKeys.image().ptx != anyLength.image().ptx);
+  // A short shape plans what no shape plans: one kernel, found by content.
+  Kernel shortKeys = compiler.compile(full, TuningShape{16, 1024, 1024});
+  CHECK(shortKeys.launchConfig().blockN == 128);
+  CHECK(&shortKeys.image() == &anyLength.image());
+  CHECK(compiler.stats().compiles == 2);
+  CHECK(compiler.stats().memoryHits == 1);
+  // A causal kernel keeps 128 keys at any length.
+  Kernel causal = compiler.compile(causalSpec(), TuningShape{2, 8192, 8192});
+  CHECK(causal.launchConfig().blockN == 128);
+}
+
 TEST_CASE("JIT: a damaged disk entry is detected and rebuilt", "[jit][cache]") {
   TempDir dir;
   std::string key;
