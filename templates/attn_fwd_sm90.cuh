@@ -161,10 +161,12 @@ constexpr bool kMaskModProved = Mods::kHasMaskMod && Mods::kMaskProved;
 // within +-kScoreRangeLog2 (base 2) before any shift. Up to 80, one fixed
 // base keeps every exp2 between 2^-120 (a row whose scores all sit at the
 // bottom still sums to a normal number) and 2^40 (sums and the output stay
-// far from overflow): no running maximum, no rescaling of the output.
+// far from overflow): no running maximum, no rescaling of the output. P
+// enters the PV product in the element type: bf16 holds that range, f16
+// (2^-24 to 2^15) does not, so f16 keeps the running maximum.
 constexpr float kScoreRangeLog2 = Mods::kScoreBound * kLog2e * Mods::kScoreOutputScale;
-constexpr bool kFixedSoftmaxBase =
-    Mods::kHasScoreMod && kScoreRangeLog2 > 0.f && kScoreRangeLog2 <= 80.f;
+constexpr bool kFixedSoftmaxBase = Mods::kHasScoreMod && Element::kExponentBits == 8 &&
+                                   kScoreRangeLog2 > 0.f && kScoreRangeLog2 <= 80.f;
 constexpr float kFixedSoftmaxBaseLog2 = kScoreRangeLog2 > 40.f ? kScoreRangeLog2 - 40.f : 0.f;
 
 // Position of a tile's byte in p.tile_coverage, laid out

@@ -11,12 +11,15 @@ typedef unsigned long long u64;
 // log2(e): exponentials run as exp2 on the SFU.
 constexpr float kLog2e = 1.4426950408889634f;
 
-// Tags naming the 16-bit element type of Q, K, V and O.
+// Tags naming the 16-bit element type of Q, K, V and O (and of P in the PV
+// product), with the width of its exponent field.
 struct Bf16 {
   static constexpr const char *kPtxName = "bf16";
+  static constexpr int kExponentBits = 8;
 };
 struct F16 {
   static constexpr const char *kPtxName = "f16";
+  static constexpr int kExponentBits = 5;
 };
 
 // Packs two fp32 values into one register of two 16-bit values, `lo` in the
