@@ -620,16 +620,13 @@ __device__ __forceinline__ void packProbabilities(const float (&scores)[kScoreRe
 
 // Writes the normalized O slice (64 rows) and the log-sum-exp per row. The
 // fragments go to a staging slice laid out as the O tensor map's 128-byte
-// swizzled boxes (64-column blocks of 128-byte rows, 16-byte chunks XOR-ed by
-// row % 8, which also keeps the fragment stores free of bank conflicts); one
-// thread then stores the slice with TMA, which clips rows past seqlen_q. The
-// slice never touches another warpgroup's rows. The store is left in flight:
-// the next use of the slice waits for it to have been read. A packed
-// sequence's partial slice is copied by the warps instead (storeWarpRows).
-__device__ __forceinline__ u32 stagingAddress(u32 staging, int row, int chunk) {
-  int block = chunk / 8, chunkInRow = chunk % 8;
-  return staging + block * kBlockM * kRowBytes + row * kRowBytes + ((chunkInRow ^ (row % 8)) * 16);
-}
+// swizzled boxes (swizzledAddress: 64-column blocks of kBlockM 128-byte rows,
+// which also keeps the fragment stores free of bank conflicts); one thread
+// then stores the slice with TMA, which clips rows past seqlen_q. The slice
+// never touches another warpgroup's rows. The store is left in flight: the
+// next use of the slice waits for it to have been read. A packed sequence's
+// partial slice is copied by the warps instead (storeWarpRows).
+static_assert(kRowBytes == 128, "staging rows of 64 16-bit elements");
 
 // Copies the rows this warp staged (16 of the slice, from `firstRow`) that
 // lie before `rowEnd` to O rows sliceRow0 + row of `head`, 16 bytes per lane
@@ -647,7 +644,7 @@ __device__ __forceinline__ void storeWarpRows(const attn_abi::AttnFwdParams &p, 
     u32 word0, word1, word2, word3;
     asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(word0), "=r"(word1), "=r"(word2), "=r"(word3)
-                 : "r"(stagingAddress(staging, row, chunk)));
+                 : "r"(swizzledAddress(staging, kBlockM, row, chunk * 8)));
     i64 element = (sliceRow0 + row) * p.o_row_stride + head * p.o_head_stride + chunk * 8;
     asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(o + element * kElementBytes),
                  "r"(word0), "r"(word1), "r"(word2), "r"(word3)
@@ -668,14 +665,7 @@ __device__ void storeOutput(const attn_abi::AttnFwdParams &p, const float (&outp
       tmaStoreWaitRead();
     warpgroupBarrier(1 + consumer);
   }
-#pragma unroll
-  for (int i = 0; i < kOutputRegs; i += 2) {
-    int row = warp * 16 + lane / 4 + 8 * fragmentRowHalf(i);
-    int column = fragmentColumn(i, lane);
-    u32 address = stagingAddress(staging, row, column / 8) + (column % 8) * kElementBytes;
-    u32 packed = packPair<Element>(output[i], output[i + 1]);
-    asm volatile("st.shared.b32 [%0], %1;" ::"r"(address), "r"(packed) : "memory");
-  }
+  storeFragmentSwizzled<Element, kHeadDim>(output, staging, kBlockM, warp, lane);
   // Located again, once O is staged, rather than kept in registers through
   // the main loop.
   const Sequence sequence = sequenceOf(p, work.batch);

@@ -295,22 +295,6 @@ __device__ __forceinline__ void loadValuesTransposed(u32 (&values)[kValueRegs], 
   }
 }
 
-// Stores an m64 x N fp32 fragment as 16-bit pairs into a 128-byte swizzled
-// tile of 64 rows per 64-column block: the layout of TMA's tiles and of
-// K-major WGMMA operands.
-template <int N>
-__device__ __forceinline__ void storeFragmentShared(const float (&fragment)[N / 2], u32 tile,
-                                                    int warp, int lane) {
-#pragma unroll
-  for (int i = 0; i < N / 2; i += 2) {
-    int row = warp * 16 + lane / 4 + 8 * fragmentRowHalf(i);
-    u32 address = swizzledAddress(tile, 64, row, fragmentColumn(i, lane));
-    asm volatile("st.shared.b32 [%0], %1;" ::"r"(address),
-                 "r"(packPair<Element>(fragment[i], fragment[i + 1]))
-                 : "memory");
-  }
-}
-
 // Element (keyDim, this block's valueColumn) of a [head_dim, head_dim]
 // state, and the offset of (batch, head[, segment]) state blocks.
 __device__ __forceinline__ i64 stateElement(const Work &work, int keyDim, int valueColumn) {
@@ -483,7 +467,7 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
 
   float state[kStateRegs];
   loadEntryState(p, work, state, keySum, thread, warp, lane);
-  storeFragmentShared<kHeadDim>(state, stateTile, warp, lane);
+  storeFragmentSwizzled<Element, kHeadDim>(state, stateTile, kChunk, warp, lane);
   publishShared();
   float segmentLog2Decay = 0.f; // the decay over the block's chunks
 
@@ -619,9 +603,9 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
         if (thread == 0)
           tmaStoreWaitRead();
         warpgroupBarrier(1);
-        storeFragmentShared<kSlice>(output, staging, warp, lane);
+        storeFragmentSwizzled<Element, kSlice>(output, staging, kChunk, warp, lane);
         if (updatesState)
-          storeFragmentShared<kHeadDim>(state, stateTile, warp, lane);
+          storeFragmentSwizzled<Element, kHeadDim>(state, stateTile, kChunk, warp, lane);
         publishShared();
         if (thread == 0) {
           tmaStore4d(&p.o_map, staging, work.slice * kSlice, chunk * kChunk, work.head, work.batch);
@@ -631,7 +615,7 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
     }
     // A state-only pass hands its state to the output pass after it once.
     if (!computesOutput && pass + 1 < passCount) {
-      storeFragmentShared<kHeadDim>(state, stateTile, warp, lane);
+      storeFragmentSwizzled<Element, kHeadDim>(state, stateTile, kChunk, warp, lane);
       publishShared();
     }
   }

@@ -1,6 +1,6 @@
 // Pieces of the chunkwise linear attention / retention kernel that know
-// nothing of its schedule: feature maps, the per-chunk decay, shared-memory
-// addressing of 128-byte swizzled tiles, and the state as WGMMA fragments.
+// nothing of its schedule: feature maps, the per-chunk decay, and the state
+// as WGMMA fragments.
 #pragma once
 
 namespace attn_dev {
@@ -27,14 +27,6 @@ template <> __device__ __forceinline__ float lowHalfToFloat<F16>(u32 packed) {
 }
 template <class Element> __device__ __forceinline__ float highHalfToFloat(u32 packed) {
   return lowHalfToFloat<Element>(packed >> 16);
-}
-
-// Byte address of element (row, column) of a tile stored as TMA writes it
-// with 128-byte swizzling: 64-column blocks of `rows` rows of 128 bytes,
-// 16-byte chunks XOR-ed by row % 8.
-__device__ __forceinline__ u32 swizzledAddress(u32 tile, int rows, int row, int column) {
-  int block = column / 64, chunk = (column % 64) / 8;
-  return tile + block * rows * 128 + row * 128 + ((chunk ^ (row % 8)) * 16) + (column % 8) * 2;
 }
 
 // Applies the feature map to every element of a tile in place; the layout

@@ -69,6 +69,38 @@ __device__ __forceinline__ int fragmentColumn(int i, int lane) {
   return (i >> 2) * 8 + 2 * (lane & 3) + (i & 1);
 }
 
+// Byte address of element (row, column) of a 16-bit tile stored as TMA
+// writes it with 128-byte swizzling: 64-column blocks of `rows` rows of 128
+// bytes, 16-byte chunks XOR-ed by row % 8 (the tile 1024-byte aligned).
+__device__ __forceinline__ u32 swizzledAddress(u32 tile, int rows, int row, int column) {
+  int block = column / 64, chunk = (column % 64) / 8;
+  return tile + block * rows * 128 + row * 128 + ((chunk ^ (row % 8)) * 16) + (column % 8) * 2;
+}
+
+// Stores this warp's 16 rows of an m64 x N fp32 accumulator, rounded to
+// `Element`, into rows 16 * warp... of a swizzled tile (swizzledAddress).
+// One stmatrix writes four 8 x 8 matrices, and each lane's pair in a matrix
+// is the pair the accumulator gives it: elements 4c..4c+1 are rows 0-7 and
+// 4c+2..4c+3 rows 8-15 of column block c. Lane l addresses row l % 8 of
+// matrix l / 8, whose 16 bytes the swizzle keeps together. N / 16
+// instructions for the N / 4 single-word stores of the plain form.
+template <class Element, int N>
+__device__ __forceinline__ void storeFragmentSwizzled(const float (&fragment)[N / 2], u32 tile,
+                                                      int rows, int warp, int lane) {
+  static_assert(N % 16 == 0, "two 8-column blocks per stmatrix");
+  const int matrix = lane / 8;
+  const int row = warp * 16 + (matrix % 2) * 8 + lane % 8;
+#pragma unroll
+  for (int block = 0; block < N / 8; block += 2) {
+    const float *f = fragment + 4 * block;
+    u32 address = swizzledAddress(tile, rows, row, (block + matrix / 2) * 8);
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(address),
+                 "r"(packPair<Element>(f[0], f[1])), "r"(packPair<Element>(f[2], f[3])),
+                 "r"(packPair<Element>(f[4], f[5])), "r"(packPair<Element>(f[6], f[7]))
+                 : "memory");
+  }
+}
+
 // D[64 x N] (+)= A[64 x 16] * B[16 x N], both operands in shared memory,
 // both K-major. `accumulate` = 0 overwrites D.
 template <int N, class Element> struct WgmmaSS;
