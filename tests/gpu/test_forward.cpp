@@ -104,6 +104,21 @@ TEST_CASE("the plan for long keys matches the reference on awkward shapes", "[gp
   checkAgainstReference(128, element, kMasks[0], {2, 2, {1, 300, 2081, false}}, seed++, options);
 }
 
+TEST_CASE("the plan for short causal keys matches the reference on awkward shapes", "[gpu]") {
+  // Planned for 512 keys, the causal head-dim-64 kernel takes a persistent
+  // grid with four stages (attn-tile's heuristic); it must be right at any
+  // length, under either alignment of the causal mask.
+  CompileOptions options;
+  options.tuningShape = "32,512,512";
+  std::string element = GENERATE(std::string("bf16"), std::string("f16"));
+  const LoadedKernel &kernel = loadKernel(specText(64, element, kMasks[2], 2, 1), options);
+  REQUIRE(kernel.compiled.launch.persistentBlocksPerSm == 1);
+  uint64_t seed = 300;
+  for (const char *mask : {kMasks[1], kMasks[2]})
+    for (const Case &testCase : awkwardCases())
+      checkAgainstReference(64, element, mask, testCase, seed++, options);
+}
+
 TEST_CASE("an explicit softmax scale is honoured", "[gpu]") {
   std::string spec =
       "attn.kernel @scaled problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, "

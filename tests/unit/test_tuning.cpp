@@ -524,6 +524,16 @@ TEST_CASE("tile candidates: legal, distinct, round-trip as overrides, include th
   CHECK(std::find(candidates.begin(), candidates.end(), longKeysHeuristic) != candidates.end());
   if (headDim == 128)
     CHECK(longKeysHeuristic.blockN == 160);
+  // So is the one for short causal keys (persistent, four stages at head
+  // dim 64).
+  TileProblem shortCausal = problem;
+  shortCausal.evenTiles = false;
+  shortCausal.causalOnly = true;
+  shortCausal.keyLength = 512;
+  TileConfig shortCausalHeuristic = defaultTileConfig(shortCausal);
+  CHECK(std::find(candidates.begin(), candidates.end(), shortCausalHeuristic) != candidates.end());
+  if (headDim == 64)
+    CHECK((shortCausalHeuristic.persistentBlocksPerSm == 1 && shortCausalHeuristic.stages == 4));
 
   // The grid policy does not change legality: every plan comes in both.
   for (const TileConfig &config : candidates) {

@@ -50,6 +50,8 @@ void mlir::attn::registerAttnPasses() {
   result.evenTiles = isa<NoMaskAttr>(kernel.getMask()) &&
                      !kernel.getMaskModFnAttr() && kernel.getMaskMod().empty();
   result.hasScoreMod = !kernel.getScoreMod().empty() || kernel.getScoreModFnAttr();
+  result.causalOnly = isa<CausalAttr>(kernel.getMask()) && !kernel.getMaskModFnAttr() &&
+                      kernel.getMaskMod().empty();
   if (isa<SoftmaxAttr>(kernel.getNormalizer()) && !kernel.getScoreMod().empty())
     result.scoreDiagonals = std::min<int>(::attn::kMaxScoreDiagonals,
                                           findScoreDiagonals(kernel.getScoreMod().front()).size());

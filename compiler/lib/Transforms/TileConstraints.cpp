@@ -53,6 +53,16 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
   // next tile's loads (+18 % at S = 512). Uneven (masked) tiles: a static
   // round-robin lost 6-28 % to the hardware's dynamic block dispatch.
   config.persistentBlocksPerSm = problem.evenTiles ? 1 : 0;
+  // Same-run A/B on H100 (docs/benchmarks.md, 2026-11-25, B x S = 16384):
+  // causal head dim 64 at 512 keys, whose work tiles differ by at most
+  // three key tiles, gained 6.5 % from a persistent grid with four stages;
+  // from 1024 keys the persistent grid lost 22 % and more, and at head dims
+  // 128 and 256 it lost at 512 too.
+  if (problem.headDim == 64 && problem.causalOnly && !problem.hasScoreMod &&
+      problem.keyLength > 0 && problem.keyLength <= kShortCausalMaxKeys) {
+    config.persistentBlocksPerSm = 1;
+    config.stages = 4;
+  }
   return config;
 }
 

@@ -1,12 +1,16 @@
 // attn-tile's heuristic with a known shape (tuning-shape, no database): an
 // unmasked kernel of head dim 128 without a score_mod takes 128 x 160 tiles
 // with one softmax chain from a key length of 2048; shorter keys, other
-// head dims, masked kernels and score_mods keep the shape-free plan.
-// RUN: attn-opt --attn-tile="tuning-shape=2,8192" %s | FileCheck %s --check-prefixes=COMMON,WIDE
-// RUN: attn-opt --attn-tile="tuning-shape=1,300,2048" %s | FileCheck %s --check-prefixes=COMMON,WIDE
-// RUN: attn-opt --attn-tile="tuning-shape=1,4096,2047" %s | FileCheck %s --check-prefixes=COMMON,NARROW
-// RUN: attn-opt --attn-tile="tuning-shape=16,1024" %s | FileCheck %s --check-prefixes=COMMON,NARROW
-// RUN: attn-opt --attn-tile %s | FileCheck %s --check-prefixes=COMMON,NARROW
+// head dims, masked kernels and score_mods keep the shape-free plan. A
+// causal kernel of head dim 64 with at most 512 keys takes a persistent grid
+// and four stages.
+// RUN: attn-opt --attn-tile="tuning-shape=2,8192" %s | FileCheck %s --check-prefixes=COMMON,WIDE,CAUSAL
+// RUN: attn-opt --attn-tile="tuning-shape=1,300,2048" %s | FileCheck %s --check-prefixes=COMMON,WIDE,CAUSAL
+// RUN: attn-opt --attn-tile="tuning-shape=1,4096,2047" %s | FileCheck %s --check-prefixes=COMMON,NARROW,CAUSAL
+// RUN: attn-opt --attn-tile="tuning-shape=16,1024" %s | FileCheck %s --check-prefixes=COMMON,NARROW,CAUSAL
+// RUN: attn-opt --attn-tile="tuning-shape=32,512" %s | FileCheck %s --check-prefixes=COMMON,NARROW,SHORT
+// RUN: attn-opt --attn-tile="tuning-shape=4,4096,300" %s | FileCheck %s --check-prefixes=COMMON,NARROW,SHORT
+// RUN: attn-opt --attn-tile %s | FileCheck %s --check-prefixes=COMMON,NARROW,CAUSAL
 
 // WIDE-LABEL: attn.kernel @full_hd128
 // WIDE:       tile = #attn.tile<block_m = 128, block_n = 160, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, persistent_blocks_per_sm = 1>
@@ -53,3 +57,20 @@ attn.kernel @softcap_hd128
       %squashed = math.tanh %scaled : f32
       attn.yield %squashed : f32
     }
+
+// CAUSAL-LABEL: attn.kernel @causal_hd64
+// CAUSAL:       tile = #attn.tile<block_m = 192, block_n = 128, stages = 2, consumer_warpgroups = 3, producer_warpgroups = 1, consumer_registers = 160, producer_registers = 24>}
+// SHORT-LABEL:  attn.kernel @causal_hd64
+// SHORT:        tile = #attn.tile<block_m = 192, block_n = 128, stages = 4, consumer_warpgroups = 3, producer_warpgroups = 1, consumer_registers = 160, producer_registers = 24, persistent_blocks_per_sm = 1>}
+attn.kernel @causal_hd64
+    problem = #attn.problem<q_heads = 32, kv_heads = 32, head_dim = 64, element_type = bf16>
+    mask = #attn.causal<bottom_right>
+    normalizer = #attn.softmax
+
+// A window, or a mask_mod beside the causal mask, keeps the plan at 512 keys.
+// COMMON-LABEL: attn.kernel @window_hd64
+// COMMON:       tile = #attn.tile<block_m = 192, block_n = 128, stages = 2, consumer_warpgroups = 3, producer_warpgroups = 1, consumer_registers = 160, producer_registers = 24>}
+attn.kernel @window_hd64
+    problem = #attn.problem<q_heads = 32, kv_heads = 32, head_dim = 64, element_type = bf16>
+    mask = #attn.sliding_window<left = 256, right = 0>
+    normalizer = #attn.softmax

@@ -68,6 +68,8 @@ struct TileProblem {
   int scoreDiagonals = 0;
   /// The kernel modifies scores (a score_mod region or function).
   bool hasScoreMod = false;
+  /// The only mask is the built-in causal one (no mask_mod).
+  bool causalOnly = false;
   /// The key sequence length the kernel is planned for (attn-tile's
   /// tuning-shape), 0 when unknown. Only the heuristic reads it; every plan
   /// runs at any length.
@@ -106,7 +108,9 @@ int defaultConsumerRegisters(int consumerWarpgroups);
 /// four softmax reduction chains at head dim 128 (one otherwise) and a
 /// persistent grid of one block per SM when the work tiles are even. At head
 /// dim 128 without a mask or a score_mod, with keyLength known and at least
-/// kWideKeyTileMinKeys, 128 x 160 tiles with one softmax chain.
+/// kWideKeyTileMinKeys, 128 x 160 tiles with one softmax chain. At head dim
+/// 64 with the causal mask alone and at most kShortCausalMaxKeys keys, a
+/// persistent grid and four stages.
 TileConfig defaultTileConfig(const TileProblem &problem);
 
 /// The shortest key length for which the heuristic takes 160-key tiles at
@@ -114,6 +118,11 @@ TileConfig defaultTileConfig(const TileProblem &problem);
 /// (docs/benchmarks.md); at 512 and 1024 keys a 160-key tiling pads the
 /// last tile by 25 % and 9 %, and was not measured.
 constexpr int64_t kWideKeyTileMinKeys = 2048;
+
+/// The longest key length for which the heuristic gives causal head-dim-64
+/// kernels a persistent grid with four stages: measured faster at 512 keys,
+/// slower from 1024 (docs/benchmarks.md).
+constexpr int64_t kShortCausalMaxKeys = 512;
 
 /// Applies `override` on top of `base`. When block_m is given without
 /// consumer_warpgroups the latter becomes block_m / 64, and vice versa; the

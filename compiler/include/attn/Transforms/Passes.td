@@ -25,7 +25,9 @@ def AttnTile : Pass<"attn-tile"> {
     With `tuning-shape`, a kernel of head dim 128 with no mask and no
     `score_mod` whose key length is 2048 or more takes 160-key tiles and one
     softmax chain (128 x 160); shorter or unknown lengths, masks and
-    score_mods keep the table's plan.
+    score_mods keep the table's plan. A kernel of head dim 64 whose only
+    mask is the causal one and whose key length is at most 512 takes a
+    persistent grid and four stages.
 
     With `tuning-db`, the tuning database's record for the kernel (its
     tuning hash, the target `arch`, and the shape bucket nearest
