@@ -652,6 +652,36 @@ __device__ __forceinline__ void storeWarpRows(const attn_abi::AttnFwdParams &p, 
   }
 }
 
+// The score_mod terms that move a whole row alike were left out of the
+// scores (attn-lower-mods): a finite offset belongs to the row's
+// log-sum-exp only (a row that saw no key keeps -inf). An offset of -inf
+// masks the row (O = 0, log-sum-exp -inf); +inf or NaN gives NaN, as such
+// scores would have.
+__device__ __forceinline__ void applyScoreRowOffset(const attn_abi::AttnFwdParams &p,
+                                                    const WorkTile &work, int row0,
+                                                    float (&output)[kOutputRegs],
+                                                    float (&logSumExp)[2]) {
+  float outputFactor[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float offset = Mods::kScoreOutputScale *
+                   Mods::scoreRowOffset(p, work.batch, work.head, row0 + 8 * half);
+    outputFactor[half] = 1.f;
+    if (offset == negativeInfinity()) {
+      outputFactor[half] = 0.f;
+      logSumExp[half] = negativeInfinity();
+    } else if (!isfinite(offset)) {
+      outputFactor[half] = __int_as_float(0x7fffffff);
+      logSumExp[half] = outputFactor[half];
+    } else if (logSumExp[half] != negativeInfinity()) {
+      logSumExp[half] += offset;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kOutputRegs; ++i)
+    output[i] *= outputFactor[fragmentRowHalf(i)];
+}
+
 __device__ void storeOutput(const attn_abi::AttnFwdParams &p, const float (&output)[kOutputRegs],
                             const float (&logSumExp)[2], u32 staging, int consumer,
                             int sliceQueryBegin, const WorkTile &work) {
@@ -844,6 +874,8 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
 
   float logSumExp[2];
   finalizeSoftmax(output, stats, logSumExp);
+  if constexpr (Mods::kHasScoreRowOffset)
+    applyScoreRowOffset(p, work, row0, output, logSumExp);
   u32 staging = smemBase + attn_plan::kSmemOStaging + consumer * 64 * kRowBytes;
   storeOutput(p, output, logSumExp, staging, consumer, sliceQueryBegin, work);
   if constexpr (kStagingSharesQ) {

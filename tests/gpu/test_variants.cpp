@@ -13,6 +13,7 @@
 
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <random>
 #include <sstream>
@@ -91,6 +92,52 @@ TEST_CASE("ALiBi with captured slopes matches the reference", "[gpu][variants]")
   for (const char *headDim : {"head_dim = 64", "head_dim = 256"})
     runVariant(replaceAll(spec, "head_dim = 128", headDim), {1, 513, 700, false}, addSlopes, 5);
   runVariant(replaceAll(spec, "bf16", "f16"), {1, 513, 700, false}, addSlopes, 6);
+}
+
+TEST_CASE("score_mod terms that move a whole row go to the log-sum-exp", "[gpu][variants]") {
+  // s + bias[h] + 1 - 0.75 q + 0.5 kv: the per-head bias, the constant and
+  // the query's term leave the scores (attn-lower-mods' row offset) and
+  // must come back in the log-sum-exp; rows that no key reaches keep -inf.
+  std::string spec = R"(attn.kernel @row_terms
+    problem = #attn.problem<q_heads = 4, kv_heads = 2, head_dim = 128, element_type = bf16>
+    mask = #attn.causal<bottom_right>
+    normalizer = #attn.softmax
+    captures = [#attn.capture<"head_bias", f32, [q_heads]>]
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index, %bias: memref<?xf32>):
+      %hb = memref.load %bias[%h] : memref<?xf32>
+      %one = arith.constant 1.0 : f32
+      %qw = arith.constant -0.75 : f32
+      %kw = arith.constant 0.5 : f32
+      %qi = arith.index_cast %q : index to i32
+      %qf = arith.sitofp %qi : i32 to f32
+      %kvi = arith.index_cast %kv : index to i32
+      %kvf = arith.sitofp %kvi : i32 to f32
+      %qterm = arith.mulf %qw, %qf : f32
+      %kterm = arith.mulf %kw, %kvf : f32
+      %a = arith.addf %s, %hb : f32
+      %b1 = arith.addf %a, %one : f32
+      %c = arith.addf %b1, %qterm : f32
+      %r = arith.addf %c, %kterm : f32
+      attn.yield %r : f32
+    }
+)";
+  REQUIRE(loadKernel(spec).compiled.cudaSource.find("kHasScoreRowOffset = true") !=
+          std::string::npos);
+  runVariant(spec, {1, 700, 700, false}, addSlopes, 46);
+  runVariant(spec, {2, 600, 150, true}, addSlopes, 47); // rows with no key
+  runVariant(replaceAll(replaceAll(spec, "bf16", "f16"), "head_dim = 128", "head_dim = 64"),
+             {1, 333, 517, false}, addSlopes, 48);
+  runVariant(replaceAll(spec, "head_dim = 128", "head_dim = 256"), {1, 300, 300, false},
+             addSlopes, 49);
+  // A head whose bias is -inf masks every row of it through the offset.
+  auto maskedHead = [](harness::ForwardProblem &data, const AttnLaunchConfig &launch,
+                       const harness::Shape &, std::mt19937_64 &) {
+    std::vector<float> bias(launch.qHeads, 0.25f);
+    bias[1] = -std::numeric_limits<float>::infinity();
+    data.addCapture(bias, {launch.qHeads});
+  };
+  runVariant(spec, {2, 300, 400, false}, maskedHead, 50);
 }
 
 TEST_CASE("tanh soft-capping matches the reference", "[gpu][variants]") {

@@ -223,7 +223,17 @@ void emitUserMods(const UserMods &mods, std::ostringstream &out) {
   out << "    return 0u;\n  }\n";
   emitModHooks(score, captureArgs.str(), "Score", "score", "float", "score", "float s, ", "s, ",
                "s", ", const unsigned (&diagonals)[kScoreDiagonalSlots]", out);
-  out << "};\n";
+  // The terms attn-lower-mods took out of score_mod because they move every
+  // score of a row alike: they belong to the row's log-sum-exp only.
+  out << "  static constexpr bool kHasScoreRowOffset = "
+      << (score.rowOffsetFunction.empty() ? "false" : "true") << ";\n"
+      << "  static __device__ __forceinline__ float scoreRowOffset(const attn_abi::AttnFwdParams "
+         "&p, long long b, long long h, long long q) {\n";
+  if (score.rowOffsetFunction.empty())
+    out << "    return 0.f;\n";
+  else
+    out << "    return " << score.rowOffsetFunction << "(b, h, q" << captureArgs.str() << ");\n";
+  out << "  }\n};\n";
 }
 
 } // namespace

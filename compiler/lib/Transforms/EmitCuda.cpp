@@ -230,6 +230,18 @@ LogicalResult collectUserMods(KernelOp op, ::attn::codegen::UserMods &mods) {
     region.out.function = func->getSymName().str();
     region.out.usesKeyFloat = !func->getArgument(keyFloatIndex).use_empty();
   }
+  if (FlatSymbolRefAttr ref = op.getScoreModRowOffsetFnAttr()) {
+    if (mods.score.empty())
+      return op.emitOpError("has a score_mod row offset function but no score_mod function");
+    FailureOr<emitc::FuncOp> offset = emitFunction(ref);
+    if (failed(offset))
+      return failure();
+    if (offset->getNumArguments() != 3 + captureTypes.size() || offset->getNumResults() != 1 ||
+        !offset->getResultTypes()[0].isF32())
+      return offset->emitOpError(
+          "row offset function must take (b, h, q, captures...) and return one f32");
+    mods.score.rowOffsetFunction = offset->getSymName().str();
+  }
   // The kernel applies the constants attn-lower-mods derived from score_mod:
   // its factors and the bound of its result. A non-positive result factor
   // would move the softmax's row maximum; a bound is a positive magnitude.

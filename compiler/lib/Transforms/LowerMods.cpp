@@ -542,6 +542,136 @@ SmallVector<func::FuncOp> splitScoreDiagonals(func::FuncOp func, int count,
   return diagonals;
 }
 
+/// One term of a score_mod result written as a sum: ±(factor ×) leaf.
+struct SumTerm {
+  Value leaf;
+  Value factor; // null: none
+  bool negative = false;
+};
+
+/// Writes `value` as a sum of terms: through addf, subf and negf, and
+/// through a multiplication of a sum by a `rowClass` value (distributed
+/// once: ALiBi's slope * (q - kv)). Other values are leaves.
+void collectSumTerms(Value value, bool negative, Value factor,
+                     function_ref<bool(Value)> rowClass, SmallVectorImpl<SumTerm> &terms) {
+  Operation *op = value.getDefiningOp();
+  if (auto add = dyn_cast_or_null<arith::AddFOp>(op)) {
+    collectSumTerms(add.getLhs(), negative, factor, rowClass, terms);
+    collectSumTerms(add.getRhs(), negative, factor, rowClass, terms);
+    return;
+  }
+  if (auto sub = dyn_cast_or_null<arith::SubFOp>(op)) {
+    collectSumTerms(sub.getLhs(), negative, factor, rowClass, terms);
+    collectSumTerms(sub.getRhs(), !negative, factor, rowClass, terms);
+    return;
+  }
+  if (auto neg = dyn_cast_or_null<arith::NegFOp>(op)) {
+    collectSumTerms(neg.getOperand(), !negative, factor, rowClass, terms);
+    return;
+  }
+  if (auto mul = dyn_cast_or_null<arith::MulFOp>(op); mul && !factor) {
+    auto isSum = [](Value v) {
+      return isa_and_nonnull<arith::AddFOp, arith::SubFOp, arith::NegFOp>(v.getDefiningOp());
+    };
+    for (auto [scale, sum] : {std::pair(mul.getLhs(), mul.getRhs()),
+                              std::pair(mul.getRhs(), mul.getLhs())})
+      if (rowClass(scale) && isSum(sum)) {
+        collectSumTerms(sum, negative, scale, rowClass, terms);
+        return;
+      }
+  }
+  terms.push_back({value, factor, negative});
+}
+
+/// Takes out of an outlined score_mod (score, b, h, q, kv, ...) the terms
+/// of its result that depend on neither the key nor the score, when the
+/// result is the score plus terms: the softmax of a row is the same without
+/// them, and they add to the row's log-sum-exp. Returns their sum as a new
+/// function `name(b, h, q, captures...)`, inserted before `func`, or null
+/// when there is none (or the result is not such a sum). The score's
+/// remaining terms are summed in order after the score. A score term that
+/// survives is then, per pair, one add of a value that depends on the key
+/// (ALiBi: the score plus slope * kv), which fp32 rounds relative to the
+/// key's magnitude rather than the distance's: ulp(slope * kv), below 1e-3
+/// up to 8192 keys at slope 1.
+func::FuncOp peelRowOffset(func::FuncOp func, StringRef name) {
+  Block &body = func.front();
+  Value score = body.getArgument(0), key = body.getArgument(4);
+  DenseSet<Value> perKey{score, key};
+  for (BlockArgument arg : body.getArguments().drop_front(5))
+    if (!isa<MemRefType>(arg.getType()))
+      perKey.insert(arg); // staged diagonal values
+  for (Operation &op : body.without_terminator())
+    if (llvm::any_of(op.getOperands(), [&](Value v) { return perKey.contains(v); }))
+      perKey.insert(op.getResults().begin(), op.getResults().end());
+  auto rowClass = [&](Value v) { return !perKey.contains(v); };
+
+  Operation *terminator = body.getTerminator();
+  SmallVector<SumTerm> terms;
+  collectSumTerms(terminator->getOperand(0), false, Value(), rowClass, terms);
+  int scoreTerms = 0;
+  SmallVector<SumTerm> keyTerms, rowTerms;
+  for (const SumTerm &term : terms) {
+    if (term.leaf == score) {
+      if (term.factor || term.negative)
+        return func::FuncOp(); // the score scaled or negated
+      ++scoreTerms;
+    } else if (rowClass(term.leaf)) {
+      rowTerms.push_back(term);
+    } else {
+      keyTerms.push_back(term);
+    }
+  }
+  // Terms that read the score other than as the score itself (tanh(s),
+  // s * s) keep the region as it is.
+  for (const SumTerm &term : keyTerms) {
+    SetVector<Operation *> slice;
+    SmallVector<Value> worklist{term.leaf};
+    bool readsScore = false;
+    while (!worklist.empty() && !readsScore) {
+      Value v = worklist.pop_back_val();
+      readsScore = v == score;
+      if (Operation *op = v.getDefiningOp(); op && slice.insert(op))
+        llvm::append_range(worklist, op->getOperands());
+    }
+    if (readsScore)
+      return func::FuncOp();
+  }
+  if (scoreTerms != 1 || rowTerms.empty())
+    return func::FuncOp();
+
+  OpBuilder builder(terminator);
+  Location loc = terminator->getLoc();
+  auto termValue = [&](const SumTerm &term) -> Value {
+    return term.factor ? arith::MulFOp::create(builder, loc, term.factor, term.leaf).getResult()
+                       : term.leaf;
+  };
+  Value row;
+  for (const SumTerm &term : rowTerms) {
+    Value value = termValue(term);
+    if (!row)
+      row = term.negative ? arith::NegFOp::create(builder, loc, value).getResult() : value;
+    else if (term.negative)
+      row = arith::SubFOp::create(builder, loc, row, value);
+    else
+      row = arith::AddFOp::create(builder, loc, row, value);
+  }
+  Value result = score;
+  for (const SumTerm &term : keyTerms) {
+    Value value = termValue(term);
+    result = term.negative ? arith::SubFOp::create(builder, loc, result, value).getResult()
+                           : arith::AddFOp::create(builder, loc, result, value).getResult();
+  }
+  SmallVector<Value> rowArgs{body.getArgument(1), body.getArgument(2), body.getArgument(3)};
+  for (BlockArgument arg : body.getArguments().drop_front(5))
+    if (isa<MemRefType>(arg.getType()))
+      rowArgs.push_back(arg);
+  func::FuncOp offset = outlineValue(func, row, rowArgs, name);
+  terminator->setOperand(0, result);
+  eraseDeadOps(body);
+  return offset;
+}
+
 /// Splits an outlined region by what its values depend on, so that the
 /// kernel computes each part as rarely as it can. Values that depend on
 /// neither the key nor the score are the same for every key of a query row:
@@ -657,6 +787,17 @@ struct LowerModsPass : impl::AttnLowerModsBase<LowerModsPass> {
             }
           if (!diagonalRefs.empty())
             kernel.setScoreModDiagonalFnsAttr(ArrayAttr::get(context, diagonalRefs));
+          // A bounded result is not a sum with the score (the bound's ops
+          // are tanh, constant multiples and selections).
+          if (isa<SoftmaxAttr>(kernel.getNormalizer()) && !kernel.getScoreBoundAttr())
+            if (func::FuncOp offset =
+                    peelRowOffset(func, freeName(symbols, name + "_offset", 0))) {
+              symbols.insert(offset);
+              outlined.push_back(offset);
+              outlinedNames.push_back(offset.getSymName().str());
+              kernel.setScoreModRowOffsetFnAttr(
+                  FlatSymbolRefAttr::get(context, offset.getSymName()));
+            }
         }
         SmallVector<Attribute> rowRefs;
         for (func::FuncOp row : splitRowInvariants(func, mod.isMask ? 0 : 1, symbols)) {

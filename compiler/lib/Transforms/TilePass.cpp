@@ -39,6 +39,7 @@ std::string mlir::attn::tuningSpecHash(KernelOp kernel) {
   copy.removeMaskModRowFnsAttr();
   copy.removeScoreModRowFnsAttr();
   copy.removeScoreModDiagonalFnsAttr();
+  copy.removeScoreModRowOffsetFnAttr();
   copy->removeAttr(kCudaSourceAttrName);
   std::string text;
   llvm::raw_string_ostream os(text);

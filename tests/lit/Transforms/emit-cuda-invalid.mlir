@@ -156,3 +156,34 @@ attn.kernel @orphan_diagonal
     mask = #attn.no_mask
     normalizer = #attn.softmax
     attributes {score_mod_diagonal_fns = [@attn_score_mod_0_diag_0]}
+
+// -----
+
+// A row offset function belongs to a score_mod function.
+emitc.func @attn_score_mod_0_offset_0(%b: !emitc.size_t, %h: !emitc.size_t, %q: !emitc.size_t) -> f32 {
+  %0 = "emitc.constant"() <{value = 0.0 : f32}> : () -> f32
+  emitc.return %0 : f32
+}
+// expected-error @below {{has a score_mod row offset function but no score_mod function}}
+attn.kernel @orphan_offset
+    problem = #attn.problem<q_heads = 4, kv_heads = 4, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask
+    normalizer = #attn.softmax
+    attributes {score_mod_row_offset_fn = @attn_score_mod_0_offset_0}
+
+// -----
+
+// The row offset adds to the f32 log-sum-exp: (b, h, q, captures...) -> f32.
+emitc.func @attn_score_mod_0(%s: f32, %b: !emitc.size_t, %h: !emitc.size_t, %q: !emitc.size_t, %kv: !emitc.size_t, %kvf: f32) -> f32 {
+  emitc.return %s : f32
+}
+// expected-error @below {{row offset function must take (b, h, q, captures...) and return one f32}}
+emitc.func @attn_score_mod_0_offset_0(%b: !emitc.size_t, %h: !emitc.size_t, %q: !emitc.size_t) -> i32 {
+  %0 = "emitc.constant"() <{value = 0 : i32}> : () -> i32
+  emitc.return %0 : i32
+}
+attn.kernel @integer_offset
+    problem = #attn.problem<q_heads = 4, kv_heads = 4, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask
+    normalizer = #attn.softmax
+    attributes {score_mod_fn = @attn_score_mod_0, score_mod_row_offset_fn = @attn_score_mod_0_offset_0}

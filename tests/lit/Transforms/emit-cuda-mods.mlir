@@ -76,6 +76,7 @@ attn.kernel @chunked
 // CHECK: static constexpr float kScoreInputScale = 0x1.47ae14p-6f;
 // CHECK-SAME: static constexpr float kScoreOutputScale = 0x1.9p+5f;
 // CHECK-SAME: static constexpr float kScoreBound = 0x1p+0f;
+// CHECK-SAME: static constexpr bool kHasScoreRowOffset = false;
 attn.kernel @softcap
     problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
     mask = #attn.causal<bottom_right> normalizer = #attn.softmax
@@ -87,4 +88,28 @@ attn.kernel @softcap
       %squashed = math.tanh %scaled : f32
       %capped = arith.mulf %squashed, %cap : f32
       attn.yield %capped : f32
+    }
+
+// ALiBi: the region keeps s + slope * kv, and the row's term, -slope * q,
+// reaches the kernel as the row offset its log-sum-exp adds.
+// CHECK-LABEL: attn.kernel @alibi
+// CHECK: attn.cuda_source = "
+// CHECK-SAME: __device__ __forceinline__ float attn_score_mod_4_offset_0(size_t
+// CHECK-SAME: static constexpr bool kHasScoreRowOffset = true;
+// CHECK-SAME: return attn_score_mod_4_offset_0(b, h, q, attn_dev::captureOf<float, 1>(p.captures[0]));
+attn.kernel @alibi
+    problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
+    mask = #attn.causal<bottom_right> normalizer = #attn.softmax
+    captures = [#attn.capture<"slopes", f32, [q_heads]>]
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index, %slopes: memref<?xf32>):
+      %slope = memref.load %slopes[%h] : memref<?xf32>
+      %qi = arith.index_cast %q : index to i32
+      %kvi = arith.index_cast %kv : index to i32
+      %qf = arith.sitofp %qi : i32 to f32
+      %kvf = arith.sitofp %kvi : i32 to f32
+      %d = arith.subf %qf, %kvf : f32
+      %bias = arith.mulf %slope, %d : f32
+      %r = arith.subf %s, %bias : f32
+      attn.yield %r : f32
     }

@@ -81,13 +81,15 @@ attn.kernel @two_tables
       attn.yield %second : f32
     }
 
-// Not staged: q - 2 kv is no function of q - kv, bias[h, q] is a row value,
-// and f32(q - kv) reads no capture.
-// CHECK-LABEL: emitc.func @attn_score_mod_2_row_0(
+// Not staged: q - 2 kv is no function of q - kv, bias[h, q] is a row value
+// (a term of the sum that moves the whole row: the row offset), and
+// f32(q - kv) reads no capture.
+// CHECK-LABEL: emitc.func @attn_score_mod_2_offset_0(
 // CHECK:         call_opaque "attn_dev::loadCapture"
 // CHECK-LABEL: emitc.func @attn_score_mod_2(
 // CHECK:         call_opaque "attn_dev::loadCapture"
 // CHECK-LABEL: attn.kernel @not_diagonal
+// CHECK:         score_mod_row_offset_fn = @attn_score_mod_2_offset_0
 // CHECK-NOT:     score_mod_diagonal_fns
 // CHECK-NOT:     score_diagonals
 // CHECK:         emitc.func @attn_score_mod_3(

@@ -97,21 +97,27 @@ attn.kernel @rounded
       attn.yield %r : f32
     }
 
-// ALiBi's bias: the query's position as f32 and the slope are row values;
-// the conversion of kv becomes the f32 argument after kv, so a key costs a
-// subtraction and a multiply-add.
+// ALiBi's bias, s - slope * (q - kv), is s + slope * kv - slope * q: the
+// last term moves every score of a row alike, so it leaves the region for
+// a row offset function (-slope * f32(q)) that the kernel adds to the
+// log-sum-exp. The slope is a row value; the conversion of kv becomes the
+// f32 argument after kv, so a key costs one multiply-add.
+// CHECK-LABEL: emitc.func @attn_score_mod_3_offset_0(
+// CHECK-SAME:      %{{.*}}: !emitc.size_t, %[[H:[^:]*]]: !emitc.size_t, %[[Q:[^:]*]]: !emitc.size_t, %[[SLOPES:[^:]*]]: !emitc.opaque<"attn_dev::Capture<float, 1>">) -> f32
+// CHECK-NEXT:    %[[SLOPE:.*]] = call_opaque "attn_dev::loadCapture"(%[[SLOPES]], %[[H]])
+// CHECK:         %[[QF:.*]] = call_opaque "attn_dev::exactIntToFloat"
+// CHECK-NEXT:    %[[BIAS:.*]] = mul %[[SLOPE]], %[[QF]]
+// CHECK-NEXT:    %[[NEG:.*]] = unary_minus %[[BIAS]]
+// CHECK-NEXT:    return %[[NEG]]
 // CHECK-LABEL: emitc.func @attn_score_mod_3_row_0(
-// CHECK:         call_opaque "attn_dev::exactIntToFloat"
-// CHECK-LABEL: emitc.func @attn_score_mod_3_row_1(
 // CHECK:         call_opaque "attn_dev::loadCapture"
 // CHECK-LABEL: emitc.func @attn_score_mod_3(
-// CHECK-SAME:      %[[S:[^:]*]]: f32, %{{.*}}: !emitc.size_t, %{{.*}}: !emitc.size_t, %{{.*}}: !emitc.size_t, %{{.*}}: !emitc.size_t, %[[KVF:[^:]*]]: f32, %{{.*}}: !emitc.opaque<"attn_dev::Capture<float, 1>">, %[[QF:[^:]*]]: f32, %[[SLOPE:[^:]*]]: f32) -> f32
-// CHECK-NEXT:    %[[D:.*]] = sub %[[QF]], %[[KVF]]
-// CHECK-NEXT:    %[[BIAS:.*]] = mul %[[SLOPE]], %[[D]]
-// CHECK-NEXT:    %[[R:.*]] = sub %[[S]], %[[BIAS]]
+// CHECK-SAME:      %[[S:[^:]*]]: f32, %{{.*}}: !emitc.size_t, %{{.*}}: !emitc.size_t, %{{.*}}: !emitc.size_t, %{{.*}}: !emitc.size_t, %[[KVF:[^:]*]]: f32, %{{.*}}: !emitc.opaque<"attn_dev::Capture<float, 1>">, %[[SLOPE:[^:]*]]: f32) -> f32
+// CHECK-NEXT:    %[[BIAS:.*]] = mul %[[SLOPE]], %[[KVF]]
+// CHECK-NEXT:    %[[R:.*]] = add %[[S]], %[[BIAS]]
 // CHECK-NEXT:    return %[[R]]
 // CHECK-LABEL: attn.kernel @alibi
-// CHECK:         score_mod_fn = @attn_score_mod_3, score_mod_row_fns = [@attn_score_mod_3_row_0, @attn_score_mod_3_row_1]
+// CHECK:         score_mod_fn = @attn_score_mod_3, score_mod_row_fns = [@attn_score_mod_3_row_0], score_mod_row_offset_fn = @attn_score_mod_3_offset_0
 attn.kernel @alibi
     problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
     mask = #attn.causal<bottom_right> normalizer = #attn.softmax
@@ -235,5 +241,79 @@ attn.kernel @unbounded_sum
     ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index):
       %t = math.tanh %s : f32
       %r = arith.addf %t, %s : f32
+      attn.yield %r : f32
+    }
+
+// Row offsets: a per-head bias and a constant move out with -0.5 * f32(q);
+// the key's term stays. A constant factor of the score leaves first
+// (score_input_scale), so 2 s + q loses q too. Not when the score is
+// negated (-s + q) or read through another op (tanh(s) + q).
+// CHECK-LABEL: emitc.func @attn_score_mod_{{[0-9]+}}_offset_0(
+// CHECK:         call_opaque "attn_dev::loadCapture"
+// CHECK:         add
+// CHECK:         return
+// CHECK-LABEL: attn.kernel @row_terms
+// CHECK:         score_mod_row_offset_fn
+attn.kernel @row_terms
+    problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask normalizer = #attn.softmax
+    captures = [#attn.capture<"head_bias", f32, [q_heads]>]
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index, %bias: memref<?xf32>):
+      %hb = memref.load %bias[%h] : memref<?xf32>
+      %one = arith.constant 1.0 : f32
+      %half = arith.constant -0.5 : f32
+      %qi = arith.index_cast %q : index to i32
+      %qf = arith.sitofp %qi : i32 to f32
+      %kvi = arith.index_cast %kv : index to i32
+      %kvf = arith.sitofp %kvi : i32 to f32
+      %pos = arith.subf %qf, %kvf : f32
+      %lin = arith.mulf %half, %pos : f32
+      %a = arith.addf %s, %hb : f32
+      %b2 = arith.addf %a, %one : f32
+      %r = arith.addf %b2, %lin : f32
+      attn.yield %r : f32
+    }
+
+// CHECK-LABEL: attn.kernel @scaled_score
+// CHECK:         score_input_scale = 2.000000e+00 : f32, score_mod_fn = @attn_score_mod_11, score_mod_row_offset_fn = @attn_score_mod_11_offset_0
+attn.kernel @scaled_score
+    problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask normalizer = #attn.softmax
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index):
+      %two = arith.constant 2.0 : f32
+      %qi = arith.index_cast %q : index to i32
+      %qf = arith.sitofp %qi : i32 to f32
+      %s2 = arith.mulf %s, %two : f32
+      %r = arith.addf %s2, %qf : f32
+      attn.yield %r : f32
+    }
+
+// CHECK-LABEL: attn.kernel @negated_score
+// CHECK-NOT:     score_mod_row_offset_fn
+attn.kernel @negated_score
+    problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask normalizer = #attn.softmax
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index):
+      %qi = arith.index_cast %q : index to i32
+      %qf = arith.sitofp %qi : i32 to f32
+      %n = arith.negf %s : f32
+      %r = arith.addf %n, %qf : f32
+      attn.yield %r : f32
+    }
+
+// CHECK-LABEL: attn.kernel @tanh_score
+// CHECK-NOT:     score_mod_row_offset_fn
+attn.kernel @tanh_score
+    problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask normalizer = #attn.softmax
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index):
+      %qi = arith.index_cast %q : index to i32
+      %qf = arith.sitofp %qi : i32 to f32
+      %t = math.tanh %s : f32
+      %r = arith.addf %t, %qf : f32
       attn.yield %r : f32
     }

@@ -75,6 +75,10 @@ struct ModFunctions {
   std::vector<std::string> diagonalFunctions;
   std::vector<std::string> diagonalTypes;
   bool usesKeyFloat = false; // whether `function` reads kv as float
+  // score_mod's terms taken out of `function` that depend on neither the
+  // key nor the score, a function of (b, h, q, captures...): the row's
+  // log-sum-exp adds them. Empty: none.
+  std::string rowOffsetFunction;
   bool empty() const { return function.empty(); }
 };
 

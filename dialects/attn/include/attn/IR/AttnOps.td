@@ -63,7 +63,13 @@ def Attn_KernelOp : Attn_Op<"kernel", [
     `score_mod` that read a capture and depend on q and kv only through
     d = q - kv (a relative-position table) become functions of (b, h, d),
     named in `score_mod_diagonal_fns`: the kernel stages them per key tile
-    instead of reading the capture per pair.
+    instead of reading the capture per pair. When `score_mod` yields the
+    score plus terms of which some depend on neither the key nor the score
+    (ALiBi's `s - slope * (q - kv)` is `s + slope * kv - slope * q`), those
+    terms move to a function of (b, h, q, captures...) named in
+    `score_mod_row_offset_fn`: the softmax of a row does not change when
+    every score of the row moves by the same amount, so the kernel adds
+    the offset (times `score_output_scale`) to the row's log-sum-exp only.
 
     ```mlir
     attn.kernel @k problem = #attn.problem<...> mask = #attn.no_mask
@@ -94,6 +100,7 @@ def Attn_KernelOp : Attn_Op<"kernel", [
     OptionalAttr<FlatSymbolRefArrayAttr>:$mask_mod_row_fns,
     OptionalAttr<FlatSymbolRefArrayAttr>:$score_mod_row_fns,
     OptionalAttr<FlatSymbolRefArrayAttr>:$score_mod_diagonal_fns,
+    OptionalAttr<FlatSymbolRefAttr>:$score_mod_row_offset_fn,
     OptionalAttr<F32Attr>:$score_input_scale,
     OptionalAttr<F32Attr>:$score_output_scale,
     OptionalAttr<F32Attr>:$score_bound
