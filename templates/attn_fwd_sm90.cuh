@@ -412,15 +412,18 @@ struct GemmTurns {
 
 // Calls body(i, half, row, key, keyFloat) for each score fragment element
 // of this thread in the tile of keys from keyBase. With NeedsKeyFloat,
-// keyFloat is `key` as f32 for the user regions: below 2^24 the sum of the
-// lane's first key, converted once per tile, and the element's column
+// keyFloat is key - keyOrigin as f32 for the user regions (the origin is 0
+// unless the score_mod reads kv relative to one): within 2^24 the sum of
+// the lane's first key, converted once per tile, and the element's column
 // offset is exact, so each element costs one add; beyond it each element
 // converts its own key.
 template <bool NeedsKeyFloat, class Body>
-__device__ __forceinline__ void forEachScoreElement(int row0, int keyBase, int lane, Body &&body) {
+__device__ __forceinline__ void forEachScoreElement(int row0, int keyBase, int lane, Body &&body,
+                                                    int keyOrigin = 0) {
   const int laneKey = keyBase + fragmentColumn(0, lane);
-  if (NeedsKeyFloat && keyBase + kBlockN <= (1 << 24)) {
-    const float laneKeyFloat = exactIntToFloat(laneKey);
+  const int relativeBase = keyBase - keyOrigin;
+  if (NeedsKeyFloat && relativeBase > -(1 << 24) && relativeBase + kBlockN <= (1 << 24)) {
+    const float laneKeyFloat = exactIntToFloat(laneKey - keyOrigin);
 #pragma unroll
     for (int i = 0; i < kScoreRegs; ++i)
       body(i, fragmentRowHalf(i), row0 + 8 * fragmentRowHalf(i), laneKey + fragmentColumn(i, 0),
@@ -431,7 +434,7 @@ __device__ __forceinline__ void forEachScoreElement(int row0, int keyBase, int l
   for (int i = 0; i < kScoreRegs; ++i) {
     const int key = laneKey + fragmentColumn(i, 0);
     body(i, fragmentRowHalf(i), row0 + 8 * fragmentRowHalf(i), key,
-         NeedsKeyFloat ? exactIntToFloat(key) : 0.f);
+         NeedsKeyFloat ? exactIntToFloat(key - keyOrigin) : 0.f);
   }
 }
 
@@ -589,12 +592,14 @@ __device__ __forceinline__ void readDiagonals(u32 window, int warp, int lane,
                      : "r"(laneWord + n * kDiagonalWindowBytes - 4 * (8 * group + e)));
 }
 
-// Replaces each raw score s by score_mod(scale * s, batch, head, q, k).
+// Replaces each raw score s by score_mod(scale * s, batch, head, q, k)
+// (with Mods::kScoreKeyRelative, k as f32 is measured from keyOrigin).
 __device__ __forceinline__ void applyScoreMod(const attn_abi::AttnFwdParams &p,
                                               float (&scores)[kScoreRegs], const WorkTile &work,
                                               const typename Mods::ScoreRow (&scoreRows)[2],
                                               int row0, int keyBase, float scale, int lane,
-                                              DiagonalStage &diagonals, int consumer) {
+                                              DiagonalStage &diagonals, int consumer,
+                                              int keyOrigin) {
   u32 words[Mods::kScoreDiagonalSlots][kColumnGroups + 1][2];
   if constexpr (kDiagonals > 0) {
     const int thread = threadIdx.x % kWarpgroupThreads;
@@ -608,7 +613,8 @@ __device__ __forceinline__ void applyScoreMod(const attn_abi::AttnFwdParams &p,
           pairWords[n] = words[n][(i >> 2) - half + 1][i & 1];
         scores[i] = Mods::score(p, scoreRows[half], scores[i] * scale, work.batch, work.head, row,
                                 key, keyFloat, pairWords);
-      });
+      },
+      Mods::kScoreKeyRelative ? keyOrigin : 0);
 }
 
 __device__ __forceinline__ void packProbabilities(const float (&scores)[kScoreRegs],
@@ -654,26 +660,30 @@ __device__ __forceinline__ void storeWarpRows(const attn_abi::AttnFwdParams &p, 
 
 // The score_mod terms that move a whole row alike were left out of the
 // scores (attn-lower-mods): a finite offset belongs to the row's
-// log-sum-exp only (a row that saw no key keeps -inf). An offset of -inf
-// masks the row (O = 0, log-sum-exp -inf); +inf or NaN gives NaN, as such
-// scores would have.
+// log-sum-exp only. A row that saw no key keeps O = 0 and -inf; otherwise
+// an offset of -inf masks the row, and +inf or NaN gives NaN, as such
+// scores would have. With kScoreKeyRelative the offset also adds the
+// score's key terms at keyOrigin.
 __device__ __forceinline__ void applyScoreRowOffset(const attn_abi::AttnFwdParams &p,
-                                                    const WorkTile &work, int row0,
+                                                    const WorkTile &work, int row0, int keyOrigin,
                                                     float (&output)[kOutputRegs],
                                                     float (&logSumExp)[2]) {
   float outputFactor[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     float offset = Mods::kScoreOutputScale *
-                   Mods::scoreRowOffset(p, work.batch, work.head, row0 + 8 * half);
+                   Mods::scoreRowOffset(p, work.batch, work.head, row0 + 8 * half,
+                                        static_cast<float>(keyOrigin));
     outputFactor[half] = 1.f;
-    if (offset == negativeInfinity()) {
+    if (logSumExp[half] == negativeInfinity()) {
+      // No key reached the row: it stays masked whatever the offset.
+    } else if (offset == negativeInfinity()) {
       outputFactor[half] = 0.f;
       logSumExp[half] = negativeInfinity();
     } else if (!isfinite(offset)) {
       outputFactor[half] = __int_as_float(0x7fffffff);
       logSumExp[half] = outputFactor[half];
-    } else if (logSumExp[half] != negativeInfinity()) {
+    } else {
       logSumExp[half] += offset;
     }
   }
@@ -781,6 +791,12 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
   const float softmaxScaleLog2 =
       Mods::kHasScoreMod ? kLog2e * Mods::kScoreOutputScale : p.scale_log2;
   const float scoreModInputScale = p.scale_log2 * kLn2 * Mods::kScoreInputScale;
+  // Where a score_mod that reads kv relative to an origin measures it from:
+  // the slice's first diagonal key, so that the keys near the diagonal
+  // (those a distance bias favours) give small values.
+  const int keyOrigin = static_cast<int>(
+      min(max(static_cast<i64>(sliceQueryBegin) + work.sequence.shift, i64(0)),
+          static_cast<i64>(work.sequence.seqlenK)));
 
   // Its first next() tests the window at keys.begin.
   VisitedTileWalk walk{work.keys.begin - 32, 0u, 0u, 0u};
@@ -797,7 +813,7 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
     if constexpr (Mods::kHasScoreMod)
       if (!sliceEmpty)
         applyScoreMod(p, scores, work, scoreRows, row0, keyBase, scoreModInputScale, lane,
-                      diagonals, consumer);
+                      diagonals, consumer, keyOrigin);
     // Tiles the masks fully cover skip the per-element test.
     if (coverage != Coverage::Full && !sliceEmpty)
       applyMask(p, scores, work, maskRows, row0, keyBase, lane);
@@ -875,7 +891,7 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
   float logSumExp[2];
   finalizeSoftmax(output, stats, logSumExp);
   if constexpr (Mods::kHasScoreRowOffset)
-    applyScoreRowOffset(p, work, row0, output, logSumExp);
+    applyScoreRowOffset(p, work, row0, keyOrigin, output, logSumExp);
   u32 staging = smemBase + attn_plan::kSmemOStaging + consumer * 64 * kRowBytes;
   storeOutput(p, output, logSumExp, staging, consumer, sliceQueryBegin, work);
   if constexpr (kStagingSharesQ) {

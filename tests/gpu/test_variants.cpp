@@ -140,6 +140,34 @@ TEST_CASE("score_mod terms that move a whole row go to the log-sum-exp", "[gpu][
   runVariant(spec, {2, 300, 400, false}, maskedHead, 50);
 }
 
+TEST_CASE("ALiBi keeps its accuracy at 65536 keys", "[gpu][variants]") {
+  // The region keeps s + slope * kv per pair and the row's -slope * q goes
+  // to the log-sum-exp; kv is measured from an origin near the diagonal so
+  // that neither rounds relative to the position (slopes 0.5 and 1, rows
+  // sampled across the sequence: the reference computes only those).
+  std::string spec = exampleWithHeads("alibi_causal_hd128.mlir", "q_heads = 2, kv_heads = 1");
+  LoadedKernel &kernel = loadKernel(spec);
+  const AttnLaunchConfig &launch = kernel.compiled.launch;
+  const harness::Shape shape{1, 65536, 65536, false};
+  harness::ForwardProblem data(launch, shape, 51);
+  std::mt19937_64 random(51);
+  addSlopes(data, launch, shape, random);
+  data.poisonOutputs();
+  launchForward(kernel.function, launch, data.args(), nullptr);
+  ATTN_CU_CHECK(cuCtxSynchronize);
+  reference::Problem problem = referenceProblemFromSpec(spec, shape.batch, shape.seqlenQ,
+                                                        shape.seqlenK, gputest::hostCaptures(data));
+  problem.rows = [](int64_t, int64_t, int64_t q) {
+    return q % 4099 == 0 || q >= 65536 - 8 || q < 8;
+  };
+  harness::Comparison result = harness::compareWithReference(problem, data, launch.dtype);
+  INFO("max|dO|=" << result.maxAbsError << " max|dLSE|=" << result.maxLseError
+                  << "\nfirst violation: " << result.firstViolation);
+  CHECK(result.nonFinite == 0);
+  CHECK(result.toleranceViolations == 0);
+  CHECK(result.maxLseError < 5e-4);
+}
+
 TEST_CASE("tanh soft-capping matches the reference", "[gpu][variants]") {
   std::string spec = exampleWithHeads("softcap_causal_hd128.mlir");
   runVariant(spec, {1, 1000, 1000, false}, {}, 7);

@@ -225,14 +225,19 @@ void emitUserMods(const UserMods &mods, std::ostringstream &out) {
                "s", ", const unsigned (&diagonals)[kScoreDiagonalSlots]", out);
   // The terms attn-lower-mods took out of score_mod because they move every
   // score of a row alike: they belong to the row's log-sum-exp only.
+  // With kScoreKeyRelative, score() reads kv as f32 measured from an origin
+  // the kernel picks, and the offset takes it.
   out << "  static constexpr bool kHasScoreRowOffset = "
       << (score.rowOffsetFunction.empty() ? "false" : "true") << ";\n"
+      << "  static constexpr bool kScoreKeyRelative = " << (score.keyRelative ? "true" : "false")
+      << ";\n"
       << "  static __device__ __forceinline__ float scoreRowOffset(const attn_abi::AttnFwdParams "
-         "&p, long long b, long long h, long long q) {\n";
+         "&p, long long b, long long h, long long q, float keyOrigin) {\n";
   if (score.rowOffsetFunction.empty())
     out << "    return 0.f;\n";
   else
-    out << "    return " << score.rowOffsetFunction << "(b, h, q" << captureArgs.str() << ");\n";
+    out << "    return " << score.rowOffsetFunction << "(b, h, q" << captureArgs.str()
+        << (score.keyRelative ? ", keyOrigin" : "") << ");\n";
   out << "  }\n};\n";
 }
 

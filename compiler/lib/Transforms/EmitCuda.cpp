@@ -85,6 +85,9 @@ LogicalResult checkModFunction(emitc::FuncOp func, ArrayRef<std::string> capture
     if (isa<IntegerType, Float32Type, emitc::SizeTType, emitc::PtrDiffTType,
             emitc::SignedSizeTType>(type))
       return true;
+    // Row offsets compute in f64 (attn-lower-mods' widenToDouble).
+    if (isa<Float64Type>(type))
+      return true;
     if (auto opaque = dyn_cast<emitc::OpaqueType>(type))
       return llvm::is_contained(captureTypes, opaque.getValue().str());
     return false;
@@ -230,17 +233,23 @@ LogicalResult collectUserMods(KernelOp op, ::attn::codegen::UserMods &mods) {
     region.out.function = func->getSymName().str();
     region.out.usesKeyFloat = !func->getArgument(keyFloatIndex).use_empty();
   }
+  if (op.getScoreModKeyRelative() && !op.getScoreModRowOffsetFnAttr())
+    return op.emitOpError("has score_mod_key_relative but no score_mod row offset function");
   if (FlatSymbolRefAttr ref = op.getScoreModRowOffsetFnAttr()) {
     if (mods.score.empty())
       return op.emitOpError("has a score_mod row offset function but no score_mod function");
     FailureOr<emitc::FuncOp> offset = emitFunction(ref);
     if (failed(offset))
       return failure();
-    if (offset->getNumArguments() != 3 + captureTypes.size() || offset->getNumResults() != 1 ||
-        !offset->getResultTypes()[0].isF32())
-      return offset->emitOpError(
-          "row offset function must take (b, h, q, captures...) and return one f32");
+    const bool keyRelative = op.getScoreModKeyRelative();
+    const size_t arguments = 3 + captureTypes.size() + (keyRelative ? 1 : 0);
+    if (offset->getNumArguments() != arguments || offset->getNumResults() != 1 ||
+        !offset->getResultTypes()[0].isF32() ||
+        (keyRelative && !offset->getArgumentTypes().back().isF32()))
+      return offset->emitOpError("row offset function must take (b, h, q, captures...")
+             << (keyRelative ? ", the key origin as f32" : "") << ") and return one f32";
     mods.score.rowOffsetFunction = offset->getSymName().str();
+    mods.score.keyRelative = keyRelative;
   }
   // The kernel applies the constants attn-lower-mods derived from score_mod:
   // its factors and the bound of its result. A non-positive result factor

@@ -549,11 +549,18 @@ struct SumTerm {
   bool negative = false;
 };
 
+/// The most terms peelRowOffset splits a result into: a shared operand is
+/// walked once per use, so sums of sums could double the count per level.
+constexpr size_t kMaxSumTerms = 32;
+
 /// Writes `value` as a sum of terms: through addf, subf and negf, and
 /// through a multiplication of a sum by a `rowClass` value (distributed
-/// once: ALiBi's slope * (q - kv)). Other values are leaves.
+/// once: ALiBi's slope * (q - kv)). Other values are leaves. Stops adding
+/// past kMaxSumTerms (the caller then keeps the region).
 void collectSumTerms(Value value, bool negative, Value factor,
                      function_ref<bool(Value)> rowClass, SmallVectorImpl<SumTerm> &terms) {
+  if (terms.size() > kMaxSumTerms)
+    return;
   Operation *op = value.getDefiningOp();
   if (auto add = dyn_cast_or_null<arith::AddFOp>(op)) {
     collectSumTerms(add.getLhs(), negative, factor, rowClass, terms);
@@ -583,18 +590,91 @@ void collectSumTerms(Value value, bool negative, Value factor,
   terms.push_back({value, factor, negative});
 }
 
+/// Rewrites the f32 arithmetic of `func` (constants, capture loads, integer
+/// to float conversions, extf, addf, subf, mulf, divf, negf) in f64 and
+/// rounds the result to f32 once, when it has no other f32 op; returns
+/// whether it did. The row offset adds products such as slope * q that
+/// cancel against each other (-slope * q + slope * origin): in f32 each
+/// would round relative to q.
+bool widenToDouble(func::FuncOp func) {
+  Block &body = func.front();
+  auto isF32 = [](Value v) { return v.getType().isF32(); };
+  for (Operation &op : body.without_terminator()) {
+    bool f32Result = llvm::any_of(op.getResults(), isF32);
+    bool f32Operand = llvm::any_of(op.getOperands(), isF32);
+    if ((f32Result || f32Operand) &&
+        !isa<arith::ConstantOp, memref::LoadOp, arith::SIToFPOp, arith::UIToFPOp,
+             arith::AddFOp, arith::SubFOp, arith::MulFOp, arith::DivFOp, arith::NegFOp>(op))
+      return false;
+  }
+  OpBuilder builder(func.getContext());
+  Type f64 = builder.getF64Type();
+  IRMapping wide;
+  auto wideOf = [&](Value v) { return wide.lookup(v); };
+  // f32 arguments (the key origin) widen at the entry.
+  builder.setInsertionPointToStart(&body);
+  for (BlockArgument arg : body.getArguments())
+    if (isF32(arg))
+      wide.map(Value(arg), arith::ExtFOp::create(builder, arg.getLoc(), f64, arg).getResult());
+  for (Operation &op : llvm::make_early_inc_range(body.without_terminator())) {
+    if (!llvm::any_of(op.getResults(), isF32))
+      continue;
+    builder.setInsertionPointAfter(&op);
+    Location loc = op.getLoc();
+    Value result = op.getResult(0), widened;
+    if (auto constant = dyn_cast<arith::ConstantOp>(op))
+      widened = arith::ConstantOp::create(
+          builder, loc, builder.getF64FloatAttr(cast<FloatAttr>(constant.getValue()).getValueAsDouble()));
+    else if (isa<memref::LoadOp>(op))
+      widened = arith::ExtFOp::create(builder, loc, f64, result);
+    else if (isa<arith::SIToFPOp>(op))
+      widened = arith::SIToFPOp::create(builder, loc, f64, op.getOperand(0));
+    else if (isa<arith::UIToFPOp>(op))
+      widened = arith::UIToFPOp::create(builder, loc, f64, op.getOperand(0));
+    else if (isa<arith::NegFOp>(op))
+      widened = arith::NegFOp::create(builder, loc, wideOf(op.getOperand(0)));
+    else if (isa<arith::AddFOp>(op))
+      widened = arith::AddFOp::create(builder, loc, wideOf(op.getOperand(0)), wideOf(op.getOperand(1)));
+    else if (isa<arith::SubFOp>(op))
+      widened = arith::SubFOp::create(builder, loc, wideOf(op.getOperand(0)), wideOf(op.getOperand(1)));
+    else if (isa<arith::MulFOp>(op))
+      widened = arith::MulFOp::create(builder, loc, wideOf(op.getOperand(0)), wideOf(op.getOperand(1)));
+    else
+      widened = arith::DivFOp::create(builder, loc, wideOf(op.getOperand(0)), wideOf(op.getOperand(1)));
+    wide.map(result, widened);
+  }
+  Operation *terminator = body.getTerminator();
+  builder.setInsertionPoint(terminator);
+  Value result = terminator->getOperand(0);
+  terminator->setOperand(
+      0, arith::TruncFOp::create(builder, terminator->getLoc(), builder.getF32Type(),
+                                 wide.lookup(result)));
+  eraseDeadOps(body);
+  return true;
+}
+
+/// What peelRowOffset took out of a score_mod.
+struct RowOffset {
+  func::FuncOp function; // null: nothing
+  bool keyRelative = false;
+};
+
 /// Takes out of an outlined score_mod (score, b, h, q, kv, ...) the terms
 /// of its result that depend on neither the key nor the score, when the
 /// result is the score plus terms: the softmax of a row is the same without
 /// them, and they add to the row's log-sum-exp. Returns their sum as a new
 /// function `name(b, h, q, captures...)`, inserted before `func`, or null
 /// when there is none (or the result is not such a sum). The score's
-/// remaining terms are summed in order after the score. A score term that
-/// survives is then, per pair, one add of a value that depends on the key
-/// (ALiBi: the score plus slope * kv), which fp32 rounds relative to the
-/// key's magnitude rather than the distance's: ulp(slope * kv), below 1e-3
-/// up to 8192 keys at slope 1.
-func::FuncOp peelRowOffset(func::FuncOp func, StringRef name) {
+/// remaining terms are summed in order after the score.
+///
+/// When every remaining term is kv as f32 times a row value (ALiBi keeps
+/// s + slope * kv), the kernel may pass kv relative to an origin it picks
+/// per work tile near the tile's diagonal (keyRelative): the terms then
+/// stay as small as the distances were, and fp32 rounds them no worse than
+/// the region did; the offset function takes the origin last and adds the
+/// terms at the origin (slope * origin). It computes in f64 where its ops
+/// allow (widenToDouble), since -slope * q and slope * origin cancel.
+RowOffset peelRowOffset(func::FuncOp func, StringRef name) {
   Block &body = func.front();
   Value score = body.getArgument(0), key = body.getArgument(4);
   DenseSet<Value> perKey{score, key};
@@ -609,12 +689,14 @@ func::FuncOp peelRowOffset(func::FuncOp func, StringRef name) {
   Operation *terminator = body.getTerminator();
   SmallVector<SumTerm> terms;
   collectSumTerms(terminator->getOperand(0), false, Value(), rowClass, terms);
+  if (terms.size() > kMaxSumTerms)
+    return {};
   int scoreTerms = 0;
   SmallVector<SumTerm> keyTerms, rowTerms;
   for (const SumTerm &term : terms) {
     if (term.leaf == score) {
       if (term.factor || term.negative)
-        return func::FuncOp(); // the score scaled or negated
+        return {}; // the score scaled or negated
       ++scoreTerms;
     } else if (rowClass(term.leaf)) {
       rowTerms.push_back(term);
@@ -622,54 +704,69 @@ func::FuncOp peelRowOffset(func::FuncOp func, StringRef name) {
       keyTerms.push_back(term);
     }
   }
+  if (scoreTerms != 1 || rowTerms.empty())
+    return {};
   // Terms that read the score other than as the score itself (tanh(s),
   // s * s) keep the region as it is.
   for (const SumTerm &term : keyTerms) {
     SetVector<Operation *> slice;
     SmallVector<Value> worklist{term.leaf};
-    bool readsScore = false;
-    while (!worklist.empty() && !readsScore) {
+    while (!worklist.empty()) {
       Value v = worklist.pop_back_val();
-      readsScore = v == score;
+      if (v == score)
+        return {};
       if (Operation *op = v.getDefiningOp(); op && slice.insert(op))
         llvm::append_range(worklist, op->getOperands());
     }
-    if (readsScore)
-      return func::FuncOp();
   }
-  if (scoreTerms != 1 || rowTerms.empty())
-    return func::FuncOp();
+  const bool keyRelative = !keyTerms.empty() && llvm::all_of(keyTerms, [&](const SumTerm &term) {
+    Operation *op = term.leaf.getDefiningOp();
+    return op && convertsKeyToFloat(op, key);
+  });
 
   OpBuilder builder(terminator);
   Location loc = terminator->getLoc();
-  auto termValue = [&](const SumTerm &term) -> Value {
-    return term.factor ? arith::MulFOp::create(builder, loc, term.factor, term.leaf).getResult()
-                       : term.leaf;
+  // The origin the kernel measures kv from, an argument while the offset is
+  // built (removed again below).
+  Value origin;
+  if (keyRelative) {
+    unsigned index = body.getNumArguments();
+    (void)func.insertArgument(index, builder.getF32Type(), DictionaryAttr(), loc);
+    origin = body.getArgument(index);
+  }
+  auto termValue = [&](const SumTerm &term, Value leaf) -> Value {
+    return term.factor ? arith::MulFOp::create(builder, loc, term.factor, leaf).getResult() : leaf;
+  };
+  auto accumulate = [&](Value sum, const SumTerm &term, Value leaf) -> Value {
+    Value value = termValue(term, leaf);
+    if (!sum)
+      return term.negative ? arith::NegFOp::create(builder, loc, value).getResult() : value;
+    return term.negative ? arith::SubFOp::create(builder, loc, sum, value).getResult()
+                         : arith::AddFOp::create(builder, loc, sum, value).getResult();
   };
   Value row;
-  for (const SumTerm &term : rowTerms) {
-    Value value = termValue(term);
-    if (!row)
-      row = term.negative ? arith::NegFOp::create(builder, loc, value).getResult() : value;
-    else if (term.negative)
-      row = arith::SubFOp::create(builder, loc, row, value);
-    else
-      row = arith::AddFOp::create(builder, loc, row, value);
-  }
+  for (const SumTerm &term : rowTerms)
+    row = accumulate(row, term, term.leaf);
+  if (keyRelative)
+    for (const SumTerm &term : keyTerms)
+      row = accumulate(row, term, origin);
   Value result = score;
-  for (const SumTerm &term : keyTerms) {
-    Value value = termValue(term);
-    result = term.negative ? arith::SubFOp::create(builder, loc, result, value).getResult()
-                           : arith::AddFOp::create(builder, loc, result, value).getResult();
-  }
+  for (const SumTerm &term : keyTerms)
+    result = accumulate(result, term, term.leaf);
+
   SmallVector<Value> rowArgs{body.getArgument(1), body.getArgument(2), body.getArgument(3)};
   for (BlockArgument arg : body.getArguments().drop_front(5))
     if (isa<MemRefType>(arg.getType()))
       rowArgs.push_back(arg);
+  if (origin)
+    rowArgs.push_back(origin);
   func::FuncOp offset = outlineValue(func, row, rowArgs, name);
+  (void)widenToDouble(offset);
   terminator->setOperand(0, result);
   eraseDeadOps(body);
-  return offset;
+  if (origin)
+    (void)func.eraseArgument(body.getNumArguments() - 1);
+  return {offset, keyRelative};
 }
 
 /// Splits an outlined region by what its values depend on, so that the
@@ -790,13 +887,15 @@ struct LowerModsPass : impl::AttnLowerModsBase<LowerModsPass> {
           // A bounded result is not a sum with the score (the bound's ops
           // are tanh, constant multiples and selections).
           if (isa<SoftmaxAttr>(kernel.getNormalizer()) && !kernel.getScoreBoundAttr())
-            if (func::FuncOp offset =
-                    peelRowOffset(func, freeName(symbols, name + "_offset", 0))) {
-              symbols.insert(offset);
-              outlined.push_back(offset);
-              outlinedNames.push_back(offset.getSymName().str());
+            if (RowOffset offset = peelRowOffset(func, freeName(symbols, name + "_offset", 0));
+                offset.function) {
+              symbols.insert(offset.function);
+              outlined.push_back(offset.function);
+              outlinedNames.push_back(offset.function.getSymName().str());
               kernel.setScoreModRowOffsetFnAttr(
-                  FlatSymbolRefAttr::get(context, offset.getSymName()));
+                  FlatSymbolRefAttr::get(context, offset.function.getSymName()));
+              if (offset.keyRelative)
+                kernel.setScoreModKeyRelativeAttr(UnitAttr::get(context));
             }
         }
         SmallVector<Attribute> rowRefs;

@@ -40,6 +40,7 @@ std::string mlir::attn::tuningSpecHash(KernelOp kernel) {
   copy.removeScoreModRowFnsAttr();
   copy.removeScoreModDiagonalFnsAttr();
   copy.removeScoreModRowOffsetFnAttr();
+  copy.removeScoreModKeyRelativeAttr();
   copy->removeAttr(kCudaSourceAttrName);
   std::string text;
   llvm::raw_string_ostream os(text);

@@ -187,3 +187,16 @@ attn.kernel @integer_offset
     mask = #attn.no_mask
     normalizer = #attn.softmax
     attributes {score_mod_fn = @attn_score_mod_0, score_mod_row_offset_fn = @attn_score_mod_0_offset_0}
+
+// -----
+
+// kv relative to an origin needs the row offset that adds the origin back.
+emitc.func @attn_score_mod_0(%s: f32, %b: !emitc.size_t, %h: !emitc.size_t, %q: !emitc.size_t, %kv: !emitc.size_t, %kvf: f32) -> f32 {
+  emitc.return %s : f32
+}
+// expected-error @below {{has score_mod_key_relative but no score_mod row offset function}}
+attn.kernel @relative_without_offset
+    problem = #attn.problem<q_heads = 4, kv_heads = 4, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask
+    normalizer = #attn.softmax
+    attributes {score_mod_fn = @attn_score_mod_0, score_mod_key_relative}

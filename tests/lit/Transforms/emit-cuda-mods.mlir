@@ -77,6 +77,7 @@ attn.kernel @chunked
 // CHECK-SAME: static constexpr float kScoreOutputScale = 0x1.9p+5f;
 // CHECK-SAME: static constexpr float kScoreBound = 0x1p+0f;
 // CHECK-SAME: static constexpr bool kHasScoreRowOffset = false;
+// CHECK-SAME: static constexpr bool kScoreKeyRelative = false;
 attn.kernel @softcap
     problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
     mask = #attn.causal<bottom_right> normalizer = #attn.softmax
@@ -90,13 +91,15 @@ attn.kernel @softcap
       attn.yield %capped : f32
     }
 
-// ALiBi: the region keeps s + slope * kv, and the row's term, -slope * q,
-// reaches the kernel as the row offset its log-sum-exp adds.
+// ALiBi: the region keeps s + slope * kv (kv from the kernel's origin), and
+// the row's term with the key's at the origin reaches the kernel as the row
+// offset its log-sum-exp adds.
 // CHECK-LABEL: attn.kernel @alibi
 // CHECK: attn.cuda_source = "
 // CHECK-SAME: __device__ __forceinline__ float attn_score_mod_4_offset_0(size_t
 // CHECK-SAME: static constexpr bool kHasScoreRowOffset = true;
-// CHECK-SAME: return attn_score_mod_4_offset_0(b, h, q, attn_dev::captureOf<float, 1>(p.captures[0]));
+// CHECK-SAME: static constexpr bool kScoreKeyRelative = true;
+// CHECK-SAME: return attn_score_mod_4_offset_0(b, h, q, attn_dev::captureOf<float, 1>(p.captures[0]), keyOrigin);
 attn.kernel @alibi
     problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
     mask = #attn.causal<bottom_right> normalizer = #attn.softmax

@@ -99,16 +99,24 @@ attn.kernel @rounded
 
 // ALiBi's bias, s - slope * (q - kv), is s + slope * kv - slope * q: the
 // last term moves every score of a row alike, so it leaves the region for
-// a row offset function (-slope * f32(q)) that the kernel adds to the
-// log-sum-exp. The slope is a row value; the conversion of kv becomes the
-// f32 argument after kv, so a key costs one multiply-add.
+// a row offset function that the kernel adds to the log-sum-exp. What
+// stays is kv times a row value, so the kernel may pass kv relative to an
+// origin near the diagonal (score_mod_key_relative), and the offset adds
+// slope * origin: -slope * q + slope * origin, in f64 (the two cancel).
+// The slope is a row value; the conversion of kv becomes the f32 argument
+// after kv, so a key costs one multiply-add.
 // CHECK-LABEL: emitc.func @attn_score_mod_3_offset_0(
-// CHECK-SAME:      %{{.*}}: !emitc.size_t, %[[H:[^:]*]]: !emitc.size_t, %[[Q:[^:]*]]: !emitc.size_t, %[[SLOPES:[^:]*]]: !emitc.opaque<"attn_dev::Capture<float, 1>">) -> f32
+// CHECK-SAME:      %{{.*}}: !emitc.size_t, %[[H:[^:]*]]: !emitc.size_t, %[[Q:[^:]*]]: !emitc.size_t, %[[SLOPES:[^:]*]]: !emitc.opaque<"attn_dev::Capture<float, 1>">, %[[ORIGIN:[^:]*]]: f32) -> f32
+// CHECK-NEXT:    %[[ORIGIN64:.*]] = cast %[[ORIGIN]] : f32 to f64
 // CHECK-NEXT:    %[[SLOPE:.*]] = call_opaque "attn_dev::loadCapture"(%[[SLOPES]], %[[H]])
-// CHECK:         %[[QF:.*]] = call_opaque "attn_dev::exactIntToFloat"
-// CHECK-NEXT:    %[[BIAS:.*]] = mul %[[SLOPE]], %[[QF]]
+// CHECK-NEXT:    %[[SLOPE64:.*]] = cast %[[SLOPE]] : f32 to f64
+// CHECK:         %[[QF:.*]] = cast %{{.*}} : i32 to f64
+// CHECK-NEXT:    %[[BIAS:.*]] = mul %[[SLOPE64]], %[[QF]] : (f64, f64) -> f64
 // CHECK-NEXT:    %[[NEG:.*]] = unary_minus %[[BIAS]]
-// CHECK-NEXT:    return %[[NEG]]
+// CHECK-NEXT:    %[[AT_ORIGIN:.*]] = mul %[[SLOPE64]], %[[ORIGIN64]] : (f64, f64) -> f64
+// CHECK-NEXT:    %[[SUM:.*]] = add %[[NEG]], %[[AT_ORIGIN]]
+// CHECK-NEXT:    %[[NARROW:.*]] = cast %[[SUM]] : f64 to f32
+// CHECK-NEXT:    return %[[NARROW]]
 // CHECK-LABEL: emitc.func @attn_score_mod_3_row_0(
 // CHECK:         call_opaque "attn_dev::loadCapture"
 // CHECK-LABEL: emitc.func @attn_score_mod_3(
@@ -117,7 +125,7 @@ attn.kernel @rounded
 // CHECK-NEXT:    %[[R:.*]] = add %[[S]], %[[BIAS]]
 // CHECK-NEXT:    return %[[R]]
 // CHECK-LABEL: attn.kernel @alibi
-// CHECK:         score_mod_fn = @attn_score_mod_3, score_mod_row_fns = [@attn_score_mod_3_row_0], score_mod_row_offset_fn = @attn_score_mod_3_offset_0
+// CHECK:         score_mod_fn = @attn_score_mod_3, score_mod_key_relative, score_mod_row_fns = [@attn_score_mod_3_row_0], score_mod_row_offset_fn = @attn_score_mod_3_offset_0
 attn.kernel @alibi
     problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
     mask = #attn.causal<bottom_right> normalizer = #attn.softmax
@@ -245,15 +253,34 @@ attn.kernel @unbounded_sum
     }
 
 // Row offsets: a per-head bias and a constant move out with -0.5 * f32(q);
-// the key's term stays. A constant factor of the score leaves first
-// (score_input_scale), so 2 s + q loses q too. Not when the score is
-// negated (-s + q) or read through another op (tanh(s) + q).
-// CHECK-LABEL: emitc.func @attn_score_mod_{{[0-9]+}}_offset_0(
-// CHECK:         call_opaque "attn_dev::loadCapture"
-// CHECK:         add
-// CHECK:         return
+// the key's term stays, and the offset adds it at the origin. A constant
+// factor of the score leaves first (score_input_scale), so 2 s + q loses q
+// too. Not when the score is negated (-s + q) or read through another op
+// (tanh(s) + q). A table read by kv stays per pair, and kv is then not
+// relative to an origin.
+// CHECK-LABEL: emitc.func @attn_score_mod_10_offset_0(
+// CHECK-SAME:      %[[ORIGIN:[^:]*]]: f32) -> f32
+// CHECK-NEXT:    %[[ORIGIN64:.*]] = cast %[[ORIGIN]] : f32 to f64
+// CHECK-NEXT:    %[[BIAS:.*]] = call_opaque "attn_dev::loadCapture"
+// CHECK-NEXT:    %[[BIAS64:.*]] = cast %[[BIAS]] : f32 to f64
+// CHECK-NEXT:    %[[ONE:.*]] = "emitc.constant"() <{value = 1.000000e+00 : f64}>
+// CHECK-NEXT:    %[[HALF:.*]] = "emitc.constant"() <{value = -5.000000e-01 : f64}>
+// CHECK:         %[[QF:.*]] = cast %{{.*}} : i32 to f64
+// CHECK-NEXT:    %[[A:.*]] = add %[[BIAS64]], %[[ONE]]
+// CHECK-NEXT:    %[[QTERM:.*]] = mul %[[QF]], %[[HALF]]
+// CHECK-NEXT:    %[[B:.*]] = add %[[A]], %[[QTERM]]
+// CHECK-NEXT:    %[[KTERM:.*]] = mul %[[ORIGIN64]], %[[HALF]]
+// CHECK-NEXT:    %[[C:.*]] = sub %[[B]], %[[KTERM]]
+// CHECK-NEXT:    %[[R:.*]] = cast %[[C]] : f64 to f32
+// CHECK-NEXT:    return %[[R]]
+// CHECK-LABEL: emitc.func @attn_score_mod_10(
+// CHECK-SAME:      %[[S:[^:]*]]: f32, %{{.*}}: !emitc.size_t, %{{.*}}: !emitc.size_t, %{{.*}}: !emitc.size_t, %{{.*}}: !emitc.size_t, %[[KVF:[^:]*]]: f32
+// CHECK-NEXT:    %[[HALF:.*]] = "emitc.constant"() <{value = -5.000000e-01 : f32}>
+// CHECK-NEXT:    %[[KTERM:.*]] = mul %[[KVF]], %[[HALF]]
+// CHECK-NEXT:    %[[R:.*]] = sub %[[S]], %[[KTERM]]
+// CHECK-NEXT:    return %[[R]]
 // CHECK-LABEL: attn.kernel @row_terms
-// CHECK:         score_mod_row_offset_fn
+// CHECK:         score_mod_key_relative, score_mod_row_offset_fn = @attn_score_mod_10_offset_0
 attn.kernel @row_terms
     problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
     mask = #attn.no_mask normalizer = #attn.softmax
@@ -315,5 +342,23 @@ attn.kernel @tanh_score
       %qf = arith.sitofp %qi : i32 to f32
       %t = math.tanh %s : f32
       %r = arith.addf %t, %qf : f32
+      attn.yield %r : f32
+    }
+
+// CHECK-LABEL: emitc.func @attn_score_mod_14_offset_0(
+// CHECK-SAME:      !emitc.opaque<"attn_dev::Capture<float, 1>">) -> f32
+// CHECK-LABEL: attn.kernel @key_table
+// CHECK-NOT:     score_mod_key_relative
+// CHECK:         score_mod_row_offset_fn = @attn_score_mod_14_offset_0
+attn.kernel @key_table
+    problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask normalizer = #attn.softmax
+    captures = [#attn.capture<"table", f32, [?]>]
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index, %table: memref<?xf32>):
+      %tk = memref.load %table[%kv] : memref<?xf32>
+      %tq = memref.load %table[%q] : memref<?xf32>
+      %a = arith.addf %s, %tk : f32
+      %r = arith.addf %a, %tq : f32
       attn.yield %r : f32
     }

@@ -79,6 +79,9 @@ struct ModFunctions {
   // key nor the score, a function of (b, h, q, captures...): the row's
   // log-sum-exp adds them. Empty: none.
   std::string rowOffsetFunction;
+  // `function` reads kv (as f32) relative to an origin the kernel picks per
+  // work tile, and rowOffsetFunction takes the origin last.
+  bool keyRelative = false;
   bool empty() const { return function.empty(); }
 };
 

@@ -24,7 +24,7 @@ void KernelOp::build(OpBuilder &builder, OperationState &state, StringRef name,
         /*mask_tile_formula=*/TileFormulaAttr(), /*mask_mod_fn=*/FlatSymbolRefAttr(),
         /*score_mod_fn=*/FlatSymbolRefAttr(), /*mask_mod_row_fns=*/ArrayAttr(),
         /*score_mod_row_fns=*/ArrayAttr(), /*score_mod_diagonal_fns=*/ArrayAttr(),
-        /*score_mod_row_offset_fn=*/FlatSymbolRefAttr(),
+        /*score_mod_row_offset_fn=*/FlatSymbolRefAttr(), /*score_mod_key_relative=*/false,
         /*score_input_scale=*/FloatAttr(),
         /*score_output_scale=*/FloatAttr(), /*score_bound=*/FloatAttr());
 }

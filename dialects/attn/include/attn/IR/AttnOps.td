@@ -70,6 +70,9 @@ def Attn_KernelOp : Attn_Op<"kernel", [
     `score_mod_row_offset_fn`: the softmax of a row does not change when
     every score of the row moves by the same amount, so the kernel adds
     the offset (times `score_output_scale`) to the row's log-sum-exp only.
+    When the terms left per pair are kv (as f32) times row values,
+    `score_mod_key_relative` lets the kernel pass kv relative to an origin
+    it chooses per work tile, which the offset function takes last.
 
     ```mlir
     attn.kernel @k problem = #attn.problem<...> mask = #attn.no_mask
@@ -101,6 +104,7 @@ def Attn_KernelOp : Attn_Op<"kernel", [
     OptionalAttr<FlatSymbolRefArrayAttr>:$score_mod_row_fns,
     OptionalAttr<FlatSymbolRefArrayAttr>:$score_mod_diagonal_fns,
     OptionalAttr<FlatSymbolRefAttr>:$score_mod_row_offset_fn,
+    UnitAttr:$score_mod_key_relative,
     OptionalAttr<F32Attr>:$score_input_scale,
     OptionalAttr<F32Attr>:$score_output_scale,
     OptionalAttr<F32Attr>:$score_bound
