@@ -672,8 +672,7 @@ __device__ __forceinline__ void applyScoreRowOffset(const attn_abi::AttnFwdParam
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     float offset = Mods::kScoreOutputScale *
-                   Mods::scoreRowOffset(p, work.batch, work.head, row0 + 8 * half,
-                                        static_cast<float>(keyOrigin));
+                   Mods::scoreRowOffset(p, work.batch, work.head, row0 + 8 * half, keyOrigin);
     outputFactor[half] = 1.f;
     if (logSumExp[half] == negativeInfinity()) {
       // No key reached the row: it stays masked whatever the offset.

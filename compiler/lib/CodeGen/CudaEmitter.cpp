@@ -232,7 +232,7 @@ void emitUserMods(const UserMods &mods, std::ostringstream &out) {
       << "  static constexpr bool kScoreKeyRelative = " << (score.keyRelative ? "true" : "false")
       << ";\n"
       << "  static __device__ __forceinline__ float scoreRowOffset(const attn_abi::AttnFwdParams "
-         "&p, long long b, long long h, long long q, float keyOrigin) {\n";
+         "&p, long long b, long long h, long long q, int keyOrigin) {\n";
   if (score.rowOffsetFunction.empty())
     out << "    return 0.f;\n";
   else

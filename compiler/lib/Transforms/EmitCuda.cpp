@@ -80,17 +80,20 @@ namespace {
 /// Checks that a mod function holds only what attn-lower-mods produces:
 /// arithmetic EmitC ops on scalar types, the allowed callees, and capture
 /// types. Spec text therefore never reaches the emitted source verbatim.
-LogicalResult checkModFunction(emitc::FuncOp func, ArrayRef<std::string> captureTypes) {
+LogicalResult checkModFunction(emitc::FuncOp func, ArrayRef<std::string> captureTypes,
+                               bool doubleInside = false) {
   auto isAllowedType = [&](Type type) {
     if (isa<IntegerType, Float32Type, emitc::SizeTType, emitc::PtrDiffTType,
             emitc::SignedSizeTType>(type))
       return true;
-    // Row offsets compute in f64 (attn-lower-mods' widenToDouble).
-    if (isa<Float64Type>(type))
-      return true;
     if (auto opaque = dyn_cast<emitc::OpaqueType>(type))
       return llvm::is_contained(captureTypes, opaque.getValue().str());
     return false;
+  };
+  // A row offset computes in f64 inside (attn-lower-mods' widenToDouble);
+  // its arguments and result stay as the kernel passes and adds them.
+  auto isAllowedInside = [&](Type type) {
+    return isAllowedType(type) || (doubleInside && isa<Float64Type>(type));
   };
   static const llvm::StringSet<> allowedOps = {
       "emitc.return", "emitc.constant", "emitc.add", "emitc.sub", "emitc.mul", "emitc.div",
@@ -111,7 +114,7 @@ LogicalResult checkModFunction(emitc::FuncOp func, ArrayRef<std::string> capture
       return op.emitOpError("is not allowed in a mod function (run attn-lower-mods on the "
                             "kernel's regions instead of writing EmitC)");
     for (Type type : op.getResultTypes())
-      if (!isAllowedType(type))
+      if (!isAllowedInside(type))
         return op.emitOpError("result type ") << type << " is not allowed in a mod function";
     if (auto call = dyn_cast<emitc::CallOpaqueOp>(op))
       if (!isModFunctionCallee(call.getCallee()) || call.getArgs() || call.getTemplateArgs())
@@ -136,7 +139,9 @@ std::string cppScalarType(Type type) {
     return "ptrdiff_t";
   if (isa<emitc::SignedSizeTType>(type))
     return "ssize_t";
-  auto integer = cast<IntegerType>(type);
+  auto integer = dyn_cast<IntegerType>(type);
+  if (!integer)
+    return "";
   if (integer.getWidth() == 1)
     return "bool";
   if (!llvm::is_contained({8u, 16u, 32u, 64u}, integer.getWidth()))
@@ -158,7 +163,8 @@ LogicalResult collectUserMods(KernelOp op, ::attn::codegen::UserMods &mods) {
   }
   llvm::raw_string_ostream source(mods.source);
   // Looks up a function attn-lower-mods generated and prints it.
-  auto emitFunction = [&](FlatSymbolRefAttr ref) -> FailureOr<emitc::FuncOp> {
+  auto emitFunction = [&](FlatSymbolRefAttr ref,
+                          bool doubleInside = false) -> FailureOr<emitc::FuncOp> {
     auto func = SymbolTable::lookupNearestSymbolFrom<emitc::FuncOp>(op, ref);
     if (!func)
       return op.emitOpError("refers to ") << ref << ", which is not an emitc.func";
@@ -167,7 +173,8 @@ LogicalResult collectUserMods(KernelOp op, ::attn::codegen::UserMods &mods) {
                          llvm::all_of(name, [](char c) { return llvm::isAlnum(c) || c == '_'; });
     if (!generatedName)
       return func.emitOpError("name '") << name << "' is not one attn-lower-mods generates";
-    if (failed(checkModFunction(func, captureTypes)) || failed(emitc::translateToCpp(func, source)))
+    if (failed(checkModFunction(func, captureTypes, doubleInside)) ||
+        failed(emitc::translateToCpp(func, source)))
       return failure();
     return func;
   };
@@ -238,16 +245,16 @@ LogicalResult collectUserMods(KernelOp op, ::attn::codegen::UserMods &mods) {
   if (FlatSymbolRefAttr ref = op.getScoreModRowOffsetFnAttr()) {
     if (mods.score.empty())
       return op.emitOpError("has a score_mod row offset function but no score_mod function");
-    FailureOr<emitc::FuncOp> offset = emitFunction(ref);
+    FailureOr<emitc::FuncOp> offset = emitFunction(ref, /*doubleInside=*/true);
     if (failed(offset))
       return failure();
     const bool keyRelative = op.getScoreModKeyRelative();
     const size_t arguments = 3 + captureTypes.size() + (keyRelative ? 1 : 0);
     if (offset->getNumArguments() != arguments || offset->getNumResults() != 1 ||
         !offset->getResultTypes()[0].isF32() ||
-        (keyRelative && !offset->getArgumentTypes().back().isF32()))
+        (keyRelative && !offset->getArgumentTypes().back().isSignlessInteger(32)))
       return offset->emitOpError("row offset function must take (b, h, q, captures...")
-             << (keyRelative ? ", the key origin as f32" : "") << ") and return one f32";
+             << (keyRelative ? ", the key origin as i32" : "") << ") and return one f32";
     mods.score.rowOffsetFunction = offset->getSymName().str();
     mods.score.keyRelative = keyRelative;
   }

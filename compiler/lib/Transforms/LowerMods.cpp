@@ -591,7 +591,7 @@ void collectSumTerms(Value value, bool negative, Value factor,
 }
 
 /// Rewrites the f32 arithmetic of `func` (constants, capture loads, integer
-/// to float conversions, extf, addf, subf, mulf, divf, negf) in f64 and
+/// to float conversions, addf, subf, mulf, divf, negf) in f64 and
 /// rounds the result to f32 once, when it has no other f32 op; returns
 /// whether it did. The row offset adds products such as slope * q that
 /// cancel against each other (-slope * q + slope * origin): in f32 each
@@ -611,7 +611,7 @@ bool widenToDouble(func::FuncOp func) {
   Type f64 = builder.getF64Type();
   IRMapping wide;
   auto wideOf = [&](Value v) { return wide.lookup(v); };
-  // f32 arguments (the key origin) widen at the entry.
+  // f32 arguments widen at the entry.
   builder.setInsertionPointToStart(&body);
   for (BlockArgument arg : body.getArguments())
     if (isF32(arg))
@@ -671,9 +671,10 @@ struct RowOffset {
 /// s + slope * kv), the kernel may pass kv relative to an origin it picks
 /// per work tile near the tile's diagonal (keyRelative): the terms then
 /// stay as small as the distances were, and fp32 rounds them no worse than
-/// the region did; the offset function takes the origin last and adds the
-/// terms at the origin (slope * origin). It computes in f64 where its ops
-/// allow (widenToDouble), since -slope * q and slope * origin cancel.
+/// the region did; the offset function takes the origin (an i32 key index)
+/// last and adds the terms at the origin (slope * origin). It computes in
+/// f64 where its ops allow (widenToDouble), since -slope * q and
+/// slope * origin cancel.
 RowOffset peelRowOffset(func::FuncOp func, StringRef name) {
   Block &body = func.front();
   Value score = body.getArgument(0), key = body.getArgument(4);
@@ -726,13 +727,14 @@ RowOffset peelRowOffset(func::FuncOp func, StringRef name) {
 
   OpBuilder builder(terminator);
   Location loc = terminator->getLoc();
-  // The origin the kernel measures kv from, an argument while the offset is
-  // built (removed again below).
-  Value origin;
+  // The origin the kernel measures kv from (an i32 key index), an argument
+  // while the offset is built (removed again below), and its f32 value.
+  Value origin, originFloat;
   if (keyRelative) {
     unsigned index = body.getNumArguments();
-    (void)func.insertArgument(index, builder.getF32Type(), DictionaryAttr(), loc);
+    (void)func.insertArgument(index, builder.getI32Type(), DictionaryAttr(), loc);
     origin = body.getArgument(index);
+    originFloat = arith::SIToFPOp::create(builder, loc, builder.getF32Type(), origin);
   }
   auto termValue = [&](const SumTerm &term, Value leaf) -> Value {
     return term.factor ? arith::MulFOp::create(builder, loc, term.factor, leaf).getResult() : leaf;
@@ -749,7 +751,7 @@ RowOffset peelRowOffset(func::FuncOp func, StringRef name) {
     row = accumulate(row, term, term.leaf);
   if (keyRelative)
     for (const SumTerm &term : keyTerms)
-      row = accumulate(row, term, origin);
+      row = accumulate(row, term, originFloat);
   Value result = score;
   for (const SumTerm &term : keyTerms)
     result = accumulate(result, term, term.leaf);

@@ -200,3 +200,22 @@ attn.kernel @relative_without_offset
     mask = #attn.no_mask
     normalizer = #attn.softmax
     attributes {score_mod_fn = @attn_score_mod_0, score_mod_key_relative}
+
+// -----
+
+// f64 is for the row offset's inside only: a row value of f64 has no place
+// in the kernel's row registers.
+emitc.func @attn_score_mod_0(%s: f32, %b: !emitc.size_t, %h: !emitc.size_t, %q: !emitc.size_t, %kv: !emitc.size_t, %kvf: f32, %row: f32) -> f32 {
+  emitc.return %s : f32
+}
+emitc.func @attn_score_mod_0_row_0(%b: !emitc.size_t, %h: !emitc.size_t, %q: !emitc.size_t) -> f32 {
+  // expected-error @below {{result type 'f64' is not allowed in a mod function}}
+  %0 = "emitc.constant"() <{value = 1.0 : f64}> : () -> f64
+  %1 = emitc.cast %0 : f64 to f32
+  emitc.return %1 : f32
+}
+attn.kernel @double_row
+    problem = #attn.problem<q_heads = 4, kv_heads = 4, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask
+    normalizer = #attn.softmax
+    attributes {score_mod_fn = @attn_score_mod_0, score_mod_row_fns = [@attn_score_mod_0_row_0]}

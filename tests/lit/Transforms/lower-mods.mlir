@@ -106,11 +106,11 @@ attn.kernel @rounded
 // The slope is a row value; the conversion of kv becomes the f32 argument
 // after kv, so a key costs one multiply-add.
 // CHECK-LABEL: emitc.func @attn_score_mod_3_offset_0(
-// CHECK-SAME:      %{{.*}}: !emitc.size_t, %[[H:[^:]*]]: !emitc.size_t, %[[Q:[^:]*]]: !emitc.size_t, %[[SLOPES:[^:]*]]: !emitc.opaque<"attn_dev::Capture<float, 1>">, %[[ORIGIN:[^:]*]]: f32) -> f32
-// CHECK-NEXT:    %[[ORIGIN64:.*]] = cast %[[ORIGIN]] : f32 to f64
+// CHECK-SAME:      %{{.*}}: !emitc.size_t, %[[H:[^:]*]]: !emitc.size_t, %[[Q:[^:]*]]: !emitc.size_t, %[[SLOPES:[^:]*]]: !emitc.opaque<"attn_dev::Capture<float, 1>">, %[[ORIGIN:[^:]*]]: i32) -> f32
 // CHECK-NEXT:    %[[SLOPE:.*]] = call_opaque "attn_dev::loadCapture"(%[[SLOPES]], %[[H]])
 // CHECK-NEXT:    %[[SLOPE64:.*]] = cast %[[SLOPE]] : f32 to f64
 // CHECK:         %[[QF:.*]] = cast %{{.*}} : i32 to f64
+// CHECK-NEXT:    %[[ORIGIN64:.*]] = cast %[[ORIGIN]] : i32 to f64
 // CHECK-NEXT:    %[[BIAS:.*]] = mul %[[SLOPE64]], %[[QF]] : (f64, f64) -> f64
 // CHECK-NEXT:    %[[NEG:.*]] = unary_minus %[[BIAS]]
 // CHECK-NEXT:    %[[AT_ORIGIN:.*]] = mul %[[SLOPE64]], %[[ORIGIN64]] : (f64, f64) -> f64
@@ -259,13 +259,13 @@ attn.kernel @unbounded_sum
 // (tanh(s) + q). A table read by kv stays per pair, and kv is then not
 // relative to an origin.
 // CHECK-LABEL: emitc.func @attn_score_mod_10_offset_0(
-// CHECK-SAME:      %[[ORIGIN:[^:]*]]: f32) -> f32
-// CHECK-NEXT:    %[[ORIGIN64:.*]] = cast %[[ORIGIN]] : f32 to f64
+// CHECK-SAME:      %[[ORIGIN:[^:]*]]: i32) -> f32
 // CHECK-NEXT:    %[[BIAS:.*]] = call_opaque "attn_dev::loadCapture"
 // CHECK-NEXT:    %[[BIAS64:.*]] = cast %[[BIAS]] : f32 to f64
 // CHECK-NEXT:    %[[ONE:.*]] = "emitc.constant"() <{value = 1.000000e+00 : f64}>
 // CHECK-NEXT:    %[[HALF:.*]] = "emitc.constant"() <{value = -5.000000e-01 : f64}>
 // CHECK:         %[[QF:.*]] = cast %{{.*}} : i32 to f64
+// CHECK-NEXT:    %[[ORIGIN64:.*]] = cast %[[ORIGIN]] : i32 to f64
 // CHECK-NEXT:    %[[A:.*]] = add %[[BIAS64]], %[[ONE]]
 // CHECK-NEXT:    %[[QTERM:.*]] = mul %[[QF]], %[[HALF]]
 // CHECK-NEXT:    %[[B:.*]] = add %[[A]], %[[QTERM]]
