@@ -542,6 +542,18 @@ SmallVector<func::FuncOp> splitScoreDiagonals(func::FuncOp func, int count,
   return diagonals;
 }
 
+/// Adds to `dependents` (seeded with values) every value of `body` computed
+/// from one of them, and returns the ops that compute them.
+DenseSet<Operation *> addDependents(Block &body, DenseSet<Value> &dependents) {
+  DenseSet<Operation *> ops;
+  for (Operation &op : body.without_terminator())
+    if (llvm::any_of(op.getOperands(), [&](Value v) { return dependents.contains(v); })) {
+      ops.insert(&op);
+      dependents.insert(op.getResults().begin(), op.getResults().end());
+    }
+  return ops;
+}
+
 /// One term of a score_mod result written as a sum: ±(factor ×) leaf.
 struct SumTerm {
   Value leaf;
@@ -610,7 +622,6 @@ bool widenToDouble(func::FuncOp func) {
   OpBuilder builder(func.getContext());
   Type f64 = builder.getF64Type();
   IRMapping wide;
-  auto wideOf = [&](Value v) { return wide.lookup(v); };
   // f32 arguments widen at the entry.
   builder.setInsertionPointToStart(&body);
   for (BlockArgument arg : body.getArguments())
@@ -627,20 +638,13 @@ bool widenToDouble(func::FuncOp func) {
           builder, loc, builder.getF64FloatAttr(cast<FloatAttr>(constant.getValue()).getValueAsDouble()));
     else if (isa<memref::LoadOp>(op))
       widened = arith::ExtFOp::create(builder, loc, f64, result);
-    else if (isa<arith::SIToFPOp>(op))
-      widened = arith::SIToFPOp::create(builder, loc, f64, op.getOperand(0));
-    else if (isa<arith::UIToFPOp>(op))
-      widened = arith::UIToFPOp::create(builder, loc, f64, op.getOperand(0));
-    else if (isa<arith::NegFOp>(op))
-      widened = arith::NegFOp::create(builder, loc, wideOf(op.getOperand(0)));
-    else if (isa<arith::AddFOp>(op))
-      widened = arith::AddFOp::create(builder, loc, wideOf(op.getOperand(0)), wideOf(op.getOperand(1)));
-    else if (isa<arith::SubFOp>(op))
-      widened = arith::SubFOp::create(builder, loc, wideOf(op.getOperand(0)), wideOf(op.getOperand(1)));
-    else if (isa<arith::MulFOp>(op))
-      widened = arith::MulFOp::create(builder, loc, wideOf(op.getOperand(0)), wideOf(op.getOperand(1)));
-    else
-      widened = arith::DivFOp::create(builder, loc, wideOf(op.getOperand(0)), wideOf(op.getOperand(1)));
+    else {
+      // sitofp, uitofp, addf, subf, mulf, divf, negf: the same op with an
+      // f64 result, on the widened operands.
+      Operation *clone = builder.clone(op, wide);
+      clone->getResult(0).setType(f64);
+      widened = clone->getResult(0);
+    }
     wide.map(result, widened);
   }
   Operation *terminator = body.getTerminator();
@@ -682,10 +686,10 @@ RowOffset peelRowOffset(func::FuncOp func, StringRef name) {
   for (BlockArgument arg : body.getArguments().drop_front(5))
     if (!isa<MemRefType>(arg.getType()))
       perKey.insert(arg); // staged diagonal values
-  for (Operation &op : body.without_terminator())
-    if (llvm::any_of(op.getOperands(), [&](Value v) { return perKey.contains(v); }))
-      perKey.insert(op.getResults().begin(), op.getResults().end());
+  addDependents(body, perKey);
   auto rowClass = [&](Value v) { return !perKey.contains(v); };
+  DenseSet<Value> readsScore{score};
+  addDependents(body, readsScore);
 
   Operation *terminator = body.getTerminator();
   SmallVector<SumTerm> terms;
@@ -709,17 +713,8 @@ RowOffset peelRowOffset(func::FuncOp func, StringRef name) {
     return {};
   // Terms that read the score other than as the score itself (tanh(s),
   // s * s) keep the region as it is.
-  for (const SumTerm &term : keyTerms) {
-    SetVector<Operation *> slice;
-    SmallVector<Value> worklist{term.leaf};
-    while (!worklist.empty()) {
-      Value v = worklist.pop_back_val();
-      if (v == score)
-        return {};
-      if (Operation *op = v.getDefiningOp(); op && slice.insert(op))
-        llvm::append_range(worklist, op->getOperands());
-    }
-  }
+  if (llvm::any_of(keyTerms, [&](const SumTerm &term) { return readsScore.contains(term.leaf); }))
+    return {};
   const bool keyRelative = !keyTerms.empty() && llvm::all_of(keyTerms, [&](const SumTerm &term) {
     Operation *op = term.leaf.getDefiningOp();
     return op && convertsKeyToFloat(op, key);
@@ -801,12 +796,7 @@ SmallVector<func::FuncOp> splitRowInvariants(func::FuncOp func, unsigned firstIn
   for (BlockArgument arg : body.getArguments().drop_front(keyFloatIndex + 1))
     if (!isa<MemRefType>(arg.getType()))
       perKey.insert(arg);
-  DenseSet<Operation *> perKeyOps;
-  for (Operation &op : body.without_terminator())
-    if (llvm::any_of(op.getOperands(), [&](Value v) { return perKey.contains(v); })) {
-      perKeyOps.insert(&op);
-      perKey.insert(op.getResults().begin(), op.getResults().end());
-    }
+  DenseSet<Operation *> perKeyOps = addDependents(body, perKey);
   auto usedPerKey = [&](OpOperand &use) {
     return perKeyOps.contains(use.getOwner()) || use.getOwner()->hasTrait<OpTrait::IsTerminator>();
   };
