@@ -104,19 +104,32 @@ TEST_CASE("the plan for long keys matches the reference on awkward shapes", "[gp
   checkAgainstReference(128, element, kMasks[0], {2, 2, {1, 300, 2081, false}}, seed++, options);
 }
 
-TEST_CASE("the plan for short causal keys matches the reference on awkward shapes", "[gpu]") {
-  // Planned for 512 keys, the causal head-dim-64 kernel takes a persistent
-  // grid with four stages (attn-tile's heuristic); it must be right at any
-  // length, under either alignment of the causal mask.
+TEST_CASE("the plans for causal key lengths match the reference on awkward shapes", "[gpu]") {
+  // attn-tile's heuristic plans causal kernels by key length: at head dim
+  // 64 a persistent grid with four stages for 512 keys and 128 x 128 tiles
+  // with three stages for 1024, at head dim 128 160-key tiles for 8192. Each
+  // must be right at any length, under either alignment of the causal mask.
+  struct Plan {
+    int headDim;
+    const char *tuningShape;
+    int blockM, blockN, persistentBlocksPerSm;
+  };
+  const Plan plan = GENERATE(Plan{64, "32,512,512", 192, 128, 1}, Plan{64, "16,1024,1024", 128, 128, 0},
+                             Plan{128, "2,8192,8192", 128, 160, 0});
   CompileOptions options;
-  options.tuningShape = "32,512,512";
+  options.tuningShape = plan.tuningShape;
   std::string element = GENERATE(std::string("bf16"), std::string("f16"));
-  const LoadedKernel &kernel = loadKernel(specText(64, element, kMasks[2], 2, 1), options);
-  REQUIRE(kernel.compiled.launch.persistentBlocksPerSm == 1);
+  INFO("head dim " << plan.headDim << ", planned for " << plan.tuningShape << ", " << element);
+  const LoadedKernel &kernel =
+      loadKernel(specText(plan.headDim, element, kMasks[2], 2, 1), options);
+  const AttnLaunchConfig &launch = kernel.compiled.launch;
+  REQUIRE(launch.blockM == plan.blockM);
+  REQUIRE(launch.blockN == plan.blockN);
+  REQUIRE(launch.persistentBlocksPerSm == plan.persistentBlocksPerSm);
   uint64_t seed = 300;
   for (const char *mask : {kMasks[1], kMasks[2]})
     for (const Case &testCase : awkwardCases())
-      checkAgainstReference(64, element, mask, testCase, seed++, options);
+      checkAgainstReference(plan.headDim, element, mask, testCase, seed++, options);
 }
 
 TEST_CASE("an explicit softmax scale is honoured", "[gpu]") {

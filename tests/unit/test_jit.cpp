@@ -297,9 +297,11 @@ TEST_CASE("JIT: the plan follows the shape a kernel is compiled for", "[jit][cac
   CHECK(&shortKeys.image() == &anyLength.image());
   CHECK(compiler.stats().compiles == 2);
   CHECK(compiler.stats().memoryHits == 1);
-  // A causal kernel keeps 128 keys at any length.
+  // A causal kernel takes 160-key tiles from 8192 keys, and keeps 128 below.
   Kernel causal = compiler.compile(causalSpec(), TuningShape{2, 8192, 8192});
-  CHECK(causal.launchConfig().blockN == 128);
+  CHECK(causal.launchConfig().blockN == 160);
+  Kernel shortCausal = compiler.compile(causalSpec(), TuningShape{4, 4096, 4096});
+  CHECK(shortCausal.launchConfig().blockN == 128);
 }
 
 TEST_CASE("JIT: a damaged disk entry is detected and rebuilt", "[jit][cache]") {

@@ -534,6 +534,23 @@ TEST_CASE("tile candidates: legal, distinct, round-trip as overrides, include th
   CHECK(std::find(candidates.begin(), candidates.end(), shortCausalHeuristic) != candidates.end());
   if (headDim == 64)
     CHECK((shortCausalHeuristic.persistentBlocksPerSm == 1 && shortCausalHeuristic.stages == 4));
+  // And those for causal kernels at 1024 keys (128 x 128, three stages at
+  // head dim 64) and at 8192 (128 x 160, one chain at head dim 128).
+  auto causalHeuristic = [&](int64_t keyLength) {
+    TileProblem causal = shortCausal;
+    causal.keyLength = keyLength;
+    TileConfig config = defaultTileConfig(causal);
+    CHECK(std::find(candidates.begin(), candidates.end(), config) != candidates.end());
+    return config;
+  };
+  TileConfig mediumCausal = causalHeuristic(1024);
+  if (headDim == 64)
+    CHECK((mediumCausal.blockM == 128 && mediumCausal.consumerWarpgroups == 2 &&
+           mediumCausal.stages == 3 && mediumCausal.persistentBlocksPerSm == 0));
+  TileConfig longCausal = causalHeuristic(8192);
+  if (headDim == 128)
+    CHECK((longCausal.blockN == 160 && longCausal.softmaxChains == 1 &&
+           longCausal.persistentBlocksPerSm == 0));
 
   // The grid policy does not change legality: every plan comes in both.
   for (const TileConfig &config : candidates) {

@@ -110,6 +110,14 @@ bool isHexDigest(const std::string &text) {
 
 } // namespace
 
+// attn-tile's heuristic for the key's problem planned for `keyLength` keys
+// (a tuning shape without a usable record).
+TileConfig heuristicAt(const SpecTuningKey &key, int64_t keyLength) {
+  TileProblem problem = key.problem;
+  problem.keyLength = keyLength;
+  return defaultTileConfig(problem);
+}
+
 TEST_CASE("tuning key: the spec as written, not its name or plan", "[tuning][key]") {
   SpecTuningKey key = tuningKeyOfSpec(specText(), "t.mlir");
   CHECK(isHexDigest(key.specHash));
@@ -230,9 +238,10 @@ TEST_CASE("attn-tile uses the tuned plan of the nearest bucket", "[tuning][tile]
   SECTION("no database: the heuristic") {
     options.tuningDatabase = "";
     options.tuningShape = "2,8192";
-    CHECK(plan(specText(), options).config == key.heuristic);
+    // The shape's: a causal head dim 128 takes 160-key tiles at 8192 keys.
+    CHECK(plan(specText(), options).config == heuristicAt(key, 8192));
     CompiledKernel kernel = compileSpec(specText(), "t.mlir", options);
-    CHECK(kernel.launch.blockN == 128);
+    CHECK(kernel.launch.blockN == 160);
     CHECK(kernel.launch.persistentBlocksPerSm == 0);
   }
   SECTION("another arch's records do not count") {
@@ -255,39 +264,41 @@ TEST_CASE("attn-tile falls back to the heuristic without a usable record", "[tun
   CompileOptions options;
   options.tuningDatabase = path;
   options.tuningShape = "2,8192";
+  const TileConfig heuristic = heuristicAt(key, 8192);
+  REQUIRE(heuristic.blockN == 160);
 
   SECTION("a missing file") {
     Planned planned = plan(specText(), options);
     CHECK(planned.warnings.empty());
-    CHECK(planned.config == key.heuristic);
-    CHECK(compileSpec(specText(), "t.mlir", options).launch.blockN == 128);
+    CHECK(planned.config == heuristic);
+    CHECK(compileSpec(specText(), "t.mlir", options).launch.blockN == heuristic.blockN);
   }
   SECTION("an illegal record") {
-    TileConfig illegal = key.heuristic;
+    TileConfig illegal = heuristic;
     illegal.blockN = 8;
     TuningDatabase(path).record(recordFor(key, shapeOf(2, 8192, 8192), formatTileOverride(illegal)));
     Planned planned = plan(specText(), options);
-    CHECK(planned.config == key.heuristic);
+    CHECK(planned.config == heuristic);
     REQUIRE(planned.warnings.size() == 1);
     CHECK_THAT(planned.warnings[0], Contains("is unusable") && Contains("block_n (8)") &&
                                         Contains("bh32_q8192_k8192") &&
                                         Contains("using the heuristic plan"));
     CompiledKernel kernel;
     REQUIRE_NOTHROW(kernel = compileSpec(specText(), "t.mlir", options));
-    CHECK(kernel.launch.blockN == 128);
+    CHECK(kernel.launch.blockN == heuristic.blockN);
   }
   SECTION("a record that does not parse") {
     TuningDatabase(path).record(recordFor(key, shapeOf(2, 8192, 8192), "block_q=64"));
     Planned planned = plan(specText(), options);
-    CHECK(planned.config == key.heuristic);
+    CHECK(planned.config == heuristic);
     REQUIRE(planned.warnings.size() == 1);
     CHECK_THAT(planned.warnings[0], Contains("unknown key 'block_q'"));
-    CHECK(compileSpec(specText(), "t.mlir", options).launch.blockN == 128);
+    CHECK(compileSpec(specText(), "t.mlir", options).launch.blockN == heuristic.blockN);
   }
   SECTION("an unreadable database") {
     std::filesystem::create_directories(path); // a directory in its place
     Planned planned = plan(specText(), options);
-    CHECK(planned.config == key.heuristic);
+    CHECK(planned.config == heuristic);
     REQUIRE(planned.warnings.size() == 1);
     CHECK_THAT(planned.warnings[0], Contains(path) && Contains("using the heuristic plan"));
   }

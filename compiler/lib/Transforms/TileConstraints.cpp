@@ -58,10 +58,27 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
   // three key tiles, gained 6.5 % from a persistent grid with four stages;
   // from 1024 keys the persistent grid lost 22 % and more, and at head dims
   // 128 and 256 it lost at 512 too.
-  if (problem.headDim == 64 && problem.causalOnly && !problem.hasScoreMod &&
-      problem.keyLength > 0 && problem.keyLength <= kShortCausalMaxKeys) {
+  const bool plainCausal = problem.causalOnly && !problem.hasScoreMod && problem.keyLength > 0;
+  if (problem.headDim == 64 && plainCausal && problem.keyLength <= kShortCausalMaxKeys) {
     config.persistentBlocksPerSm = 1;
     config.stages = 4;
+  }
+  // Same-run A/B of the grid on H100 (docs/benchmarks.md, 2026-11-25,
+  // evening; three rounds, B x S = 16384): causal head dim 64 at 1024 keys
+  // gained 8.9 % from 128-row tiles with three stages (attn-tune's winner of
+  // 11-23), causal head dim 128 2.3 % at 8192 keys and 3.7 % at 16384 from
+  // 160-key tiles with one chain (+1.5 to +4.2 % in the A/B of the
+  // morning, which found them 2.3 % slower at 2048 keys).
+  if (problem.headDim == 64 && plainCausal && problem.keyLength > kShortCausalMaxKeys &&
+      problem.keyLength <= kMediumCausalMaxKeys) {
+    config.consumerWarpgroups = 2;
+    config.blockM = kWgmmaM * config.consumerWarpgroups;
+    config.consumerRegisters = defaultConsumerRegisters(config.consumerWarpgroups);
+    config.stages = 3;
+  }
+  if (problem.headDim == 128 && plainCausal && problem.keyLength >= kWideCausalMinKeys) {
+    config.blockN = 160;
+    config.softmaxChains = 1;
   }
   return config;
 }

@@ -5,10 +5,11 @@
 
 // RUN: rm -rf %t && mkdir -p %t
 
-// A missing database: the heuristic, silently.
-// RUN: attn-opt --attn-tile="tuning-db=%t/missing.tsv" %s 2>&1 | FileCheck %s
-// RUN: attn-opt --attn-tile="tuning-db=%t/missing.tsv tuning-shape=2,8192" %s 2>&1 | FileCheck %s
-// RUN: attn-opt --attn-tile="tuning-db=%t/missing.tsv tuning-shape=1,300,517 arch=sm_90a" %s 2>&1 | FileCheck %s
+// A missing database: the heuristic, silently (the shape's: 160-key tiles
+// for this causal kernel at 8192 keys).
+// RUN: attn-opt --attn-tile="tuning-db=%t/missing.tsv" %s 2>&1 | FileCheck %s --check-prefixes=CHECK,NARROW
+// RUN: attn-opt --attn-tile="tuning-db=%t/missing.tsv tuning-shape=2,8192" %s 2>&1 | FileCheck %s --check-prefixes=CHECK,WIDE
+// RUN: attn-opt --attn-tile="tuning-db=%t/missing.tsv tuning-shape=1,300,517 arch=sm_90a" %s 2>&1 | FileCheck %s --check-prefixes=CHECK,NARROW
 
 // A database whose only well-formed record is another spec's (in this
 // kernel's bucket, with a legal plan that differs from the heuristic's) and
@@ -16,8 +17,8 @@
 // RUN: printf '# tuning database 1: spec_hash arch bucket config milliseconds tflops device unix_seconds\n' > %t/other.tsv
 // RUN: printf 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\tsm_90a\tbh32_q8192_k8192\tblock_m=128,block_n=64,stages=2,consumer_warpgroups=2,producer_warpgroups=1,consumer_registers=240,producer_registers=24,softmax_chains=1,persistent_blocks_per_sm=0\t1.5\t600\tNVIDIA H100\t1700000000\n' >> %t/other.tsv
 // RUN: printf 'garbage line\n' >> %t/other.tsv
-// RUN: attn-opt --attn-tile="tuning-db=%t/other.tsv tuning-shape=2,8192" %s 2>&1 | FileCheck %s
-// RUN: attn-opt --attn-tile="tuning-db=%t/other.tsv" %s 2>&1 | FileCheck %s
+// RUN: attn-opt --attn-tile="tuning-db=%t/other.tsv tuning-shape=2,8192" %s 2>&1 | FileCheck %s --check-prefixes=CHECK,WIDE
+// RUN: attn-opt --attn-tile="tuning-db=%t/other.tsv" %s 2>&1 | FileCheck %s --check-prefixes=CHECK,NARROW
 
 // A tile override still applies over the heuristic.
 // RUN: attn-opt --attn-tile="tuning-db=%t/other.tsv tile-override=stages=3" %s | FileCheck %s --check-prefix=OVERRIDE
@@ -25,7 +26,8 @@
 
 // CHECK-NOT:  warning
 // CHECK-LABEL: attn.kernel @hd128
-// CHECK:      tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, softmax_chains = 4>
+// NARROW:     tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, softmax_chains = 4>
+// WIDE:       tile = #attn.tile<block_m = 128, block_n = 160, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24>
 // CHECK-NOT:  warning
 
 // An unreadable database (a directory) is a warning on the kernel; the

@@ -108,9 +108,10 @@ int defaultConsumerRegisters(int consumerWarpgroups);
 /// four softmax reduction chains at head dim 128 (one otherwise) and a
 /// persistent grid of one block per SM when the work tiles are even. At head
 /// dim 128 without a mask or a score_mod, with keyLength known and at least
-/// kWideKeyTileMinKeys, 128 x 160 tiles with one softmax chain. At head dim
-/// 64 with the causal mask alone and at most kShortCausalMaxKeys keys, a
-/// persistent grid and four stages.
+/// kWideKeyTileMinKeys, 128 x 160 tiles with one softmax chain; so with the
+/// causal mask alone from kWideCausalMinKeys. At head dim 64 with the causal
+/// mask alone: at most kShortCausalMaxKeys keys, a persistent grid and four
+/// stages; at most kMediumCausalMaxKeys, 128 x 128 tiles with three stages.
 TileConfig defaultTileConfig(const TileProblem &problem);
 
 /// The shortest key length for which the heuristic takes 160-key tiles at
@@ -123,6 +124,16 @@ constexpr int64_t kWideKeyTileMinKeys = 2048;
 /// kernels a persistent grid with four stages: measured faster at 512 keys,
 /// slower from 1024 (docs/benchmarks.md).
 constexpr int64_t kShortCausalMaxKeys = 512;
+
+/// The longest key length for which the heuristic gives causal head-dim-64
+/// kernels (past kShortCausalMaxKeys) 128 x 128 tiles with three stages:
+/// measured faster at 1024 keys; at 2048 attn-tune kept 192 x 128.
+constexpr int64_t kMediumCausalMaxKeys = 1024;
+
+/// The shortest key length for which the heuristic gives causal head-dim-128
+/// kernels 128 x 160 tiles with one softmax chain: measured faster at 8192
+/// and 16384 keys, within noise at 4096 and slower at 2048.
+constexpr int64_t kWideCausalMinKeys = 8192;
 
 /// Applies `override` on top of `base`. When block_m is given without
 /// consumer_warpgroups the latter becomes block_m / 64, and vice versa; the

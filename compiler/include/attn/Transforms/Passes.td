@@ -25,9 +25,11 @@ def AttnTile : Pass<"attn-tile"> {
     With `tuning-shape`, a kernel of head dim 128 with no mask and no
     `score_mod` whose key length is 2048 or more takes 160-key tiles and one
     softmax chain (128 x 160); shorter or unknown lengths, masks and
-    score_mods keep the table's plan. A kernel of head dim 64 whose only
-    mask is the causal one and whose key length is at most 512 takes a
-    persistent grid and four stages.
+    score_mods keep the table's plan. With the causal mask alone (no other
+    mask, no `score_mod`): head dim 128 from 8192 keys takes 128 x 160 and
+    one chain; head dim 64 up to 512 keys takes a persistent grid and four
+    stages, and from 513 to 1024 keys 128 x 128 tiles (two consumers) and
+    three stages.
 
     With `tuning-db`, the tuning database's record for the kernel (its
     tuning hash, the target `arch`, and the shape bucket nearest
