@@ -158,7 +158,8 @@ constexpr bool kRuntimeCoverage = Mods::kHasMaskMod && !Mods::kMaskProved;
 constexpr bool kMaskModProved = Mods::kHasMaskMod && Mods::kMaskProved;
 
 // A bounded score_mod (soft-capping) puts every exponent of the softmax
-// within +-kScoreRangeLog2 (base 2) before any shift. Up to 80, one fixed
+// within +-kScoreRangeLog2 (base 2) before any shift. Up to
+// kMaxFixedSoftmaxRangeLog2 (80, from the compiler), one fixed
 // base keeps every exp2 between 2^-120 (a row whose scores all sit at the
 // bottom still sums to a normal number) and 2^40 (sums and the output stay
 // far from overflow): no running maximum, no rescaling of the output. P
@@ -166,7 +167,8 @@ constexpr bool kMaskModProved = Mods::kHasMaskMod && Mods::kMaskProved;
 // (2^-24 to 2^15) does not, so f16 keeps the running maximum.
 constexpr float kScoreRangeLog2 = Mods::kScoreBound * kLog2e * Mods::kScoreOutputScale;
 constexpr bool kFixedSoftmaxBase = Mods::kHasScoreMod && Element::kExponentBits == 8 &&
-                                   kScoreRangeLog2 > 0.f && kScoreRangeLog2 <= 80.f;
+                                   kScoreRangeLog2 > 0.f &&
+                                   kScoreRangeLog2 <= attn_plan::kMaxFixedSoftmaxRangeLog2;
 constexpr float kFixedSoftmaxBaseLog2 = kScoreRangeLog2 > 40.f ? kScoreRangeLog2 - 40.f : 0.f;
 
 // Position of a tile's byte in p.tile_coverage, laid out

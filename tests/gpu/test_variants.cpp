@@ -170,8 +170,18 @@ TEST_CASE("ALiBi keeps its accuracy at 65536 keys", "[gpu][variants]") {
 
 TEST_CASE("tanh soft-capping matches the reference", "[gpu][variants]") {
   std::string spec = exampleWithHeads("softcap_causal_hd128.mlir");
+  // bf16 soft-capping runs on a fixed softmax base, which attn-tile plans
+  // with three consumer warpgroups and 64-key tiles.
+  const AttnLaunchConfig &launch = loadKernel(spec).compiled.launch;
+  REQUIRE(launch.blockM == 192);
+  REQUIRE(launch.blockN == 64);
   runVariant(spec, {1, 1000, 1000, false}, {}, 7);
   runVariant(spec, {1, 1000, 77, false}, {}, 8); // bottom-right: rows with no key
+  runVariant(spec, {2, 333, 1201, true}, {}, 46);
+  // Unmasked, on the persistent grid.
+  std::string unmasked = replaceAll(spec, "#attn.causal<bottom_right>", "#attn.no_mask");
+  REQUIRE(loadKernel(unmasked).compiled.launch.persistentBlocksPerSm == 1);
+  runVariant(unmasked, {2, 450, 701, false}, {}, 47);
   // f16 P cannot hold the fixed-base softmax's range (its exponentials of
   // small scores underflowed to 0): the kernel keeps the running maximum.
   runVariant(replaceAll(spec, "bf16", "f16"), {2, 300, 531, true}, {}, 45);

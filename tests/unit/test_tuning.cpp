@@ -551,6 +551,20 @@ TEST_CASE("tile candidates: legal, distinct, round-trip as overrides, include th
   if (headDim == 128)
     CHECK((longCausal.blockN == 160 && longCausal.softmaxChains == 1 &&
            longCausal.persistentBlocksPerSm == 0));
+  // And that of a softmax on a fixed base (soft-capping in bf16: 192 x 64,
+  // three consumers, four stages, two chains at head dim 128), among the
+  // candidates of its own problem.
+  TileProblem fixedBase = problem;
+  fixedBase.hasScoreMod = true;
+  fixedBase.fixedSoftmaxBase = true;
+  std::vector<TileConfig> fixedBaseCandidates = enumerateTileCandidates(fixedBase);
+  TileConfig fixedBaseHeuristic = defaultTileConfig(fixedBase);
+  CHECK(std::find(fixedBaseCandidates.begin(), fixedBaseCandidates.end(), fixedBaseHeuristic) !=
+        fixedBaseCandidates.end());
+  if (headDim == 128)
+    CHECK((fixedBaseHeuristic.blockM == 192 && fixedBaseHeuristic.blockN == 64 &&
+           fixedBaseHeuristic.consumerWarpgroups == 3 && fixedBaseHeuristic.stages == 4 &&
+           fixedBaseHeuristic.softmaxChains == 2));
 
   // The grid policy does not change legality: every plan comes in both.
   for (const TileConfig &config : candidates) {

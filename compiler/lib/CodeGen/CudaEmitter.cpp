@@ -1,6 +1,7 @@
 //===- CudaEmitter.cpp - Kernel template instantiation --------------------===//
 
 #include "attn/CodeGen/CudaEmitter.h"
+#include "attn/Compiler/TileConstraints.h"
 
 #include <algorithm>
 #include <initializer_list>
@@ -348,6 +349,7 @@ std::string emitForwardKernelSource(const ForwardKernelConfig &config) {
       << "constexpr int kConsumerRegisters = " << config.tile.consumerRegisters << ";\n"
       << "constexpr int kProducerRegisters = " << config.tile.producerRegisters << ";\n"
       << "constexpr int kSoftmaxReductionChains = " << config.tile.softmaxChains << ";\n"
+      << "constexpr int kMaxFixedSoftmaxRangeLog2 = " << kMaxFixedSoftmaxRangeLog2 << ";\n"
       << "constexpr unsigned kSmemQ = " << config.smem.q << ";\n"
       << "constexpr unsigned kSmemK = " << config.smem.k << ";\n"
       << "constexpr unsigned kSmemV = " << config.smem.v << ";\n"

@@ -322,11 +322,9 @@ std::pair<float, float> peelScoreScales(func::FuncOp func) {
   return {input, output};
 }
 
-/// A bound B such that `value` is -inf or within [-B, B] for every input,
-/// if the ops that define it give one: tanh (1), finite constants, constant
-/// multiples of bounded values, and selections between bounded values and
-/// -inf (a masked pair). The kernel then needs no running row maximum.
-std::optional<double> scoreBound(Value value) {
+} // namespace
+
+std::optional<double> getScoreBound(Value value) {
   FloatAttr constant;
   if (matchPattern(value, m_Constant(&constant))) {
     const APFloat &number = constant.getValue();
@@ -342,18 +340,20 @@ std::optional<double> scoreBound(Value value) {
   if (auto mul = dyn_cast_or_null<arith::MulFOp>(op)) {
     for (Value operand : {mul.getLhs(), mul.getRhs()})
       if (std::optional<float> factor = constantFactor(mul, operand))
-        if (std::optional<double> bound = scoreBound(operand))
+        if (std::optional<double> bound = getScoreBound(operand))
           return std::abs(double(*factor)) * *bound;
     return std::nullopt;
   }
   if (auto select = dyn_cast_or_null<arith::SelectOp>(op)) {
-    std::optional<double> whenTrue = scoreBound(select.getTrueValue());
-    std::optional<double> whenFalse = scoreBound(select.getFalseValue());
+    std::optional<double> whenTrue = getScoreBound(select.getTrueValue());
+    std::optional<double> whenFalse = getScoreBound(select.getFalseValue());
     if (whenTrue && whenFalse)
       return std::max(*whenTrue, *whenFalse);
   }
   return std::nullopt;
 }
+
+namespace {
 
 /// Clones into a new function `name(args...)`, inserted before `func`, the
 /// ops of `func` that `value` depends on, and returns it. `zeroIndex` (when
@@ -860,7 +860,7 @@ struct LowerModsPass : impl::AttnLowerModsBase<LowerModsPass> {
           if (output != 1.f)
             kernel.setScoreOutputScaleAttr(FloatAttr::get(Float32Type::get(context), output));
           std::optional<double> bound =
-              scoreBound(func.front().getTerminator()->getOperand(0));
+              getScoreBound(func.front().getTerminator()->getOperand(0));
           if (bound && *bound > 0.0 && *bound <= double(std::numeric_limits<float>::max()))
             kernel.setScoreBoundAttr(FloatAttr::get(Float32Type::get(context), float(*bound)));
         }

@@ -55,6 +55,19 @@ void mlir::attn::registerAttnPasses() {
   if (isa<SoftmaxAttr>(kernel.getNormalizer()) && !kernel.getScoreMod().empty())
     result.scoreDiagonals = std::min<int>(::attn::kMaxScoreDiagonals,
                                           findScoreDiagonals(kernel.getScoreMod().front()).size());
+  // The bound attn-lower-mods will record (score_bound times
+  // score_output_scale), or has recorded.
+  std::optional<double> bound;
+  if (FloatAttr recorded = kernel.getScoreBoundAttr())
+    bound = recorded.getValueAsDouble() *
+            (kernel.getScoreOutputScaleAttr() ? kernel.getScoreOutputScaleAttr().getValueAsDouble()
+                                              : 1.0);
+  else if (!kernel.getScoreMod().empty())
+    bound = getScoreBound(kernel.getScoreMod().front().getTerminator()->getOperand(0));
+  const double rangeLog2 = bound ? *bound * M_LOG2E : 0.0;
+  result.fixedSoftmaxBase = isa<SoftmaxAttr>(kernel.getNormalizer()) &&
+                            problem.getElementType().isBF16() && rangeLog2 > 0.0 &&
+                            rangeLog2 <= ::attn::kMaxFixedSoftmaxRangeLog2;
   return result;
 }
 

@@ -46,12 +46,32 @@ attn.kernel @full_hd256
     mask = #attn.no_mask
     normalizer = #attn.softmax
 
-// A score_mod keeps 128 keys (not measured with 160; a staged diagonal
-// would not fit beside 160-key stages).
+// A bf16 kernel whose bounded score_mod lets the softmax run on a fixed base
+// (soft-capping) takes 192 x 64 tiles, three consumers, four stages and two
+// chains at any length.
 // COMMON-LABEL: attn.kernel @softcap_hd128
-// COMMON:     tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, softmax_chains = 4, persistent_blocks_per_sm = 1>
+// COMMON:     tile = #attn.tile<block_m = 192, block_n = 64, stages = 4, consumer_warpgroups = 3, producer_warpgroups = 1, consumer_registers = 160, producer_registers = 24, softmax_chains = 2, persistent_blocks_per_sm = 1>
 attn.kernel @softcap_hd128
     problem = #attn.problem<q_heads = 16, kv_heads = 16, head_dim = 128, element_type = bf16>
+    mask = #attn.no_mask
+    normalizer = #attn.softmax
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index):
+      %inverse = arith.constant 0.02 : f32
+      %cap = arith.constant 50.0 : f32
+      %scaled = arith.mulf %s, %inverse : f32
+      %squashed = math.tanh %scaled : f32
+      %capped = arith.mulf %squashed, %cap : f32
+      attn.yield %capped : f32
+    }
+
+// In f16 (which keeps the running maximum), or beyond a range of 2^80, a
+// score_mod keeps the plan of 128 keys (not measured with 160; a staged
+// diagonal would not fit beside 160-key stages).
+// COMMON-LABEL: attn.kernel @softcap_f16_hd128
+// COMMON:     tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, softmax_chains = 4, persistent_blocks_per_sm = 1>
+attn.kernel @softcap_f16_hd128
+    problem = #attn.problem<q_heads = 16, kv_heads = 16, head_dim = 128, element_type = f16>
     mask = #attn.no_mask
     normalizer = #attn.softmax
     score_mod {
@@ -60,6 +80,21 @@ attn.kernel @softcap_hd128
       %scaled = arith.mulf %s, %inverse : f32
       %squashed = math.tanh %scaled : f32
       attn.yield %squashed : f32
+    }
+// COMMON-LABEL: attn.kernel @wide_cap_hd128
+// COMMON:     tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, softmax_chains = 4, persistent_blocks_per_sm = 1>
+attn.kernel @wide_cap_hd128
+    problem = #attn.problem<q_heads = 16, kv_heads = 16, head_dim = 128, element_type = bf16>
+    mask = #attn.no_mask
+    normalizer = #attn.softmax
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index):
+      %inverse = arith.constant 0.01 : f32
+      %cap = arith.constant 100.0 : f32
+      %scaled = arith.mulf %s, %inverse : f32
+      %squashed = math.tanh %scaled : f32
+      %capped = arith.mulf %squashed, %cap : f32
+      attn.yield %capped : f32
     }
 
 // CAUSAL-LABEL: attn.kernel @causal_hd64

@@ -70,11 +70,20 @@ struct TileProblem {
   bool hasScoreMod = false;
   /// The only mask is the built-in causal one (no mask_mod).
   bool causalOnly = false;
+  /// The softmax runs on a fixed base, with no running row maximum: P is
+  /// bf16 and every score_mod result is -inf or within a range of at most
+  /// kMaxFixedSoftmaxRangeLog2 (a bounded score_mod such as soft-capping).
+  bool fixedSoftmaxBase = false;
   /// The key sequence length the kernel is planned for (attn-tile's
   /// tuning-shape), 0 when unknown. Only the heuristic reads it; every plan
   /// runs at any length.
   int64_t keyLength = 0;
 };
+
+/// The widest score range (base 2) over which the kernel's softmax runs on a
+/// fixed base (templates/attn_fwd_sm90.cuh, kFixedSoftmaxBase, which the
+/// compiler emits from this constant).
+constexpr int kMaxFixedSoftmaxRangeLog2 = 80;
 
 /// The most score_mod values staged per key tile.
 constexpr int kMaxScoreDiagonals = 2;

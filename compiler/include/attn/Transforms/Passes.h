@@ -56,6 +56,13 @@ bool isModFunctionCallee(llvm::StringRef callee);
 /// or the pair otherwise. In the body's order.
 SmallVector<Value> findScoreDiagonals(Block &scoreBody);
 
+/// A bound B such that a score_mod result `value` is -inf or within [-B, B]
+/// for every input, if the ops that define it give one: tanh (1), finite
+/// constants, constant multiples of bounded values, and selections between
+/// bounded values and -inf (a masked pair). The kernel then needs no running
+/// row maximum.
+std::optional<double> getScoreBound(Value value);
+
 /// Conversions between the plan attributes and the MLIR-free structs of
 /// attn/Compiler/TileConstraints.h.
 ::attn::TileProblem getTileProblem(KernelOp kernel);
