@@ -170,6 +170,8 @@ constexpr bool kFixedSoftmaxBase = Mods::kHasScoreMod && Element::kExponentBits 
                                    kScoreRangeLog2 > 0.f &&
                                    kScoreRangeLog2 <= attn_plan::kMaxFixedSoftmaxRangeLog2;
 constexpr float kFixedSoftmaxBaseLog2 = kScoreRangeLog2 > 40.f ? kScoreRangeLog2 - 40.f : 0.f;
+static_assert(attn_plan::kMaxFixedSoftmaxRangeLog2 == 80,
+              "the fixed base's window, 2^-120 to 2^40, holds a range of 80");
 
 // Position of a tile's byte in p.tile_coverage, laid out
 // [batch][q_heads][query block][key tile].

@@ -55,15 +55,20 @@ void mlir::attn::registerAttnPasses() {
   if (isa<SoftmaxAttr>(kernel.getNormalizer()) && !kernel.getScoreMod().empty())
     result.scoreDiagonals = std::min<int>(::attn::kMaxScoreDiagonals,
                                           findScoreDiagonals(kernel.getScoreMod().front()).size());
-  // The bound attn-lower-mods will record (score_bound times
-  // score_output_scale), or has recorded.
+  // The score range the kernel will see: the region's bound (its output
+  // scale still inside), which attn-lower-mods records as score_bound times
+  // score_output_scale; once lowered, those two. A score_bound written on
+  // an unlowered region the analysis cannot bound plans as unbounded. The
+  // range is computed in double, the kernel's in float: a cap within a
+  // rounding of 80 / log2(e) may plan otherwise than it runs (the plan
+  // only).
   std::optional<double> bound;
-  if (FloatAttr recorded = kernel.getScoreBoundAttr())
+  if (!kernel.getScoreMod().empty())
+    bound = getScoreBound(kernel.getScoreMod().front().getTerminator()->getOperand(0));
+  else if (FloatAttr recorded = kernel.getScoreBoundAttr())
     bound = recorded.getValueAsDouble() *
             (kernel.getScoreOutputScaleAttr() ? kernel.getScoreOutputScaleAttr().getValueAsDouble()
                                               : 1.0);
-  else if (!kernel.getScoreMod().empty())
-    bound = getScoreBound(kernel.getScoreMod().front().getTerminator()->getOperand(0));
   const double rangeLog2 = bound ? *bound * M_LOG2E : 0.0;
   result.fixedSoftmaxBase = isa<SoftmaxAttr>(kernel.getNormalizer()) &&
                             problem.getElementType().isBF16() && rangeLog2 > 0.0 &&

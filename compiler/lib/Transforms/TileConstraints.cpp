@@ -76,13 +76,19 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
     config.consumerRegisters = defaultConsumerRegisters(config.consumerWarpgroups);
     config.stages = 3;
   }
+  if (problem.headDim == 128 && plainCausal && problem.keyLength >= kWideCausalMinKeys) {
+    config.blockN = 160;
+    config.softmaxChains = 1;
+  }
   // Same-run A/B on H100 (docs/benchmarks.md, 2026-11-25, evening): bf16
   // soft-capping at head dim 128 (causal, B = 2, S = 8192) took 0.980-0.985
   // ms with 192 x 64 tiles, three consumers, four stages and two chains
   // (attn-tune's winner) against 1.050-1.069 with 128 x 128: without a
   // running maximum its tanh and exp2 per score keep the special-function
   // unit busy, and a third consumer warpgroup keeps more of them in
-  // flight. f16, which keeps the running maximum, lost 6 % with it.
+  // flight. f16, which keeps the running maximum, lost 6 % with it. Only
+  // causal and unmasked kernels were measured; the plan replaces every
+  // other rule's.
   if (problem.headDim == 128 && problem.fixedSoftmaxBase) {
     config.consumerWarpgroups = 3;
     config.blockM = kWgmmaM * config.consumerWarpgroups;
@@ -90,11 +96,6 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
     config.blockN = 64;
     config.stages = 4;
     config.softmaxChains = 2;
-    return config;
-  }
-  if (problem.headDim == 128 && plainCausal && problem.keyLength >= kWideCausalMinKeys) {
-    config.blockN = 160;
-    config.softmaxChains = 1;
   }
   return config;
 }

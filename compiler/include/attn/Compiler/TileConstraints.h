@@ -71,7 +71,8 @@ struct TileProblem {
   /// The only mask is the built-in causal one (no mask_mod).
   bool causalOnly = false;
   /// The softmax runs on a fixed base, with no running row maximum: P is
-  /// bf16 and every score_mod result is -inf or within a range of at most
+  /// bf16 and every score_mod result is -inf or within [-B, B] where B
+  /// times log2(e) (after score_output_scale) is at most
   /// kMaxFixedSoftmaxRangeLog2 (a bounded score_mod such as soft-capping).
   bool fixedSoftmaxBase = false;
   /// The key sequence length the kernel is planned for (attn-tile's
@@ -121,6 +122,8 @@ int defaultConsumerRegisters(int consumerWarpgroups);
 /// causal mask alone from kWideCausalMinKeys. At head dim 64 with the causal
 /// mask alone: at most kShortCausalMaxKeys keys, a persistent grid and four
 /// stages; at most kMediumCausalMaxKeys, 128 x 128 tiles with three stages.
+/// At head dim 128 with fixedSoftmaxBase, at any length and over every
+/// other rule: 192 x 64, three consumers, four stages and two chains.
 TileConfig defaultTileConfig(const TileProblem &problem);
 
 /// The shortest key length for which the heuristic takes 160-key tiles at

@@ -22,12 +22,13 @@ def AttnTile : Pass<"attn-tile"> {
     and `persistent_blocks_per_sm = 1` when every work tile costs the same
     (no mask, no `mask_mod`), 0 (a block per work tile) otherwise. A bf16
     kernel of head dim 128 whose softmax runs on a fixed base (a bounded
-    `score_mod` such as soft-capping, within 2^80) takes 192 x 64 tiles,
-    three consumers (160 registers), four stages and two chains instead.
+    `score_mod` such as soft-capping, whose scores span at most 2^80 after
+    exponentiation) takes 192 x 64 tiles, three consumers (160 registers),
+    four stages and two chains instead, at any length.
 
     With `tuning-shape`, a kernel of head dim 128 with no mask and no
     `score_mod` whose key length is 2048 or more takes 160-key tiles and one
-    softmax chain (128 x 160); shorter or unknown lengths, masks and
+    softmax chain (128 x 160); shorter or unknown lengths, masks and other
     score_mods keep the table's plan. With the causal mask alone (no other
     mask, no `score_mod`): head dim 128 from 8192 keys takes 128 x 160 and
     one chain; head dim 64 up to 512 keys takes a persistent grid and four
