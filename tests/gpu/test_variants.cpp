@@ -182,6 +182,12 @@ TEST_CASE("tanh soft-capping matches the reference", "[gpu][variants]") {
   std::string unmasked = replaceAll(spec, "#attn.causal<bottom_right>", "#attn.no_mask");
   REQUIRE(loadKernel(unmasked).compiled.launch.persistentBlocksPerSm == 1);
   runVariant(unmasked, {2, 450, 701, false}, {}, 47);
+  // Beside a sliding window (local layers of Gemma 2): partial tiles on
+  // both edges of the band.
+  std::string windowed =
+      replaceAll(spec, "#attn.causal<bottom_right>", "#attn.sliding_window<left = 100, right = 20>");
+  REQUIRE(loadKernel(windowed).compiled.launch.blockM == 192);
+  runVariant(windowed, {1, 700, 900, false}, {}, 48);
   // f16 P cannot hold the fixed-base softmax's range (its exponentials of
   // small scores underflowed to 0): the kernel keeps the running maximum.
   runVariant(replaceAll(spec, "bf16", "f16"), {2, 300, 531, true}, {}, 45);

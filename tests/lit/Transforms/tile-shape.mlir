@@ -48,9 +48,15 @@ attn.kernel @full_hd256
 
 // A bf16 kernel whose bounded score_mod lets the softmax run on a fixed base
 // (soft-capping) takes 192 x 64 tiles, three consumers, four stages and two
-// chains at any length.
+// chains at any length; so it does once attn-lower-mods has moved the
+// region into a function and recorded score_bound and score_output_scale.
+// RUN: attn-opt --attn-lower-mods %s | attn-opt --attn-tile | FileCheck %s --check-prefix=LOWERED
 // COMMON-LABEL: attn.kernel @softcap_hd128
 // COMMON:     tile = #attn.tile<block_m = 192, block_n = 64, stages = 4, consumer_warpgroups = 3, producer_warpgroups = 1, consumer_registers = 160, producer_registers = 24, softmax_chains = 2, persistent_blocks_per_sm = 1>
+// LOWERED-LABEL: attn.kernel @softcap_hd128
+// LOWERED:    score_bound = 1.000000e+00 : f32
+// LOWERED-SAME: score_output_scale = 5.000000e+01 : f32
+// LOWERED-SAME: tile = #attn.tile<block_m = 192, block_n = 64, stages = 4, consumer_warpgroups = 3, producer_warpgroups = 1, consumer_registers = 160, producer_registers = 24, softmax_chains = 2, persistent_blocks_per_sm = 1>
 attn.kernel @softcap_hd128
     problem = #attn.problem<q_heads = 16, kv_heads = 16, head_dim = 128, element_type = bf16>
     mask = #attn.no_mask
@@ -70,6 +76,8 @@ attn.kernel @softcap_hd128
 // diagonal would not fit beside 160-key stages).
 // COMMON-LABEL: attn.kernel @softcap_f16_hd128
 // COMMON:     tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, softmax_chains = 4, persistent_blocks_per_sm = 1>
+// LOWERED-LABEL: attn.kernel @softcap_f16_hd128
+// LOWERED:    tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, softmax_chains = 4, persistent_blocks_per_sm = 1>
 attn.kernel @softcap_f16_hd128
     problem = #attn.problem<q_heads = 16, kv_heads = 16, head_dim = 128, element_type = f16>
     mask = #attn.no_mask
@@ -83,6 +91,10 @@ attn.kernel @softcap_f16_hd128
     }
 // COMMON-LABEL: attn.kernel @wide_cap_hd128
 // COMMON:     tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, softmax_chains = 4, persistent_blocks_per_sm = 1>
+// LOWERED-LABEL: attn.kernel @wide_cap_hd128
+// LOWERED:    score_bound = 1.000000e+00 : f32
+// LOWERED-SAME: score_output_scale = 1.000000e+02 : f32
+// LOWERED-SAME: tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, softmax_chains = 4, persistent_blocks_per_sm = 1>
 attn.kernel @wide_cap_hd128
     problem = #attn.problem<q_heads = 16, kv_heads = 16, head_dim = 128, element_type = bf16>
     mask = #attn.no_mask
