@@ -52,7 +52,8 @@ void mlir::attn::registerAttnPasses() {
   result.hasScoreMod = !kernel.getScoreMod().empty() || kernel.getScoreModFnAttr();
   result.causalOnly = isa<CausalAttr>(kernel.getMask()) && !kernel.getMaskModFnAttr() &&
                       kernel.getMaskMod().empty();
-  if (isa<SoftmaxAttr>(kernel.getNormalizer()) && !kernel.getScoreMod().empty())
+  const bool softmax = isa<SoftmaxAttr>(kernel.getNormalizer());
+  if (softmax && !kernel.getScoreMod().empty())
     result.scoreDiagonals = std::min<int>(::attn::kMaxScoreDiagonals,
                                           findScoreDiagonals(kernel.getScoreMod().front()).size());
   // The score range the kernel will see: the region's bound (its output
@@ -70,8 +71,7 @@ void mlir::attn::registerAttnPasses() {
             (kernel.getScoreOutputScaleAttr() ? kernel.getScoreOutputScaleAttr().getValueAsDouble()
                                               : 1.0);
   const double rangeLog2 = bound ? *bound * M_LOG2E : 0.0;
-  result.fixedSoftmaxBase = isa<SoftmaxAttr>(kernel.getNormalizer()) &&
-                            problem.getElementType().isBF16() && rangeLog2 > 0.0 &&
+  result.fixedSoftmaxBase = softmax && problem.getElementType().isBF16() && rangeLog2 > 0.0 &&
                             rangeLog2 <= ::attn::kMaxFixedSoftmaxRangeLog2;
   return result;
 }

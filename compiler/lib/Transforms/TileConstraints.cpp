@@ -14,6 +14,16 @@ int defaultConsumerRegisters(int consumerWarpgroups) {
   return consumerWarpgroups >= 3 ? 160 : 240;
 }
 
+namespace {
+/// Gives `config` `count` consumer warpgroups: one 64-row WGMMA slice of Q
+/// each, and the register count that fits them.
+void setConsumerWarpgroups(TileConfig &config, int count) {
+  config.consumerWarpgroups = count;
+  config.blockM = kWgmmaM * count;
+  config.consumerRegisters = defaultConsumerRegisters(count);
+}
+} // namespace
+
 TileConfig defaultTileConfig(const TileProblem &problem) {
   // Measured on H100 (docs/benchmarks.md): head dim 64 gains ~10% from a
   // third consumer warpgroup, head dim 256 ~5% from 80-key tiles; at head
@@ -22,18 +32,8 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
   config.producerWarpgroups = 1;
   config.producerRegisters = 24;
   config.stages = 2;
-  if (problem.headDim <= 64) {
-    config.consumerWarpgroups = 3;
-    config.blockN = 128;
-  } else if (problem.headDim <= 128) {
-    config.consumerWarpgroups = 2;
-    config.blockN = 128;
-  } else {
-    config.consumerWarpgroups = 2;
-    config.blockN = 80;
-  }
-  config.blockM = kWgmmaM * config.consumerWarpgroups;
-  config.consumerRegisters = defaultConsumerRegisters(config.consumerWarpgroups);
+  setConsumerWarpgroups(config, problem.headDim <= 64 ? 3 : 2);
+  config.blockN = problem.headDim <= 128 ? 128 : 80;
   // Same-run A/B at S = 8192: four chains gain 1.5 % at head dim 128 (two
   // consumers, 240 registers each) and lose 3 % at head dims 64 and 256,
   // whose schedules have less room.
@@ -71,9 +71,7 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
   // morning, which found them 2.3 % slower at 2048 keys).
   if (problem.headDim == 64 && plainCausal && problem.keyLength > kShortCausalMaxKeys &&
       problem.keyLength <= kMediumCausalMaxKeys) {
-    config.consumerWarpgroups = 2;
-    config.blockM = kWgmmaM * config.consumerWarpgroups;
-    config.consumerRegisters = defaultConsumerRegisters(config.consumerWarpgroups);
+    setConsumerWarpgroups(config, 2);
     config.stages = 3;
   }
   if (problem.headDim == 128 && plainCausal && problem.keyLength >= kWideCausalMinKeys) {
@@ -90,9 +88,7 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
   // causal and unmasked kernels were measured; the plan replaces every
   // other rule's.
   if (problem.headDim == 128 && problem.fixedSoftmaxBase) {
-    config.consumerWarpgroups = 3;
-    config.blockM = kWgmmaM * config.consumerWarpgroups;
-    config.consumerRegisters = defaultConsumerRegisters(config.consumerWarpgroups);
+    setConsumerWarpgroups(config, 3);
     config.blockN = 64;
     config.stages = 4;
     config.softmaxChains = 2;
