@@ -260,13 +260,24 @@ __device__ __forceinline__ int countVisitedTilesInWarp(const attn_abi::AttnFwdPa
   return count;
 }
 
-// Block b takes work tiles b, b + gridDim.x, ... In the default order the
-// query block runs fastest, so the blocks working at once share the K and V
-// of a few heads in L2, and from the last query block down, so causal tiles
-// with the most key tiles start first and the end of the schedule is made of
-// short ones. Masks whose long tiles lie elsewhere (Longformer's global rows)
-// come with p.work_order, the same tiles sorted by cost, longest first.
-// Packed sequences count query blocks of the longest one.
+// The run of work tiles is dealt out in rounds of gridDim.x, block b taking
+// position b of even rounds and gridDim.x - 1 - b of odd ones (a snake):
+// the blocks that drew a round's long tiles draw the next round's short
+// ones, so that causal blocks end together.
+//
+// In the default order the query block runs fastest, so the blocks working
+// at once share the K and V of a few heads in L2, and from the last query
+// block down, so causal tiles with the most key tiles start first. When a
+// head's query blocks outnumber a quarter of the grid, causal tiles go
+// query-block-major instead (every head's last query block, then the one
+// before, ...: longest first): there a default round holds about one head's
+// lengths, shifted from round to round, and the snake no longer pairs long
+// with short, while query-block-major rounds each hold tiles of nearly one
+// length; with so few heads, the blocks of a round still share each head's
+// K and V.
+// Masks whose long tiles lie elsewhere (Longformer's global rows) come with
+// p.work_order, the same tiles sorted by cost, longest first. Packed
+// sequences count query blocks of the longest one.
 struct TileSchedule {
   int queryBlocks;
   int count;
@@ -275,13 +286,33 @@ struct TileSchedule {
       : queryBlocks((p.seqlen_q + kBlockM - 1) / kBlockM),
         count(queryBlocks * p.q_heads * p.batch) {}
 
-  // The work tile at position `index` of the run.
+  // This block's position in the first round, and in the round after the
+  // one of `position` (recomputed from it: the loop carries one variable).
+  __device__ static int firstPosition() { return static_cast<int>(blockIdx.x); }
+  __device__ static int nextPosition(int position) {
+    const int blocks = static_cast<int>(gridDim.x), block = static_cast<int>(blockIdx.x);
+    const int round = position / blocks + 1;
+    return round * blocks + ((round & 1) ? blocks - 1 - block : block);
+  }
+
+  // The work tile at position `index` of the run. One call of atDefault
+  // for the three orders: three inlined copies spilled 620 bytes in the
+  // document-mask example.
   __device__ WorkTile at(const attn_abi::AttnFwdParams &p, int index) const {
-    // One unsigned min clamps both ends of an entry out of range.
-    return atDefault(p, p.work_order ? static_cast<int>(min(static_cast<unsigned>(__ldg(
-                                                                p.work_order + index)),
-                                                            static_cast<unsigned>(count - 1)))
-                                     : index);
+    int defaultIndex = index;
+    if (p.work_order) {
+      // One unsigned min clamps both ends of an entry out of range.
+      defaultIndex = static_cast<int>(min(static_cast<unsigned>(__ldg(p.work_order + index)),
+                                          static_cast<unsigned>(count - 1)));
+    } else if (Mask::kWorkGrowsWithQuery && !Mods::kHasMaskMod &&
+               4 * queryBlocks >= static_cast<int>(gridDim.x)) {
+      // Query-block-major: position index is query block queryBlocks - 1 -
+      // index / headBatches of head-batch index % headBatches.
+      const int headBatches = p.q_heads * p.batch;
+      const int fromLast = index / headBatches;
+      defaultIndex = (index - fromLast * headBatches) * queryBlocks + fromLast;
+    }
+    return atDefault(p, defaultIndex);
   }
 
   // The work tile at position `index` of the default order.
@@ -322,7 +353,8 @@ __device__ void produce(const attn_abi::AttnFwdParams &p, u32 smemBase, const Ba
 
   int ring = 0; // key tiles loaded so far, over all work tiles
   int qLoads = 0;
-  for (int index = blockIdx.x; index < schedule.count; index += gridDim.x) {
+  for (int index = schedule.firstPosition(); index < schedule.count;
+       index = schedule.nextPosition(index)) {
     const WorkTile work = schedule.at(p, index);
     if (work.empty())
       continue;
@@ -913,7 +945,8 @@ __device__ void consume(const attn_abi::AttnFwdParams &p, u32 smemBase, const Ba
   turns.open();
   int ring = 0;
   u32 qPhase = 0;
-  for (int index = blockIdx.x; index < schedule.count; index += gridDim.x) {
+  for (int index = schedule.firstPosition(); index < schedule.count;
+       index = schedule.nextPosition(index)) {
     const WorkTile work = schedule.at(p, index);
     if (work.empty())
       continue;

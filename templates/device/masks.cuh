@@ -63,7 +63,10 @@ __device__ __forceinline__ Coverage affineCoverage(i64 base, i64 q, i64 kv, i64 
   return rangeCoverage(affineRange(base, q, kv, q0, q1, k0, k1));
 }
 
+// kWorkGrowsWithQuery: a later query block visits at least as many key
+// tiles (the persistent schedule deals such tiles out longest first).
 struct NoMask {
+  static constexpr bool kWorkGrowsWithQuery = false;
   static __device__ __forceinline__ i64 keyBegin(i64, i64) { return 0; }
   static __device__ __forceinline__ i64 keyEnd(i64, i64, i64 seqlenK) { return seqlenK; }
   static __device__ __forceinline__ bool coversTile(i64, i64, i64, i64, i64) { return true; }
@@ -72,6 +75,7 @@ struct NoMask {
 
 // Keeps k <= q + shift.
 struct CausalMask {
+  static constexpr bool kWorkGrowsWithQuery = true;
   static __device__ __forceinline__ i64 keyBegin(i64, i64) { return 0; }
   static __device__ __forceinline__ i64 keyEnd(i64 qLast, i64 shift, i64 seqlenK) {
     return minI64(seqlenK, qLast + shift + 1);
@@ -84,6 +88,7 @@ struct CausalMask {
 
 // Keeps q + shift - Left <= k <= q + shift + Right.
 template <i64 Left, i64 Right> struct SlidingWindowMask {
+  static constexpr bool kWorkGrowsWithQuery = false;
   static __device__ __forceinline__ i64 keyBegin(i64 qFirst, i64 shift) {
     return maxI64(0, qFirst + shift - Left);
   }

@@ -106,16 +106,18 @@ TEST_CASE("the plan for long keys matches the reference on awkward shapes", "[gp
 
 TEST_CASE("the plans for causal key lengths match the reference on awkward shapes", "[gpu]") {
   // attn-tile's heuristic plans causal kernels by key length: at head dim
-  // 64 a persistent grid with four stages for 512 keys and 128 x 128 tiles
-  // with three stages for 1024, at head dim 128 160-key tiles for 8192. Each
-  // must be right at any length, under either alignment of the causal mask.
+  // 64 four stages for 512 keys and 128 x 128 tiles with three stages for
+  // 1024, at head dim 128 160-key tiles from 8192; a persistent grid below
+  // 16384 keys. Each must be right at any length, under either alignment of
+  // the causal mask.
   struct Plan {
     int headDim;
     const char *tuningShape;
     int blockM, blockN, persistentBlocksPerSm;
   };
-  const Plan plan = GENERATE(Plan{64, "32,512,512", 192, 128, 1}, Plan{64, "16,1024,1024", 128, 128, 0},
-                             Plan{128, "2,8192,8192", 128, 160, 0});
+  const Plan plan = GENERATE(Plan{64, "32,512,512", 192, 128, 1}, Plan{64, "16,1024,1024", 128, 128, 1},
+                             Plan{128, "2,8192,8192", 128, 160, 1},
+                             Plan{128, "1,16384,16384", 128, 160, 0});
   CompileOptions options;
   options.tuningShape = plan.tuningShape;
   std::string element = GENERATE(std::string("bf16"), std::string("f16"));
@@ -130,6 +132,27 @@ TEST_CASE("the plans for causal key lengths match the reference on awkward shape
   for (const char *mask : {kMasks[1], kMasks[2]})
     for (const Case &testCase : awkwardCases())
       checkAgainstReference(plan.headDim, element, mask, testCase, seed++, options);
+}
+
+TEST_CASE("the persistent schedule deals every causal tile once, in both orders", "[gpu]") {
+  // A persistent causal grid takes its work tiles in rounds of one per
+  // block, alternating direction; with more query blocks a head than a
+  // quarter of the grid, in query-block-major order. Shapes with more tiles
+  // than the H100's 132 blocks, the last round partial: head dim 64 (192
+  // rows a tile) at 700 tokens, 4 query blocks a head, in the default order;
+  // head dim 128 at 4250 tokens, 34 query blocks, query-block-major.
+  std::string element = GENERATE(std::string("bf16"), std::string("f16"));
+  uint64_t seed = 400;
+  for (const char *mask : {kMasks[1], kMasks[2]}) {
+    const Case shortRuns{16, 4, {3, 700, 700, false}};
+    const Case longRuns{4, 1, {1, 4250, 4250, false}};
+    REQUIRE(loadKernel(specText(64, element, mask, shortRuns.qHeads, shortRuns.kvHeads))
+                .compiled.launch.persistentBlocksPerSm == 1);
+    REQUIRE(loadKernel(specText(128, element, mask, longRuns.qHeads, longRuns.kvHeads))
+                .compiled.launch.persistentBlocksPerSm == 1);
+    checkAgainstReference(64, element, mask, shortRuns, seed++);
+    checkAgainstReference(128, element, mask, longRuns, seed++);
+  }
 }
 
 TEST_CASE("an explicit softmax scale is honoured", "[gpu]") {

@@ -546,11 +546,21 @@ TEST_CASE("tile candidates: legal, distinct, round-trip as overrides, include th
   TileConfig mediumCausal = causalHeuristic(1024);
   if (headDim == 64)
     CHECK((mediumCausal.blockM == 128 && mediumCausal.consumerWarpgroups == 2 &&
-           mediumCausal.stages == 3 && mediumCausal.persistentBlocksPerSm == 0));
+           mediumCausal.stages == 3 && mediumCausal.persistentBlocksPerSm == 1));
   TileConfig longCausal = causalHeuristic(8192);
   if (headDim == 128)
     CHECK((longCausal.blockN == 160 && longCausal.softmaxChains == 1 &&
-           longCausal.persistentBlocksPerSm == 0));
+           longCausal.persistentBlocksPerSm == 1));
+  // From kMaskedPersistentMaxKeys a block per work tile; a sliding window
+  // is planned like the causal mask there and below.
+  CHECK(causalHeuristic(kMaskedPersistentMaxKeys).persistentBlocksPerSm == 0);
+  TileProblem window = problem;
+  window.evenTiles = false;
+  window.slidingWindowOnly = true;
+  window.keyLength = 8192;
+  CHECK(defaultTileConfig(window).persistentBlocksPerSm == 1);
+  window.keyLength = kMaskedPersistentMaxKeys;
+  CHECK(defaultTileConfig(window).persistentBlocksPerSm == 0);
   // And that of a softmax on a fixed base (soft-capping in bf16: 192 x 64,
   // three consumers, four stages, two chains at head dim 128), among the
   // candidates of its own problem.

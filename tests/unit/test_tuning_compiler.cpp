@@ -237,9 +237,10 @@ TEST_CASE("attn-tile uses the tuned plan of the nearest bucket", "[tuning][tile]
   }
   SECTION("no database: the heuristic") {
     options.tuningDatabase = "";
-    options.tuningShape = "2,8192";
-    // The shape's: a causal head dim 128 takes 160-key tiles at 8192 keys.
-    CHECK(plan(specText(), options).config == heuristicAt(key, 8192));
+    options.tuningShape = "1,16384";
+    // The shape's: a causal head dim 128 takes 160-key tiles from 8192 keys,
+    // and one block per work tile from 16384.
+    CHECK(plan(specText(), options).config == heuristicAt(key, 16384));
     CompiledKernel kernel = compileSpec(specText(), "t.mlir", options);
     CHECK(kernel.launch.blockN == 160);
     CHECK(kernel.launch.persistentBlocksPerSm == 0);

@@ -50,8 +50,9 @@ void mlir::attn::registerAttnPasses() {
   result.evenTiles = isa<NoMaskAttr>(kernel.getMask()) &&
                      !kernel.getMaskModFnAttr() && kernel.getMaskMod().empty();
   result.hasScoreMod = !kernel.getScoreMod().empty() || kernel.getScoreModFnAttr();
-  result.causalOnly = isa<CausalAttr>(kernel.getMask()) && !kernel.getMaskModFnAttr() &&
-                      kernel.getMaskMod().empty();
+  const bool noMaskMod = !kernel.getMaskModFnAttr() && kernel.getMaskMod().empty();
+  result.causalOnly = isa<CausalAttr>(kernel.getMask()) && noMaskMod;
+  result.slidingWindowOnly = isa<SlidingWindowAttr>(kernel.getMask()) && noMaskMod;
   const bool softmax = isa<SoftmaxAttr>(kernel.getNormalizer());
   if (softmax && !kernel.getScoreMod().empty())
     result.scoreDiagonals = std::min<int>(::attn::kMaxScoreDiagonals,

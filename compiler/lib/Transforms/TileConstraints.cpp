@@ -50,19 +50,20 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
     config.softmaxChains = 1;
   }
   // Even tiles: a persistent grid overlaps each tile's epilogue with the
-  // next tile's loads (+18 % at S = 512). Uneven (masked) tiles: a static
-  // round-robin lost 6-28 % to the hardware's dynamic block dispatch.
-  config.persistentBlocksPerSm = problem.evenTiles ? 1 : 0;
+  // next tile's loads (+18 % at S = 512). Tiles of a built-in mask: the
+  // kernel deals them out in a snake, and so a persistent grid gained 4 to
+  // 30 % on causal kernels up to 4096 keys (same-run A/B,
+  // docs/benchmarks.md, 2026-11-26; a plain round-robin had lost 6 to 28 %).
+  // Other masks keep the hardware's dynamic block dispatch.
+  const bool maskedPersistent = (problem.causalOnly || problem.slidingWindowOnly) &&
+                                problem.keyLength < kMaskedPersistentMaxKeys;
+  config.persistentBlocksPerSm = problem.evenTiles || maskedPersistent ? 1 : 0;
   // Same-run A/B on H100 (docs/benchmarks.md, 2026-11-25, B x S = 16384):
-  // causal head dim 64 at 512 keys, whose work tiles differ by at most
-  // three key tiles, gained 6.5 % from a persistent grid with four stages;
-  // from 1024 keys the persistent grid lost 22 % and more, and at head dims
-  // 128 and 256 it lost at 512 too.
+  // causal head dim 64 at 512 keys gained 6.5 % from four stages on a
+  // persistent grid.
   const bool plainCausal = problem.causalOnly && !problem.hasScoreMod && problem.keyLength > 0;
-  if (problem.headDim == 64 && plainCausal && problem.keyLength <= kShortCausalMaxKeys) {
-    config.persistentBlocksPerSm = 1;
+  if (problem.headDim == 64 && plainCausal && problem.keyLength <= kShortCausalMaxKeys)
     config.stages = 4;
-  }
   // Same-run A/B of the grid on H100 (docs/benchmarks.md, 2026-11-25,
   // evening; three rounds, B x S = 16384): causal head dim 64 at 1024 keys
   // gained 8.9 % from 128-row tiles with three stages (attn-tune's winner of

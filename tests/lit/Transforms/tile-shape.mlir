@@ -2,18 +2,21 @@
 // unmasked kernel of head dim 128 without a score_mod takes 128 x 160 tiles
 // with one softmax chain from a key length of 2048; shorter keys, other
 // head dims, masked kernels and score_mods keep the shape-free plan. A
-// causal kernel of head dim 64 with at most 512 keys takes a persistent grid
-// and four stages, with at most 1024 keys 128 x 128 tiles and three stages;
-// one of head dim 128 with at least 8192 keys 128 x 160 tiles, one chain.
-// RUN: attn-opt --attn-tile="tuning-shape=2,8192" %s | FileCheck %s --check-prefixes=COMMON,WIDE,CAUSAL,CAUSAL-WIDE
-// RUN: attn-opt --attn-tile="tuning-shape=1,300,2048" %s | FileCheck %s --check-prefixes=COMMON,WIDE,CAUSAL,CAUSAL-NARROW
-// RUN: attn-opt --attn-tile="tuning-shape=1,4096,2047" %s | FileCheck %s --check-prefixes=COMMON,NARROW,CAUSAL,CAUSAL-NARROW
-// RUN: attn-opt --attn-tile="tuning-shape=1,8191" %s | FileCheck %s --check-prefixes=COMMON,WIDE,CAUSAL,CAUSAL-NARROW
-// RUN: attn-opt --attn-tile="tuning-shape=16,1024" %s | FileCheck %s --check-prefixes=COMMON,NARROW,MEDIUM,CAUSAL-NARROW
-// RUN: attn-opt --attn-tile="tuning-shape=1,1025" %s | FileCheck %s --check-prefixes=COMMON,NARROW,CAUSAL,CAUSAL-NARROW
-// RUN: attn-opt --attn-tile="tuning-shape=32,512" %s | FileCheck %s --check-prefixes=COMMON,NARROW,SHORT,CAUSAL-NARROW
-// RUN: attn-opt --attn-tile="tuning-shape=4,4096,300" %s | FileCheck %s --check-prefixes=COMMON,NARROW,SHORT,CAUSAL-NARROW
-// RUN: attn-opt --attn-tile %s | FileCheck %s --check-prefixes=COMMON,NARROW,CAUSAL,CAUSAL-NARROW
+// causal kernel of head dim 64 with at most 512 keys takes four stages,
+// with at most 1024 keys 128 x 128 tiles and three stages; one of head dim
+// 128 with at least 8192 keys 128 x 160 tiles, one chain. Kernels masked by
+// a built-in mask alone (causal, sliding window) take a persistent grid
+// below 16384 keys (and when the length is unknown).
+// RUN: attn-opt --attn-tile="tuning-shape=2,8192" %s | FileCheck %s --check-prefixes=COMMON,WIDE,CAUSAL,CAUSAL-WIDE,WINDOW
+// RUN: attn-opt --attn-tile="tuning-shape=1,300,2048" %s | FileCheck %s --check-prefixes=COMMON,WIDE,CAUSAL,CAUSAL-NARROW,WINDOW
+// RUN: attn-opt --attn-tile="tuning-shape=1,4096,2047" %s | FileCheck %s --check-prefixes=COMMON,NARROW,CAUSAL,CAUSAL-NARROW,WINDOW
+// RUN: attn-opt --attn-tile="tuning-shape=1,8191" %s | FileCheck %s --check-prefixes=COMMON,WIDE,CAUSAL,CAUSAL-NARROW,WINDOW
+// RUN: attn-opt --attn-tile="tuning-shape=16,1024" %s | FileCheck %s --check-prefixes=COMMON,NARROW,MEDIUM,CAUSAL-NARROW,WINDOW
+// RUN: attn-opt --attn-tile="tuning-shape=1,1025" %s | FileCheck %s --check-prefixes=COMMON,NARROW,CAUSAL,CAUSAL-NARROW,WINDOW
+// RUN: attn-opt --attn-tile="tuning-shape=32,512" %s | FileCheck %s --check-prefixes=COMMON,NARROW,SHORT,CAUSAL-NARROW,WINDOW
+// RUN: attn-opt --attn-tile="tuning-shape=4,4096,300" %s | FileCheck %s --check-prefixes=COMMON,NARROW,SHORT,CAUSAL-NARROW,WINDOW
+// RUN: attn-opt --attn-tile %s | FileCheck %s --check-prefixes=COMMON,NARROW,CAUSAL,CAUSAL-NARROW,WINDOW
+// RUN: attn-opt --attn-tile="tuning-shape=1,16384" %s | FileCheck %s --check-prefixes=COMMON,WIDE,LONG
 
 // WIDE-LABEL: attn.kernel @full_hd128
 // WIDE:       tile = #attn.tile<block_m = 128, block_n = 160, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, persistent_blocks_per_sm = 1>
@@ -25,8 +28,9 @@ attn.kernel @full_hd128
     normalizer = #attn.softmax
 
 // COMMON-LABEL: attn.kernel @causal_hd128
-// CAUSAL-NARROW: tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, softmax_chains = 4>
-// CAUSAL-WIDE:   tile = #attn.tile<block_m = 128, block_n = 160, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24>
+// CAUSAL-NARROW: tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, softmax_chains = 4, persistent_blocks_per_sm = 1>
+// CAUSAL-WIDE:   tile = #attn.tile<block_m = 128, block_n = 160, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, persistent_blocks_per_sm = 1>
+// LONG:          tile = #attn.tile<block_m = 128, block_n = 160, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24>
 attn.kernel @causal_hd128
     problem = #attn.problem<q_heads = 16, kv_heads = 4, head_dim = 128, element_type = bf16>
     mask = #attn.causal<bottom_right>
@@ -110,19 +114,23 @@ attn.kernel @wide_cap_hd128
     }
 
 // CAUSAL-LABEL: attn.kernel @causal_hd64
-// CAUSAL:       tile = #attn.tile<block_m = 192, block_n = 128, stages = 2, consumer_warpgroups = 3, producer_warpgroups = 1, consumer_registers = 160, producer_registers = 24>}
+// CAUSAL:       tile = #attn.tile<block_m = 192, block_n = 128, stages = 2, consumer_warpgroups = 3, producer_warpgroups = 1, consumer_registers = 160, producer_registers = 24, persistent_blocks_per_sm = 1>}
+// LONG-LABEL:   attn.kernel @causal_hd64
+// LONG:         tile = #attn.tile<block_m = 192, block_n = 128, stages = 2, consumer_warpgroups = 3, producer_warpgroups = 1, consumer_registers = 160, producer_registers = 24>}
 // SHORT-LABEL:  attn.kernel @causal_hd64
 // SHORT:        tile = #attn.tile<block_m = 192, block_n = 128, stages = 4, consumer_warpgroups = 3, producer_warpgroups = 1, consumer_registers = 160, producer_registers = 24, persistent_blocks_per_sm = 1>}
 // MEDIUM-LABEL: attn.kernel @causal_hd64
-// MEDIUM:       tile = #attn.tile<block_m = 128, block_n = 128, stages = 3, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24>}
+// MEDIUM:       tile = #attn.tile<block_m = 128, block_n = 128, stages = 3, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, persistent_blocks_per_sm = 1>}
 attn.kernel @causal_hd64
     problem = #attn.problem<q_heads = 32, kv_heads = 32, head_dim = 64, element_type = bf16>
     mask = #attn.causal<bottom_right>
     normalizer = #attn.softmax
 
-// A window, or a mask_mod beside the causal mask, keeps the plan at 512 keys.
+// A window keeps the tiles and stages at 512 keys; its grid is persistent
+// below 16384 keys.
 // COMMON-LABEL: attn.kernel @window_hd64
-// COMMON:       tile = #attn.tile<block_m = 192, block_n = 128, stages = 2, consumer_warpgroups = 3, producer_warpgroups = 1, consumer_registers = 160, producer_registers = 24>}
+// WINDOW:       tile = #attn.tile<block_m = 192, block_n = 128, stages = 2, consumer_warpgroups = 3, producer_warpgroups = 1, consumer_registers = 160, producer_registers = 24, persistent_blocks_per_sm = 1>}
+// LONG:         tile = #attn.tile<block_m = 192, block_n = 128, stages = 2, consumer_warpgroups = 3, producer_warpgroups = 1, consumer_registers = 160, producer_registers = 24>}
 attn.kernel @window_hd64
     problem = #attn.problem<q_heads = 32, kv_heads = 32, head_dim = 64, element_type = bf16>
     mask = #attn.sliding_window<left = 256, right = 0>

@@ -16,22 +16,40 @@ attn.kernel @hd64
     normalizer = #attn.softmax
 
 // head_dim 128: 128 x 128 tiles, 2 stages (f16 plans like bf16), four
-// softmax reduction chains. Causal tiles differ in cost: a block per tile.
+// softmax reduction chains. Causal tiles differ in cost, and the kernel's
+// persistent schedule knows how: the grid is persistent too.
 // CHECK-LABEL: attn.kernel @hd128
-// CHECK:      tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, softmax_chains = 4>
+// CHECK:      tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, softmax_chains = 4, persistent_blocks_per_sm = 1>
 attn.kernel @hd128
     problem = #attn.problem<q_heads = 16, kv_heads = 2, head_dim = 128, element_type = f16>
     mask = #attn.causal<bottom_right>
     normalizer = #attn.softmax
 
 // head_dim 256: block_n drops to 80 so the accumulators fit 240 registers
-// (256/2 + 80/2 + 80/4 + 32 = 220).
+// (256/2 + 80/2 + 80/4 + 32 = 220). A sliding window is a built-in mask:
+// persistent.
 // CHECK-LABEL: attn.kernel @hd256
-// CHECK:      tile = #attn.tile<block_m = 128, block_n = 80, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24>}
+// CHECK:      tile = #attn.tile<block_m = 128, block_n = 80, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, persistent_blocks_per_sm = 1>}
 attn.kernel @hd256
     problem = #attn.problem<q_heads = 16, kv_heads = 16, head_dim = 256, element_type = bf16>
     mask = #attn.sliding_window<left = 512, right = 0>
     normalizer = #attn.softmax
+
+// A mask_mod (here beside the causal mask) leaves its tiles' work unknown
+// to the schedule: one block per work tile, dispatched by the hardware.
+// CHECK-LABEL: attn.kernel @mask_mod_hd128
+// CHECK:      tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, softmax_chains = 4>}
+attn.kernel @mask_mod_hd128
+    problem = #attn.problem<q_heads = 16, kv_heads = 16, head_dim = 128, element_type = bf16>
+    mask = #attn.causal<top_left>
+    normalizer = #attn.softmax
+    mask_mod {
+    ^bb0(%b: index, %h: index, %q: index, %kv: index):
+      %window = arith.constant 1000 : index
+      %shifted = arith.addi %kv, %window : index
+      %near = arith.cmpi sge, %shifted, %q : index
+      attn.yield %near : i1
+    }
 
 // A legal plan already on the op is kept; its omitted schedule fields take
 // their defaults (one chain, a block per work tile).

@@ -35,8 +35,8 @@
 // METADATA-DAG: dtype bf16
 // METADATA-DAG: block_m 128
 // METADATA-DAG: shared_memory_bytes {{[0-9]+}}
-// A causal kernel leaves its blocks to the hardware's dispatch.
-// METADATA-DAG: persistent_blocks_per_sm 0
+// A causal kernel walks a persistent grid (one block per SM).
+// METADATA-DAG: persistent_blocks_per_sm 1
 // A spec without captured buffers.
 // METADATA-DAG: captures 0
 

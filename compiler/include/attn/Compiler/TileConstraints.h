@@ -70,6 +70,10 @@ struct TileProblem {
   bool hasScoreMod = false;
   /// The only mask is the built-in causal one (no mask_mod).
   bool causalOnly = false;
+  /// The only mask is a built-in sliding window (no mask_mod). With
+  /// causalOnly: the kernel's persistent schedule knows how its tiles'
+  /// work varies.
+  bool slidingWindowOnly = false;
   /// The softmax runs on a fixed base, with no running row maximum: P is
   /// bf16 and every score_mod result is -inf or within [-B, B] where B
   /// times log2(e) (after score_output_scale) is at most
@@ -116,7 +120,9 @@ int defaultConsumerRegisters(int consumerWarpgroups);
 ///   head_dim 128: 128 x 128, 2 consumer warpgroups;
 ///   head_dim 256: 128 x  80, 2 consumer warpgroups;
 /// four softmax reduction chains at head dim 128 (one otherwise) and a
-/// persistent grid of one block per SM when the work tiles are even. At head
+/// persistent grid of one block per SM when the work tiles are even, or
+/// masked by a built-in mask alone with keyLength below
+/// kMaskedPersistentMaxKeys (or unknown). At head
 /// dim 128 without a mask or a score_mod, with keyLength known and at least
 /// kWideKeyTileMinKeys, 128 x 160 tiles with one softmax chain; so with the
 /// causal mask alone from kWideCausalMinKeys. At head dim 64 with the causal
@@ -133,9 +139,16 @@ TileConfig defaultTileConfig(const TileProblem &problem);
 constexpr int64_t kWideKeyTileMinKeys = 2048;
 
 /// The longest key length for which the heuristic gives causal head-dim-64
-/// kernels a persistent grid with four stages: measured faster at 512 keys,
-/// slower from 1024 (docs/benchmarks.md).
+/// kernels four stages (measured faster at 512 keys, docs/benchmarks.md).
 constexpr int64_t kShortCausalMaxKeys = 512;
+
+/// The key length from which kernels masked by a built-in mask alone keep
+/// one block per work tile: below it the persistent grid (dealing tiles out
+/// in a snake, templates/attn_fwd_sm90.cuh) was measured 4 to 30 % faster
+/// on causal kernels of head dims 64, 128 and 256 up to 4096 keys, 0.5 to
+/// 5 % at 8192, and 1 to 8 % on the causal score_mods and the sliding
+/// window at 8192 (docs/benchmarks.md, 2026-11-26).
+constexpr int64_t kMaskedPersistentMaxKeys = 16384;
 
 /// The longest key length for which the heuristic gives causal head-dim-64
 /// kernels (past kShortCausalMaxKeys) 128 x 128 tiles with three stages:

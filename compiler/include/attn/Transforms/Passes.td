@@ -20,7 +20,9 @@ def AttnTile : Pass<"attn-tile"> {
     | 256      | 128     | 80      | 2 (240)               | 1              |
 
     and `persistent_blocks_per_sm = 1` when every work tile costs the same
-    (no mask, no `mask_mod`), 0 (a block per work tile) otherwise. A bf16
+    (no mask, no `mask_mod`) or a built-in mask alone (causal or a sliding
+    window, no `mask_mod`) shapes the tiles and the key length is below
+    16384 or unknown; 0 (a block per work tile) otherwise. A bf16
     kernel of head dim 128 whose softmax runs on a fixed base (a bounded
     `score_mod` such as soft-capping, whose scores span at most 2^80 after
     exponentiation) takes 192 x 64 tiles, three consumers (160 registers),
@@ -31,9 +33,8 @@ def AttnTile : Pass<"attn-tile"> {
     softmax chain (128 x 160); shorter or unknown lengths, masks and other
     score_mods keep the table's plan. With the causal mask alone (no other
     mask, no `score_mod`): head dim 128 from 8192 keys takes 128 x 160 and
-    one chain; head dim 64 up to 512 keys takes a persistent grid and four
-    stages, and from 513 to 1024 keys 128 x 128 tiles (two consumers) and
-    three stages.
+    one chain; head dim 64 up to 512 keys takes four stages, and from 513
+    to 1024 keys 128 x 128 tiles (two consumers) and three stages.
 
     With `tuning-db`, the tuning database's record for the kernel (its
     tuning hash, the target `arch`, and the shape bucket nearest
