@@ -146,8 +146,9 @@ constexpr int64_t kShortCausalMaxKeys = 512;
 /// one block per work tile: below it the persistent grid (dealing tiles out
 /// in a snake, templates/attn_fwd_sm90.cuh) was measured 4 to 30 % faster
 /// on causal kernels of head dims 64, 128 and 256 up to 4096 keys, 0.5 to
-/// 5 % at 8192, and 1 to 8 % on the causal score_mods and the sliding
-/// window at 8192 (docs/benchmarks.md, 2026-11-26).
+/// 5 % at 8192, and 1 to 9 % on the causal score_mods and the sliding
+/// window at 8192; at 16384 it was mixed, -2 to +3 % (docs/benchmarks.md,
+/// 2026-11-26).
 constexpr int64_t kMaskedPersistentMaxKeys = 16384;
 
 /// The longest key length for which the heuristic gives causal head-dim-64
