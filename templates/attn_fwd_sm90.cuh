@@ -812,14 +812,17 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
   if constexpr (kFixedSoftmaxBase)
     stats.max[0] = stats.max[1] = kFixedSoftmaxBaseLog2;
 
-  // What the user regions compute once per query row of this thread.
+  // What the user regions compute once per query row of this thread. Row
+  // values that do not read q are the second row's too: then the two rows
+  // share every per-key product with them (ALiBi's slope times kv).
   typename Mods::MaskRow maskRows[2];
   typename Mods::ScoreRow scoreRows[2];
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    maskRows[half] = Mods::maskRow(p, work.batch, work.head, row0 + 8 * half);
-    scoreRows[half] = Mods::scoreRow(p, work.batch, work.head, row0 + 8 * half);
-  }
+  maskRows[0] = Mods::maskRow(p, work.batch, work.head, row0);
+  scoreRows[0] = Mods::scoreRow(p, work.batch, work.head, row0);
+  maskRows[1] = Mods::kMaskRowUsesQuery ? Mods::maskRow(p, work.batch, work.head, row0 + 8)
+                                        : maskRows[0];
+  scoreRows[1] = Mods::kScoreRowUsesQuery ? Mods::scoreRow(p, work.batch, work.head, row0 + 8)
+                                          : scoreRows[0];
 
   // A score_mod sees scaled scores, so the softmax then scales by log2(e)
   // alone; without one the scale folds into the exponent. The constant

@@ -129,6 +129,8 @@ void emitModHooks(const ModFunctions &mod, const std::string &captureArgs, const
   const char *params = "const attn_abi::AttnFwdParams &p";
   out << "  static constexpr bool k" << name << "UsesKeyFloat = "
       << (mod.usesKeyFloat ? "true" : "false") << ";\n";
+  out << "  static constexpr bool k" << name << "RowUsesQuery = "
+      << (mod.rowsUseQuery ? "true" : "false") << ";\n";
   out << "  struct " << name << "Row {\n";
   for (size_t i = 0; i < mod.rowTypes.size(); ++i)
     out << "    " << mod.rowTypes[i] << " v" << i << ";\n";

@@ -16,8 +16,11 @@
 // CHECK-SAME: static constexpr float kScoreBound = 0x0p+0f;
 // CHECK-SAME: return coverageOr(affineCoverage(0LL * b + 0LL * h + 2047LL, 0LL, -1LL, q0, q1, k0, k1), affineCoverage(0LL * b + 0LL * h + 0LL, 1LL, -1LL, q0, q1, k0, k1));
 // CHECK-SAME: static constexpr bool kMaskUsesKeyFloat = false;
+// CHECK-SAME: static constexpr bool kMaskRowUsesQuery = false;
 // CHECK-SAME: struct MaskRow {\0A  };
 // CHECK-SAME: return attn_mask_mod_0(b, h, q, k, kf, attn_dev::captureOf<float, 1>(p.captures[0]));
+// The slope is the same for every row of a head: computed once.
+// CHECK-SAME: static constexpr bool kScoreRowUsesQuery = false;
 // CHECK-SAME: struct ScoreRow {\0A    float v0;\0A  };
 // CHECK-SAME: row.v0 = attn_score_mod_0_row_0(b, h, q, attn_dev::captureOf<float, 1>(p.captures[0]));
 // CHECK-SAME: return attn_score_mod_0(s, b, h, q, k, kf, attn_dev::captureOf<float, 1>(p.captures[0]), row.v0);
@@ -114,5 +117,30 @@ attn.kernel @alibi
       %d = arith.subf %qf, %kvf : f32
       %bias = arith.mulf %slope, %d : f32
       %r = arith.subf %s, %bias : f32
+      attn.yield %r : f32
+    }
+
+// Row values that read q: each row computes its own.
+// CHECK-LABEL: attn.kernel @rows_read_q
+// CHECK: attn.cuda_source = "
+// CHECK-SAME: static constexpr bool kMaskRowUsesQuery = true;
+// CHECK-SAME: row.v0 = attn_mask_mod_{{[0-9]+}}_row_0(b, h, q,
+// CHECK-SAME: static constexpr bool kScoreRowUsesQuery = true;
+// CHECK-SAME: row.v0 = attn_score_mod_{{[0-9]+}}_row_0(b, h, q,
+attn.kernel @rows_read_q
+    problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask normalizer = #attn.softmax
+    captures = [#attn.capture<"gain", f32, [?]>]
+    mask_mod {
+    ^bb0(%b: index, %h: index, %q: index, %kv: index, %gain: memref<?xf32>):
+      %w = arith.constant 100 : index
+      %lo = arith.subi %q, %w : index
+      %keep = arith.cmpi sge, %kv, %lo : index
+      attn.yield %keep : i1
+    }
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index, %gain: memref<?xf32>):
+      %g = memref.load %gain[%q] : memref<?xf32>
+      %r = arith.mulf %s, %g : f32
       attn.yield %r : f32
     }

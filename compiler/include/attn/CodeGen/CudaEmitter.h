@@ -75,6 +75,9 @@ struct ModFunctions {
   std::vector<std::string> diagonalFunctions;
   std::vector<std::string> diagonalTypes;
   bool usesKeyFloat = false; // whether `function` reads kv as float
+  // Whether a row function reads q: if none does, the row values are the
+  // same for every row of a (batch, head), and the kernel computes them once.
+  bool rowsUseQuery = false;
   // score_mod's terms taken out of `function` that depend on neither the
   // key nor the score, a function of (b, h, q, captures...): the row's
   // log-sum-exp adds them. Empty: none.
