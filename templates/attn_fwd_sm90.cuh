@@ -550,15 +550,22 @@ __device__ __forceinline__ void applyMask(const attn_abi::AttnFwdParams &p,
 // diagonals its 64 rows meet in a key tile in a window of its own, one or two
 // words a thread. It fetches them into registers before the tile's QKᵀ, so
 // the loads overlap it, and publishes them after; each pair then reads its
-// word at a constant offset from the lane's base. The warpgroup's two
-// windows alternate, so one warpgroup barrier per tile orders the writes
-// before the reads, and the reads before the next writes to the same window.
+// word at a constant offset from the lane's base. One warpgroup barrier
+// per tile orders the writes before the reads; the reads come before the
+// next writes to the same window because every thread of the warpgroup
+// passes its next GEMM turn (a barrier with all of them) in between. A
+// single consumer takes no turns: its two windows alternate instead.
 // (A window per warp needs only __syncwarp, but its 16 rows share 127 of
 // their kBlockN + 15 diagonals with the next warp's: each thread fetched
 // three times as many words, and the fetches cost more than the barrier.)
 constexpr int kDiagonals = Mods::kScoreDiagonals;
 constexpr int kDiagonalsPerTile = kBlockN + 63;
 constexpr u32 kDiagonalWindowBytes = (kBlockN + 64) * 4;
+constexpr int kDiagonalWindows = GemmTurns::kEnabled ? 1 : 2;
+static_assert(kDiagonals == 0 || kConsumers * kDiagonalWindows * kDiagonals *
+                                         kDiagonalWindowBytes <=
+                                     attn_plan::kSmemScoreDiagonalBytes,
+              "the score_diagonals buffer (attn::scoreDiagonalBytes) holds every window");
 constexpr int kDiagonalFetches = (kDiagonalsPerTile + kWarpgroupThreads - 1) / kWarpgroupThreads;
 constexpr int kColumnGroups = kBlockN / 8;
 
@@ -569,7 +576,7 @@ struct DiagonalStage {
 
   __device__ __forceinline__ explicit DiagonalStage(u32 smemBase, int consumer)
       : windows(smemBase + attn_plan::kSmemScoreDiagonals +
-                consumer * 2 * kDiagonals * kDiagonalWindowBytes),
+                consumer * kDiagonalWindows * kDiagonals * kDiagonalWindowBytes),
         window(0) {}
 
   // body(n, f, x) for the words x = thread + 128 f of each value n this
@@ -598,7 +605,7 @@ struct DiagonalStage {
   // `barrier` is the warpgroup's named barrier.
   __device__ __forceinline__ u32 publish(int thread, int barrier) {
     const u32 address = windows + window * kDiagonals * kDiagonalWindowBytes;
-    window ^= 1;
+    window = (window + 1) % kDiagonalWindows;
     forEachThreadWord(thread, [&](int n, int f, int x) {
       asm volatile("st.shared.b32 [%0], %1;" ::"r"(address + n * kDiagonalWindowBytes + 4 * x),
                    "r"(fetched[n][f])

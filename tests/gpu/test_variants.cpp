@@ -270,6 +270,10 @@ TEST_CASE("relative-position bias from a captured table matches the reference",
   };
   runVariant(spec, {1, 1000, 1000, false}, table, 13);
   runVariant(spec, {1, 200, 900, false}, table, 14);
+  // Head dim 256's plan has room for one staged value (one window per
+  // consumer); head dim 64 stages it for three consumers.
+  for (const char *headDim : {"head_dim = 256", "head_dim = 64"})
+    runVariant(replaceAll(spec, "head_dim = 128", headDim), {1, 777, 1100, false}, table, 15);
 }
 
 TEST_CASE("score_mod values staged per diagonal match the reference", "[gpu][variants]") {
@@ -325,7 +329,7 @@ TEST_CASE("score_mod values staged per diagonal match the reference", "[gpu][var
   runVariant(spec, {1, 1000, 1000, false}, tables, 25);
   runVariant(spec, {2, 300, 1700, true}, tables, 26);
   // Head dim 64 (three consumers, 192-row blocks) stages them too; head dim
-  // 256 has no room and reads per pair.
+  // 256 has no room for two values and reads them per pair.
   for (const char *headDim : {"head_dim = 64", "head_dim = 256"})
     runVariant(replaceAll(spec, "head_dim = 128", headDim), {1, 777, 650, false}, tables, 27);
   runVariant(replaceAll(spec, "mask = #attn.no_mask", "mask = #attn.causal<bottom_right>"),

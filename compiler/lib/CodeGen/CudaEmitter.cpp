@@ -358,6 +358,8 @@ std::string emitForwardKernelSource(const ForwardKernelConfig &config) {
       << "constexpr unsigned kSmemOStaging = " << config.smem.oStaging << ";\n"
       << "constexpr unsigned kSmemBarriers = " << config.smem.barriers << ";\n"
       << "constexpr unsigned kSmemScoreDiagonals = " << config.smem.scoreDiagonals << ";\n"
+      << "constexpr unsigned kSmemScoreDiagonalBytes = " << config.smem.scoreDiagonalBytes
+      << ";\n"
       << "constexpr unsigned kSmemTotal = " << config.smem.total << ";\n"
       << "} // namespace attn_plan\n\n";
 

@@ -348,6 +348,7 @@ FailureOr<::attn::codegen::ForwardKernelConfig> buildForwardKernelConfig(KernelO
              << ::attn::scoreDiagonalBytes(problem, config.tile) << " bytes for its "
              << staged << " staged score_mod values";
     config.smem.scoreDiagonals = buffer.getOffset();
+    config.smem.scoreDiagonalBytes = buffer.getSize();
   }
   config.smem.total = smem.getTotal();
   return config;

@@ -232,8 +232,9 @@ int64_t estimateSharedMemoryBytes(const TileProblem &problem,
 }
 
 int64_t scoreDiagonalBytes(const TileProblem &problem, const TileConfig &config) {
-  constexpr int64_t kWindows = 2, kWordBytes = 4;
-  return int64_t(config.consumerWarpgroups) * kWindows * problem.scoreDiagonals *
+  constexpr int64_t kWordBytes = 4;
+  const int64_t windows = config.consumerWarpgroups > 1 ? 1 : 2;
+  return int64_t(config.consumerWarpgroups) * windows * problem.scoreDiagonals *
          (int64_t(config.blockN) + kWgmmaM) * kWordBytes;
 }
 

@@ -1,6 +1,6 @@
 // Values of score_mod that read a capture and depend on q and kv only
 // through d = q - kv get a `score_diagonals` buffer in the shared-memory
-// plan (per consumer warpgroup, two windows of block_n + 64 words per value), and
+// plan (per consumer warpgroup, a window of block_n + 64 words per value), and
 // attn-lower-mods moves them into functions of (b, h, d, captures...) with q
 // replaced by d and kv by 0; the score function takes their values after the
 // captures. Other reads stay per pair (or per row).
@@ -20,7 +20,7 @@
 // CHECK-NEXT:    return %[[SUM]]
 // CHECK-LABEL: attn.kernel @relpos
 // CHECK:           score_mod_diagonal_fns = [@attn_score_mod_0_diag_0], score_mod_fn = @attn_score_mod_0
-// CHECK-SAME:      #attn.buffer<"score_diagonals", offset = {{[0-9]+}}, size = 3072, align = 16, swizzle = 0>
+// CHECK-SAME:      #attn.buffer<"score_diagonals", offset = {{[0-9]+}}, size = 1536, align = 16, swizzle = 0>
 attn.kernel @relpos
     problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 128, element_type = bf16>
     mask = #attn.causal<bottom_right> normalizer = #attn.softmax
@@ -57,7 +57,7 @@ attn.kernel @relpos
 // CHECK:         add %{{.*}}, %[[SECOND]]
 // CHECK-LABEL: attn.kernel @two_tables
 // CHECK:           score_mod_diagonal_fns = [@attn_score_mod_1_diag_0, @attn_score_mod_1_diag_1]
-// CHECK-SAME:      #attn.buffer<"score_diagonals", offset = {{[0-9]+}}, size = 6144, align = 16, swizzle = 0, slots = 2>
+// CHECK-SAME:      #attn.buffer<"score_diagonals", offset = {{[0-9]+}}, size = 3072, align = 16, swizzle = 0, slots = 2>
 attn.kernel @two_tables
     problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 128, element_type = bf16>
     mask = #attn.no_mask normalizer = #attn.softmax
@@ -113,8 +113,8 @@ attn.kernel @not_diagonal
       attn.yield %out : f32
     }
 
-// Head dim 256 leaves no room for the windows (128 x 80 tiles, two stages):
-// the table is read per pair.
+// Head dim 256 (128 x 80 tiles, two stages) leaves room for the windows of
+// one value (2 x 144 words), not of two: both tables are read per pair.
 // CHECK:         call_opaque "attn_dev::loadCapture"
 // CHECK-LABEL: attn.kernel @relpos_hd256
 // CHECK-NOT:     score_mod_diagonal_fns
@@ -122,7 +122,46 @@ attn.kernel @not_diagonal
 attn.kernel @relpos_hd256
     problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 256, element_type = bf16>
     mask = #attn.causal<bottom_right> normalizer = #attn.softmax
+    captures = [#attn.capture<"bias", f32, [q_heads, ?]>, #attn.capture<"bucket", i32, [?]>,
+                #attn.capture<"bucket_bias", f32, [?]>]
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index, %bias: memref<?x?xf32>,
+         %bucket: memref<?xi32>, %bucketBias: memref<?xf32>):
+      %distance = arith.subi %q, %kv : index
+      %value = memref.load %bias[%h, %distance] : memref<?x?xf32>
+      %first = arith.addf %s, %value : f32
+      %b32 = memref.load %bucket[%distance] : memref<?xi32>
+      %bucketIndex = arith.index_cast %b32 : i32 to index
+      %bucketValue = memref.load %bucketBias[%bucketIndex] : memref<?xf32>
+      %second = arith.addf %first, %bucketValue : f32
+      attn.yield %second : f32
+    }
+
+// CHECK-LABEL: attn.kernel @relpos_hd256_one_table
+// CHECK:           score_mod_diagonal_fns = [@attn_score_mod_{{[0-9]+}}_diag_0]
+// CHECK-SAME:      #attn.buffer<"score_diagonals", offset = {{[0-9]+}}, size = 1152, align = 16, swizzle = 0>
+attn.kernel @relpos_hd256_one_table
+    problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 256, element_type = bf16>
+    mask = #attn.causal<bottom_right> normalizer = #attn.softmax
     captures = [#attn.capture<"bias", f32, [q_heads, ?]>]
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index, %bias: memref<?x?xf32>):
+      %column = arith.subi %q, %kv : index
+      %value = memref.load %bias[%h, %column] : memref<?x?xf32>
+      %biased = arith.addf %s, %value : f32
+      attn.yield %biased : f32
+    }
+
+// A single consumer takes no GEMM turns, which order a warpgroup's reads of
+// a window before its next writes: it alternates two windows (2 x 192 words).
+// CHECK-LABEL: attn.kernel @relpos_one_consumer
+// CHECK:           #attn.buffer<"score_diagonals", offset = {{[0-9]+}}, size = 1536, align = 16, swizzle = 0>
+// CHECK-SAME:      consumer_warpgroups = 1
+attn.kernel @relpos_one_consumer
+    problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 128, element_type = bf16>
+    mask = #attn.causal<bottom_right> normalizer = #attn.softmax
+    captures = [#attn.capture<"bias", f32, [q_heads, ?]>]
+    attributes {tile = #attn.tile<block_m = 64, block_n = 128, stages = 2, consumer_warpgroups = 1, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24>}
     score_mod {
     ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index, %bias: memref<?x?xf32>):
       %column = arith.subi %q, %kv : index
