@@ -190,10 +190,10 @@ LogicalResult collectUserMods(KernelOp op, ::attn::codegen::UserMods &mods) {
                   op.getScoreModDiagonalFnsAttr(), 1, mods.score}};
   // Row functions take (b, h, q, captures...), diagonal ones (b, h, d,
   // captures...); both return one scalar.
-  // `readsThird` is set when a function reads its third argument (q or d).
+  // With `readsQuery`, it is set when a row function reads q.
   auto emitHelpers = [&](ArrayAttr refs, const char *kind, bool only32Bit,
                          std::vector<std::string> &names, std::vector<std::string> &types,
-                         bool &readsThird) -> LogicalResult {
+                         bool *readsQuery = nullptr) -> LogicalResult {
     if (!refs)
       return success();
     for (Attribute ref : refs) {
@@ -212,18 +212,18 @@ LogicalResult collectUserMods(KernelOp op, ::attn::codegen::UserMods &mods) {
                                                        : " has no C++ scalar type");
       names.push_back(helper->getSymName().str());
       types.push_back(type);
-      readsThird |= !helper->getArgument(2).use_empty();
+      if (readsQuery)
+        *readsQuery |= !helper->getArgument(2).use_empty();
     }
     return success();
   };
   for (auto &region : regions) {
     if (!region.function)
       continue;
-    bool diagonalsReadD = false;
     if (failed(emitHelpers(region.rows, "row", false, region.out.rowFunctions,
-                           region.out.rowTypes, region.out.rowsUseQuery)) ||
+                           region.out.rowTypes, &region.out.rowsUseQuery)) ||
         failed(emitHelpers(region.diagonals, "diagonal", true, region.out.diagonalFunctions,
-                           region.out.diagonalTypes, diagonalsReadD)))
+                           region.out.diagonalTypes)))
       return failure();
     if (region.out.diagonalFunctions.size() > size_t(::attn::kMaxScoreDiagonals))
       return op.emitOpError("has ") << region.out.diagonalFunctions.size()
