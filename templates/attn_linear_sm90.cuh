@@ -24,8 +24,8 @@
 // Sequence parallelism: with p.segments > 1 each block owns one segment of
 // chunks. attn_linear_segment_kernel first computes, for finer pieces of the
 // sequence, each piece's own state contribution L_j (the state pass from a
-// zero state) with its total decay G_j; attn_linear_kernel then enters its
-// segment with
+// zero state, walking the piece backwards) with its total decay G_j;
+// attn_linear_kernel then enters its segment with
 //   S = e^{G_{j-1}} (... (e^{G_0} S_in + L_0) ...) + L_{j-1}
 // over the pieces before it (every piece, non-causal) and runs its chunks.
 //
@@ -137,6 +137,14 @@ __device__ __forceinline__ Pass passOf(const attn_abi::AttnLinearParams &p, cons
   return pass == 0 ? Pass{false, true} : Pass{true, false};
 }
 
+// The chunk a block's walk visits at `step`. A piece's state contribution
+// does not depend on the order of its chunks, so the segment kernel walks
+// backwards: the chunks it reads last, the first of each piece, are those
+// the main kernel reads first, and are still in L2 when it starts.
+__device__ __forceinline__ int chunkAt(const Work &work, int step) {
+  return work.segmentKernel ? work.endChunk - 1 - step : work.firstChunk + step;
+}
+
 __device__ __forceinline__ bool loadsQ(const Pass &pass) { return pass.output; }
 __device__ __forceinline__ bool loadsKv(const Pass &pass) { return pass.state || (pass.output && kCausal); }
 
@@ -146,16 +154,19 @@ __device__ __forceinline__ u32 vTile(u32 smem, int stage) { return smem + attn_p
 
 // The chunk's decays in stage `stage`: G[0..63], the inclusive prefix sums
 // of the tokens' log2-decays (tokens past the sequence decay by nothing, so
-// G of the last row is that of the last token), then each token's weight to
-// the chunk's end, 2^(G[63] - G[t]).
+// G of the last row is that of the last token), then each token's weight
+// for the state update, 2^(G[63] - G[t] + walkedLog2Decay): to the chunk's
+// end, and in the segment kernel, which walks its piece backwards, on
+// through the chunks walked before (their decays' sum, walkedLog2Decay).
 __device__ __forceinline__ float *chunkDecay(unsigned char *smemPointer, int stage) {
   return reinterpret_cast<float *>(smemPointer + attn_plan::kSmemDecay) + stage * 2 * kChunk;
 }
 
-// The producer warp writes the chunk's decays (one token per lane and half).
-__device__ __forceinline__ void writeChunkDecay(const attn_abi::AttnLinearParams &p,
-                                                const Work &work, int chunk, float *decay,
-                                                int lane) {
+// The producer warp writes the chunk's decays (one token per lane and half)
+// and returns the chunk's total, G[63].
+__device__ __forceinline__ float writeChunkDecay(const attn_abi::AttnLinearParams &p,
+                                                 const Work &work, int chunk,
+                                                 float walkedLog2Decay, float *decay, int lane) {
   float low = 0.f, high = 0.f;
   int token = chunk * kChunk + lane;
   if constexpr (kGated) {
@@ -176,8 +187,9 @@ __device__ __forceinline__ void writeChunkDecay(const attn_abi::AttnLinearParams
   float last = __shfl_sync(0xffffffff, high, 31);
   decay[lane] = low;
   decay[lane + 32] = high;
-  decay[kChunk + lane] = fastExp2(last - low);
-  decay[kChunk + lane + 32] = fastExp2(last - high);
+  decay[kChunk + lane] = fastExp2(last - low + walkedLog2Decay);
+  decay[kChunk + lane + 32] = fastExp2(last - high + walkedLog2Decay);
+  return last;
 }
 
 // ---------------------------------------------------------------------------
@@ -205,7 +217,9 @@ __device__ void produce(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
   for (int pass = 0; pass < passCount; ++pass) {
     const Pass kind = passOf(p, work, pass);
     const bool withQ = loadsQ(kind), withKv = loadsKv(kind);
-    for (int chunk = work.firstChunk; chunk < work.endChunk; ++chunk, ++load) {
+    float walkedLog2Decay = 0.f;
+    for (int step = 0; step < work.endChunk - work.firstChunk; ++step, ++load) {
+      const int chunk = chunkAt(work, step);
       RingSlot slot = ringSlot<kStages>(load);
       if (load >= kStages)
         mbarrierWait(barriers.empty(slot.stage), slot.phase ^ 1);
@@ -223,7 +237,9 @@ __device__ void produce(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
         }
       }
       if constexpr (kHasDecay) {
-        writeChunkDecay(p, work, chunk, chunkDecay(smemPointer, slot.stage), lane);
+        float last = writeChunkDecay(p, work, chunk, work.segmentKernel ? walkedLog2Decay : 0.f,
+                                     chunkDecay(smemPointer, slot.stage), lane);
+        walkedLog2Decay += last;
         __syncwarp();
       }
       // Releases the decays to the consumers, which acquire them with the
@@ -476,7 +492,8 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
   for (int pass = 0; pass < passCount; ++pass) {
     const Pass kind = passOf(p, work, pass);
     const bool computesOutput = kind.output, updatesState = kind.state;
-    for (int chunk = work.firstChunk; chunk < work.endChunk; ++chunk, ++load) {
+    for (int step = 0; step < work.endChunk - work.firstChunk; ++step, ++load) {
+      const int chunk = chunkAt(work, step);
       const RingSlot slot = ringSlot<kStages>(load);
       const u32 q = qTile(smem, slot.stage), k = kTile(smem, slot.stage), v = vTile(smem, slot.stage);
       const float *decay = chunkDecay(smemPointer, slot.stage);
@@ -555,8 +572,12 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
       u32 values[kValueRegs];
       if (updatesState) {
         if constexpr (kHasDecay) {
+          // The segment kernel's token weights carry the decay of the chunks
+          // after this one (it walks backwards); a forward walk decays the
+          // state instead.
           float last = decay[kChunk - 1];
-          scaleState(state, fastExp2(last));
+          if (!work.segmentKernel)
+            scaleState(state, fastExp2(last));
           segmentLog2Decay += last;
         }
         if constexpr (kNormalize) {

@@ -109,9 +109,10 @@ reference::LinearProblem referenceProblem(const LinearCase &c, const AttnLaunchC
 // One chunkwise launch against both reference forms, with a random initial
 // state (and key sum) when `withState`; checks O and the final state. With
 // `segments` > 0 the sequence is split into that many segments (through a
-// workspace), which must give the same result.
+// workspace), which must give the same result; the segment kernel's pieces
+// then hold at least `minPieceChunks` chunks.
 void checkCase(const LinearCase &c, harness::Shape shape, bool withState, uint64_t seed,
-               int segments = 0) {
+               int segments = 0, int minPieceChunks = 1) {
   LoadedKernel &kernel = loadKernel(specFor(c));
   const AttnLaunchConfig &launch = kernel.compiled.launch;
   REQUIRE(launch.linearFamily == 1);
@@ -156,6 +157,7 @@ void checkCase(const LinearCase &c, harness::Shape shape, bool withState, uint64
     REQUIRE(split.segments >= 2);
     REQUIRE(split.segments <= segments);
     REQUIRE(int64_t(split.segments) * split.segmentChunks * 64 >= shape.seqlenQ);
+    REQUIRE(split.stateChunks >= minPieceChunks);
     workspace = DeviceBuffer(std::max<uint64_t>(linearWorkspaceBytes(launch, shape.batch, split), 4));
     // NaN pieces: a main-kernel block that read them before the segment
     // kernel wrote them would fail the checks below.
@@ -298,6 +300,24 @@ TEST_CASE("a sequence split into segments matches the reference", "[gpu][linear]
   c.featureMap = reference::FeatureMap::Relu;
   c.normalize = false;
   checkCase(c, harness::Shape{2, 190, 190}, /*withState=*/false, 77, /*segments=*/2);
+}
+
+TEST_CASE("the segment kernel's backward walk over pieces of several chunks matches the reference",
+          "[gpu][linear]") {
+  // Enough blocks (32 (head, batch) pairs at head dim 64) that each of the
+  // 18 chunks' two segments splits into pieces of three chunks, which the
+  // segment kernel walks last chunk first, weighting each token by the
+  // decay to its piece's end: the fixed multi-scale decay, then per-token
+  // gates, and an uneven last chunk.
+  LinearCase c;
+  c.headDim = 64;
+  c.qHeads = c.kvHeads = 8;
+  checkCase(c, harness::Shape{4, 1100, 1100}, /*withState=*/true, 78, /*segments=*/2,
+            /*minPieceChunks=*/2);
+  c.normalizer = "#attn.retention<gated>";
+  c.gated = true;
+  checkCase(c, harness::Shape{4, 1100, 1100}, /*withState=*/false, 79, /*segments=*/2,
+            /*minPieceChunks=*/2);
 }
 
 TEST_CASE("a prefill in two halves equals one prefill, and the one-token step continues it",
