@@ -138,6 +138,10 @@ __device__ __forceinline__ Sequence sequenceOf(const attn_abi::AttnFwdParams &p,
 // head) and the key tiles they visit: those of `keys` that the mask_mod's
 // coverage test does not prove empty (all of them without a mask_mod).
 // Query blocks past a packed sequence's end are empty and skipped.
+// A piece of a split tail tile (TileSchedule) visits part of the tile's key
+// tiles; tailTile is then its index among the tail tiles (else -1), and
+// pieces how many blocks' pieces make up the tile, the first of them from
+// block firstPieceBlock.
 struct WorkTile {
   int queryBlock;
   int queryBegin;
@@ -147,9 +151,15 @@ struct WorkTile {
   int batch;
   Sequence sequence;
   KeyTileRange keys;
+  int tailTile;
+  int pieces;
+  int firstPieceBlock;
 
   __device__ bool empty() const { return queryBegin >= sequence.seqlenQ; }
 };
+
+// Tail split: possible where every work tile visits the same key tiles.
+constexpr bool kSplitsTail = Mask::kEveryQueryVisitsEveryKey && !Mods::kHasMaskMod;
 
 // A mask_mod the compiler could not classify may come with a tile coverage
 // computed at run time (p.tile_coverage, see attn_tile_coverage_kernel).
@@ -280,27 +290,93 @@ __device__ __forceinline__ int countVisitedTilesInWarp(const attn_abi::AttnFwdPa
 // Masks whose long tiles lie elsewhere (Longformer's global rows) come with
 // p.work_order, the same tiles sorted by cost, longest first. Packed
 // sequences count query blocks of the longest one.
+// With a split tail (p.tail_tiles > 0, equal work tiles, a persistent grid
+// whose last round is partial), the full rounds deal whole tiles and the
+// last tail_tiles tiles, fewer than the blocks, are cut along their key
+// tiles: laid end to end, their key tiles split into gridDim.x equal runs,
+// one per block, each a piece at the end of one tile and perhaps one at the
+// start of the next. The block's positions past tailBegin are its two
+// pieces (tailBegin + 2 block + second).
 struct TileSchedule {
   int queryBlocks;
   int count;
+  int tailBegin;   // the first split tile (count without a split)
+  int end;         // one past the last position
+  int keyTiles;    // key tiles of every work tile (split tail only)
+  i64 tailKeyTiles; // of the split tiles, end to end
 
   __device__ explicit TileSchedule(const attn_abi::AttnFwdParams &p)
       : queryBlocks((p.seqlen_q + kBlockM - 1) / kBlockM),
-        count(queryBlocks * p.q_heads * p.batch) {}
+        count(queryBlocks * p.q_heads * p.batch), tailBegin(count), end(count),
+        keyTiles((p.seqlen_k + kBlockN - 1) / kBlockN), tailKeyTiles(0) {
+    const int blocks = static_cast<int>(gridDim.x);
+    // Every block's run must hold a key tile (the runtime's split does).
+    if (kSplitsTail && p.tail_tiles > 0 && p.tail_tiles < blocks && p.tail_tiles < count &&
+        static_cast<i64>(p.tail_tiles) * keyTiles >= blocks && p.tail_partials &&
+        p.tail_counters && !p.cu_seqlens_q && !p.work_order) {
+      tailBegin = count - p.tail_tiles;
+      end = tailBegin + 2 * blocks;
+      tailKeyTiles = static_cast<i64>(p.tail_tiles) * keyTiles;
+    }
+  }
 
   // This block's position in the first round, and in the round after the
   // one of `position` (recomputed from it: the loop carries one variable).
   __device__ static int firstPosition() { return static_cast<int>(blockIdx.x); }
-  __device__ static int nextPosition(int position) {
+  __device__ int nextPosition(int position) const {
     const int blocks = static_cast<int>(gridDim.x), block = static_cast<int>(blockIdx.x);
+    const int firstPiece = tailBegin + 2 * block;
+    if (position >= tailBegin)
+      return position == firstPiece ? position + 1 : end;
     const int round = position / blocks + 1;
-    return round * blocks + ((round & 1) ? blocks - 1 - block : block);
+    const int next = round * blocks + ((round & 1) ? blocks - 1 - block : block);
+    return next < tailBegin ? next : (tailBegin < count ? firstPiece : end);
+  }
+
+  // Split tail: where block b's run of key tiles starts, and the block whose
+  // run holds key tile x (of the tail's, end to end).
+  __device__ i64 runBegin(int block) const {
+    return block * tailKeyTiles / static_cast<int>(gridDim.x);
+  }
+  __device__ int blockOfTailKeyTile(i64 x) const {
+    const i64 blocks = gridDim.x;
+    return static_cast<int>(((x + 1) * blocks + tailKeyTiles - 1) / tailKeyTiles - 1);
+  }
+  // The slot of tail_partials that block `block`'s piece of tail tile
+  // `tailTile` writes: its second if its run started in an earlier tile.
+  __device__ int pieceSlot(int block, int tailTile) const {
+    return 2 * block + (runBegin(block) / keyTiles < tailTile ? 1 : 0);
+  }
+
+  // Piece `second` of this block's run (empty if the run has no such piece).
+  __device__ WorkTile tailPiece(const attn_abi::AttnFwdParams &p, int position) const {
+    const int block = (position - tailBegin) / 2, second = (position - tailBegin) % 2;
+    const i64 begin = runBegin(block), finish = runBegin(block + 1);
+    const int tailTile = static_cast<int>(begin / keyTiles) + second;
+    const i64 first = max(begin, static_cast<i64>(tailTile) * keyTiles);
+    const i64 last = min(finish, static_cast<i64>(tailTile + 1) * keyTiles);
+    WorkTile work;
+    if (first >= last) {
+      work.queryBegin = 0;
+      work.sequence.seqlenQ = 0; // empty()
+      return work;
+    }
+    work = atDefault(p, tailBegin + tailTile);
+    work.keys.end = work.keys.begin + static_cast<int>(last - static_cast<i64>(tailTile) * keyTiles);
+    work.keys.begin += static_cast<int>(first - static_cast<i64>(tailTile) * keyTiles);
+    work.tailTile = tailTile;
+    work.firstPieceBlock = blockOfTailKeyTile(static_cast<i64>(tailTile) * keyTiles);
+    work.pieces = blockOfTailKeyTile(static_cast<i64>(tailTile + 1) * keyTiles - 1) -
+                  work.firstPieceBlock + 1;
+    return work;
   }
 
   // The work tile at position `index` of the run. One call of atDefault
   // for the three orders: three inlined copies spilled 620 bytes in the
   // document-mask example.
   __device__ WorkTile at(const attn_abi::AttnFwdParams &p, int index) const {
+    if (index >= tailBegin)
+      return tailPiece(p, index);
     int defaultIndex = index;
     if (p.work_order) {
       // One unsigned min clamps both ends of an entry out of range.
@@ -331,6 +407,9 @@ struct TileSchedule {
     work.queryLast = min(work.queryBegin + kBlockM, work.sequence.seqlenQ) - 1;
     work.keys = keyTilesFor(work.queryBegin, work.queryLast + 1, work.sequence.seqlenK,
                             work.sequence.shift);
+    work.tailTile = -1;
+    work.pieces = 1;
+    work.firstPieceBlock = 0;
     return work;
   }
 };
@@ -355,7 +434,7 @@ __device__ void produce(const attn_abi::AttnFwdParams &p, u32 smemBase, const Ba
 
   int ring = 0; // key tiles loaded so far, over all work tiles
   int qLoads = 0;
-  for (int index = schedule.firstPosition(); index < schedule.count;
+  for (int index = schedule.firstPosition(); index < schedule.end;
        index = schedule.nextPosition(index)) {
     const WorkTile work = schedule.at(p, index);
     if (work.empty())
@@ -787,6 +866,91 @@ __device__ void storeOutput(const attn_abi::AttnFwdParams &p, const float (&outp
   }
 }
 
+// A piece of a split tail tile, per warp (16 rows, independent of the other
+// warps): writes its normalized O and log-sum-exp to its slot, then counts
+// itself; the warp that completes the tile's count takes the others' pieces
+// in, O = sum_j e^(lse_j - lse) O_j with lse = log sum_j e^(lse_j), and
+// stores the rows and their log-sum-exp itself.
+__device__ void combineTailPieces(const attn_abi::AttnFwdParams &p, const TileSchedule &schedule,
+                                  const WorkTile &work, float (&output)[kOutputRegs],
+                                  float (&logSumExp)[2], int consumer, int sliceQueryBegin) {
+  constexpr int kWarpFloats = (kOutputRegs + 2) * 32;
+  constexpr int kSlotWarps = kConsumers * kWarpsPerWarpgroup;
+  const int thread = threadIdx.x % kWarpgroupThreads;
+  const int warp = thread / 32, lane = thread % 32;
+  const int slotWarp = consumer * kWarpsPerWarpgroup + warp;
+  auto warpPiece = [&](int slot) {
+    return p.tail_partials + (static_cast<i64>(slot) * kSlotWarps + slotWarp) * kWarpFloats;
+  };
+  const int block = static_cast<int>(blockIdx.x);
+  float *mine = warpPiece(schedule.pieceSlot(block, work.tailTile));
+#pragma unroll
+  for (int i = 0; i < kOutputRegs; ++i)
+    mine[i * 32 + lane] = output[i];
+  mine[kOutputRegs * 32 + lane] = logSumExp[0];
+  mine[(kOutputRegs + 1) * 32 + lane] = logSumExp[1];
+  // Release the piece, then count it.
+  __threadfence();
+  __syncwarp();
+  int *counter = p.tail_counters + static_cast<i64>(work.tailTile) * kSlotWarps + slotWarp;
+  int arrived = 0;
+  if (lane == 0)
+    arrived = atomicAdd(counter, 1);
+  arrived = __shfl_sync(0xffffffff, arrived, 0);
+  if (arrived != work.pieces - 1)
+    return;
+  // The last piece: acquire the others, and leave the count at 0.
+  __threadfence();
+  if (lane == 0)
+    *counter = 0;
+  for (int piece = 0; piece < work.pieces; ++piece) {
+    const int other = work.firstPieceBlock + piece;
+    if (other == block)
+      continue;
+    const float *theirs = warpPiece(schedule.pieceSlot(other, work.tailTile));
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float their = __ldcg(theirs + (kOutputRegs + half) * 32 + lane);
+      const float high = fmaxf(logSumExp[half], their);
+      // Rows no key reached in either keep O = 0 and -inf.
+      const bool none = high == negativeInfinity();
+      const float ours = none ? 0.f : fastExp2((logSumExp[half] - high) * kLog2e);
+      const float them = none ? 0.f : fastExp2((their - high) * kLog2e);
+      const float sum = ours + them;
+      logSumExp[half] = none ? high : high + __logf(sum);
+      const float inverse = none ? 0.f : 1.f / sum;
+#pragma unroll
+      for (int i = 0; i < kOutputRegs; ++i)
+        if (fragmentRowHalf(i) == half)
+          output[i] = (output[i] * ours + __ldcg(theirs + i * 32 + lane) * them) * inverse;
+    }
+  }
+  // The rows, from registers: two adjacent columns a store.
+  const Sequence &sequence = work.sequence;
+  unsigned char *o = static_cast<unsigned char *>(p.o);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int query = sliceQueryBegin + warp * 16 + lane / 4 + 8 * half;
+    if (query >= sequence.seqlenQ)
+      continue;
+    const i64 rowElement = static_cast<i64>(work.batch) * p.o_batch_stride +
+                           static_cast<i64>(query) * p.o_row_stride +
+                           static_cast<i64>(work.head) * p.o_head_stride;
+#pragma unroll
+    for (int i = 0; i < kOutputRegs; i += 2)
+      if (fragmentRowHalf(i) == half) {
+        const u32 pair = packPair<Element>(output[i], output[i + 1]);
+        asm volatile("st.global.b32 [%0], %1;" ::"l"(o + (rowElement + fragmentColumn(i, lane)) *
+                                                             kElementBytes),
+                     "r"(pair)
+                     : "memory");
+      }
+    if ((lane & 3) == 0)
+      p.lse[(static_cast<i64>(work.batch) * p.q_heads + work.head) * p.seqlen_q + query] =
+          logSumExp[half];
+  }
+}
+
 // One work tile of a consumer, software-pipelined inside the warpgroup:
 // iteration j issues S_j = Q K_jᵀ and O += P_{j-1} V_{j-1} back to back, then
 // runs the softmax of S_j while the PV product is still on the tensor cores.
@@ -794,8 +958,9 @@ __device__ void storeOutput(const attn_abi::AttnFwdParams &p, const float (&outp
 // of key tiles the work tile visits, `ring` the key tiles this block consumed
 // before it; `qPhase` is this tile's Q load.
 __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
-                            const Barriers &barriers, int consumer, const WorkTile &work,
-                            int tileCount, int ring, u32 qPhase, const GemmTurns &turns) {
+                            const Barriers &barriers, int consumer, const TileSchedule &schedule,
+                            const WorkTile &work, int tileCount, int ring, u32 qPhase,
+                            const GemmTurns &turns) {
   const int thread = threadIdx.x % kWarpgroupThreads;
   const int warp = thread / 32, lane = thread % 32;
   const int sliceQueryBegin = work.queryBegin + 64 * consumer;
@@ -939,6 +1104,14 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
   finalizeSoftmax(output, stats, logSumExp);
   if constexpr (Mods::kHasScoreRowOffset)
     applyScoreRowOffset(p, work, row0, keyOrigin, output, logSumExp);
+  if (kSplitsTail && work.tailTile >= 0) {
+    combineTailPieces(p, schedule, work, output, logSumExp, consumer, sliceQueryBegin);
+    // Q is free: the piece stages nothing in it.
+    if constexpr (kStagingSharesQ)
+      if (thread == 0)
+        mbarrierArrive(barriers.qEmpty(), kWarpsPerWarpgroup);
+    return;
+  }
   u32 staging = smemBase + attn_plan::kSmemOStaging + consumer * 64 * kRowBytes;
   storeOutput(p, output, logSumExp, staging, consumer, sliceQueryBegin, work);
   if constexpr (kStagingSharesQ) {
@@ -957,13 +1130,13 @@ __device__ void consume(const attn_abi::AttnFwdParams &p, u32 smemBase, const Ba
   turns.open();
   int ring = 0;
   u32 qPhase = 0;
-  for (int index = schedule.firstPosition(); index < schedule.count;
+  for (int index = schedule.firstPosition(); index < schedule.end;
        index = schedule.nextPosition(index)) {
     const WorkTile work = schedule.at(p, index);
     if (work.empty())
       continue;
     const int tileCount = countVisitedTilesInWarp(p, work, threadIdx.x % 32);
-    consumeTile(p, smemBase, barriers, consumer, work, tileCount, ring, qPhase, turns);
+    consumeTile(p, smemBase, barriers, consumer, schedule, work, tileCount, ring, qPhase, turns);
     ring += tileCount;
     qPhase ^= 1;
   }

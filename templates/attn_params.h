@@ -71,9 +71,23 @@ struct AttnFwdParams {
   const int *cu_seqlens_k;
   int total_q;
   int total_k;
+  // O for the stores the threads make themselves (a packed sequence's
+  // partial slice, a split tail tile's rows), in elements.
   void *o;
+  long long o_batch_stride;
   long long o_row_stride;
   long long o_head_stride;
+  // Optional split of the persistent grid's last, partial round (see the
+  // kernel's TileSchedule): its last tail_tiles work tiles are cut along
+  // their key tiles so that every block takes an equal run of them. The
+  // pieces meet in tail_partials, per block two slots of [consumer warpgroup]
+  // [warp][head_dim / 2 + 2][32] fp32 (the O fragment and log-sum-exp of a
+  // warp's rows), and count themselves in tail_counters, per tail tile
+  // [consumer warpgroup][warp] int32, which the kernel leaves at 0 (the
+  // runtime zeroes them before each launch). tail_tiles 0: no split.
+  int tail_tiles;
+  float *tail_partials;
+  int *tail_counters;
 };
 
 // Parameters of the chunkwise linear attention / retention kernel.

@@ -495,11 +495,13 @@ attn_abi::AttnFwdParams encodeForwardParams(const AttnLaunchConfig &config,
     params.cu_seqlens_k = args.packed.cuSeqlensK;
     params.total_q = static_cast<int>(args.q.seqlen());
     params.total_k = static_cast<int>(args.k.seqlen());
-    // A packed sequence's last partial slice of O is stored by the threads.
-    params.o = args.o.data;
-    params.o_row_stride = args.o.strides[1];
-    params.o_head_stride = args.o.strides[2];
   }
+  // A packed sequence's last partial slice of O, and a split tail tile's
+  // rows, are stored by the threads.
+  params.o = args.o.data;
+  params.o_batch_stride = args.o.strides[0];
+  params.o_row_stride = args.o.strides[1];
+  params.o_head_stride = args.o.strides[2];
   params.q_heads = config.qHeads;
   params.kv_heads = config.kvHeads;
   // The kernel exponentiates with exp2, so fold log2(e) into the scale.
@@ -574,7 +576,73 @@ Dim3 forwardGrid(const AttnLaunchConfig &config, int batch, int seqlenQ, int mul
   return grid;
 }
 
+ForwardTailSplit forwardTailSplitFor(const AttnLaunchConfig &config, int batch, int seqlenQ,
+                                     int seqlenK, int gridBlocks) {
+  ForwardTailSplit split;
+  const int64_t tiles = forwardWorkTiles(config, batch, seqlenQ);
+  if (!config.evenWorkTiles || config.persistentBlocksPerSm <= 0 || gridBlocks <= 0 ||
+      tiles <= gridBlocks ||
+      config.blockN <= 0 || seqlenK <= 0)
+    return split;
+  const int64_t tail = tiles % gridBlocks;
+  const int64_t keyTiles = (int64_t(seqlenK) + config.blockN - 1) / config.blockN;
+  const int64_t tailKeyTiles = tail * keyTiles;
+  // Every block's run must hold a key tile: a tile's pieces are those of
+  // the blocks from the one holding its first key tile to the one holding
+  // its last. A piece costs its own Q load, pipeline fill and combination:
+  // the split needs work tiles of at least kMinKeyTiles key tiles and must
+  // shorten the whole run by at least 1 %. On H100 shorter pieces or smaller
+  // savings measured slower, and so did head dim 256, whose pieces carry
+  // twice the O (docs/benchmarks.md).
+  constexpr int64_t kMinKeyTiles = 16;
+  constexpr int kMaxHeadDim = 128;
+  if (config.headDim > kMaxHeadDim)
+    return split;
+  const int64_t longestRun = (tailKeyTiles + gridBlocks - 1) / gridBlocks;
+  const int64_t rounds = tiles / gridBlocks + 1;
+  if (tail == 0 || tailKeyTiles < gridBlocks || keyTiles < kMinKeyTiles ||
+      100 * (keyTiles - longestRun) < rounds * keyTiles)
+    return split;
+  split.tiles = static_cast<int>(tail);
+  split.keyTiles = static_cast<int>(keyTiles);
+  return split;
+}
+
 namespace {
+
+/// Checks a workspace of `bytes` that `needed` bytes of it serve `use`
+/// (sized by `sizeFunction`): enough bytes, 4-byte alignment, device memory.
+void requireWorkspace(const void *workspace, uint64_t bytes, uint64_t needed,
+                      const std::string &use, const char *sizeFunction) {
+  if (bytes < needed)
+    fail("workspace", std::to_string(bytes) + " bytes are too few for " + use + ": " +
+                          std::to_string(needed) + " needed (" + sizeFunction + ")");
+  if (reinterpret_cast<uintptr_t>(workspace) % alignof(float) != 0)
+    fail("workspace", "pointer must be 4-byte aligned");
+  requireDeviceMemory(workspace, needed, "workspace", currentDevice());
+}
+
+/// Where a tail split's counters and pieces lie in the forward workspace.
+struct ForwardScratch {
+  uint64_t counterBytes = 0, pieceBytes = 0;
+  uint64_t bytes() const { return counterBytes + pieceBytes; }
+};
+
+ForwardScratch forwardScratch(const AttnLaunchConfig &config, const ForwardTailSplit &split,
+                              int gridBlocks) {
+  ForwardScratch scratch;
+  if (split.tiles == 0)
+    return scratch;
+  // attn_params.h: a counter per tail tile and consumer warp; per block two
+  // slots of consumer warps x (head_dim / 2 + 2) x 32 floats.
+  constexpr uint64_t kWarpThreads = 32, kWarpgroupWarps = 4;
+  const uint64_t consumerWarps =
+      (uint64_t(config.threadsPerBlock) / (kWarpThreads * kWarpgroupWarps) - 1) * kWarpgroupWarps;
+  scratch.counterBytes = (uint64_t(split.tiles) * consumerWarps * sizeof(int32_t) + 15) & ~15ull;
+  scratch.pieceBytes = 2 * uint64_t(gridBlocks) * consumerWarps *
+                       (uint64_t(config.headDim) / 2 + 2) * kWarpThreads * sizeof(float);
+  return scratch;
+}
 
 /// Multiprocessors of a device, asked of the driver once per device.
 int multiprocessorsOf(int device) {
@@ -604,9 +672,42 @@ void launchForward(KernelFunction &kernel, const AttnLaunchConfig &config,
   kernel.setMaxDynamicSharedMemory(config.sharedMemoryBytes);
   Dim3 grid = forwardGrid(config, static_cast<int>(shape.batch), static_cast<int>(shape.seqlenQ),
                           multiprocessorsOf(currentDevice()));
+  if (args.workspace && !args.packed.active() && !args.workOrder) {
+    const ForwardTailSplit split =
+        forwardTailSplitFor(config, static_cast<int>(shape.batch), static_cast<int>(shape.seqlenQ),
+                            static_cast<int>(shape.seqlenK), static_cast<int>(grid.x));
+    const ForwardScratch scratch = forwardScratch(config, split, static_cast<int>(grid.x));
+    if (scratch.bytes() > 0) {
+      requireWorkspace(args.workspace, args.workspaceBytes, scratch.bytes(),
+                       "the split of " + std::to_string(split.tiles) + " tail tiles",
+                       "forwardWorkspaceBytes");
+      unsigned char *base = static_cast<unsigned char *>(args.workspace);
+      params.tail_tiles = split.tiles;
+      params.tail_counters = reinterpret_cast<int *>(base);
+      params.tail_partials = reinterpret_cast<float *>(base + scratch.counterBytes);
+      ATTN_CU_CHECK_CTX("workspace: zeroing the tail split's counters", cuMemsetD32Async,
+                        reinterpret_cast<CUdeviceptr>(base), 0,
+                        scratch.counterBytes / sizeof(int32_t), stream);
+    }
+  }
   Dim3 block{static_cast<unsigned>(config.threadsPerBlock), 1, 1};
   void *kernelArgs[] = {&params};
   kernel.launch(grid, block, config.sharedMemoryBytes, stream, kernelArgs);
+}
+
+uint64_t forwardWorkspaceBytes(const AttnLaunchConfig &config, const AttnForwardArgs &args) {
+  validateForwardArgs(config, args);
+  const LogicalShape shape = logicalShape(args);
+  if (args.packed.active() || args.workOrder || shape.batch == 0 || shape.seqlenQ == 0)
+    return 0;
+  const int blocks = static_cast<int>(forwardGrid(config, static_cast<int>(shape.batch),
+                                                  static_cast<int>(shape.seqlenQ),
+                                                  multiprocessorsOf(currentDevice()))
+                                          .x);
+  const ForwardTailSplit split =
+      forwardTailSplitFor(config, static_cast<int>(shape.batch), static_cast<int>(shape.seqlenQ),
+                          static_cast<int>(shape.seqlenK), blocks);
+  return forwardScratch(config, split, blocks).bytes();
 }
 
 void validateLinearArgs(const AttnLaunchConfig &config, const AttnLinearArgs &args, bool decode) {
@@ -762,15 +863,9 @@ void launchLinear(const Module &module, const AttnLaunchConfig &config,
   if (args.workspace)
     split = linearSplitFor(config, args.q.batch(), args.q.seqlen(), args.segments);
   const LinearScratch scratch = linearScratch(config, args.q.batch(), split);
-  if (scratch.bytes() > 0) {
-    if (args.workspaceBytes < scratch.bytes())
-      fail("workspace", std::to_string(args.workspaceBytes) + " bytes are too few for " +
-                            std::to_string(split.segments) + " segments: " +
-                            std::to_string(scratch.bytes()) + " needed (linearWorkspaceBytes)");
-    if (reinterpret_cast<uintptr_t>(args.workspace) % alignof(float) != 0)
-      fail("workspace", "pointer must be 4-byte aligned");
-    requireDeviceMemory(args.workspace, scratch.bytes(), "workspace", currentDevice());
-  }
+  if (scratch.bytes() > 0)
+    requireWorkspace(args.workspace, args.workspaceBytes, scratch.bytes(),
+                     std::to_string(split.segments) + " segments", "linearWorkspaceBytes");
   attn_abi::AttnLinearParams params{};
   params.q_map = encodeBSHDTensorMap(args.q, config.blockM, kBoxCols, "q");
   params.k_map = encodeBSHDTensorMap(args.k, config.blockM, kBoxCols, "k");

@@ -29,6 +29,7 @@ constexpr IntField kIntFields[] = {
     {"threads", &AttnLaunchConfig::threadsPerBlock},
     {"shared_memory_bytes", &AttnLaunchConfig::sharedMemoryBytes},
     {"persistent_blocks_per_sm", &AttnLaunchConfig::persistentBlocksPerSm},
+    {"even_work_tiles", &AttnLaunchConfig::evenWorkTiles},
     {"linear_family", &AttnLaunchConfig::linearFamily},
     {"causal", &AttnLaunchConfig::causal},
     {"normalize", &AttnLaunchConfig::normalize},

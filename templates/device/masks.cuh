@@ -65,8 +65,10 @@ __device__ __forceinline__ Coverage affineCoverage(i64 base, i64 q, i64 kv, i64 
 
 // kWorkGrowsWithQuery: a later query block visits at least as many key
 // tiles (the persistent schedule deals such tiles out longest first).
+// kEveryQueryVisitsEveryKey: every work tile costs the same.
 struct NoMask {
   static constexpr bool kWorkGrowsWithQuery = false;
+  static constexpr bool kEveryQueryVisitsEveryKey = true;
   static __device__ __forceinline__ i64 keyBegin(i64, i64) { return 0; }
   static __device__ __forceinline__ i64 keyEnd(i64, i64, i64 seqlenK) { return seqlenK; }
   static __device__ __forceinline__ bool coversTile(i64, i64, i64, i64, i64) { return true; }
@@ -76,6 +78,7 @@ struct NoMask {
 // Keeps k <= q + shift.
 struct CausalMask {
   static constexpr bool kWorkGrowsWithQuery = true;
+  static constexpr bool kEveryQueryVisitsEveryKey = false;
   static __device__ __forceinline__ i64 keyBegin(i64, i64) { return 0; }
   static __device__ __forceinline__ i64 keyEnd(i64 qLast, i64 shift, i64 seqlenK) {
     return minI64(seqlenK, qLast + shift + 1);
@@ -89,6 +92,7 @@ struct CausalMask {
 // Keeps q + shift - Left <= k <= q + shift + Right.
 template <i64 Left, i64 Right> struct SlidingWindowMask {
   static constexpr bool kWorkGrowsWithQuery = false;
+  static constexpr bool kEveryQueryVisitsEveryKey = false;
   static __device__ __forceinline__ i64 keyBegin(i64 qFirst, i64 shift) {
     return maxI64(0, qFirst + shift - Left);
   }

@@ -32,14 +32,28 @@ std::string specText(int headDim, const std::string &element, const std::string 
   return spec.str();
 }
 
+// With `withWorkspace`, the call gets the forward workspace, which it must
+// use (a split tail).
 void checkAgainstReference(int headDim, const std::string &element, const std::string &mask,
                            const Case &testCase, uint64_t seed,
-                           const CompileOptions &options = {}) {
+                           const CompileOptions &options = {}, bool withWorkspace = false) {
   std::string spec = specText(headDim, element, mask, testCase.qHeads, testCase.kvHeads);
   LoadedKernel &kernel = loadKernel(spec, options);
   harness::ForwardProblem data(kernel.compiled.launch, testCase.shape, seed);
+  AttnForwardArgs args = data.args();
+  DeviceBuffer workspace;
+  if (withWorkspace) {
+    uint64_t bytes = forwardWorkspaceBytes(kernel.compiled.launch, args);
+    REQUIRE(bytes > 0);
+    workspace = DeviceBuffer(bytes);
+    // NaN pieces and counters: a piece combined before it was written, or
+    // a count the kernel did not start from 0, shows in the result.
+    workspace.fill32(0x7fc00000u);
+    args.workspace = workspace.data();
+    args.workspaceBytes = workspace.size();
+  }
   data.poisonOutputs();
-  launchForward(kernel.function, kernel.compiled.launch, data.args(), nullptr);
+  launchForward(kernel.function, kernel.compiled.launch, args, nullptr);
   ATTN_CU_CHECK(cuCtxSynchronize);
 
   reference::Problem problem = referenceProblemFromSpec(
@@ -153,6 +167,46 @@ TEST_CASE("the persistent schedule deals every causal tile once, in both orders"
     checkAgainstReference(64, element, mask, shortRuns, seed++);
     checkAgainstReference(128, element, mask, longRuns, seed++);
   }
+}
+
+TEST_CASE("a persistent grid's partial last round, split along the keys, matches the reference",
+          "[gpu]") {
+  // Unmasked kernels: the last round's work tiles are cut into equal runs of
+  // key tiles, one per block, and the pieces of a tile combined by the warp
+  // that finishes last (ForwardTailSplit). Query lengths are searched for a
+  // split on this GPU; Sk is no multiple of the key tile, and head-major
+  // strides put O's batch stride apart from its rows'.
+  struct SplitCase {
+    int headDim;
+    const char *element;
+    int64_t qHeads, kvHeads, batch, seqlenK;
+    bool headMajor;
+  };
+  // Key lengths of 17 or 18 key tiles of 128 (16 at least split) at head
+  // dims 128 and 64 (192 query rows, three consumer warpgroups).
+  const SplitCase split = GENERATE(SplitCase{128, "bf16", 4, 2, 2, 2100, false},
+                                   SplitCase{64, "bf16", 8, 1, 1, 2200, true},
+                                   SplitCase{128, "f16", 2, 2, 3, 2200, false});
+  const std::string spec =
+      specText(split.headDim, split.element, kMasks[0], split.qHeads, split.kvHeads);
+  const LoadedKernel &kernel = loadKernel(spec);
+  REQUIRE(kernel.compiled.launch.persistentBlocksPerSm == 1);
+  const int multiprocessors = queryDevice(currentDevice()).multiprocessorCount;
+  int64_t seqlenQ = 0;
+  for (int64_t candidate = 600; candidate <= 8000 && seqlenQ == 0; candidate += 37) {
+    const AttnLaunchConfig &launch = kernel.compiled.launch;
+    int blocks = static_cast<int>(
+        forwardGrid(launch, int(split.batch), int(candidate), multiprocessors).x);
+    if (forwardTailSplitFor(launch, int(split.batch), int(candidate), int(split.seqlenK), blocks)
+            .tiles > 0)
+      seqlenQ = candidate;
+  }
+  INFO("head dim " << split.headDim << " " << split.element << ", Sq " << seqlenQ);
+  REQUIRE(seqlenQ > 0);
+  const Case testCase{split.qHeads, split.kvHeads,
+                      {split.batch, seqlenQ, split.seqlenK, split.headMajor}};
+  checkAgainstReference(split.headDim, split.element, kMasks[0], testCase, 500, {},
+                        /*withWorkspace=*/true);
 }
 
 TEST_CASE("an explicit softmax scale is honoured", "[gpu]") {

@@ -174,10 +174,11 @@ TEST_CASE("launch metadata round-trips every field exactly", "[cache][metadata]"
   config.threadsPerBlock = 256;
   config.sharedMemoryBytes = 123457;
   config.persistentBlocksPerSm = 3;
+  config.evenWorkTiles = 1;
   config.kernelName = "my_kernel";
 
   std::string text = serializeLaunchConfig(config);
-  CHECK_THAT(text, StartsWith("attn-launch-metadata 4\n"));
+  CHECK_THAT(text, StartsWith("attn-launch-metadata 5\n"));
   AttnLaunchConfig back = parseLaunchConfig(text);
   CHECK(back.headDim == 256);
   CHECK(back.qHeads == 12);
@@ -189,6 +190,7 @@ TEST_CASE("launch metadata round-trips every field exactly", "[cache][metadata]"
   CHECK(back.threadsPerBlock == 256);
   CHECK(back.sharedMemoryBytes == 123457);
   CHECK(back.persistentBlocksPerSm == 3);
+  CHECK(back.evenWorkTiles == 1);
   CHECK(back.kernelName == "my_kernel");
 }
 

@@ -225,6 +225,45 @@ TEST_CASE("forward work tiles and the persistent grid", "[runtime]") {
   CHECK_THROWS_WITH(forwardGrid(config, 1, 64, 0), Catch::Matchers::Contains("multiprocessor"));
 }
 
+TEST_CASE("the split of a persistent grid's partial last round", "[runtime]") {
+  AttnLaunchConfig config = makeConfig(); // blockM 128, 8 query heads
+  config.qHeads = config.kvHeads = 16;
+  config.blockN = 160;
+  config.persistentBlocksPerSm = 1;
+  config.evenWorkTiles = 1;
+  // B = 2, S = 8192: 2048 work tiles on 132 blocks, 15 full rounds and 68
+  // tiles of 52 key tiles (the last one partial) left: runs of 26 or 27 key
+  // tiles, 16 rounds shortened by 25 / 52 of one.
+  ForwardTailSplit split = forwardTailSplitFor(config, 2, 8192, 8192, 132);
+  CHECK(split.tiles == 68);
+  CHECK(split.keyTiles == 52);
+  CHECK(forwardTailSplitFor(config, 2, 8192, 2560, 132).keyTiles == 16);
+  // A full last round: nothing to split.
+  CHECK(forwardTailSplitFor(config, 2, 8192, 8192, 128).tiles == 0);
+  // On 121 blocks 112 tiles are left: runs of up to 49 key tiles save 3 / 52
+  // of one of 17 rounds, less than 1 %; on 139 blocks 102 tiles: 13 / 52 of
+  // one of 15 rounds.
+  CHECK(forwardTailSplitFor(config, 2, 8192, 8192, 121).tiles == 0);
+  CHECK(forwardTailSplitFor(config, 2, 8192, 8192, 139).tiles == 102);
+  // Work tiles of fewer than 16 key tiles are not split, nor fewer key
+  // tiles than blocks: 4 tiles of 17 (4 heads of 34 query blocks).
+  CHECK(forwardTailSplitFor(config, 2, 8192, 2400, 132).tiles == 0);
+  config.qHeads = config.kvHeads = 4;
+  CHECK(forwardTailSplitFor(config, 1, 34 * 128, 2600, 132).tiles == 0);
+  config.qHeads = config.kvHeads = 16;
+  // Uneven work tiles (a mask), one block per tile, fewer tiles than blocks.
+  config.evenWorkTiles = 0;
+  CHECK(forwardTailSplitFor(config, 2, 8192, 8192, 132).tiles == 0);
+  config.evenWorkTiles = 1;
+  config.persistentBlocksPerSm = 0;
+  CHECK(forwardTailSplitFor(config, 2, 8192, 8192, 2048).tiles == 0);
+  config.persistentBlocksPerSm = 1;
+  CHECK(forwardTailSplitFor(config, 1, 1024, 8192, 128).tiles == 0);
+  // Head dim 256 does not split.
+  config.headDim = 256;
+  CHECK(forwardTailSplitFor(config, 2, 8192, 8192, 132).tiles == 0);
+}
+
 TEST_CASE("tensor map operand checks need no driver", "[runtime][tma]") {
   TensorView view =
       contiguousBSHD(fakePointer(0x10000000), DType::BF16, 1, 64, 4, 64);
@@ -681,7 +720,7 @@ TEST_CASE("launch metadata round-trips captures", "[runtime][metadata][captures]
   SECTION("none") {
     AttnLaunchConfig config = makeConfig();
     std::string text = serializeLaunchConfig(config);
-    CHECK_THAT(text, StartsWith("attn-launch-metadata 4\n"));
+    CHECK_THAT(text, StartsWith("attn-launch-metadata 5\n"));
     CHECK_THAT(text, Contains("\ncaptures 0\n"));
     CHECK_THAT(text, !Contains("capture."));
     AttnLaunchConfig back = parseLaunchConfig(text);
@@ -774,7 +813,7 @@ TEST_CASE("malformed capture metadata is reported with its line",
                     StartsWith("launch metadata: ") && Contains("missing key 'captures'"));
   // Metadata from before captures existed is refused, not misread.
   std::string version2 = "attn-launch-metadata 2" + withoutCaptures.substr(withoutCaptures.find('\n'));
-  expectMetadataInvalid(version2, 1, "unsupported version 2 (this runtime reads version 4)");
+  expectMetadataInvalid(version2, 1, "unsupported version 2 (this runtime reads version 5)");
 }
 
 namespace {

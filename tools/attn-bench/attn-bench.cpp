@@ -96,6 +96,11 @@ cl::opt<bool> useWorkOrder(
     cl::desc("Build the longest-first order of the work tiles once (timed separately, after "
              "the tile coverage if any) and pass it to every launch"),
     cl::init(false));
+cl::opt<bool> tailSplit(
+    "tail-split",
+    cl::desc("Pass the forward workspace, so that a kernel without a mask splits its persistent "
+             "grid's partial last round among all blocks (default on; off for an A/B)"),
+    cl::init(true));
 
 cl::list<int64_t> packedLengths(
     "packed", cl::CommaSeparated,
@@ -240,6 +245,20 @@ struct BuiltOnce {
   attn::DeviceBuffer workOrder;
 };
 
+/// Attaches a forward workspace of the size the calls of each launch need
+/// (--tail-split), held by `workspace`.
+void attachForwardWorkspace(std::initializer_list<const attn::AttnLaunchConfig *> launches,
+                            attn::AttnForwardArgs &args, attn::DeviceBuffer &workspace) {
+  uint64_t bytes = 0;
+  for (const attn::AttnLaunchConfig *launch : launches)
+    bytes = std::max(bytes, tailSplit ? attn::forwardWorkspaceBytes(*launch, args) : 0);
+  if (bytes == 0)
+    return;
+  workspace = attn::DeviceBuffer(bytes);
+  args.workspace = workspace.data();
+  args.workspaceBytes = workspace.size();
+}
+
 BuiltOnce buildOnce(Loaded &kernel, attn::AttnForwardArgs &args) {
   const attn::AttnLaunchConfig &launch = kernel.compiled.launch;
   auto millisecondsSince = [](std::chrono::steady_clock::time_point start) {
@@ -340,6 +359,8 @@ int runSpec() {
               launch.threadsPerBlock, launch.sharedMemoryBytes);
   attn::AttnForwardArgs args = data.args();
   BuiltOnce builtOnce = buildOnce(kernel, args);
+  attn::DeviceBuffer workspace;
+  attachForwardWorkspace({&launch}, args, workspace);
   bool passed = true;
   if (check) {
     data.poisonOutputs();
@@ -417,6 +438,8 @@ int runGrid() {
                                                warmup, repeats);
         };
         if (!compare) {
+          attn::DeviceBuffer workspace;
+          attachForwardWorkspace({&heuristic.compiled.launch}, args, workspace);
           double ms = time(heuristic);
           std::printf("| %d | %lld | %s | %.1f | %.3f | %s |\n", headDim, (long long)s,
                       causal ? "yes" : "no", flops / ms / 1e9, ms,
@@ -425,6 +448,9 @@ int runGrid() {
           continue;
         }
         Loaded tuned = load(spec.str(), "grid.mlir", {shape.batch, s, s}, tuningDatabase);
+        attn::DeviceBuffer workspace;
+        attachForwardWorkspace({&heuristic.compiled.launch, &tuned.compiled.launch}, args,
+                               workspace);
         std::vector<double> heuristicMs, tunedMs;
         // Alternating which plan goes first: under the power cap the clock
         // sags within a round, which would favour a fixed first plan.

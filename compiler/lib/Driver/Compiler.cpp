@@ -108,6 +108,8 @@ AttnLaunchConfig launchConfigFor(mlir::attn::KernelOp op) {
   launch.threadsPerBlock = tile.getThreadsPerBlock();
   launch.sharedMemoryBytes = op.getSmemAttr().getLaunchBytes();
   launch.persistentBlocksPerSm = tile.getPersistentBlocksPerSm();
+  launch.evenWorkTiles = mlir::isa<mlir::attn::SoftmaxAttr>(op.getNormalizer()) &&
+                         mlir::attn::getTileProblem(op).evenTiles;
   if (op.getNormalizer().isLinearFamily()) {
     launch.kernelName = ATTN_LINEAR_KERNEL_NAME;
     // The plan's producer warpgroup is a single warp in this kernel.

@@ -27,7 +27,7 @@
 // PTX-DAG: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16
 
 // What Kernel::fromFiles reads beside the cubin.
-// METADATA: attn-launch-metadata 4
+// METADATA: attn-launch-metadata 5
 // METADATA-DAG: kernel attn_fwd_kernel
 // METADATA-DAG: head_dim 128
 // METADATA-DAG: q_heads 16
@@ -37,6 +37,8 @@
 // METADATA-DAG: shared_memory_bytes {{[0-9]+}}
 // A causal kernel walks a persistent grid (one block per SM).
 // METADATA-DAG: persistent_blocks_per_sm 1
+// Its work tiles differ in cost: no split of the last round.
+// METADATA-DAG: even_work_tiles 0
 // A spec without captured buffers.
 // METADATA-DAG: captures 0
 

@@ -67,6 +67,10 @@ struct AttnLaunchConfig {
   /// hand them out; k > 0 launches k blocks per multiprocessor (a persistent
   /// grid, each block walking the work tiles round-robin).
   int persistentBlocksPerSm = 0;
+  /// 1 when every work tile of the softmax kernel visits every key tile (no
+  /// mask): a persistent grid's partial last round can then be split
+  /// (ForwardTailSplit).
+  int evenWorkTiles = 0;
   std::string kernelName = ATTN_FWD_KERNEL_NAME;
   /// 1 for linear attention and retention (the chunkwise kernel, launched
   /// with AttnLinearArgs; kernelName is ATTN_LINEAR_KERNEL_NAME), 0 for
@@ -132,6 +136,12 @@ struct AttnForwardArgs {
   /// workOrderBytes bytes). Without it they start in the default order
   /// (each head's query blocks from the last one down).
   const int32_t *workOrder = nullptr;
+  /// Optional: device workspace of forwardWorkspaceBytes bytes, 4-byte
+  /// aligned. With it, a kernel without a mask splits the last, partial
+  /// round of its persistent grid among all blocks (ForwardTailSplit).
+  /// Launches that share a workspace must not run concurrently.
+  void *workspace = nullptr;
+  uint64_t workspaceBytes = 0;
 };
 
 /// The offsets of packed sequences on the device (PackedSequences), made from
@@ -205,6 +215,28 @@ int64_t forwardWorkTiles(const AttnLaunchConfig &config, int batch, int seqlenQ)
 /// k, min(work tiles, k x multiprocessors). Either way block b takes work
 /// tiles b, b + gridDim.x, ... Throws like forwardWorkTiles.
 Dim3 forwardGrid(const AttnLaunchConfig &config, int batch, int seqlenQ, int multiprocessors);
+
+/// The split of a persistent grid's last round: when it holds fewer work
+/// tiles than blocks, its `tiles` work tiles are cut along their keyTiles
+/// key tiles, laid end to end, into one equal run per block, so that no
+/// block idles while others finish whole tiles. The pieces of a tile meet
+/// in the workspace. Only kernels whose work tiles all visit every key tile
+/// (AttnLaunchConfig::evenWorkTiles) split; packed sequences and a work
+/// order do not. tiles == 0: no split (uneven work tiles, head dim above
+/// 128, one block per tile, a full last round, work tiles of fewer than 16
+/// key tiles, a split that would shorten the run by less than 1 %).
+struct ForwardTailSplit {
+  int tiles = 0;
+  int keyTiles = 0;
+};
+ForwardTailSplit forwardTailSplitFor(const AttnLaunchConfig &config, int batch, int seqlenQ,
+                                     int seqlenK, int gridBlocks);
+
+/// Bytes of AttnForwardArgs::workspace that the call's tail split uses (0:
+/// none): per tail tile and consumer
+/// warp a counter, per block two pieces of BLOCK_M rows of fp32 O and
+/// log-sum-exp.
+uint64_t forwardWorkspaceBytes(const AttnLaunchConfig &config, const AttnForwardArgs &args);
 
 /// Validates (validateForwardArgs, then validateDevicePointers), builds the
 /// parameters, raises the kernel's dynamic shared memory limit and launches

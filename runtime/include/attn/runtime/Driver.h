@@ -57,6 +57,7 @@
   X(cuMemcpyDtoH)                                                              \
   X(cuMemsetD8)                                                                \
   X(cuMemsetD32)                                                               \
+  X(cuMemsetD32Async)                                                          \
   X(cuStreamCreate)                                                            \
   X(cuStreamDestroy)                                                           \
   X(cuStreamSynchronize)                                                       \

@@ -38,8 +38,8 @@ namespace attn {
 
 /// The version written by serializeLaunchConfig; parseLaunchConfig accepts
 /// only this one.
-/// Version 3 added the captured buffers.
-inline constexpr int kLaunchMetadataVersion = 4;
+/// Version 3 added the captured buffers, 5 even_work_tiles.
+inline constexpr int kLaunchMetadataVersion = 5;
 
 std::string serializeLaunchConfig(const AttnLaunchConfig &config);
 
