@@ -37,8 +37,8 @@ using CaptureMaker = std::function<void(harness::ForwardProblem &, const AttnLau
 // `prepared` (gputest::Prepared) builds the tile coverage, checked against
 // the reference's, and the work order, checked against the reference's costs.
 void runVariant(const std::string &spec, const harness::Shape &shape, const CaptureMaker &captures,
-                uint64_t seed, unsigned prepared = kNothing) {
-  LoadedKernel &kernel = loadKernel(spec);
+                uint64_t seed, unsigned prepared = kNothing, const CompileOptions &options = {}) {
+  LoadedKernel &kernel = loadKernel(spec, options);
   const AttnLaunchConfig &launch = kernel.compiled.launch;
   harness::ForwardProblem data(launch, shape, seed);
   std::mt19937_64 random(seed * 7919 + 1);
@@ -92,6 +92,11 @@ TEST_CASE("ALiBi with captured slopes matches the reference", "[gpu][variants]")
   for (const char *headDim : {"head_dim = 64", "head_dim = 256"})
     runVariant(replaceAll(spec, "head_dim = 128", headDim), {1, 513, 700, false}, addSlopes, 5);
   runVariant(replaceAll(spec, "bf16", "f16"), {1, 513, 700, false}, addSlopes, 6);
+  // Planned for 8192 keys: 160-key tiles with one softmax chain.
+  CompileOptions wide;
+  wide.tuningShape = "2,8192,8192";
+  REQUIRE(loadKernel(spec, wide).compiled.launch.blockN == 160);
+  runVariant(spec, {1, 1000, 1300, false}, addSlopes, 7, kNothing, wide);
 }
 
 TEST_CASE("score_mod terms that move a whole row go to the log-sum-exp", "[gpu][variants]") {
@@ -274,6 +279,12 @@ TEST_CASE("relative-position bias from a captured table matches the reference",
   // consumer); head dim 64 stages it for three consumers.
   for (const char *headDim : {"head_dim = 256", "head_dim = 64"})
     runVariant(replaceAll(spec, "head_dim = 128", headDim), {1, 777, 1100, false}, table, 15);
+  // Planned for 8192 keys: 160-key tiles, whose windows hold 223 diagonals.
+  CompileOptions wide;
+  wide.tuningShape = "2,8192,8192";
+  REQUIRE(loadKernel(spec, wide).compiled.launch.blockN == 160);
+  runVariant(spec, {1, 1000, 1000, false}, table, 16, kNothing, wide);
+  runVariant(spec, {2, 333, 1201, false}, table, 17, kNothing, wide);
 }
 
 TEST_CASE("score_mod values staged per diagonal match the reference", "[gpu][variants]") {

@@ -4,7 +4,8 @@
 // head dims, masked kernels and score_mods keep the shape-free plan. A
 // causal kernel of head dim 64 with at most 512 keys takes four stages,
 // with at most 1024 keys 128 x 128 tiles and three stages; one of head dim
-// 128 with at least 8192 keys 128 x 160 tiles, one chain. Kernels masked by
+// 128 with at least 8192 keys (with a score_mod too) 128 x 160 tiles, one
+// chain. Kernels masked by
 // a built-in mask alone (causal, sliding window) take a persistent grid
 // below 16384 keys (and when the length is unknown).
 // RUN: attn-opt --attn-tile="tuning-shape=2,8192" %s | FileCheck %s --check-prefixes=COMMON,WIDE,CAUSAL,CAUSAL-WIDE,WINDOW
@@ -111,6 +112,28 @@ attn.kernel @wide_cap_hd128
       %squashed = math.tanh %scaled : f32
       %capped = arith.mulf %squashed, %cap : f32
       attn.yield %capped : f32
+    }
+
+// A causal kernel with an unbounded score_mod (a distance bias) takes the
+// causal plan: 160-key tiles with one chain from 8192 keys.
+// COMMON-LABEL: attn.kernel @causal_bias_hd128
+// CAUSAL-NARROW: tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, softmax_chains = 4, persistent_blocks_per_sm = 1>
+// CAUSAL-WIDE:   tile = #attn.tile<block_m = 128, block_n = 160, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, persistent_blocks_per_sm = 1>
+// LONG:          tile = #attn.tile<block_m = 128, block_n = 160, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24>
+attn.kernel @causal_bias_hd128
+    problem = #attn.problem<q_heads = 16, kv_heads = 16, head_dim = 128, element_type = bf16>
+    mask = #attn.causal<bottom_right>
+    normalizer = #attn.softmax
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index):
+      %slope = arith.constant 0.0625 : f32
+      %qi = arith.index_cast %q : index to i64
+      %ki = arith.index_cast %kv : index to i64
+      %d = arith.subi %ki, %qi : i64
+      %df = arith.sitofp %d : i64 to f32
+      %bias = arith.mulf %df, %slope : f32
+      %biased = arith.addf %s, %bias : f32
+      attn.yield %biased : f32
     }
 
 // CAUSAL-LABEL: attn.kernel @causal_hd64

@@ -127,7 +127,7 @@ int defaultConsumerRegisters(int consumerWarpgroups);
 /// kMaskedPersistentMaxKeys (or unknown). At head
 /// dim 128 without a mask or a score_mod, with keyLength known and at least
 /// kWideKeyTileMinKeys, 128 x 160 tiles with one softmax chain; so with the
-/// causal mask alone from kWideCausalMinKeys. At head dim 64 with the causal
+/// causal mask alone (with or without a score_mod) from kWideCausalMinKeys. At head dim 64 with the causal
 /// mask alone: at most kShortCausalMaxKeys keys, a persistent grid and four
 /// stages; at most kMediumCausalMaxKeys, 128 x 128 tiles with three stages.
 /// At head dim 128 with fixedSoftmaxBase, at any length and over every

@@ -32,9 +32,10 @@ def AttnTile : Pass<"attn-tile"> {
     `score_mod` whose key length is 2048 or more takes 160-key tiles and one
     softmax chain (128 x 160); shorter or unknown lengths, masks and other
     score_mods keep the table's plan. With the causal mask alone (no other
-    mask, no `score_mod`): head dim 128 from 8192 keys takes 128 x 160 and
-    one chain; head dim 64 up to 512 keys takes four stages, and from 513
-    to 1024 keys 128 x 128 tiles (two consumers) and three stages.
+    mask): head dim 128 from 8192 keys takes 128 x 160 and one chain, with
+    or without a `score_mod` (a bounded one takes the plan above); without
+    a `score_mod`, head dim 64 up to 512 keys takes four stages, and from
+    513 to 1024 keys 128 x 128 tiles (two consumers) and three stages.
 
     With `tuning-db`, the tuning database's record for the kernel (its
     tuning hash, the target `arch`, and the shape bucket nearest
