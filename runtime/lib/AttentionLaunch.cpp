@@ -579,9 +579,11 @@ Dim3 forwardGrid(const AttnLaunchConfig &config, int batch, int seqlenQ, int mul
 ForwardTailSplit forwardTailSplitFor(const AttnLaunchConfig &config, int batch, int seqlenQ,
                                      int seqlenK, int gridBlocks) {
   ForwardTailSplit split;
+  // Pieces of head dim 256 carry twice the O, and measured slower on H100.
+  constexpr int kMaxHeadDim = 128;
   const int64_t tiles = forwardWorkTiles(config, batch, seqlenQ);
-  if (!config.evenWorkTiles || config.persistentBlocksPerSm <= 0 || gridBlocks <= 0 ||
-      tiles <= gridBlocks ||
+  if (!config.evenWorkTiles || config.headDim > kMaxHeadDim ||
+      config.persistentBlocksPerSm <= 0 || gridBlocks <= 0 || tiles <= gridBlocks ||
       config.blockN <= 0 || seqlenK <= 0)
     return split;
   const int64_t tail = tiles % gridBlocks;
@@ -591,13 +593,9 @@ ForwardTailSplit forwardTailSplitFor(const AttnLaunchConfig &config, int batch, 
   // the blocks from the one holding its first key tile to the one holding
   // its last. A piece costs its own Q load, pipeline fill and combination:
   // the split needs work tiles of at least kMinKeyTiles key tiles and must
-  // shorten the whole run by at least 1 %. On H100 shorter pieces or smaller
-  // savings measured slower, and so did head dim 256, whose pieces carry
-  // twice the O (docs/benchmarks.md).
+  // shorten the whole run by at least 1 %: on H100 shorter pieces or smaller
+  // savings measured slower (docs/benchmarks.md).
   constexpr int64_t kMinKeyTiles = 16;
-  constexpr int kMaxHeadDim = 128;
-  if (config.headDim > kMaxHeadDim)
-    return split;
   const int64_t longestRun = (tailKeyTiles + gridBlocks - 1) / gridBlocks;
   const int64_t rounds = tiles / gridBlocks + 1;
   if (tail == 0 || tailKeyTiles < gridBlocks || keyTiles < kMinKeyTiles ||
@@ -644,6 +642,25 @@ ForwardScratch forwardScratch(const AttnLaunchConfig &config, const ForwardTailS
   return scratch;
 }
 
+/// The tail split a call takes on a grid of `gridBlocks`, and where it lies
+/// in the workspace: none for packed sequences or a work order.
+struct ForwardTail {
+  ForwardTailSplit split;
+  ForwardScratch scratch;
+};
+
+ForwardTail forwardTailOf(const AttnLaunchConfig &config, const AttnForwardArgs &args,
+                          const LogicalShape &shape, int gridBlocks) {
+  ForwardTail tail;
+  if (args.packed.active() || args.workOrder)
+    return tail;
+  tail.split = forwardTailSplitFor(config, static_cast<int>(shape.batch),
+                                   static_cast<int>(shape.seqlenQ),
+                                   static_cast<int>(shape.seqlenK), gridBlocks);
+  tail.scratch = forwardScratch(config, tail.split, gridBlocks);
+  return tail;
+}
+
 /// Multiprocessors of a device, asked of the driver once per device.
 int multiprocessorsOf(int device) {
   static std::mutex mutex;
@@ -672,23 +689,20 @@ void launchForward(KernelFunction &kernel, const AttnLaunchConfig &config,
   kernel.setMaxDynamicSharedMemory(config.sharedMemoryBytes);
   Dim3 grid = forwardGrid(config, static_cast<int>(shape.batch), static_cast<int>(shape.seqlenQ),
                           multiprocessorsOf(currentDevice()));
-  if (args.workspace && !args.packed.active() && !args.workOrder) {
-    const ForwardTailSplit split =
-        forwardTailSplitFor(config, static_cast<int>(shape.batch), static_cast<int>(shape.seqlenQ),
-                            static_cast<int>(shape.seqlenK), static_cast<int>(grid.x));
-    const ForwardScratch scratch = forwardScratch(config, split, static_cast<int>(grid.x));
-    if (scratch.bytes() > 0) {
-      requireWorkspace(args.workspace, args.workspaceBytes, scratch.bytes(),
-                       "the split of " + std::to_string(split.tiles) + " tail tiles",
-                       "forwardWorkspaceBytes");
-      unsigned char *base = static_cast<unsigned char *>(args.workspace);
-      params.tail_tiles = split.tiles;
-      params.tail_counters = reinterpret_cast<int *>(base);
-      params.tail_partials = reinterpret_cast<float *>(base + scratch.counterBytes);
-      ATTN_CU_CHECK_CTX("workspace: zeroing the tail split's counters", cuMemsetD32Async,
-                        reinterpret_cast<CUdeviceptr>(base), 0,
-                        scratch.counterBytes / sizeof(int32_t), stream);
-    }
+  const ForwardTail tail = args.workspace
+                               ? forwardTailOf(config, args, shape, static_cast<int>(grid.x))
+                               : ForwardTail{};
+  if (tail.scratch.bytes() > 0) {
+    requireWorkspace(args.workspace, args.workspaceBytes, tail.scratch.bytes(),
+                     "the split of " + std::to_string(tail.split.tiles) + " tail tiles",
+                     "forwardWorkspaceBytes");
+    unsigned char *base = static_cast<unsigned char *>(args.workspace);
+    params.tail_tiles = tail.split.tiles;
+    params.tail_counters = reinterpret_cast<int *>(base);
+    params.tail_partials = reinterpret_cast<float *>(base + tail.scratch.counterBytes);
+    ATTN_CU_CHECK_CTX("workspace: zeroing the tail split's counters", cuMemsetD32Async,
+                      reinterpret_cast<CUdeviceptr>(base), 0,
+                      tail.scratch.counterBytes / sizeof(int32_t), stream);
   }
   Dim3 block{static_cast<unsigned>(config.threadsPerBlock), 1, 1};
   void *kernelArgs[] = {&params};
@@ -698,16 +712,11 @@ void launchForward(KernelFunction &kernel, const AttnLaunchConfig &config,
 uint64_t forwardWorkspaceBytes(const AttnLaunchConfig &config, const AttnForwardArgs &args) {
   validateForwardArgs(config, args);
   const LogicalShape shape = logicalShape(args);
-  if (args.packed.active() || args.workOrder || shape.batch == 0 || shape.seqlenQ == 0)
+  if (shape.batch == 0 || shape.seqlenQ == 0)
     return 0;
-  const int blocks = static_cast<int>(forwardGrid(config, static_cast<int>(shape.batch),
-                                                  static_cast<int>(shape.seqlenQ),
-                                                  multiprocessorsOf(currentDevice()))
-                                          .x);
-  const ForwardTailSplit split =
-      forwardTailSplitFor(config, static_cast<int>(shape.batch), static_cast<int>(shape.seqlenQ),
-                          static_cast<int>(shape.seqlenK), blocks);
-  return forwardScratch(config, split, blocks).bytes();
+  const Dim3 grid = forwardGrid(config, static_cast<int>(shape.batch),
+                                static_cast<int>(shape.seqlenQ), multiprocessorsOf(currentDevice()));
+  return forwardTailOf(config, args, shape, static_cast<int>(grid.x)).scratch.bytes();
 }
 
 void validateLinearArgs(const AttnLaunchConfig &config, const AttnLinearArgs &args, bool decode) {
