@@ -34,6 +34,19 @@ namespace {
 using CaptureMaker = std::function<void(harness::ForwardProblem &, const AttnLaunchConfig &,
                                         const harness::Shape &, std::mt19937_64 &)>;
 
+// A [q_heads, columns] f32 table of N(0, 0.5) values, the capture of a
+// relative-position bias.
+CaptureMaker normalBiasTable(int64_t columns) {
+  return [columns](harness::ForwardProblem &data, const AttnLaunchConfig &launch,
+                   const harness::Shape &, std::mt19937_64 &random) {
+    std::normal_distribution<float> normal(0.f, 0.5f);
+    std::vector<float> bias(launch.qHeads * columns);
+    for (float &value : bias)
+      value = normal(random);
+    data.addCapture(bias, {launch.qHeads, columns});
+  };
+}
+
 // `prepared` (gputest::Prepared) builds the tile coverage, checked against
 // the reference's, and the work order, checked against the reference's costs.
 void runVariant(const std::string &spec, const harness::Shape &shape, const CaptureMaker &captures,
@@ -264,15 +277,7 @@ TEST_CASE("document masking with captured ids matches the reference", "[gpu][var
 TEST_CASE("relative-position bias from a captured table matches the reference",
           "[gpu][variants]") {
   std::string spec = exampleWithHeads("relpos_bias_causal_hd128.mlir");
-  auto table = [](harness::ForwardProblem &data, const AttnLaunchConfig &launch,
-                  const harness::Shape &, std::mt19937_64 &random) {
-    std::normal_distribution<float> normal(0.f, 0.5f);
-    const int64_t columns = 2 * 8192 - 1;
-    std::vector<float> bias(launch.qHeads * columns);
-    for (float &value : bias)
-      value = normal(random);
-    data.addCapture(bias, {launch.qHeads, columns});
-  };
+  const CaptureMaker table = normalBiasTable(2 * 8192 - 1);
   runVariant(spec, {1, 1000, 1000, false}, table, 13);
   runVariant(spec, {1, 200, 900, false}, table, 14);
   // Head dim 256's plan has room for one staged value (one window per
@@ -345,6 +350,51 @@ TEST_CASE("score_mod values staged per diagonal match the reference", "[gpu][var
     runVariant(replaceAll(spec, "head_dim = 128", headDim), {1, 777, 650, false}, tables, 27);
   runVariant(replaceAll(spec, "mask = #attn.no_mask", "mask = #attn.causal<bottom_right>"),
              {1, 900, 1300, false}, tables, 28);
+}
+
+TEST_CASE("staged diagonals follow a mask_mod's walk over the key tiles", "[gpu][variants]") {
+  // A relative-position table under a mask_mod whose band leaves most key
+  // tiles unvisited and whose global keys bring back the first ones: each
+  // visited tile stages the diagonals of its own keys, and tiles a slice
+  // sees none of skip the score_mod. One consumer (two alternating
+  // windows) and two (one window, GEMM turns).
+  std::string spec = R"(attn.kernel @banded_table_bias
+    problem = #attn.problem<q_heads = 4, kv_heads = 4, head_dim = 128, element_type = bf16>
+    mask = #attn.no_mask
+    normalizer = #attn.softmax
+    captures = [#attn.capture<"bias", f32, [q_heads, ?]>]
+    mask_mod {
+    ^bb0(%b: index, %h: index, %q: index, %kv: index, %unused: memref<?x?xf32>):
+      %half_window = arith.constant 200 : index
+      %global = arith.constant 40 : index
+      %upper = arith.addi %q, %half_window : index
+      %lower = arith.addi %kv, %half_window : index
+      %below = arith.cmpi slt, %kv, %upper : index
+      %above = arith.cmpi slt, %q, %lower : index
+      %band = arith.andi %below, %above : i1
+      %global_kv = arith.cmpi slt, %kv, %global : index
+      %keep = arith.ori %band, %global_kv : i1
+      attn.yield %keep : i1
+    }
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index, %bias: memref<?x?xf32>):
+      %offset = arith.constant 3000 : index
+      %shifted = arith.addi %q, %offset : index
+      %column = arith.subi %shifted, %kv : index
+      %value = memref.load %bias[%h, %column] : memref<?x?xf32>
+      %biased = arith.addf %s, %value : f32
+      attn.yield %biased : f32
+    }
+)";
+  const CaptureMaker table = normalBiasTable(6001);
+  for (const char *tile : {"", "block_m=64,consumer_warpgroups=1"}) {
+    CompileOptions options;
+    options.tileOverride = tile;
+    INFO("tile override '" << tile << "'");
+    REQUIRE(loadKernel(spec, options).compiled.launch.blockM == (*tile ? 64 : 128));
+    runVariant(spec, {2, 1500, 2900, false}, table, 41, kNothing, options);
+    runVariant(spec, {1, 2333, 1777, false}, table, 42, kNothing, options);
+  }
 }
 
 TEST_CASE("chunked local attention matches the reference", "[gpu][variants]") {
