@@ -640,7 +640,9 @@ __device__ __forceinline__ void applyMask(const attn_abi::AttnFwdParams &p,
 constexpr int kDiagonals = Mods::kScoreDiagonals;
 constexpr int kDiagonalsPerTile = kBlockN + 63;
 constexpr u32 kDiagonalWindowBytes = (kBlockN + 64) * 4;
-constexpr int kDiagonalWindows = GemmTurns::kEnabled ? 1 : 2;
+constexpr int kDiagonalWindows = attn_plan::kScoreDiagonalWindows;
+static_assert(GemmTurns::kEnabled || kDiagonalWindows == 2,
+              "without GEMM turns, only a second window keeps reads before the next writes");
 static_assert(kDiagonals == 0 || kConsumers * kDiagonalWindows * kDiagonals *
                                          kDiagonalWindowBytes <=
                                      attn_plan::kSmemScoreDiagonalBytes,

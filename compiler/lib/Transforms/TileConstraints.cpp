@@ -236,11 +236,14 @@ int64_t estimateSharedMemoryBytes(const TileProblem &problem,
   return q + int64_t(config.stages) * 2 * kv + barriers + kSmemBaseAlignSlack;
 }
 
+int64_t scoreDiagonalWindows(const TileConfig &config) {
+  return config.consumerWarpgroups > 1 ? 1 : 2;
+}
+
 int64_t scoreDiagonalBytes(const TileProblem &problem, const TileConfig &config) {
   constexpr int64_t kWordBytes = 4;
-  const int64_t windows = config.consumerWarpgroups > 1 ? 1 : 2;
-  return int64_t(config.consumerWarpgroups) * windows * problem.scoreDiagonals *
-         (int64_t(config.blockN) + kWgmmaM) * kWordBytes;
+  return int64_t(config.consumerWarpgroups) * scoreDiagonalWindows(config) *
+         problem.scoreDiagonals * (int64_t(config.blockN) + kWgmmaM) * kWordBytes;
 }
 
 std::optional<std::string> checkTileLegality(const TileProblem &problem,

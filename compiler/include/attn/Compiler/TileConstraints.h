@@ -93,11 +93,15 @@ constexpr int kMaxFixedSoftmaxRangeLog2 = 80;
 /// The most score_mod values staged per key tile.
 constexpr int kMaxScoreDiagonals = 2;
 
-/// Shared memory of the staged score_mod values: per consumer warpgroup, a
-/// window of block_n + 64 words per value (the diagonals its 64 rows meet in
-/// a key tile, and one spare); two (one being read, one being filled) when
-/// the kernel has a single consumer, whose reads no GEMM turn orders before
-/// the next tile's writes.
+/// Windows of staged score_mod values per consumer warpgroup: one, or two
+/// (one being read, one being filled) when the kernel has a single
+/// consumer, whose reads no GEMM turn orders before the next tile's writes.
+/// The kernel takes the count from its plan (attn_plan::kScoreDiagonalWindows).
+int64_t scoreDiagonalWindows(const TileConfig &config);
+
+/// Shared memory of the staged score_mod values: per consumer warpgroup,
+/// scoreDiagonalWindows windows of block_n + 64 words per value (the
+/// diagonals its 64 rows meet in a key tile, and one spare).
 int64_t scoreDiagonalBytes(const TileProblem &problem, const TileConfig &config);
 
 /// A partial TileConfig: set fields replace the heuristic's.

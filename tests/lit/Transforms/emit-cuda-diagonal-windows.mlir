@@ -1,0 +1,32 @@
+// The staged score_mod diagonals take one window per consumer warpgroup when
+// GEMM turns order each window's reads before the next writes, and two when
+// a single consumer takes no turns: attn-emit-cuda passes the plan's count
+// to the kernel (kScoreDiagonalWindows), and attn-plan-smem sizes the buffer
+// by it, consumers x windows x (block_n + 64) words.
+// RUN: attn-opt --attn-tile="tile-override=block_m=128,block_n=128,stages=2,consumer_warpgroups=2" --attn-plan-smem --attn-classify-blocks --attn-lower-mods --attn-emit-cuda %s | FileCheck %s --check-prefix=TURNS
+// RUN: attn-opt --attn-tile="tile-override=block_m=64,block_n=128,stages=2,consumer_warpgroups=1" --attn-plan-smem --attn-classify-blocks --attn-lower-mods --attn-emit-cuda %s | FileCheck %s --check-prefix=SINGLE
+
+// TURNS-LABEL: attn.kernel @table_bias
+// TURNS: attn.cuda_source = "
+// TURNS-SAME: static constexpr int kScoreDiagonals = 1;
+// TURNS-SAME: constexpr unsigned kSmemScoreDiagonalBytes = 1536;\0A
+// TURNS-SAME: constexpr int kScoreDiagonalWindows = 1;\0A
+
+// SINGLE-LABEL: attn.kernel @table_bias
+// SINGLE: attn.cuda_source = "
+// SINGLE-SAME: static constexpr int kScoreDiagonals = 1;
+// SINGLE-SAME: constexpr unsigned kSmemScoreDiagonalBytes = 1536;\0A
+// SINGLE-SAME: constexpr int kScoreDiagonalWindows = 2;\0A
+attn.kernel @table_bias
+    problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 128, element_type = bf16>
+    mask = #attn.causal<bottom_right> normalizer = #attn.softmax
+    captures = [#attn.capture<"bias", f32, [q_heads, ?]>]
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index, %bias: memref<?x?xf32>):
+      %offset = arith.constant 1000 : index
+      %shifted = arith.addi %q, %offset : index
+      %column = arith.subi %shifted, %kv : index
+      %value = memref.load %bias[%h, %column] : memref<?x?xf32>
+      %biased = arith.addf %s, %value : f32
+      attn.yield %biased : f32
+    }
