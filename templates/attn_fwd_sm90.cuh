@@ -876,7 +876,8 @@ __device__ void storeOutput(const attn_abi::AttnFwdParams &p, const float (&outp
 __device__ void combineTailPieces(const attn_abi::AttnFwdParams &p, const TileSchedule &schedule,
                                   const WorkTile &work, float (&output)[kOutputRegs],
                                   float (&logSumExp)[2], int consumer, int sliceQueryBegin) {
-  constexpr int kWarpFloats = (kOutputRegs + 2) * 32;
+  constexpr long long kWarpFloats = attn_abi::tailPieceWarpFloats(kHeadDim);
+  static_assert(kWarpFloats == (kOutputRegs + 2) * 32, "a thread's O fragment and two LSEs");
   constexpr int kSlotWarps = kConsumers * kWarpsPerWarpgroup;
   const int thread = threadIdx.x % kWarpgroupThreads;
   const int warp = thread / 32, lane = thread % 32;

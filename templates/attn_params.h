@@ -90,6 +90,11 @@ struct AttnFwdParams {
   int *tail_counters;
 };
 
+// A consumer warp's piece in tail_partials: the O fragment of its 16 rows
+// (head_dim / 2 floats a thread) and their two log-sum-exps, for 32 threads.
+// The runtime sizes the workspace with it and the kernel addresses it.
+constexpr long long tailPieceWarpFloats(int headDim) { return (headDim / 2 + 2) * 32LL; }
+
 // Parameters of the chunkwise linear attention / retention kernel.
 //
 // Q, K, V, O as for AttnFwdParams (BSHD, seqlen_q = seqlen_k = seqlen); the

@@ -632,13 +632,13 @@ ForwardScratch forwardScratch(const AttnLaunchConfig &config, const ForwardTailS
   if (split.tiles == 0)
     return scratch;
   // attn_params.h: a counter per tail tile and consumer warp; per block two
-  // slots of consumer warps x (head_dim / 2 + 2) x 32 floats.
+  // slots of a piece per consumer warp.
   constexpr uint64_t kWarpThreads = 32, kWarpgroupWarps = 4;
   const uint64_t consumerWarps =
       (uint64_t(config.threadsPerBlock) / (kWarpThreads * kWarpgroupWarps) - 1) * kWarpgroupWarps;
   scratch.counterBytes = (uint64_t(split.tiles) * consumerWarps * sizeof(int32_t) + 15) & ~15ull;
   scratch.pieceBytes = 2 * uint64_t(gridBlocks) * consumerWarps *
-                       (uint64_t(config.headDim) / 2 + 2) * kWarpThreads * sizeof(float);
+                       uint64_t(attn_abi::tailPieceWarpFloats(config.headDim)) * sizeof(float);
   return scratch;
 }
 
