@@ -245,18 +245,11 @@ struct BuiltOnce {
   attn::DeviceBuffer workOrder;
 };
 
-/// Attaches a forward workspace of the size the calls of each launch need
-/// (--tail-split), held by `workspace`.
-void attachForwardWorkspace(std::initializer_list<const attn::AttnLaunchConfig *> launches,
-                            attn::AttnForwardArgs &args, attn::DeviceBuffer &workspace) {
-  uint64_t bytes = 0;
-  for (const attn::AttnLaunchConfig *launch : launches)
-    bytes = std::max(bytes, tailSplit ? attn::forwardWorkspaceBytes(*launch, args) : 0);
-  if (bytes == 0)
-    return;
-  workspace = attn::DeviceBuffer(bytes);
-  args.workspace = workspace.data();
-  args.workspaceBytes = workspace.size();
+/// The forward workspace of the launches' calls, attached to `args`
+/// (none without --tail-split).
+attn::DeviceBuffer attachForwardWorkspace(
+    std::initializer_list<const attn::AttnLaunchConfig *> launches, attn::AttnForwardArgs &args) {
+  return tailSplit ? attn::harness::attachForwardWorkspace(launches, args) : attn::DeviceBuffer();
 }
 
 BuiltOnce buildOnce(Loaded &kernel, attn::AttnForwardArgs &args) {
@@ -359,8 +352,7 @@ int runSpec() {
               launch.threadsPerBlock, launch.sharedMemoryBytes);
   attn::AttnForwardArgs args = data.args();
   BuiltOnce builtOnce = buildOnce(kernel, args);
-  attn::DeviceBuffer workspace;
-  attachForwardWorkspace({&launch}, args, workspace);
+  attn::DeviceBuffer workspace = attachForwardWorkspace({&launch}, args);
   bool passed = true;
   if (check) {
     data.poisonOutputs();
@@ -438,8 +430,7 @@ int runGrid() {
                                                warmup, repeats);
         };
         if (!compare) {
-          attn::DeviceBuffer workspace;
-          attachForwardWorkspace({&heuristic.compiled.launch}, args, workspace);
+          attn::DeviceBuffer workspace = attachForwardWorkspace({&heuristic.compiled.launch}, args);
           double ms = time(heuristic);
           std::printf("| %d | %lld | %s | %.1f | %.3f | %s |\n", headDim, (long long)s,
                       causal ? "yes" : "no", flops / ms / 1e9, ms,
@@ -448,9 +439,8 @@ int runGrid() {
           continue;
         }
         Loaded tuned = load(spec.str(), "grid.mlir", {shape.batch, s, s}, tuningDatabase);
-        attn::DeviceBuffer workspace;
-        attachForwardWorkspace({&heuristic.compiled.launch, &tuned.compiled.launch}, args,
-                               workspace);
+        attn::DeviceBuffer workspace =
+            attachForwardWorkspace({&heuristic.compiled.launch, &tuned.compiled.launch}, args);
         std::vector<double> heuristicMs, tunedMs;
         // Alternating which plan goes first: under the power cap the clock
         // sags within a round, which would favour a fixed first plan.

@@ -196,8 +196,12 @@ void measureShape(const TuneOptions &options, const SpecTuningKey &key,
         AttnLaunchConfig launch = binary.compiled.launch;
         launch.persistentBlocksPerSm = result.config.persistentBlocksPerSm;
         try {
+          // The candidate runs as a caller with a workspace runs it (the
+          // split of its persistent grid's last round).
+          AttnForwardArgs args = data.args();
+          DeviceBuffer workspace = harness::attachForwardWorkspace({&launch}, args);
           data.poisonOutputs();
-          launchForward(function, launch, data.args(), nullptr);
+          launchForward(function, launch, args, nullptr);
           ATTN_CU_CHECK(cuCtxSynchronize);
           harness::Comparison check =
               harness::compareOutputs(problem, expected, data, launch.dtype);
@@ -209,12 +213,11 @@ void measureShape(const TuneOptions &options, const SpecTuningKey &key,
             // The checked launch warmed the kernel up. One timed launch
             // already rules out the far-off plans (most of the space); the
             // rest get the screen's median.
-            double first = harness::medianLaunchMs(function, launch, data.args(), 0, 1);
+            double first = harness::medianLaunchMs(function, launch, args, 0, 1);
             result.milliseconds =
                 first > fastestScreen * (1 + 2.5 * options.finalistMargin)
                     ? first
-                    : harness::medianLaunchMs(function, launch, data.args(), 0,
-                                              options.screenRepeats);
+                    : harness::medianLaunchMs(function, launch, args, 0, options.screenRepeats);
             fastestScreen = std::min(fastestScreen, result.milliseconds);
           }
         } catch (const Error &error) {
@@ -259,8 +262,10 @@ void measureShape(const TuneOptions &options, const SpecTuningKey &key,
       auto [b, member] = finalists[f];
       AttnLaunchConfig launch = binaries[b].compiled.launch;
       launch.persistentBlocksPerSm = results[member].config.persistentBlocksPerSm;
-      rounds[f].push_back(harness::medianLaunchMs(functions[b], launch, data.args(),
-                                                  options.warmup, options.repeats));
+      AttnForwardArgs args = data.args();
+      DeviceBuffer workspace = harness::attachForwardWorkspace({&launch}, args);
+      rounds[f].push_back(
+          harness::medianLaunchMs(functions[b], launch, args, options.warmup, options.repeats));
     }
   for (size_t f = 0; f < finalists.size(); ++f) {
     std::vector<double> &times = rounds[f];

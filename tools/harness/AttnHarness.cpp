@@ -302,6 +302,19 @@ double medianLaunchMs(KernelFunction &kernel, const AttnLaunchConfig &config,
   return medianMs([&] { launchForward(kernel, config, args, nullptr); }, warmup, repeats);
 }
 
+DeviceBuffer attachForwardWorkspace(std::initializer_list<const AttnLaunchConfig *> launches,
+                                    AttnForwardArgs &args) {
+  uint64_t bytes = 0;
+  for (const AttnLaunchConfig *launch : launches)
+    bytes = std::max(bytes, forwardWorkspaceBytes(*launch, args));
+  if (bytes == 0)
+    return DeviceBuffer();
+  DeviceBuffer workspace(bytes);
+  args.workspace = workspace.data();
+  args.workspaceBytes = workspace.size();
+  return workspace;
+}
+
 bool specHasCausalMask(const std::string &specText) {
   return specText.find("#attn.causal") != std::string::npos;
 }

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -142,6 +143,12 @@ double medianMs(const std::function<void()> &launch, int warmup, int repeats);
 /// Median time in milliseconds of `repeats` launches after `warmup`.
 double medianLaunchMs(KernelFunction &kernel, const AttnLaunchConfig &config,
                       const AttnForwardArgs &args, int warmup, int repeats);
+
+/// Attaches to `args` a forward workspace of the size the launches of each
+/// config need (forwardWorkspaceBytes: the split of a persistent grid's
+/// last round), held by the returned buffer; none when none needs one.
+DeviceBuffer attachForwardWorkspace(std::initializer_list<const AttnLaunchConfig *> launches,
+                                    AttnForwardArgs &args);
 
 /// Whether a spec's built-in mask is causal (forwardFlops then halves).
 bool specHasCausalMask(const std::string &specText);
