@@ -354,10 +354,11 @@ TEST_CASE("score_mod values staged per diagonal match the reference", "[gpu][var
 
 TEST_CASE("staged diagonals follow a mask_mod's walk over the key tiles", "[gpu][variants]") {
   // A relative-position table under a mask_mod whose band leaves most key
-  // tiles unvisited and whose global keys bring back the first ones: each
-  // visited tile stages the diagonals of its own keys, and tiles a slice
-  // sees none of skip the score_mod. One consumer (two alternating
-  // windows) and two (one window, GEMM turns).
+  // tiles unvisited and whose global keys bring back key tile 0: each
+  // visited tile stages the diagonals of its own keys, the walk jumping
+  // from tile 0 to the band. One consumer (two alternating windows) and two
+  // (one window, GEMM turns). The band is wider than a block, so no slice
+  // of a visited tile is empty.
   std::string spec = R"(attn.kernel @banded_table_bias
     problem = #attn.problem<q_heads = 4, kv_heads = 4, head_dim = 128, element_type = bf16>
     mask = #attn.no_mask

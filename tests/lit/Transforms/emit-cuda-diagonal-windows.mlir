@@ -2,7 +2,8 @@
 // GEMM turns order each window's reads before the next writes, and two when
 // a single consumer takes no turns: attn-emit-cuda passes the plan's count
 // to the kernel (kScoreDiagonalWindows), and attn-plan-smem sizes the buffer
-// by it, consumers x windows x (block_n + 64) words.
+// by it: consumers x windows x staged values x (block_n + 64) words of 4
+// bytes, 2 x 1 x 1 x 192 x 4 and 1 x 2 x 1 x 192 x 4 = 1536 here.
 // RUN: attn-opt --attn-tile="tile-override=block_m=128,block_n=128,stages=2,consumer_warpgroups=2" --attn-plan-smem --attn-classify-blocks --attn-lower-mods --attn-emit-cuda %s | FileCheck %s --check-prefix=TURNS
 // RUN: attn-opt --attn-tile="tile-override=block_m=64,block_n=128,stages=2,consumer_warpgroups=1" --attn-plan-smem --attn-classify-blocks --attn-lower-mods --attn-emit-cuda %s | FileCheck %s --check-prefix=SINGLE
 
