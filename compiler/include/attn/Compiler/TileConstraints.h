@@ -128,12 +128,13 @@ int defaultConsumerRegisters(int consumerWarpgroups);
 /// four softmax reduction chains at head dim 128 (one otherwise) and a
 /// persistent grid of one block per SM when the work tiles are even, or
 /// masked by a built-in mask alone with keyLength below
-/// kMaskedPersistentMaxKeys (or unknown). At head
-/// dim 128 without a mask or a score_mod, with keyLength known and at least
-/// kWideKeyTileMinKeys, 128 x 160 tiles with one softmax chain; so with the
-/// causal mask alone (with or without a score_mod) from kWideCausalMinKeys. At head dim 64 with the causal
-/// mask alone: at most kShortCausalMaxKeys keys, a persistent grid and four
-/// stages; at most kMediumCausalMaxKeys, 128 x 128 tiles with three stages.
+/// kMaskedPersistentMaxKeys (or unknown). At head dim 128 without a mask or
+/// a score_mod, with keyLength known and at least kWideKeyTileMinKeys,
+/// 128 x 160 tiles with one softmax chain; so with the causal mask alone
+/// (with or without a score_mod) from kWideCausalMinKeys. At head dim 64
+/// with the causal mask alone and no score_mod: at most kShortCausalMaxKeys
+/// keys, a persistent grid and four stages; at most kMediumCausalMaxKeys,
+/// 128 x 128 tiles with three stages.
 /// At head dim 128 with fixedSoftmaxBase, at any length and over every
 /// other rule: 192 x 64, three consumers, four stages and two chains.
 TileConfig defaultTileConfig(const TileProblem &problem);

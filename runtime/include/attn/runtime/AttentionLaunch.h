@@ -233,9 +233,8 @@ ForwardTailSplit forwardTailSplitFor(const AttnLaunchConfig &config, int batch, 
                                      int seqlenK, int gridBlocks);
 
 /// Bytes of AttnForwardArgs::workspace that the call's tail split uses (0:
-/// none): per tail tile and consumer
-/// warp a counter, per block two pieces of BLOCK_M rows of fp32 O and
-/// log-sum-exp.
+/// none): per tail tile and consumer warp a counter, per block two pieces
+/// of BLOCK_M rows of fp32 O and log-sum-exp.
 uint64_t forwardWorkspaceBytes(const AttnLaunchConfig &config, const AttnForwardArgs &args);
 
 /// Validates (validateForwardArgs, then validateDevicePointers), builds the
