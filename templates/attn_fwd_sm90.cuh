@@ -57,9 +57,15 @@ static_assert(kBlockM == 64 * kConsumers, "one 64-row WGMMA slice per consumer w
 static_assert(kHeadDim % kColumnBlock == 0, "head dim must be a multiple of 64");
 static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "BLOCK_N is the N of a WGMMA");
 
+// Staged score_mod diagonals (DiagonalStage): values per pair, and windows
+// per consumer.
+constexpr int kDiagonals = Mods::kScoreDiagonals;
+constexpr int kDiagonalWindows = attn_plan::kScoreDiagonalWindows;
+
 // Shared-memory barriers, laid out as
-// [q_full, q_empty, k_full[S], v_full[S], k_empty[S], v_empty[S]]. K and V
-// slots are released separately: a K slot frees as soon as its QKᵀ
+// [q_full, q_empty, k_full[S], v_full[S], k_empty[S], v_empty[S]], then with
+// staged diagonals [diagonal_full, diagonal_empty] per consumer and window.
+// K and V slots are released separately: a K slot frees as soon as its QKᵀ
 // completes, one iteration before the V slot of the same stage.
 struct Barriers {
   u32 base;
@@ -69,6 +75,12 @@ struct Barriers {
   __device__ u32 vFull(int stage) const { return base + 8 * (2 + kStages + stage); }
   __device__ u32 kEmpty(int stage) const { return base + 8 * (2 + 2 * kStages + stage); }
   __device__ u32 vEmpty(int stage) const { return base + 8 * (2 + 3 * kStages + stage); }
+  __device__ u32 diagonalFull(int consumer, int window) const {
+    return base + 8 * (2 + 4 * kStages + 2 * (consumer * kDiagonalWindows + window));
+  }
+  __device__ u32 diagonalEmpty(int consumer, int window) const {
+    return diagonalFull(consumer, window) + 8;
+  }
 };
 
 // Each consumer warp releases a slot or the Q tile once (its lane 0, after
@@ -425,6 +437,25 @@ __device__ __forceinline__ void loadTile(u32 destination, u32 rows, const Tensor
               batch);
 }
 
+// The block's work tiles and the key tiles each visits, in the order the
+// consumers take them: onWork(work) once per work tile, then
+// onKeyTile(work, tile) per visited key tile. For the producer's threads.
+template <class OnWork, class OnKeyTile>
+__device__ __forceinline__ void forEachVisitedTile(const attn_abi::AttnFwdParams &p,
+                                                   const TileSchedule &schedule, OnWork &&onWork,
+                                                   OnKeyTile &&onKeyTile) {
+  for (int index = schedule.firstPosition(); index < schedule.end;
+       index = schedule.nextPosition(index)) {
+    const WorkTile work = schedule.at(p, index);
+    if (work.empty())
+      continue;
+    onWork(work);
+    for (int tile = nextVisitedTile(p, work, work.keys.begin); tile < work.keys.end;
+         tile = nextVisitedTile(p, work, tile + 1))
+      onKeyTile(work, tile);
+  }
+}
+
 __device__ void produce(const attn_abi::AttnFwdParams &p, u32 smemBase, const Barriers &barriers,
                         const TileSchedule &schedule) {
   prefetchTensorMap(&p.q_map);
@@ -434,11 +465,7 @@ __device__ void produce(const attn_abi::AttnFwdParams &p, u32 smemBase, const Ba
 
   int ring = 0; // key tiles loaded so far, over all work tiles
   int qLoads = 0;
-  for (int index = schedule.firstPosition(); index < schedule.end;
-       index = schedule.nextPosition(index)) {
-    const WorkTile work = schedule.at(p, index);
-    if (work.empty())
-      continue;
+  auto loadQ = [&](const WorkTile &work) {
     // Every work tile loads Q, even one with no key tile to visit, so that
     // the consumers' Q phases never depend on the mask. The previous Q must
     // have been released (and, where staging shares its bytes, stored).
@@ -448,26 +475,26 @@ __device__ void produce(const attn_abi::AttnFwdParams &p, u32 smemBase, const Ba
     loadTile(smemBase + attn_plan::kSmemQ, kBlockM, &p.q_map, barriers.qFull(),
              work.sequence.rowQ + work.queryBegin, work.head, work.sequence.mapBatch);
     ++qLoads;
-
-    for (int tile = nextVisitedTile(p, work, work.keys.begin); tile < work.keys.end;
-         tile = nextVisitedTile(p, work, tile + 1), ++ring) {
-      RingSlot slot = ringSlot<kStages>(ring);
-      // The slot's previous tile (ring - kStages) must have been released;
-      // its release completed the phase before this slot's current one.
-      bool reused = ring >= kStages;
-      int keyRow = work.sequence.rowK + tile * kBlockN;
-      if (reused)
-        mbarrierWait(barriers.kEmpty(slot.stage), slot.phase ^ 1);
-      mbarrierArriveExpectTx(barriers.kFull(slot.stage), kKvTileBytes);
-      loadTile(smemBase + attn_plan::kSmemK + slot.stage * kKvTileBytes, kBlockN, &p.k_map,
-               barriers.kFull(slot.stage), keyRow, work.kvHead, work.sequence.mapBatch);
-      if (reused)
-        mbarrierWait(barriers.vEmpty(slot.stage), slot.phase ^ 1);
-      mbarrierArriveExpectTx(barriers.vFull(slot.stage), kKvTileBytes);
-      loadTile(smemBase + attn_plan::kSmemV + slot.stage * kKvTileBytes, kBlockN, &p.v_map,
-               barriers.vFull(slot.stage), keyRow, work.kvHead, work.sequence.mapBatch);
-    }
-  }
+  };
+  auto loadKeyTile = [&](const WorkTile &work, int tile) {
+    RingSlot slot = ringSlot<kStages>(ring);
+    // The slot's previous tile (ring - kStages) must have been released;
+    // its release completed the phase before this slot's current one.
+    bool reused = ring >= kStages;
+    int keyRow = work.sequence.rowK + tile * kBlockN;
+    if (reused)
+      mbarrierWait(barriers.kEmpty(slot.stage), slot.phase ^ 1);
+    mbarrierArriveExpectTx(barriers.kFull(slot.stage), kKvTileBytes);
+    loadTile(smemBase + attn_plan::kSmemK + slot.stage * kKvTileBytes, kBlockN, &p.k_map,
+             barriers.kFull(slot.stage), keyRow, work.kvHead, work.sequence.mapBatch);
+    if (reused)
+      mbarrierWait(barriers.vEmpty(slot.stage), slot.phase ^ 1);
+    mbarrierArriveExpectTx(barriers.vFull(slot.stage), kKvTileBytes);
+    loadTile(smemBase + attn_plan::kSmemV + slot.stage * kKvTileBytes, kBlockN, &p.v_map,
+             barriers.vFull(slot.stage), keyRow, work.kvHead, work.sequence.mapBatch);
+    ++ring;
+  };
+  forEachVisitedTile(p, schedule, loadQ, loadKeyTile);
 }
 
 // ---------------------------------------------------------------------------
@@ -625,75 +652,88 @@ __device__ __forceinline__ void applyMask(const attn_abi::AttnFwdParams &p,
 
 // score_mod values that depend on q and kv only through d = q - kv (a
 // relative-position table; attn-lower-mods outlines them): instead of a
-// capture read per pair, each consumer warpgroup stages the kBlockN + 63
-// diagonals its 64 rows meet in a key tile in a window of its own, one or two
-// words a thread. It fetches them into registers before the tile's QKᵀ, so
-// the loads overlap it, and publishes them after; each pair then reads its
-// word at a constant offset from the lane's base. One warpgroup barrier
-// per tile orders the writes before the reads; the reads come before the
-// next writes to the same window because every thread of the warpgroup
-// passes its next GEMM turn (a barrier with all of them) in between. A
-// single consumer takes no turns: its two windows alternate instead.
-// (A window per warp needs only __syncwarp, but its 16 rows share 127 of
-// their kBlockN + 15 diagonals with the next warp's: each thread fetched
-// three times as many words, and the fetches cost more than the barrier.)
-constexpr int kDiagonals = Mods::kScoreDiagonals;
+// capture read per pair, each consumer warpgroup reads the kBlockN + 63
+// diagonals its 64 rows meet in a key tile from a window of its own in shared
+// memory; each pair then reads its word at a constant offset from the lane's
+// base. Producer warp 1 + c fills consumer c's windows (stageDiagonals), a
+// key tile ahead of its softmax, so no consumer thread waits on the table's
+// global loads: the windows form a ring with a full and an empty mbarrier
+// each, like the K/V stages. The consumer waits for a window's fill at the
+// tile's score_mod, and each of its warps gives it back once its lanes have
+// read their words.
 constexpr int kDiagonalsPerTile = kBlockN + 63;
 constexpr u32 kDiagonalWindowBytes = (kBlockN + 64) * 4;
-constexpr int kDiagonalWindows = attn_plan::kScoreDiagonalWindows;
-static_assert(GemmTurns::kEnabled || kDiagonalWindows == 2,
-              "without GEMM turns, only a second window keeps reads before the next writes");
+static_assert(kDiagonals == 0 || kConsumers < kWarpsPerWarpgroup,
+              "a producer warp beside the TMA warp fills each consumer's windows");
 static_assert(kDiagonals == 0 || kConsumers * kDiagonalWindows * kDiagonals *
                                          kDiagonalWindowBytes <=
                                      attn_plan::kSmemScoreDiagonalBytes,
               "the score_diagonals buffer (attn::scoreDiagonalBytes) holds every window");
-constexpr int kDiagonalFetches = (kDiagonalsPerTile + kWarpgroupThreads - 1) / kWarpgroupThreads;
 constexpr int kColumnGroups = kBlockN / 8;
 
-struct DiagonalStage {
-  u32 windows; // this warpgroup's: [window][diagonal value][kBlockN + 64] words
-  int window;
-  u32 fetched[Mods::kScoreDiagonalSlots][kDiagonalFetches];
+// Consumer `consumer`'s windows: [window][diagonal value][kBlockN + 64] words.
+__device__ __forceinline__ u32 diagonalWindow(u32 smemBase, int consumer, int window) {
+  return smemBase + attn_plan::kSmemScoreDiagonals +
+         (consumer * kDiagonalWindows + window) * kDiagonals * kDiagonalWindowBytes;
+}
 
-  __device__ __forceinline__ explicit DiagonalStage(u32 smemBase, int consumer)
-      : windows(smemBase + attn_plan::kSmemScoreDiagonals +
-                consumer * kDiagonalWindows * kDiagonals * kDiagonalWindowBytes),
-        window(0) {}
-
-  // body(n, f, x) for the words x = thread + 128 f of each value n this
-  // thread fetches and publishes.
-  template <class Body>
-  static __device__ __forceinline__ void forEachThreadWord(int thread, Body &&body) {
+// The producer warp of consumer `consumer`: for every key tile the block
+// visits, in the consumers' order, it loads the values of the slice's rows
+// (word x of a window holds d = sliceRow0 - (keyTile kBlockN + kBlockN - 1) +
+// x), then waits for the window to be free, stores them and signals them
+// full, one arrival per lane.
+__device__ void stageDiagonals(const attn_abi::AttnFwdParams &p, u32 smemBase,
+                               const Barriers &barriers, const TileSchedule &schedule,
+                               int consumer, int lane) {
+  constexpr int kLaneWords = (kDiagonalsPerTile + 31) / 32;
+  int fills = 0;
+  auto fill = [&](const WorkTile &work, int tile) {
+    const int sliceRow0 = work.queryBegin + 64 * consumer;
+    const long long first = static_cast<long long>(sliceRow0) - tile * kBlockN - (kBlockN - 1);
+    u32 words[Mods::kScoreDiagonalSlots][kLaneWords];
 #pragma unroll
     for (int n = 0; n < kDiagonals; ++n)
 #pragma unroll
-      for (int f = 0; f < kDiagonalFetches; ++f)
-        if (thread + kWarpgroupThreads * f < kDiagonalsPerTile)
-          body(n, f, thread + kWarpgroupThreads * f);
-  }
+      for (int w = 0; w < kLaneWords; ++w)
+        if (lane + 32 * w < kDiagonalsPerTile)
+          words[n][w] = Mods::scoreDiagonal(p, n, work.batch, work.head, first + lane + 32 * w);
+    const int window = fills % kDiagonalWindows;
+    if (fills >= kDiagonalWindows)
+      mbarrierWait(barriers.diagonalEmpty(consumer, window), ((fills / kDiagonalWindows) & 1) ^ 1);
+    const u32 address = diagonalWindow(smemBase, consumer, window);
+#pragma unroll
+    for (int n = 0; n < kDiagonals; ++n)
+#pragma unroll
+      for (int w = 0; w < kLaneWords; ++w)
+        if (lane + 32 * w < kDiagonalsPerTile)
+          asm volatile("st.shared.b32 [%0], %1;" ::"r"(address + n * kDiagonalWindowBytes +
+                                                       4 * (lane + 32 * w)),
+                       "r"(words[n][w])
+                       : "memory");
+    mbarrierArrive(barriers.diagonalFull(consumer, window));
+    ++fills;
+  };
+  forEachVisitedTile(p, schedule, [](const WorkTile &) {}, fill);
+}
 
-  // Loads the values of key tile `keyTile` for the slice's rows from
-  // `sliceRow0`: word x holds d = sliceRow0 - (keyTile * kBlockN + kBlockN - 1) + x.
-  __device__ __forceinline__ void fetch(const attn_abi::AttnFwdParams &p, const WorkTile &work,
-                                        int sliceRow0, int keyTile, int thread) {
-    const long long first = static_cast<long long>(sliceRow0) - keyTile * kBlockN - (kBlockN - 1);
-    forEachThreadWord(thread, [&](int n, int f, int x) {
-      fetched[n][f] = Mods::scoreDiagonal(p, n, work.batch, work.head, first + x);
-    });
-  }
+// A consumer's side of its windows: the fills come in the order of the key
+// tiles it visits.
+struct DiagonalStage {
+  u32 smemBase;
+  int consumer;
+  int uses; // windows taken so far, over all work tiles
 
-  // Writes the fetched words to the next window and returns its address.
-  // `barrier` is the warpgroup's named barrier.
-  __device__ __forceinline__ u32 publish(int thread, int barrier) {
-    const u32 address = windows + window * kDiagonals * kDiagonalWindowBytes;
-    window = (window + 1) % kDiagonalWindows;
-    forEachThreadWord(thread, [&](int n, int f, int x) {
-      asm volatile("st.shared.b32 [%0], %1;" ::"r"(address + n * kDiagonalWindowBytes + 4 * x),
-                   "r"(fetched[n][f])
-                   : "memory");
-    });
-    warpgroupBarrier(barrier);
-    return address;
+  // The window of the next key tile, once filled.
+  __device__ __forceinline__ u32 acquire(const Barriers &barriers) const {
+    const int window = uses % kDiagonalWindows;
+    mbarrierWait(barriers.diagonalFull(consumer, window), (uses / kDiagonalWindows) & 1);
+    return diagonalWindow(smemBase, consumer, window);
+  }
+  // Gives the window back once this warp's lanes have read it.
+  __device__ __forceinline__ void release(const Barriers &barriers, int lane) {
+    __syncwarp();
+    releaseSlot(barriers.diagonalEmpty(consumer, uses % kDiagonalWindows), lane);
+    ++uses;
   }
 };
 
@@ -724,12 +764,13 @@ __device__ __forceinline__ void applyScoreMod(const attn_abi::AttnFwdParams &p,
                                               float (&scores)[kScoreRegs], const WorkTile &work,
                                               const typename Mods::ScoreRow (&scoreRows)[2],
                                               int row0, int keyBase, float scale, int lane,
-                                              DiagonalStage &diagonals, int consumer,
-                                              int keyOrigin) {
+                                              DiagonalStage &diagonals,
+                                              const Barriers &barriers, int keyOrigin) {
   u32 words[Mods::kScoreDiagonalSlots][kColumnGroups + 1][2];
   if constexpr (kDiagonals > 0) {
-    const int thread = threadIdx.x % kWarpgroupThreads;
-    readDiagonals(diagonals.publish(thread, 1 + consumer), thread / 32, lane, words);
+    readDiagonals(diagonals.acquire(barriers), (threadIdx.x % kWarpgroupThreads) / 32, lane,
+                  words);
+    diagonals.release(barriers, lane);
   }
   forEachScoreElement<Mods::kScoreUsesKeyFloat>(
       row0, keyBase, lane, [&](int i, int half, int row, int key, float keyFloat) {
@@ -1015,7 +1056,8 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
 
   // Its first next() tests the window at keys.begin.
   VisitedTileWalk walk{work.keys.begin - 32, 0u, 0u, 0u};
-  DiagonalStage diagonals(smemBase, consumer);
+  // One window fill per visited key tile, as one ring slot.
+  DiagonalStage diagonals{smemBase, consumer, ring};
   // Scores of key tile `keyTile` -> probabilities, with the O rescale factor.
   auto softmaxOfTile = [&](float (&scores)[kScoreRegs], int keyTile, float (&rescale)[2]) {
     int keyBase = keyTile * kBlockN;
@@ -1025,10 +1067,16 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
     // A tile visited for the other consumers' rows only: the softmax gives
     // P = 0 and keeps the statistics, with nothing evaluated per element.
     const bool sliceEmpty = kMaskModProved && coverage == Coverage::Empty;
-    if constexpr (Mods::kHasScoreMod)
-      if (!sliceEmpty)
+    if constexpr (Mods::kHasScoreMod) {
+      if (!sliceEmpty) {
         applyScoreMod(p, scores, work, scoreRows, row0, keyBase, scoreModInputScale, lane,
-                      diagonals, consumer, keyOrigin);
+                      diagonals, barriers, keyOrigin);
+      } else if constexpr (kDiagonals > 0) {
+        // The fill still comes: take it and give it back unread.
+        diagonals.acquire(barriers);
+        diagonals.release(barriers, lane);
+      }
+    }
     // Tiles the masks fully cover skip the per-element test.
     if (coverage != Coverage::Full && !sliceEmpty)
       applyMask(p, scores, work, maskRows, row0, keyBase, lane);
@@ -1050,7 +1098,6 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
 
     // Prologue: S_0 alone.
     int keyTile = walk.next(p, work, work.keys.begin, sliceQueryBegin, sliceLast, lane);
-    diagonals.fetch(p, work, sliceQueryBegin, keyTile, thread);
     RingSlot slot = ringSlot<kStages>(ring);
     mbarrierWait(barriers.kFull(slot.stage), slot.phase);
     turns.wait();
@@ -1066,7 +1113,6 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
 
     for (int iteration = 1; iteration < tileCount; ++iteration) {
       keyTile = walk.next(p, work, keyTile + 1, sliceQueryBegin, sliceLast, lane);
-      diagonals.fetch(p, work, sliceQueryBegin, keyTile, thread);
       RingSlot previous = slot;
       slot = ringSlot<kStages>(ring + iteration);
       mbarrierWait(barriers.kFull(slot.stage), slot.phase);
@@ -1162,6 +1208,11 @@ extern "C" __global__ void __launch_bounds__(attn_kernel::kThreads, 1)
 
   const int warpgroup = threadIdx.x / kWarpgroupThreads;
   if (threadIdx.x == 0) {
+    for (int consumer = 0; consumer < (kDiagonals > 0 ? kConsumers : 0); ++consumer)
+      for (int window = 0; window < kDiagonalWindows; ++window) {
+        mbarrierInit(barriers.diagonalFull(consumer, window), 32);
+        mbarrierInit(barriers.diagonalEmpty(consumer, window), kWarpsPerWarpgroup);
+      }
     mbarrierInit(barriers.qFull(), 1);
     mbarrierInit(barriers.qEmpty(), kReleaseArrivals);
     for (int stage = 0; stage < kStages; ++stage) {
@@ -1176,8 +1227,12 @@ extern "C" __global__ void __launch_bounds__(attn_kernel::kThreads, 1)
 
   if (warpgroup == 0) {
     releaseRegisters<attn_plan::kProducerRegisters>();
+    const int warp = threadIdx.x / 32;
     if (threadIdx.x == 0)
       produce(p, smemBase, barriers, schedule);
+    else if constexpr (kDiagonals > 0)
+      if (warp >= 1 && warp <= kConsumers)
+        stageDiagonals(p, smemBase, barriers, schedule, warp - 1, threadIdx.x % 32);
   } else {
     claimRegisters<attn_plan::kConsumerRegisters>();
     consume(p, smemBase, barriers, warpgroup - 1, schedule);

@@ -356,9 +356,13 @@ TEST_CASE("staged diagonals follow a mask_mod's walk over the key tiles", "[gpu]
   // A relative-position table under a mask_mod whose band leaves most key
   // tiles unvisited and whose global keys bring back key tile 0: each
   // visited tile stages the diagonals of its own keys, the walk jumping
-  // from tile 0 to the band. One consumer (two alternating windows) and two
-  // (one window, GEMM turns). The band is wider than a block, so no slice
-  // of a visited tile is empty.
+  // from tile 0 to the band. One consumer (two windows in turn) and two (one
+  // window each). With the wide band no slice of a visited tile is empty;
+  // the narrow one (half width 20, under the 64 rows of a slice) leaves
+  // one consumer's slice empty in the tiles the band reaches for the
+  // other's rows only. There the score_mod s + value still starts the
+  // accumulator at the values, and s × value (applied per pair) skips the
+  // score_mod and gives the window back unread.
   std::string spec = R"(attn.kernel @banded_table_bias
     problem = #attn.problem<q_heads = 4, kv_heads = 4, head_dim = 128, element_type = bf16>
     mask = #attn.no_mask
@@ -388,6 +392,12 @@ TEST_CASE("staged diagonals follow a mask_mod's walk over the key tiles", "[gpu]
     }
 )";
   const CaptureMaker table = normalBiasTable(6001);
+  const std::string narrow =
+      replaceAll(spec, "%half_window = arith.constant 200", "%half_window = arith.constant 20");
+  const std::string narrowScaled =
+      replaceAll(narrow, "%biased = arith.addf %s, %value", "%biased = arith.mulf %s, %value");
+  REQUIRE(narrow != spec);
+  REQUIRE(narrowScaled != narrow);
   for (const char *tile : {"", "block_m=64,consumer_warpgroups=1"}) {
     CompileOptions options;
     options.tileOverride = tile;
@@ -395,6 +405,8 @@ TEST_CASE("staged diagonals follow a mask_mod's walk over the key tiles", "[gpu]
     REQUIRE(loadKernel(spec, options).compiled.launch.blockM == (*tile ? 64 : 128));
     runVariant(spec, {2, 1500, 2900, false}, table, 41, kNothing, options);
     runVariant(spec, {1, 2333, 1777, false}, table, 42, kNothing, options);
+    runVariant(narrow, {2, 1300, 1500, false}, table, 43, kNothing, options);
+    runVariant(narrowScaled, {2, 1300, 1500, false}, table, 44, kNothing, options);
   }
 }
 

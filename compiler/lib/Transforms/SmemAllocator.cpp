@@ -69,7 +69,7 @@ std::vector<SmemRequest> forwardKernelSmemRequests(const TileProblem &problem,
   int64_t row = int64_t(problem.headDim) * problem.elementBytes;
   int64_t qBytes = alignTo(int64_t(config.blockM) * row, kTileAlign);
   int64_t kvSlot = alignTo(int64_t(config.blockN) * row, kTileAlign);
-  int64_t numBarriers = 2 + 4 * int64_t(config.stages);
+  int64_t numBarriers = forwardBarrierCount(problem, config);
   // A persistent block loads the next tile's Q while it stores this tile's O;
   // that needs a staging buffer of its own. Where it does not fit, staging
   // reuses Q's bytes and the next Q load waits for the store.

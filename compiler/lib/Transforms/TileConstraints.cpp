@@ -232,8 +232,15 @@ int64_t estimateSharedMemoryBytes(const TileProblem &problem,
   int64_t row = int64_t(problem.headDim) * problem.elementBytes;
   int64_t q = int64_t(config.blockM) * row;
   int64_t kv = int64_t(config.blockN) * row;
-  int64_t barriers = 8 * (2 + 4 * int64_t(config.stages));
+  int64_t barriers = 8 * forwardBarrierCount(problem, config);
   return q + int64_t(config.stages) * 2 * kv + barriers + kSmemBaseAlignSlack;
+}
+
+int64_t forwardBarrierCount(const TileProblem &problem, const TileConfig &config) {
+  int64_t diagonalBarriers =
+      problem.scoreDiagonals > 0 ? 2 * int64_t(config.consumerWarpgroups) * scoreDiagonalWindows(config)
+                                 : 0;
+  return 2 + 4 * int64_t(config.stages) + diagonalBarriers;
 }
 
 int64_t scoreDiagonalWindows(const TileConfig &config) {

@@ -1,23 +1,28 @@
-// The staged score_mod diagonals take one window per consumer warpgroup when
-// GEMM turns order each window's reads before the next writes, and two when
-// a single consumer takes no turns: attn-emit-cuda passes the plan's count
-// to the kernel (kScoreDiagonalWindows), and attn-plan-smem sizes the buffer
-// by it: consumers x windows x staged values x (block_n + 64) words of 4
-// bytes, 2 x 1 x 1 x 192 x 4 and 1 x 2 x 1 x 192 x 4 = 1536 here.
+// The staged score_mod diagonals take one window per consumer warpgroup, and
+// two when a single consumer has the shared memory for them: attn-emit-cuda
+// passes the plan's count to the kernel (kScoreDiagonalWindows), and
+// attn-plan-smem sizes the buffer by it: consumers x windows x staged
+// values x (block_n + 64) words of 4 bytes, 2 x 1 x 1 x 192 x 4 and
+// 1 x 2 x 1 x 192 x 4 = 1536 here. Each window has a full and an empty
+// mbarrier besides the ring's 2 + 4 x stages: 14 barriers either way.
 // RUN: attn-opt --attn-tile="tile-override=block_m=128,block_n=128,stages=2,consumer_warpgroups=2" --attn-plan-smem --attn-classify-blocks --attn-lower-mods --attn-emit-cuda %s | FileCheck %s --check-prefix=TURNS
 // RUN: attn-opt --attn-tile="tile-override=block_m=64,block_n=128,stages=2,consumer_warpgroups=1" --attn-plan-smem --attn-classify-blocks --attn-lower-mods --attn-emit-cuda %s | FileCheck %s --check-prefix=SINGLE
 
 // TURNS-LABEL: attn.kernel @table_bias
 // TURNS: attn.cuda_source = "
 // TURNS-SAME: static constexpr int kScoreDiagonals = 1;
+// TURNS-SAME: constexpr unsigned kSmemBarriers = [[#TURNS_BARRIERS:]];\0A
 // TURNS-SAME: constexpr unsigned kSmemScoreDiagonalBytes = 1536;\0A
 // TURNS-SAME: constexpr int kScoreDiagonalWindows = 1;\0A
+// TURNS-SAME: constexpr unsigned kSmemTotal = [[#TURNS_BARRIERS+112]];\0A
 
 // SINGLE-LABEL: attn.kernel @table_bias
 // SINGLE: attn.cuda_source = "
 // SINGLE-SAME: static constexpr int kScoreDiagonals = 1;
+// SINGLE-SAME: constexpr unsigned kSmemBarriers = [[#SINGLE_BARRIERS:]];\0A
 // SINGLE-SAME: constexpr unsigned kSmemScoreDiagonalBytes = 1536;\0A
 // SINGLE-SAME: constexpr int kScoreDiagonalWindows = 2;\0A
+// SINGLE-SAME: constexpr unsigned kSmemTotal = [[#SINGLE_BARRIERS+112]];\0A
 attn.kernel @table_bias
     problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 128, element_type = bf16>
     mask = #attn.causal<bottom_right> normalizer = #attn.softmax

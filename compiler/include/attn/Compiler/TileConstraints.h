@@ -93,9 +93,9 @@ constexpr int kMaxFixedSoftmaxRangeLog2 = 80;
 /// The most score_mod values staged per key tile.
 constexpr int kMaxScoreDiagonals = 2;
 
-/// Windows of staged score_mod values per consumer warpgroup: one, or two
-/// (one being read, one being filled) when the kernel has a single
-/// consumer, whose reads no GEMM turn orders before the next tile's writes.
+/// Windows of staged score_mod values per consumer warpgroup, a ring the
+/// producer fills: one, or two (one being read, one being filled) when the
+/// kernel has a single consumer, whose shared memory has room for the second.
 /// The kernel takes the count from its plan (attn_plan::kScoreDiagonalWindows).
 int64_t scoreDiagonalWindows(const TileConfig &config);
 
@@ -193,9 +193,14 @@ std::string formatTileOverride(const TileConfig &config);
 int64_t estimateConsumerRegisters(const TileProblem &problem,
                                   const TileConfig &config);
 
+/// The forward kernel's mbarriers: Q full and empty, K and V full and empty
+/// per stage, and with staged score_mod values a full and an empty per
+/// consumer warpgroup and window.
+int64_t forwardBarrierCount(const TileProblem &problem, const TileConfig &config);
+
 /// Dynamic shared memory of the kernel: Q tile + stages x (K tile + V tile)
-/// + mbarriers (8 bytes: 1 for Q + 4 per stage) + 1024 bytes of slack to
-/// align the dynamic window's base. Matches attn-plan-smem's total + 1024.
+/// + mbarriers (8 bytes each, forwardBarrierCount) + 1024 bytes of slack to
+/// align the dynamic window's base.
 int64_t estimateSharedMemoryBytes(const TileProblem &problem,
                                   const TileConfig &config);
 
