@@ -360,7 +360,7 @@ std::string emitForwardKernelSource(const ForwardKernelConfig &config) {
       << "constexpr unsigned kSmemScoreDiagonals = " << config.smem.scoreDiagonals << ";\n"
       << "constexpr unsigned kSmemScoreDiagonalBytes = " << config.smem.scoreDiagonalBytes
       << ";\n"
-      << "constexpr int kScoreDiagonalWindows = " << scoreDiagonalWindows(config.tile) << ";\n"
+      << "constexpr int kScoreDiagonalWindows = " << config.smem.scoreDiagonalWindows << ";\n"
       << "constexpr unsigned kSmemTotal = " << config.smem.total << ";\n"
       << "} // namespace attn_plan\n\n";
 

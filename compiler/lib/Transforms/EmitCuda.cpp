@@ -342,13 +342,17 @@ FailureOr<::attn::codegen::ForwardKernelConfig> buildForwardKernelConfig(KernelO
   if (size_t staged = config.mods.score.diagonalFunctions.size()) {
     ::attn::TileProblem problem{config.headDim, 2};
     problem.scoreDiagonals = static_cast<int>(staged);
+    // The buffer holds one or two windows per consumer (attn-plan-smem).
     SmemBufferAttr buffer = smem.lookupBuffer("score_diagonals");
-    if (!buffer || buffer.getSize() < ::attn::scoreDiagonalBytes(problem, config.tile))
+    const int64_t perWindow =
+        config.tile.consumerWarpgroups * ::attn::scoreDiagonalWindowBytes(problem, config.tile);
+    if (!buffer || (buffer.getSize() != perWindow && buffer.getSize() != 2 * perWindow))
       return op.emitOpError("shared-memory plan has no 'score_diagonals' buffer of ")
-             << ::attn::scoreDiagonalBytes(problem, config.tile) << " bytes for its "
-             << staged << " staged score_mod values";
+             << perWindow << " or " << 2 * perWindow << " bytes for its " << staged
+             << " staged score_mod values";
     config.smem.scoreDiagonals = buffer.getOffset();
     config.smem.scoreDiagonalBytes = buffer.getSize();
+    config.smem.scoreDiagonalWindows = buffer.getSize() / perWindow;
   }
   config.smem.total = smem.getTotal();
   return config;

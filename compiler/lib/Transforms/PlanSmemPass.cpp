@@ -45,10 +45,14 @@ struct AttnPlanSmemPass : public mlir::attn::impl::AttnPlanSmemBase<AttnPlanSmem
       };
       ::attn::SmemLayout layout = allocate();
       int64_t launchBytes = layout.total + SmemPlanAttr::kBaseAlignSlack;
-      // Staged score_mod values are an optimization: without room for them
-      // the kernel reads the capture per pair.
-      if (launchBytes > ::attn::kMaxSharedMemoryPerBlock && problem.scoreDiagonals > 0) {
-        problem.scoreDiagonals = 0;
+      // Staged score_mod values are an optimization: without room for two
+      // windows per consumer they take one, and without room for one the
+      // kernel reads the capture per pair.
+      while (launchBytes > ::attn::kMaxSharedMemoryPerBlock && problem.scoreDiagonals > 0) {
+        if (problem.scoreDiagonalWindows > 1)
+          --problem.scoreDiagonalWindows;
+        else
+          problem.scoreDiagonals = 0;
         layout = allocate();
         launchBytes = layout.total + SmemPlanAttr::kBaseAlignSlack;
       }

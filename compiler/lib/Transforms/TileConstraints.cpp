@@ -238,19 +238,20 @@ int64_t estimateSharedMemoryBytes(const TileProblem &problem,
 
 int64_t forwardBarrierCount(const TileProblem &problem, const TileConfig &config) {
   int64_t diagonalBarriers =
-      problem.scoreDiagonals > 0 ? 2 * int64_t(config.consumerWarpgroups) * scoreDiagonalWindows(config)
-                                 : 0;
+      problem.scoreDiagonals > 0
+          ? 2 * int64_t(config.consumerWarpgroups) * problem.scoreDiagonalWindows
+          : 0;
   return 2 + 4 * int64_t(config.stages) + diagonalBarriers;
 }
 
-int64_t scoreDiagonalWindows(const TileConfig &config) {
-  return config.consumerWarpgroups > 1 ? 1 : 2;
+int64_t scoreDiagonalWindowBytes(const TileProblem &problem, const TileConfig &config) {
+  constexpr int64_t kWordBytes = 4;
+  return problem.scoreDiagonals * (int64_t(config.blockN) + kWgmmaM) * kWordBytes;
 }
 
 int64_t scoreDiagonalBytes(const TileProblem &problem, const TileConfig &config) {
-  constexpr int64_t kWordBytes = 4;
-  return int64_t(config.consumerWarpgroups) * scoreDiagonalWindows(config) *
-         problem.scoreDiagonals * (int64_t(config.blockN) + kWgmmaM) * kWordBytes;
+  return int64_t(config.consumerWarpgroups) * problem.scoreDiagonalWindows *
+         scoreDiagonalWindowBytes(problem, config);
 }
 
 std::optional<std::string> checkTileLegality(const TileProblem &problem,

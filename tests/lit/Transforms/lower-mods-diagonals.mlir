@@ -1,6 +1,7 @@
 // Values of score_mod that read a capture and depend on q and kv only
 // through d = q - kv get a `score_diagonals` buffer in the shared-memory
-// plan (per consumer warpgroup, a window of block_n + 64 words per value), and
+// plan (per consumer warpgroup, two windows of block_n + 64 words per value
+// where they fit, else one), and
 // attn-lower-mods moves them into functions of (b, h, d, captures...) with q
 // replaced by d and kv by 0; the score function takes their values after the
 // captures. Other reads stay per pair (or per row).
@@ -20,7 +21,7 @@
 // CHECK-NEXT:    return %[[SUM]]
 // CHECK-LABEL: attn.kernel @relpos
 // CHECK:           score_mod_diagonal_fns = [@attn_score_mod_0_diag_0], score_mod_fn = @attn_score_mod_0
-// CHECK-SAME:      #attn.buffer<"score_diagonals", offset = {{[0-9]+}}, size = 1536, align = 16, swizzle = 0>
+// CHECK-SAME:      #attn.buffer<"score_diagonals", offset = {{[0-9]+}}, size = 3072, align = 16, swizzle = 0>
 attn.kernel @relpos
     problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 128, element_type = bf16>
     mask = #attn.causal<bottom_right> normalizer = #attn.softmax
@@ -57,7 +58,7 @@ attn.kernel @relpos
 // CHECK:         add %{{.*}}, %[[SECOND]]
 // CHECK-LABEL: attn.kernel @two_tables
 // CHECK:           score_mod_diagonal_fns = [@attn_score_mod_1_diag_0, @attn_score_mod_1_diag_1]
-// CHECK-SAME:      #attn.buffer<"score_diagonals", offset = {{[0-9]+}}, size = 3072, align = 16, swizzle = 0, slots = 2>
+// CHECK-SAME:      #attn.buffer<"score_diagonals", offset = {{[0-9]+}}, size = 6144, align = 16, swizzle = 0, slots = 2>
 attn.kernel @two_tables
     problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 128, element_type = bf16>
     mask = #attn.no_mask normalizer = #attn.softmax
@@ -152,8 +153,7 @@ attn.kernel @relpos_hd256_one_table
       attn.yield %biased : f32
     }
 
-// A single consumer takes no GEMM turns, which order a warpgroup's reads of
-// a window before its next writes: it alternates two windows (2 x 192 words).
+// A single consumer takes two windows too (2 x 192 words).
 // CHECK-LABEL: attn.kernel @relpos_one_consumer
 // CHECK:           #attn.buffer<"score_diagonals", offset = {{[0-9]+}}, size = 1536, align = 16, swizzle = 0>
 // CHECK-SAME:      consumer_warpgroups = 1

@@ -34,6 +34,7 @@ struct SharedMemoryOffsets {
   int64_t q = 0, k = 0, v = 0, oStaging = 0, barriers = 0, total = 0;
   int64_t scoreDiagonals = 0; // when the score_mod has diagonal functions
   int64_t scoreDiagonalBytes = 0; // the size of that buffer, 0 without one
+  int64_t scoreDiagonalWindows = 1; // windows per consumer in that buffer
 };
 
 // A mask as and/or/nor of affine inequalities (#attn.tile_formula), for the

@@ -66,6 +66,10 @@ struct TileProblem {
   /// (capture reads that depend on q and kv only through q - kv), at most
   /// kMaxScoreDiagonals.
   int scoreDiagonals = 0;
+  /// Windows per consumer warpgroup for the staged values, a ring the
+  /// producer fills: attn-plan-smem takes two where they fit (the fill then
+  /// runs a key tile ahead), else one.
+  int scoreDiagonalWindows = 2;
   /// The kernel modifies scores (a score_mod region or function).
   bool hasScoreMod = false;
   /// The only mask is the built-in causal one (no mask_mod).
@@ -93,15 +97,14 @@ constexpr int kMaxFixedSoftmaxRangeLog2 = 80;
 /// The most score_mod values staged per key tile.
 constexpr int kMaxScoreDiagonals = 2;
 
-/// Windows of staged score_mod values per consumer warpgroup, a ring the
-/// producer fills: one, or two (one being read, one being filled) when the
-/// kernel has a single consumer, whose shared memory has room for the second.
-/// The kernel takes the count from its plan (attn_plan::kScoreDiagonalWindows).
-int64_t scoreDiagonalWindows(const TileConfig &config);
+/// Shared memory of one window of staged score_mod values: block_n + 64
+/// words per value (the diagonals a consumer's 64 rows meet in a key tile,
+/// and one spare).
+int64_t scoreDiagonalWindowBytes(const TileProblem &problem, const TileConfig &config);
 
 /// Shared memory of the staged score_mod values: per consumer warpgroup,
-/// scoreDiagonalWindows windows of block_n + 64 words per value (the
-/// diagonals its 64 rows meet in a key tile, and one spare).
+/// problem.scoreDiagonalWindows windows. The kernel takes the window count
+/// from the buffer's size (attn_plan::kScoreDiagonalWindows).
 int64_t scoreDiagonalBytes(const TileProblem &problem, const TileConfig &config);
 
 /// A partial TileConfig: set fields replace the heuristic's.
