@@ -717,23 +717,24 @@ __device__ void stageDiagonals(const attn_abi::AttnFwdParams &p, u32 smemBase,
 }
 
 // A consumer's side of its windows: the fills come in the order of the key
-// tiles it visits.
+// tiles it visits, so the window of the key tile at ring position
+// `position` (the K/V ring's count, over all work tiles) is that position's
+// slot of the window ring. Its wait and arrival sit inside the softmax, as
+// asm statements that hide their loop and branch from the compiler.
 struct DiagonalStage {
   u32 smemBase;
   int consumer;
-  int uses; // windows taken so far, over all work tiles
 
-  // The window of the next key tile, once filled.
-  __device__ __forceinline__ u32 acquire(const Barriers &barriers) const {
-    const int window = uses % kDiagonalWindows;
-    mbarrierWait(barriers.diagonalFull(consumer, window), (uses / kDiagonalWindows) & 1);
-    return diagonalWindow(smemBase, consumer, window);
+  // The window of the key tile at `position`, once filled.
+  __device__ __forceinline__ u32 acquire(const Barriers &barriers, int position) const {
+    const RingSlot slot = ringSlot<kDiagonalWindows>(position);
+    mbarrierWaitInAsm(barriers.diagonalFull(consumer, slot.stage), slot.phase);
+    return diagonalWindow(smemBase, consumer, slot.stage);
   }
-  // Gives the window back once this warp's lanes have read it.
-  __device__ __forceinline__ void release(const Barriers &barriers, int lane) {
-    __syncwarp();
-    releaseSlot(barriers.diagonalEmpty(consumer, uses % kDiagonalWindows), lane);
-    ++uses;
+  // Gives it back once this warp's lanes have read it.
+  __device__ __forceinline__ void release(const Barriers &barriers, int position, int lane) const {
+    mbarrierArriveForWarp(
+        barriers.diagonalEmpty(consumer, ringSlot<kDiagonalWindows>(position).stage), lane);
   }
 };
 
@@ -764,13 +765,15 @@ __device__ __forceinline__ void applyScoreMod(const attn_abi::AttnFwdParams &p,
                                               float (&scores)[kScoreRegs], const WorkTile &work,
                                               const typename Mods::ScoreRow (&scoreRows)[2],
                                               int row0, int keyBase, float scale, int lane,
-                                              DiagonalStage &diagonals,
-                                              const Barriers &barriers, int keyOrigin) {
+                                              const DiagonalStage &diagonals,
+                                              const Barriers &barriers, int position,
+                                              int keyOrigin) {
   u32 words[Mods::kScoreDiagonalSlots][kColumnGroups + 1][2];
   if constexpr (kDiagonals > 0) {
-    readDiagonals(diagonals.acquire(barriers), (threadIdx.x % kWarpgroupThreads) / 32, lane,
+    readDiagonals(diagonals.acquire(barriers, position), (threadIdx.x % kWarpgroupThreads) / 32,
+                  lane,
                   words);
-    diagonals.release(barriers, lane);
+    diagonals.release(barriers, position, lane);
   }
   forEachScoreElement<Mods::kScoreUsesKeyFloat>(
       row0, keyBase, lane, [&](int i, int half, int row, int key, float keyFloat) {
@@ -1056,10 +1059,11 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
 
   // Its first next() tests the window at keys.begin.
   VisitedTileWalk walk{work.keys.begin - 32, 0u, 0u, 0u};
-  // One window fill per visited key tile, as one ring slot.
-  DiagonalStage diagonals{smemBase, consumer, ring};
-  // Scores of key tile `keyTile` -> probabilities, with the O rescale factor.
-  auto softmaxOfTile = [&](float (&scores)[kScoreRegs], int keyTile, float (&rescale)[2]) {
+  const DiagonalStage diagonals{smemBase, consumer};
+  // Scores of key tile `keyTile` (at ring position `position`) ->
+  // probabilities, with the O rescale factor.
+  auto softmaxOfTile = [&](float (&scores)[kScoreRegs], int keyTile, int position,
+                           float (&rescale)[2]) {
     int keyBase = keyTile * kBlockN;
     Coverage coverage = Mods::kHasMaskMod
                             ? walk.coverage(keyTile)
@@ -1070,11 +1074,11 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
     if constexpr (Mods::kHasScoreMod) {
       if (!sliceEmpty) {
         applyScoreMod(p, scores, work, scoreRows, row0, keyBase, scoreModInputScale, lane,
-                      diagonals, barriers, keyOrigin);
+                      diagonals, barriers, position, keyOrigin);
       } else if constexpr (kDiagonals > 0) {
         // The fill still comes: take it and give it back unread.
-        diagonals.acquire(barriers);
-        diagonals.release(barriers, lane);
+        diagonals.acquire(barriers, position);
+        diagonals.release(barriers, position, lane);
       }
     }
     // Tiles the masks fully cover skip the per-element test.
@@ -1108,7 +1112,7 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
     releaseSlot(barriers.kEmpty(slot.stage), lane);
     if (tileCount == 1)
       releaseQAfterScores();
-    softmaxOfTile(scores, keyTile, rescale);
+    softmaxOfTile(scores, keyTile, ring, rescale);
     packProbabilities(scores, probabilities);
 
     for (int iteration = 1; iteration < tileCount; ++iteration) {
@@ -1128,7 +1132,7 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
       releaseSlot(barriers.kEmpty(slot.stage), lane);
       if (iteration == tileCount - 1)
         releaseQAfterScores();
-      softmaxOfTile(scores, keyTile, rescale);
+      softmaxOfTile(scores, keyTile, ring + iteration, rescale);
 
       wgmmaWaitGroup<0>();
       fenceRegisters(output);

@@ -51,6 +51,34 @@ __device__ __forceinline__ void mbarrierWait(u32 barrier, u32 parity) {
   } while (!done);
 }
 
+// mbarrierWait as one asm statement that holds the whole loop: for waits in
+// the middle of a consumer's softmax, where a loop the compiler sees split
+// the registers' live ranges and made head dim 64's consumers spill.
+__device__ __forceinline__ void mbarrierWaitInAsm(u32 barrier, u32 parity) {
+  asm volatile("{\n"
+               ".reg .pred complete;\n"
+               "WAIT:\n"
+               "mbarrier.try_wait.parity.shared::cta.b64 complete, [%0], %1;\n"
+               "@!complete bra WAIT;\n"
+               "}\n" ::"r"(barrier),
+               "r"(parity)
+               : "memory");
+}
+
+// One arrival for a warp, from its lane 0, once every lane has come here
+// (the lanes' earlier shared-memory accesses are then ordered before it):
+// the arrival is predicated inside the asm, with no branch around it.
+__device__ __forceinline__ void mbarrierArriveForWarp(u32 barrier, int lane) {
+  __syncwarp();
+  asm volatile("{\n"
+               ".reg .pred first;\n"
+               "setp.eq.u32 first, %1, 0;\n"
+               "@first mbarrier.arrive.shared::cta.b64 _, [%0];\n"
+               "}\n" ::"r"(barrier),
+               "r"(lane)
+               : "memory");
+}
+
 // Position of the `iteration`-th use of a ring of `Stages` slots: the slot,
 // and the parity its full / empty barriers are at on that round.
 struct RingSlot {
