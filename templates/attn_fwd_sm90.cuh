@@ -697,10 +697,11 @@ __device__ void stageDiagonals(const attn_abi::AttnFwdParams &p, u32 smemBase,
       for (int w = 0; w < kLaneWords; ++w)
         if (lane + 32 * w < kDiagonalsPerTile)
           words[n][w] = Mods::scoreDiagonal(p, n, work.batch, work.head, first + lane + 32 * w);
-    const int window = fills % kDiagonalWindows;
+    // As the K/V ring: the window's previous fill must have been given back.
+    const RingSlot slot = ringSlot<kDiagonalWindows>(fills);
     if (fills >= kDiagonalWindows)
-      mbarrierWait(barriers.diagonalEmpty(consumer, window), ((fills / kDiagonalWindows) & 1) ^ 1);
-    const u32 address = diagonalWindow(smemBase, consumer, window);
+      mbarrierWait(barriers.diagonalEmpty(consumer, slot.stage), slot.phase ^ 1);
+    const u32 address = diagonalWindow(smemBase, consumer, slot.stage);
 #pragma unroll
     for (int n = 0; n < kDiagonals; ++n)
 #pragma unroll
@@ -710,7 +711,7 @@ __device__ void stageDiagonals(const attn_abi::AttnFwdParams &p, u32 smemBase,
                                                        4 * (lane + 32 * w)),
                        "r"(words[n][w])
                        : "memory");
-    mbarrierArrive(barriers.diagonalFull(consumer, window));
+    mbarrierArrive(barriers.diagonalFull(consumer, slot.stage));
     ++fills;
   };
   forEachVisitedTile(p, schedule, [](const WorkTile &) {}, fill);
