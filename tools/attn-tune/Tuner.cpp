@@ -253,19 +253,29 @@ void measureShape(const TuneOptions &options, const SpecTuningKey &key,
       std::iter_swap(finalists.begin() + (options.maxFinalists - 1), heuristic);
     finalists.resize(options.maxFinalists);
   }
+  // Each finalist's launch and arguments, with its forward workspace, made
+  // once for all the rounds.
+  struct FinalistRun {
+    AttnLaunchConfig launch;
+    AttnForwardArgs args;
+    DeviceBuffer workspace;
+  };
+  std::vector<FinalistRun> runs;
+  for (auto [b, member] : finalists) {
+    FinalistRun run{binaries[b].compiled.launch, data.args(), DeviceBuffer()};
+    run.launch.persistentBlocksPerSm = results[member].config.persistentBlocksPerSm;
+    run.workspace = harness::attachForwardWorkspace({&run.launch}, run.args);
+    runs.push_back(std::move(run));
+  }
   std::vector<std::vector<double>> rounds(finalists.size());
   // Odd rounds run in reverse: under a power cap the clock sags during a
   // round, and a fixed order would hand the late slots the slow clock.
   for (int round = 0; round < options.rounds; ++round)
     for (size_t i = 0; i < finalists.size(); ++i) {
       size_t f = round % 2 ? finalists.size() - 1 - i : i;
-      auto [b, member] = finalists[f];
-      AttnLaunchConfig launch = binaries[b].compiled.launch;
-      launch.persistentBlocksPerSm = results[member].config.persistentBlocksPerSm;
-      AttnForwardArgs args = data.args();
-      DeviceBuffer workspace = harness::attachForwardWorkspace({&launch}, args);
-      rounds[f].push_back(
-          harness::medianLaunchMs(functions[b], launch, args, options.warmup, options.repeats));
+      const FinalistRun &run = runs[f];
+      rounds[f].push_back(harness::medianLaunchMs(functions[finalists[f].first], run.launch,
+                                                  run.args, options.warmup, options.repeats));
     }
   for (size_t f = 0; f < finalists.size(); ++f) {
     std::vector<double> &times = rounds[f];
