@@ -360,9 +360,9 @@ TEST_CASE("staged diagonals follow a mask_mod's walk over the key tiles", "[gpu]
   // window each). With the wide band no slice of a visited tile is empty;
   // the narrow one (half width 20, under the 64 rows of a slice) leaves
   // one consumer's slice empty in the tiles the band reaches for the
-  // other's rows only. There the score_mod s + value still starts the
-  // accumulator at the values, and s × value (applied per pair) skips the
-  // score_mod and gives the window back unread.
+  // other's rows only: that consumer skips the score_mod and gives the
+  // window back unread. The narrow band runs with s + value and with
+  // s × value.
   std::string spec = R"(attn.kernel @banded_table_bias
     problem = #attn.problem<q_heads = 4, kv_heads = 4, head_dim = 128, element_type = bf16>
     mask = #attn.no_mask
