@@ -677,6 +677,19 @@ __device__ __forceinline__ u32 diagonalWindow(u32 smemBase, int consumer, int wi
          (consumer * kDiagonalWindows + window) * kDiagonals * kDiagonalWindowBytes;
 }
 
+// body(n, w) for the words lane + 32 w of each value n a fill warp's lane
+// loads and stores.
+constexpr int kDiagonalLaneWords = (kDiagonalsPerTile + 31) / 32;
+template <class Body>
+__device__ __forceinline__ void forEachLaneWord(int lane, Body &&body) {
+#pragma unroll
+  for (int n = 0; n < kDiagonals; ++n)
+#pragma unroll
+    for (int w = 0; w < kDiagonalLaneWords; ++w)
+      if (lane + 32 * w < kDiagonalsPerTile)
+        body(n, w);
+}
+
 // The producer warp of consumer `consumer`: for every key tile the block
 // visits, in the consumers' order, it loads the values of the slice's rows
 // (word x of a window holds d = sliceRow0 - (keyTile kBlockN + kBlockN - 1) +
@@ -685,32 +698,25 @@ __device__ __forceinline__ u32 diagonalWindow(u32 smemBase, int consumer, int wi
 __device__ void stageDiagonals(const attn_abi::AttnFwdParams &p, u32 smemBase,
                                const Barriers &barriers, const TileSchedule &schedule,
                                int consumer, int lane) {
-  constexpr int kLaneWords = (kDiagonalsPerTile + 31) / 32;
   int fills = 0;
   auto fill = [&](const WorkTile &work, int tile) {
     const int sliceRow0 = work.queryBegin + 64 * consumer;
     const long long first = static_cast<long long>(sliceRow0) - tile * kBlockN - (kBlockN - 1);
-    u32 words[Mods::kScoreDiagonalSlots][kLaneWords];
-#pragma unroll
-    for (int n = 0; n < kDiagonals; ++n)
-#pragma unroll
-      for (int w = 0; w < kLaneWords; ++w)
-        if (lane + 32 * w < kDiagonalsPerTile)
-          words[n][w] = Mods::scoreDiagonal(p, n, work.batch, work.head, first + lane + 32 * w);
+    u32 words[Mods::kScoreDiagonalSlots][kDiagonalLaneWords];
+    forEachLaneWord(lane, [&](int n, int w) {
+      words[n][w] = Mods::scoreDiagonal(p, n, work.batch, work.head, first + lane + 32 * w);
+    });
     // As the K/V ring: the window's previous fill must have been given back.
     const RingSlot slot = ringSlot<kDiagonalWindows>(fills);
     if (fills >= kDiagonalWindows)
       mbarrierWait(barriers.diagonalEmpty(consumer, slot.stage), slot.phase ^ 1);
     const u32 address = diagonalWindow(smemBase, consumer, slot.stage);
-#pragma unroll
-    for (int n = 0; n < kDiagonals; ++n)
-#pragma unroll
-      for (int w = 0; w < kLaneWords; ++w)
-        if (lane + 32 * w < kDiagonalsPerTile)
-          asm volatile("st.shared.b32 [%0], %1;" ::"r"(address + n * kDiagonalWindowBytes +
-                                                       4 * (lane + 32 * w)),
-                       "r"(words[n][w])
-                       : "memory");
+    forEachLaneWord(lane, [&](int n, int w) {
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(address + n * kDiagonalWindowBytes +
+                                                   4 * (lane + 32 * w)),
+                   "r"(words[n][w])
+                   : "memory");
+    });
     mbarrierArrive(barriers.diagonalFull(consumer, slot.stage));
     ++fills;
   };
@@ -772,8 +778,7 @@ __device__ __forceinline__ void applyScoreMod(const attn_abi::AttnFwdParams &p,
   u32 words[Mods::kScoreDiagonalSlots][kColumnGroups + 1][2];
   if constexpr (kDiagonals > 0) {
     readDiagonals(diagonals.acquire(barriers, position), (threadIdx.x % kWarpgroupThreads) / 32,
-                  lane,
-                  words);
+                  lane, words);
     diagonals.release(barriers, position, lane);
   }
   forEachScoreElement<Mods::kScoreUsesKeyFloat>(
