@@ -342,14 +342,16 @@ FailureOr<::attn::codegen::ForwardKernelConfig> buildForwardKernelConfig(KernelO
   if (size_t staged = config.mods.score.diagonalFunctions.size()) {
     ::attn::TileProblem problem{config.headDim, 2};
     problem.scoreDiagonals = static_cast<int>(staged);
-    // The buffer holds one or two windows per consumer (attn-plan-smem).
+    // The buffer holds 1 to kMaxScoreDiagonalWindows windows per consumer
+    // (attn-plan-smem).
     SmemBufferAttr buffer = smem.lookupBuffer("score_diagonals");
     const int64_t perWindow =
         config.tile.consumerWarpgroups * ::attn::scoreDiagonalWindowBytes(problem, config.tile);
-    if (!buffer || (buffer.getSize() != perWindow && buffer.getSize() != 2 * perWindow))
+    if (!buffer || buffer.getSize() % perWindow != 0 || buffer.getSize() < perWindow ||
+        buffer.getSize() > ::attn::kMaxScoreDiagonalWindows * perWindow)
       return op.emitOpError("shared-memory plan has no 'score_diagonals' buffer of ")
-             << perWindow << " or " << 2 * perWindow << " bytes for its " << staged
-             << " staged score_mod values";
+             << perWindow << " bytes times 1 to " << ::attn::kMaxScoreDiagonalWindows
+             << " windows for its " << staged << " staged score_mod values";
     config.smem.scoreDiagonals = buffer.getOffset();
     config.smem.scoreDiagonalBytes = buffer.getSize();
     config.smem.scoreDiagonalWindows = buffer.getSize() / perWindow;

@@ -55,6 +55,9 @@ struct TileConfig {
   bool operator!=(const TileConfig &o) const { return !(*this == o); }
 };
 
+/// The most windows of staged score_mod values per consumer warpgroup.
+constexpr int kMaxScoreDiagonalWindows = 2;
+
 /// The compile-time part of the problem the tile depends on.
 struct TileProblem {
   int headDim;
@@ -67,9 +70,9 @@ struct TileProblem {
   /// kMaxScoreDiagonals.
   int scoreDiagonals = 0;
   /// Windows per consumer warpgroup for the staged values, a ring the
-  /// producer fills: attn-plan-smem takes two where they fit (the fill then
-  /// runs a key tile ahead), else one.
-  int scoreDiagonalWindows = 2;
+  /// producer fills: attn-plan-smem takes kMaxScoreDiagonalWindows where
+  /// they fit (the fill then runs a key tile further ahead), else fewer.
+  int scoreDiagonalWindows = kMaxScoreDiagonalWindows;
   /// The kernel modifies scores (a score_mod region or function).
   bool hasScoreMod = false;
   /// The only mask is the built-in causal one (no mask_mod).
