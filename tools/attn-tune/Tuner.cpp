@@ -183,6 +183,21 @@ void measureShape(const TuneOptions &options, const SpecTuningKey &key,
   harness::ReferenceOutputs expected = harness::computeReference(problem, data);
   bool causal = harness::specHasCausalMask(options.specText);
 
+  // A candidate's launch (its binary's, with its grid policy) and arguments,
+  // with the forward workspace its calls need: it runs as a caller with a
+  // workspace runs it (the split of its persistent grid's last round).
+  struct CandidateRun {
+    AttnLaunchConfig launch;
+    AttnForwardArgs args;
+    DeviceBuffer workspace;
+  };
+  auto candidateRun = [&](size_t b, size_t member) {
+    CandidateRun run{binaries[b].compiled.launch, data.args(), DeviceBuffer()};
+    run.launch.persistentBlocksPerSm = results[member].config.persistentBlocksPerSm;
+    run.workspace = harness::attachForwardWorkspace({&run.launch}, run.args);
+    return run;
+  };
+
   size_t done = 0;
   double fastestScreen = std::numeric_limits<double>::infinity();
   for (size_t b = 0; b < binaries.size(); ++b) {
@@ -193,13 +208,10 @@ void measureShape(const TuneOptions &options, const SpecTuningKey &key,
         KernelFunction &function = functions[b];
         result.registers = function.attribute(CU_FUNC_ATTRIBUTE_NUM_REGS);
         result.localBytes = function.attribute(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES);
-        AttnLaunchConfig launch = binary.compiled.launch;
-        launch.persistentBlocksPerSm = result.config.persistentBlocksPerSm;
         try {
-          // The candidate runs as a caller with a workspace runs it (the
-          // split of its persistent grid's last round).
-          AttnForwardArgs args = data.args();
-          DeviceBuffer workspace = harness::attachForwardWorkspace({&launch}, args);
+          const CandidateRun run = candidateRun(b, member);
+          const AttnLaunchConfig &launch = run.launch;
+          const AttnForwardArgs &args = run.args;
           data.poisonOutputs();
           launchForward(function, launch, args, nullptr);
           ATTN_CU_CHECK(cuCtxSynchronize);
@@ -253,27 +265,17 @@ void measureShape(const TuneOptions &options, const SpecTuningKey &key,
       std::iter_swap(finalists.begin() + (options.maxFinalists - 1), heuristic);
     finalists.resize(options.maxFinalists);
   }
-  // Each finalist's launch and arguments, with its forward workspace, made
-  // once for all the rounds.
-  struct FinalistRun {
-    AttnLaunchConfig launch;
-    AttnForwardArgs args;
-    DeviceBuffer workspace;
-  };
-  std::vector<FinalistRun> runs;
-  for (auto [b, member] : finalists) {
-    FinalistRun run{binaries[b].compiled.launch, data.args(), DeviceBuffer()};
-    run.launch.persistentBlocksPerSm = results[member].config.persistentBlocksPerSm;
-    run.workspace = harness::attachForwardWorkspace({&run.launch}, run.args);
-    runs.push_back(std::move(run));
-  }
+  // Each finalist's run, made once for all the rounds.
+  std::vector<CandidateRun> runs;
+  for (auto [b, member] : finalists)
+    runs.push_back(candidateRun(b, member));
   std::vector<std::vector<double>> rounds(finalists.size());
   // Odd rounds run in reverse: under a power cap the clock sags during a
   // round, and a fixed order would hand the late slots the slow clock.
   for (int round = 0; round < options.rounds; ++round)
     for (size_t i = 0; i < finalists.size(); ++i) {
       size_t f = round % 2 ? finalists.size() - 1 - i : i;
-      const FinalistRun &run = runs[f];
+      const CandidateRun &run = runs[f];
       rounds[f].push_back(harness::medianLaunchMs(functions[finalists[f].first], run.launch,
                                                   run.args, options.warmup, options.repeats));
     }
