@@ -1285,8 +1285,8 @@ extern "C" __global__ void __launch_bounds__(ATTN_TILE_COVERAGE_THREADS)
   }
 }
 
-// The cost of each work tile, in default order, for the host's longest-first
-// work order: the key tiles its block visits (those the forward kernel would
+// The cost of each work tile, in default order, for the work order kernel
+// below: the key tiles its block visits (those the forward kernel would
 // load, with p.tile_coverage when given), 0 for an empty tile past a packed
 // sequence's end. One warp per work tile.
 extern "C" __global__ void __launch_bounds__(ATTN_WORK_COST_THREADS)
@@ -1300,4 +1300,87 @@ extern "C" __global__ void __launch_bounds__(ATTN_WORK_COST_THREADS)
   const int cost = work.empty() ? 0 : countVisitedTilesInWarp(p, work, threadIdx.x % 32);
   if (threadIdx.x % 32 == 0)
     costs[index] = cost;
+}
+
+// A work order from the work cost kernel's costs, on the GPU, so that
+// building one needs no synchronization: a stable counting sort of the work
+// tiles by key, largest key first, ties in default order. The key is the
+// cost (ATTN_WORK_ORDER_LONGEST_FIRST), or, with
+// ATTN_WORK_ORDER_OUTLIERS_FIRST, the cost of a tile that costs more than
+// twice the mean and 0 for the others: the outliers start first, longest
+// first, and the other tiles keep the default order with its L2 sharing.
+// Keys stop at ATTN_WORK_ORDER_MAX_KEY. One block.
+constexpr int kWorkOrderKeys = ATTN_WORK_ORDER_MAX_KEY + 1;
+
+extern "C" __global__ void __launch_bounds__(ATTN_WORK_ORDER_THREADS)
+    attn_work_order_kernel(const int *costs, int count, int policy, int *order) {
+  // cursor[key]: the histogram, then where the next tile of that key goes.
+  __shared__ int cursor[kWorkOrderKeys];
+  __shared__ unsigned long long totalCost;
+  for (int key = threadIdx.x; key < kWorkOrderKeys; key += blockDim.x)
+    cursor[key] = 0;
+  if (threadIdx.x == 0)
+    totalCost = 0;
+  __syncthreads();
+  const unsigned lane = threadIdx.x % 32;
+  if (policy == ATTN_WORK_ORDER_OUTLIERS_FIRST) {
+    unsigned long long sum = 0;
+    for (int i = threadIdx.x; i < count; i += blockDim.x)
+      sum += static_cast<unsigned long long>(max(costs[i], 0));
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2)
+      sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (lane == 0)
+      atomicAdd(&totalCost, sum);
+    __syncthreads();
+  }
+  const unsigned long long outlierBound = 2 * totalCost;
+  auto keyOf = [&](int i) {
+    const int cost = max(costs[i], 0);
+    if (policy == ATTN_WORK_ORDER_OUTLIERS_FIRST &&
+        static_cast<unsigned long long>(cost) * static_cast<unsigned>(count) <= outlierBound)
+      return 0;
+    return min(cost, ATTN_WORK_ORDER_MAX_KEY);
+  };
+  for (int i = threadIdx.x; i < count; i += blockDim.x)
+    atomicAdd(&cursor[keyOf(i)], 1);
+  __syncthreads();
+  if (threadIdx.x >= 32)
+    return;
+  // Exclusive scan from the largest key down: a key's first position is the
+  // number of tiles with larger keys.
+  int before = 0;
+  for (int top = kWorkOrderKeys - 1; top >= 0; top -= 32) {
+    const int key = top - static_cast<int>(lane);
+    const int tiles = cursor[key];
+    int inclusive = tiles;
+#pragma unroll
+    for (int offset = 1; offset < 32; offset *= 2) {
+      const int below = __shfl_up_sync(0xffffffffu, inclusive, offset);
+      if (lane >= static_cast<unsigned>(offset))
+        inclusive += below;
+    }
+    cursor[key] = before + inclusive - tiles;
+    before += __shfl_sync(0xffffffffu, inclusive, 31);
+  }
+  __syncwarp();
+  // Scatter in default order, 32 tiles at a time: lanes with equal keys take
+  // consecutive positions in lane order, claimed by the lowest of them.
+  for (int first = 0; first < count; first += 32) {
+    const int i = first + static_cast<int>(lane);
+    const unsigned live = __ballot_sync(0xffffffffu, i < count);
+    if (i < count) {
+      const int key = keyOf(i);
+      const unsigned peers = __match_any_sync(live, key);
+      const int leader = __ffs(peers) - 1;
+      int position = 0;
+      if (static_cast<int>(lane) == leader) {
+        position = cursor[key];
+        cursor[key] = position + __popc(peers);
+      }
+      position = __shfl_sync(peers, position, leader);
+      order[position + __popc(peers & ((1u << lane) - 1))] = i;
+    }
+    __syncwarp();
+  }
 }

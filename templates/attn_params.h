@@ -182,6 +182,15 @@ struct AttnDecodeParams {
 // parameter is the int array of costs it writes.
 #define ATTN_WORK_COST_KERNEL_NAME "attn_work_cost_kernel"
 #define ATTN_WORK_COST_THREADS 128
+// The work order kernel's entry point, in the same unit: one block of
+// ATTN_WORK_ORDER_THREADS; parameters (const int *costs, int count, int
+// policy, int *order), policy one of the two below.
+#define ATTN_WORK_ORDER_KERNEL_NAME "attn_work_order_kernel"
+#define ATTN_WORK_ORDER_THREADS 1024
+#define ATTN_WORK_ORDER_LONGEST_FIRST 0
+#define ATTN_WORK_ORDER_OUTLIERS_FIRST 1
+// Costs above this many key tiles sort as equal.
+#define ATTN_WORK_ORDER_MAX_KEY 4095
 
 } // namespace attn_abi
 

@@ -1040,36 +1040,93 @@ uint64_t workOrderBytes(const AttnLaunchConfig &config, const AttnForwardArgs &a
          sizeof(int32_t);
 }
 
-std::vector<int32_t> longestFirstOrder(const std::vector<int32_t> &costs) {
+std::vector<int32_t> workOrderOf(const std::vector<int32_t> &costs, WorkOrderPolicy policy) {
+  int64_t total = 0;
+  for (int32_t cost : costs)
+    total += std::max<int32_t>(cost, 0);
+  std::vector<int32_t> keys;
+  for (int32_t cost : costs) {
+    const int64_t clamped = std::max<int32_t>(cost, 0);
+    const bool outlier = clamped * int64_t(costs.size()) > 2 * total;
+    keys.push_back(policy == WorkOrderPolicy::OutliersFirst && !outlier
+                       ? 0
+                       : static_cast<int32_t>(std::min<int64_t>(clamped, ATTN_WORK_ORDER_MAX_KEY)));
+  }
   std::vector<int32_t> order(costs.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
-                   [&](int32_t left, int32_t right) { return costs[left] > costs[right]; });
+                   [&](int32_t left, int32_t right) { return keys[left] > keys[right]; });
   return order;
 }
 
 DeviceBuffer buildWorkOrder(const Module &module, const AttnLaunchConfig &config,
-                            const AttnForwardArgs &args, CUstream stream) {
+                            const AttnForwardArgs &args, CUstream stream,
+                            WorkOrderPolicy policy) {
   AttnForwardArgs checked = args;
   checked.workOrder = nullptr;
   validateForwardArgs(config, checked);
   uint64_t tiles = workOrderBytes(config, checked) / sizeof(int32_t);
-  DeviceBuffer order(std::max<uint64_t>(tiles, 1) * sizeof(int32_t));
+  // The order, then the costs it is sorted by: one allocation, so that no
+  // free has to wait for the sort.
+  DeviceBuffer order(std::max<uint64_t>(2 * tiles, 1) * sizeof(int32_t));
   if (tiles == 0)
     return order;
   validateDevicePointers(config, checked);
   attn_abi::AttnFwdParams params = encodeForwardParams(config, checked);
-  DeviceBuffer costs(tiles * sizeof(int32_t));
-  int *costData = static_cast<int *>(costs.data());
-  KernelFunction kernel = module.function(ATTN_WORK_COST_KERNEL_NAME);
+  int *orderData = static_cast<int *>(order.data());
+  int *costData = orderData + tiles;
+  KernelFunction costKernel = module.function(ATTN_WORK_COST_KERNEL_NAME);
   constexpr uint64_t kTilesPerBlock = ATTN_WORK_COST_THREADS / 32;
   Dim3 grid{static_cast<unsigned>((tiles + kTilesPerBlock - 1) / kTilesPerBlock), 1, 1};
-  Dim3 block{ATTN_WORK_COST_THREADS, 1, 1};
-  void *kernelArgs[] = {&params, &costData};
-  kernel.launch(grid, block, 0, stream, kernelArgs);
-  ATTN_CU_CHECK(cuStreamSynchronize, stream);
-  order.upload(longestFirstOrder(costs.download<int32_t>()));
+  void *costArgs[] = {&params, &costData};
+  costKernel.launch(grid, Dim3{ATTN_WORK_COST_THREADS, 1, 1}, 0, stream, costArgs);
+  KernelFunction orderKernel = module.function(ATTN_WORK_ORDER_KERNEL_NAME);
+  int count = static_cast<int>(tiles);
+  int policyCode = policy == WorkOrderPolicy::OutliersFirst ? ATTN_WORK_ORDER_OUTLIERS_FIRST
+                                                            : ATTN_WORK_ORDER_LONGEST_FIRST;
+  const int *costInput = costData;
+  void *orderArgs[] = {&costInput, &count, &policyCode, &orderData};
+  orderKernel.launch(Dim3{1, 1, 1}, Dim3{ATTN_WORK_ORDER_THREADS, 1, 1}, 0, stream, orderArgs);
   return order;
+}
+
+const int32_t *AutomaticWorkOrders::orderFor(const Module &module, const AttnLaunchConfig &config,
+                                             const AttnForwardArgs &args, CUstream stream) {
+  if (!config.automaticWorkOrder || config.linearFamily || args.workOrder || args.tileCoverage ||
+      args.packed.active())
+    return nullptr;
+  LogicalShape shape = logicalShape(args);
+  std::tuple<int64_t, int64_t, int64_t> key{shape.batch, shape.seqlenQ, shape.seqlenK};
+  // A stream whose capture status the driver refuses to tell (the legacy
+  // stream while another stream captures) counts as capturing.
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  if (Driver::get().api().cuStreamIsCapturing(stream, &capture) != CUDA_SUCCESS)
+    capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = orders.find(key);
+  if (found != orders.end()) {
+    if (capture == CU_STREAM_CAPTURE_STATUS_NONE) {
+      ATTN_CU_CHECK(cuStreamWaitEvent, stream, found->second.done.get(), 0);
+    } else if (Driver::get().api().cuEventQuery(found->second.done.get()) != CUDA_SUCCESS) {
+      // A graph cannot wait for work outside it: only a finished order.
+      return nullptr;
+    }
+    return static_cast<const int32_t *>(found->second.order.data());
+  }
+  // Building launches kernels, which a graph being captured would record
+  // instead of running.
+  if (capture != CU_STREAM_CAPTURE_STATUS_NONE || orders.size() >= kMaxShapes)
+    return nullptr;
+  Built built{buildWorkOrder(module, config, args, stream, WorkOrderPolicy::OutliersFirst),
+              Event()};
+  built.done.record(stream);
+  auto inserted = orders.emplace(key, std::move(built)).first;
+  return static_cast<const int32_t *>(inserted->second.order.data());
+}
+
+size_t AutomaticWorkOrders::size() const {
+  std::lock_guard<std::mutex> lock(mutex);
+  return orders.size();
 }
 
 } // namespace attn

@@ -16,6 +16,7 @@ struct Kernel::Loaded {
   CUcontext context;
   Module module;
   KernelFunction function;
+  AutomaticWorkOrders workOrders;
 };
 
 struct Kernel::State {
@@ -157,10 +158,11 @@ DeviceBuffer Kernel::buildTileCoverage(const AttnForwardArgs &args, CUstream str
   return ::attn::buildTileCoverage(loadedForCurrentContext().module, config, args, stream);
 }
 
-DeviceBuffer Kernel::buildWorkOrder(const AttnForwardArgs &args, CUstream stream) const {
+DeviceBuffer Kernel::buildWorkOrder(const AttnForwardArgs &args, CUstream stream,
+                                    WorkOrderPolicy policy) const {
   const AttnLaunchConfig &config = launchConfig();
   validateForwardArgs(config, args);
-  return ::attn::buildWorkOrder(loadedForCurrentContext().module, config, args, stream);
+  return ::attn::buildWorkOrder(loadedForCurrentContext().module, config, args, stream, policy);
 }
 
 void Kernel::run(const AttnForwardArgs &args, CUstream stream) const {
@@ -169,7 +171,18 @@ void Kernel::run(const AttnForwardArgs &args, CUstream stream) const {
   validateForwardArgs(config, args);
   if (args.q.batch() == 0 || args.q.seqlen() == 0)
     return;
-  launchForward(loadedForCurrentContext().function, config, args, stream);
+  Loaded &loaded = loadedForCurrentContext();
+  if (const int32_t *order = loaded.workOrders.orderFor(loaded.module, config, args, stream)) {
+    AttnForwardArgs ordered = args;
+    ordered.workOrder = order;
+    launchForward(loaded.function, config, ordered, stream);
+    return;
+  }
+  launchForward(loaded.function, config, args, stream);
+}
+
+size_t Kernel::automaticWorkOrderCount() const {
+  return loadedForCurrentContext().workOrders.size();
 }
 
 void Kernel::runLinear(const AttnLinearArgs &args, CUstream stream) const {

@@ -30,6 +30,7 @@ constexpr IntField kIntFields[] = {
     {"shared_memory_bytes", &AttnLaunchConfig::sharedMemoryBytes},
     {"persistent_blocks_per_sm", &AttnLaunchConfig::persistentBlocksPerSm},
     {"even_work_tiles", &AttnLaunchConfig::evenWorkTiles},
+    {"automatic_work_order", &AttnLaunchConfig::automaticWorkOrder},
     {"linear_family", &AttnLaunchConfig::linearFamily},
     {"causal", &AttnLaunchConfig::causal},
     {"normalize", &AttnLaunchConfig::normalize},

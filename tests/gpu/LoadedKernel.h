@@ -65,6 +65,15 @@ inline PreparedBuffers prepare(const LoadedKernel &kernel, AttnForwardArgs &args
   return buffers;
 }
 
+/// The order in a buffer from buildWorkOrder (its first workOrderBytes).
+inline std::vector<int32_t> downloadWorkOrder(const DeviceBuffer &buffer,
+                                              const AttnLaunchConfig &launch,
+                                              const AttnForwardArgs &args) {
+  std::vector<int32_t> order = buffer.download<int32_t>();
+  order.resize(workOrderBytes(launch, args) / sizeof(int32_t));
+  return order;
+}
+
 /// A shipped example spec, read from the source tree, or from docs/examples
 /// below the working directory when the tests run from a copy of the
 /// repository.

@@ -15,6 +15,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <random>
 #include <sstream>
 
@@ -69,8 +70,8 @@ void runVariant(const std::string &spec, const harness::Shape &shape, const Capt
   if (prepared & kTileCoverage)
     CHECK(buffers.coverage.download<uint8_t>() == referenceTileCoverage(problem, launch));
   if (prepared & kWorkOrder)
-    CHECK(buffers.workOrder.download<int32_t>() ==
-          longestFirstOrder(gputest::referenceWorkCosts(problem, launch)));
+    CHECK(gputest::downloadWorkOrder(buffers.workOrder, launch, args) ==
+          workOrderOf(gputest::referenceWorkCosts(problem, launch), WorkOrderPolicy::LongestFirst));
   harness::Comparison result = harness::compareWithReference(problem, data, launch.dtype);
   INFO("spec: " << spec << "\nB=" << shape.batch << " Sq=" << shape.seqlenQ
                 << " Sk=" << shape.seqlenK << "\nmax|dO|=" << result.maxAbsError
@@ -79,6 +80,13 @@ void runVariant(const std::string &spec, const harness::Shape &shape, const Capt
   CHECK(result.nonFinite == 0);
   CHECK(result.maskedRowMismatches == 0);
   CHECK(result.toleranceViolations == 0);
+}
+
+// A JIT kernel of `spec`, compiled with the memory cache only.
+Kernel compileWithoutDiskCache(const std::string &spec, const std::string &name) {
+  JitOptions options;
+  options.diskCache = DiskCacheOptions{};
+  return Compiler(options).compile(spec, name);
 }
 
 void addSlopes(harness::ForwardProblem &data, const AttnLaunchConfig &launch,
@@ -460,10 +468,7 @@ TEST_CASE("a JIT kernel builds and uses the tile coverage and the work order", "
   // attn::Compiler -> attn::Kernel: coverage from Kernel::buildTileCoverage,
   // order from Kernel::buildWorkOrder, output against the reference.
   std::string spec = exampleWithHeads("document_mask_hd128.mlir");
-  JitOptions options;
-  options.diskCache = DiskCacheOptions{}; // memory cache only
-  Compiler compiler(options);
-  Kernel kernel = compiler.compile(spec, "document_mask.mlir");
+  Kernel kernel = compileWithoutDiskCache(spec, "document_mask.mlir");
   harness::Shape shape{1, 900, 900, false};
   harness::ForwardProblem data(kernel.launchConfig(), shape, 24);
   std::vector<int32_t> ids;
@@ -492,6 +497,88 @@ TEST_CASE("a variant launched without its captured buffer is refused", "[gpu][va
   harness::ForwardProblem data(kernel.compiled.launch, {1, 64, 64, false}, 19);
   REQUIRE_THROWS_WITH(launchForward(kernel.function, kernel.compiled.launch, data.args(), nullptr),
                       Catch::Contains("captures") && Catch::Contains("slopes"));
+}
+
+TEST_CASE("the work order kernel ranks costs as workOrderOf does", "[gpu][variants]") {
+  LoadedKernel &kernel = loadKernel(exampleWithHeads("longformer_hd128.mlir"));
+  KernelFunction sort = kernel.module.function(ATTN_WORK_ORDER_KERNEL_NAME);
+  std::mt19937 random(27);
+  // Past one warp's 32 tiles and one block's 1024; mostly short tiles, a
+  // few long ones, some past ATTN_WORK_ORDER_MAX_KEY, some negative.
+  for (int count : {1, 32, 33, 1000, 5000}) {
+    std::vector<int32_t> costs(count);
+    for (int32_t &cost : costs) {
+      const unsigned kind = random() % 100;
+      cost = kind < 90   ? int32_t(random() % 12)
+             : kind < 97 ? int32_t(random() % 200)
+             : kind < 99 ? int32_t(ATTN_WORK_ORDER_MAX_KEY - 2 + random() % 5)
+                         : -int32_t(random() % 3);
+    }
+    for (WorkOrderPolicy policy : {WorkOrderPolicy::LongestFirst, WorkOrderPolicy::OutliersFirst}) {
+      DeviceBuffer buffer(2 * costs.size() * sizeof(int32_t));
+      buffer.copyFromHost(costs.data(), costs.size() * sizeof(int32_t),
+                          costs.size() * sizeof(int32_t));
+      int *order = static_cast<int *>(buffer.data());
+      const int *costData = order + count;
+      int policyCode = policy == WorkOrderPolicy::OutliersFirst ? ATTN_WORK_ORDER_OUTLIERS_FIRST
+                                                                : ATTN_WORK_ORDER_LONGEST_FIRST;
+      void *arguments[] = {&costData, &count, &policyCode, &order};
+      sort.launch({1, 1, 1}, {ATTN_WORK_ORDER_THREADS, 1, 1}, 0, nullptr, arguments);
+      ATTN_CU_CHECK(cuCtxSynchronize);
+      std::vector<int32_t> sorted = buffer.download<int32_t>();
+      sorted.resize(costs.size());
+      INFO("count " << count << ", policy " << int(policy));
+      CHECK(sorted == workOrderOf(costs, policy));
+    }
+  }
+}
+
+TEST_CASE("Kernel::run starts a mask_mod kernel's outlying work tiles first", "[gpu][variants]") {
+  // Longformer at 2600 tokens: the query block of the global rows visits
+  // every key tile, more than twice the mean of the band's blocks.
+  std::string spec = exampleWithHeads("longformer_hd128.mlir");
+  Kernel kernel = compileWithoutDiskCache(spec, "longformer.mlir");
+  REQUIRE(kernel.launchConfig().automaticWorkOrder == 1);
+  harness::Shape shape{1, 2600, 2600, false};
+  harness::ForwardProblem data(kernel.launchConfig(), shape, 29);
+  data.poisonOutputs();
+  AttnForwardArgs args = data.args();
+  CHECK(kernel.automaticWorkOrderCount() == 0);
+  kernel.run(args);
+  ATTN_CU_CHECK(cuCtxSynchronize);
+  CHECK(kernel.automaticWorkOrderCount() == 1);
+
+  reference::Problem problem =
+      referenceProblemFromSpec(spec, shape.batch, shape.seqlenQ, shape.seqlenK, {});
+  harness::Comparison result = harness::compareWithReference(problem, data, DType::BF16);
+  INFO("first violation: " << result.firstViolation);
+  CHECK(result.passed());
+
+  // The order it builds, against the reference's costs: the global rows'
+  // blocks first, the band's in the default order.
+  std::vector<int32_t> costs = gputest::referenceWorkCosts(problem, kernel.launchConfig());
+  std::vector<int32_t> expected = workOrderOf(costs, WorkOrderPolicy::OutliersFirst);
+  std::vector<int32_t> identity(expected.size());
+  std::iota(identity.begin(), identity.end(), 0);
+  REQUIRE(expected != identity);
+  DeviceBuffer order = kernel.buildWorkOrder(args, nullptr, WorkOrderPolicy::OutliersFirst);
+  CHECK(gputest::downloadWorkOrder(order, kernel.launchConfig(), args) == expected);
+
+  // The shape's order is reused; another shape gets its own.
+  kernel.run(args);
+  CHECK(kernel.automaticWorkOrderCount() == 1);
+  harness::ForwardProblem shorter(kernel.launchConfig(), {1, 700, 700, false}, 30);
+  kernel.run(shorter.args());
+  ATTN_CU_CHECK(cuCtxSynchronize);
+  CHECK(kernel.automaticWorkOrderCount() == 2);
+  // A call with an order of its own takes none.
+  harness::ForwardProblem other(kernel.launchConfig(), {1, 900, 900, false}, 31);
+  AttnForwardArgs otherArgs = other.args();
+  DeviceBuffer otherOrder = kernel.buildWorkOrder(otherArgs);
+  otherArgs.workOrder = static_cast<const int32_t *>(otherOrder.data());
+  kernel.run(otherArgs);
+  ATTN_CU_CHECK(cuCtxSynchronize);
+  CHECK(kernel.automaticWorkOrderCount() == 2);
 }
 
 TEST_CASE("a work order that is not device memory of every work tile is refused",

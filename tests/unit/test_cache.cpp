@@ -175,10 +175,11 @@ TEST_CASE("launch metadata round-trips every field exactly", "[cache][metadata]"
   config.sharedMemoryBytes = 123457;
   config.persistentBlocksPerSm = 3;
   config.evenWorkTiles = 1;
+  config.automaticWorkOrder = 1;
   config.kernelName = "my_kernel";
 
   std::string text = serializeLaunchConfig(config);
-  CHECK_THAT(text, StartsWith("attn-launch-metadata 5\n"));
+  CHECK_THAT(text, StartsWith("attn-launch-metadata 6\n"));
   AttnLaunchConfig back = parseLaunchConfig(text);
   CHECK(back.headDim == 256);
   CHECK(back.qHeads == 12);
@@ -191,6 +192,7 @@ TEST_CASE("launch metadata round-trips every field exactly", "[cache][metadata]"
   CHECK(back.sharedMemoryBytes == 123457);
   CHECK(back.persistentBlocksPerSm == 3);
   CHECK(back.evenWorkTiles == 1);
+  CHECK(back.automaticWorkOrder == 1);
   CHECK(back.kernelName == "my_kernel");
 }
 

@@ -124,6 +124,24 @@ TEST_CASE("the launch metadata follows the plan", "[codegen]") {
   CHECK(kernel.launch.qHeads == 8);
   CHECK(kernel.launch.kvHeads == 2);
   CHECK(kernel.launch.scale == Approx(1.0 / std::sqrt(128.0)));
+  CHECK(kernel.launch.automaticWorkOrder == 0);
+}
+
+TEST_CASE("a compiled mask_mod kernel takes the automatic work order", "[codegen]") {
+  // After attn-lower-mods the region is an outlined function: the launch
+  // config must still see the mask_mod.
+  attn::CompiledKernel kernel = attn::compileSpec(
+      "attn.kernel @k problem = #attn.problem<q_heads = 8, kv_heads = 8, head_dim = 128, "
+      "element_type = bf16> mask = #attn.no_mask normalizer = #attn.softmax mask_mod {\n"
+      "^bb0(%b: index, %h: index, %q: index, %kv: index):\n"
+      "  %global = arith.constant 64 : index\n"
+      "  %keep = arith.cmpi slt, %q, %global : index\n"
+      "  attn.yield %keep : i1\n"
+      "}\n",
+      "k.mlir");
+  CHECK(kernel.launch.automaticWorkOrder == 1);
+  std::string ptx(kernel.binary.begin(), kernel.binary.end());
+  CHECK(ptx.find(".entry " ATTN_WORK_ORDER_KERNEL_NAME) != std::string::npos);
 }
 
 namespace {

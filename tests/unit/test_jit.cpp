@@ -455,7 +455,11 @@ TEST_CASE("JIT: variants with regions and captures compile like attnc's", "[jit]
     CHECK(ptx.find(".entry attn_fwd_kernel") != std::string::npos);
     CHECK(ptx.find(".entry " ATTN_TILE_COVERAGE_KERNEL_NAME) != std::string::npos);
     CHECK(ptx.find(".entry " ATTN_WORK_COST_KERNEL_NAME) != std::string::npos);
+    CHECK(ptx.find(".entry " ATTN_WORK_ORDER_KERNEL_NAME) != std::string::npos);
     CHECK(ptx.find("wgmma.mma_async") != std::string::npos);
+    // Only the kernels with a mask_mod order their work tiles by themselves.
+    CHECK(kernel.launchConfig().automaticWorkOrder ==
+          (std::string(name) == "alibi_causal_hd128" ? 0 : 1));
   }
   Kernel document = compiler.compile(exampleText("document_mask_hd128"), "document.mlir");
   REQUIRE(document.launchConfig().captures.size() == 1);

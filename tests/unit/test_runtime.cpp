@@ -720,7 +720,7 @@ TEST_CASE("launch metadata round-trips captures", "[runtime][metadata][captures]
   SECTION("none") {
     AttnLaunchConfig config = makeConfig();
     std::string text = serializeLaunchConfig(config);
-    CHECK_THAT(text, StartsWith("attn-launch-metadata 5\n"));
+    CHECK_THAT(text, StartsWith("attn-launch-metadata 6\n"));
     CHECK_THAT(text, Contains("\ncaptures 0\n"));
     CHECK_THAT(text, !Contains("capture."));
     AttnLaunchConfig back = parseLaunchConfig(text);
@@ -813,7 +813,7 @@ TEST_CASE("malformed capture metadata is reported with its line",
                     StartsWith("launch metadata: ") && Contains("missing key 'captures'"));
   // Metadata from before captures existed is refused, not misread.
   std::string version2 = "attn-launch-metadata 2" + withoutCaptures.substr(withoutCaptures.find('\n'));
-  expectMetadataInvalid(version2, 1, "unsupported version 2 (this runtime reads version 5)");
+  expectMetadataInvalid(version2, 1, "unsupported version 2 (this runtime reads version 6)");
 }
 
 namespace {
@@ -863,9 +863,39 @@ TEST_CASE("packed sequences pass validation and set the parameter block's sizes"
 
 TEST_CASE("the work order starts the costliest tiles first, ties in index order",
           "[runtime][schedule]") {
-  CHECK(longestFirstOrder({}).empty());
-  CHECK(longestFirstOrder({3, 9, 0, 9, 5, 3}) == std::vector<int32_t>{1, 3, 4, 0, 5, 2});
-  CHECK(longestFirstOrder({2, 2, 2}) == std::vector<int32_t>{0, 1, 2});
+  auto longestFirst = [](const std::vector<int32_t> &costs) {
+    return workOrderOf(costs, WorkOrderPolicy::LongestFirst);
+  };
+  CHECK(longestFirst({}).empty());
+  CHECK(longestFirst({3, 9, 0, 9, 5, 3}) == std::vector<int32_t>{1, 3, 4, 0, 5, 2});
+  CHECK(longestFirst({2, 2, 2}) == std::vector<int32_t>{0, 1, 2});
+  // Costs past ATTN_WORK_ORDER_MAX_KEY rank as equal.
+  CHECK(longestFirst({5, ATTN_WORK_ORDER_MAX_KEY + 7, ATTN_WORK_ORDER_MAX_KEY}) ==
+        std::vector<int32_t>{1, 2, 0});
+}
+
+TEST_CASE("the outliers-first order moves only tiles above twice the mean",
+          "[runtime][schedule]") {
+  auto outliersFirst = [](const std::vector<int32_t> &costs) {
+    return workOrderOf(costs, WorkOrderPolicy::OutliersFirst);
+  };
+  CHECK(outliersFirst({}).empty());
+  // Mean 11.25 (sum 90 over 8, the negative cost counting 0): 23 and 30
+  // are above 22.5, longest first; the rest keep their order although 20
+  // and 1 differ.
+  CHECK(outliersFirst({1, 9, 23, 20, 4, 30, 3, -10}) ==
+        std::vector<int32_t>{5, 2, 0, 1, 3, 4, 6, 7});
+  // A tile of exactly twice the mean is no outlier; even costs keep the
+  // default order (a causal-like ramp too).
+  CHECK(outliersFirst({2, 1, 1, 0}) == std::vector<int32_t>{0, 1, 2, 3});
+  CHECK(outliersFirst({1, 2, 3, 4}) == std::vector<int32_t>{0, 1, 2, 3});
+  // Longformer's shape: one global-row tile of 64 key tiles among band tiles of 9.
+  std::vector<int32_t> longformer(64, 9);
+  longformer[63] = 64;
+  std::vector<int32_t> expected{63};
+  for (int32_t i = 0; i < 63; ++i)
+    expected.push_back(i);
+  CHECK(outliersFirst(longformer) == expected);
 }
 
 TEST_CASE("packed sequence errors name the argument", "[runtime][validate][packed]") {

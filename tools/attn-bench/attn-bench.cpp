@@ -48,6 +48,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -96,6 +97,12 @@ cl::opt<bool> useWorkOrder(
     cl::desc("Build the longest-first order of the work tiles once (timed separately, after "
              "the tile coverage if any) and pass it to every launch"),
     cl::init(false));
+cl::opt<bool> automaticWorkOrder(
+    "automatic-work-order",
+    cl::desc("Without --work-order or --tile-coverage, start the work tiles of a kernel with a "
+             "mask_mod in the order attn::Kernel::run takes (outliers first, built once, timed "
+             "separately); off for the default order"),
+    cl::init(true));
 cl::opt<bool> tailSplit(
     "tail-split",
     cl::desc("Pass the forward workspace, so that a kernel without a mask splits its persistent "
@@ -114,6 +121,8 @@ struct Loaded {
   attn::CompiledKernel compiled;
   attn::Module module;
   attn::KernelFunction function;
+  std::unique_ptr<attn::AutomaticWorkOrders> workOrders =
+      std::make_unique<attn::AutomaticWorkOrders>();
 };
 
 /// Compiles and loads a spec planned for `shape` (attn-tile's heuristic
@@ -271,10 +280,19 @@ BuiltOnce buildOnce(Loaded &kernel, attn::AttnForwardArgs &args) {
   if (useWorkOrder) {
     auto start = std::chrono::steady_clock::now();
     built.workOrder = attn::buildWorkOrder(kernel.module, launch, args, nullptr);
+    ATTN_CU_CHECK(cuCtxSynchronize);
     double buildMs = millisecondsSince(start);
     args.workOrder = static_cast<const int32_t *>(built.workOrder.data());
     std::printf("work order built in %.3f ms (%llu work tiles)\n", buildMs,
                 (unsigned long long)(attn::workOrderBytes(launch, args) / sizeof(int32_t)));
+  } else if (automaticWorkOrder) {
+    auto start = std::chrono::steady_clock::now();
+    if (const int32_t *order = kernel.workOrders->orderFor(kernel.module, launch, args, nullptr)) {
+      ATTN_CU_CHECK(cuCtxSynchronize);
+      args.workOrder = order;
+      std::printf("automatic work order (outliers first) built in %.3f ms\n",
+                  millisecondsSince(start));
+    }
   }
   return built;
 }

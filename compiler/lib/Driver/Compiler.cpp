@@ -110,6 +110,9 @@ AttnLaunchConfig launchConfigFor(mlir::attn::KernelOp op) {
   launch.persistentBlocksPerSm = tile.getPersistentBlocksPerSm();
   launch.evenWorkTiles = mlir::isa<mlir::attn::SoftmaxAttr>(op.getNormalizer()) &&
                          mlir::attn::getTileProblem(op).evenTiles;
+  // The region, or once attn-lower-mods has outlined it, its function.
+  launch.automaticWorkOrder = mlir::isa<mlir::attn::SoftmaxAttr>(op.getNormalizer()) &&
+                              (!op.getMaskMod().empty() || op.getMaskModFnAttr());
   if (op.getNormalizer().isLinearFamily()) {
     launch.kernelName = ATTN_LINEAR_KERNEL_NAME;
     // The plan's producer warpgroup is a single warp in this kernel.

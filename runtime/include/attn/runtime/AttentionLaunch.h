@@ -14,8 +14,11 @@
 
 #include "attn_params.h"
 
+#include <map>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 namespace attn {
@@ -71,6 +74,12 @@ struct AttnLaunchConfig {
   /// mask): a persistent grid's partial last round can then be split
   /// (ForwardTailSplit).
   int evenWorkTiles = 0;
+  /// 1 when the softmax kernel has a mask_mod: its work tiles' costs follow
+  /// the user's mask, which the default order does not foresee (Longformer's
+  /// global rows visit every key tile). Kernel::run then starts the outliers
+  /// first (WorkOrderPolicy::OutliersFirst), with an order it builds once per
+  /// shape (AutomaticWorkOrders).
+  int automaticWorkOrder = 0;
   std::string kernelName = ATTN_FWD_KERNEL_NAME;
   /// 1 for linear attention and retention (the chunkwise kernel, launched
   /// with AttnLinearArgs; kernelName is ATTN_LINEAR_KERNEL_NAME), 0 for
@@ -168,9 +177,23 @@ uint64_t tileCoverageBytes(const AttnLaunchConfig &config, const AttnForwardArgs
 /// logical batch and query length).
 uint64_t workOrderBytes(const AttnLaunchConfig &config, const AttnForwardArgs &args);
 
-/// The longest-first order of work tiles of the given costs: their indices
-/// sorted by cost, highest first, equal costs in index order.
-std::vector<int32_t> longestFirstOrder(const std::vector<int32_t> &costs);
+/// How buildWorkOrder orders the work tiles by their costs (the key tiles
+/// each visits). Both keep the default order among tiles they rank equal.
+enum class WorkOrderPolicy {
+  /// Every tile by cost, longest first.
+  LongestFirst,
+  /// The outliers (tiles that cost more than twice the mean) first, longest
+  /// first, then every other tile in the default order, which keeps the
+  /// sharing of K and V in L2 between neighbouring work tiles. The order
+  /// Kernel::run builds by itself (AttnLaunchConfig::automaticWorkOrder).
+  OutliersFirst,
+};
+
+/// The order of work tiles of the given costs under `policy`: their indices,
+/// ranked as WorkOrderPolicy says, equal ranks in index order; costs above
+/// ATTN_WORK_ORDER_MAX_KEY rank as equal. The host form of what
+/// buildWorkOrder computes on the GPU.
+std::vector<int32_t> workOrderOf(const std::vector<int32_t> &costs, WorkOrderPolicy policy);
 
 /// Checks that a config is self-consistent (positive sizes, kvHeads divides
 /// qHeads, a 16-bit dtype, a finite scale, at most kMaxCaptures captures,
@@ -255,14 +278,52 @@ DeviceBuffer buildTileCoverage(const Module &module, const AttnLaunchConfig &con
 
 /// Runs the module's work cost kernel (ATTN_WORK_COST_KERNEL_NAME), which
 /// counts the key tiles each work tile visits (with args.tileCoverage when
-/// set), waits for it, and uploads longestFirstOrder of the counts: pass it
-/// as args.workOrder to every launch with the same shapes, captures and
-/// coverage. Masks whose longest work tiles the default order starts late
-/// (Longformer's global rows, buffer-driven masks) then end with short ones;
-/// the output does not depend on the order. Synchronizes `stream`: build it
-/// once, reuse it. Validates like launchForward (args.workOrder is ignored).
+/// set), then its work order kernel (ATTN_WORK_ORDER_KERNEL_NAME), which
+/// sorts them under `policy` (workOrderOf), both on `stream`, without a
+/// synchronization. The buffer's first workOrderBytes bytes are the order
+/// (the costs follow): pass it as args.workOrder to every launch with the
+/// same shapes, captures and coverage, on `stream` or after it. Masks whose
+/// longest work tiles the default order starts late (Longformer's global
+/// rows, buffer-driven masks) then end with short ones; the output does not
+/// depend on the order. Build it once, reuse it. Validates like
+/// launchForward (args.workOrder is ignored).
 DeviceBuffer buildWorkOrder(const Module &module, const AttnLaunchConfig &config,
-                            const AttnForwardArgs &args, CUstream stream);
+                            const AttnForwardArgs &args, CUstream stream,
+                            WorkOrderPolicy policy = WorkOrderPolicy::LongestFirst);
+
+/// The work orders Kernel::run builds by itself for a config with
+/// automaticWorkOrder, one per (batch, seqlen_q, seqlen_k) of one context:
+/// built on `stream` by the first call with those shapes
+/// (WorkOrderPolicy::OutliersFirst, no synchronization), then reused; later
+/// calls on other streams wait for the build. Calls that take none: packed
+/// sequences, calls with a tile coverage or a work order of their own, a
+/// stream being captured into a graph while the shape's order is not built
+/// yet, and shapes past the first kMaxShapes. The orders live as long as
+/// this object, so that graphs captured with them stay valid.
+class AutomaticWorkOrders {
+public:
+  static constexpr size_t kMaxShapes = 64;
+
+  AutomaticWorkOrders() = default;
+  AutomaticWorkOrders(const AutomaticWorkOrders &) = delete;
+  AutomaticWorkOrders &operator=(const AutomaticWorkOrders &) = delete;
+
+  /// The order to launch `args` with (null for none), `module` being the
+  /// kernel's module in the current context. Validates like buildWorkOrder
+  /// when it builds one.
+  const int32_t *orderFor(const Module &module, const AttnLaunchConfig &config,
+                          const AttnForwardArgs &args, CUstream stream);
+  /// How many shapes have an order.
+  size_t size() const;
+
+private:
+  struct Built {
+    DeviceBuffer order;
+    Event done;
+  };
+  mutable std::mutex mutex;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, Built> orders;
+};
 
 /// Device tensors of one linear attention / retention call (a linear-family
 /// config). q, o: [B, S, Hq, D]; k, v: [B, S, Hkv, D] (one sequence length;

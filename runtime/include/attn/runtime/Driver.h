@@ -61,9 +61,12 @@
   X(cuStreamCreate)                                                            \
   X(cuStreamDestroy)                                                           \
   X(cuStreamSynchronize)                                                       \
+  X(cuStreamWaitEvent)                                                         \
+  X(cuStreamIsCapturing)                                                       \
   X(cuEventCreate)                                                             \
   X(cuEventRecord)                                                             \
   X(cuEventSynchronize)                                                        \
+  X(cuEventQuery)                                                              \
   X(cuEventElapsedTime)                                                        \
   X(cuEventDestroy)                                                            \
   X(cuPointerGetAttribute)                                                      \

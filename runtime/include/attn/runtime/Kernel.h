@@ -59,7 +59,9 @@ public:
   /// Checks every argument against the kernel (dtype, heads, head dim,
   /// shapes, contiguity, 16-byte alignment, device memory of the current
   /// device) and launches on `stream`. Throws attn::Error naming the
-  /// argument; nothing is launched after a failed check. `lse` receives the
+  /// argument; nothing is launched after a failed check. A kernel with
+  /// launchConfig().automaticWorkOrder starts its work tiles in the order
+  /// AutomaticWorkOrders builds on the first run of each shape. `lse` receives the
   /// [batch, q_heads, seqlen_q] fp32 log-sum-exp. A kernel whose spec
   /// captures buffers needs them too (the overload with `captures`).
   void run(const TensorView &q, const TensorView &k, const TensorView &v,
@@ -87,8 +89,12 @@ public:
   /// The longest-first order of the work tiles for these arguments (attn::
   /// buildWorkOrder with this kernel's module; args.tileCoverage counts):
   /// pass it as args.workOrder to later runs with the same shapes, captures
-  /// and coverage. Synchronizes `stream`.
-  DeviceBuffer buildWorkOrder(const AttnForwardArgs &args, CUstream stream = nullptr) const;
+  /// and coverage.
+  DeviceBuffer buildWorkOrder(const AttnForwardArgs &args, CUstream stream = nullptr,
+                              WorkOrderPolicy policy = WorkOrderPolicy::LongestFirst) const;
+  /// How many shapes run() has built an automatic work order for, in the
+  /// current context.
+  size_t automaticWorkOrderCount() const;
 
 private:
   struct State;

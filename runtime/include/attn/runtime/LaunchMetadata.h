@@ -38,8 +38,9 @@ namespace attn {
 
 /// The version written by serializeLaunchConfig; parseLaunchConfig accepts
 /// only this one.
-/// Version 3 added the captured buffers, 5 even_work_tiles.
-inline constexpr int kLaunchMetadataVersion = 5;
+/// Version 3 added the captured buffers, 5 even_work_tiles, 6
+/// automatic_work_order.
+inline constexpr int kLaunchMetadataVersion = 6;
 
 std::string serializeLaunchConfig(const AttnLaunchConfig &config);
 
