@@ -1311,6 +1311,8 @@ extern "C" __global__ void __launch_bounds__(ATTN_WORK_COST_THREADS)
 // first, and the other tiles keep the default order with its L2 sharing.
 // Keys stop at ATTN_WORK_ORDER_MAX_KEY. One block.
 constexpr int kWorkOrderKeys = ATTN_WORK_ORDER_MAX_KEY + 1;
+static_assert(kWorkOrderKeys % 32 == 0 && ATTN_WORK_ORDER_THREADS % 32 == 0,
+              "the scan takes 32 keys a step; the block is whole warps");
 
 extern "C" __global__ void __launch_bounds__(ATTN_WORK_ORDER_THREADS)
     attn_work_order_kernel(const int *costs, int count, int policy, int *order) {

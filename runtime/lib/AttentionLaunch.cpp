@@ -1075,12 +1075,14 @@ DeviceBuffer buildWorkOrder(const Module &module, const AttnLaunchConfig &config
   attn_abi::AttnFwdParams params = encodeForwardParams(config, checked);
   int *orderData = static_cast<int *>(order.data());
   int *costData = orderData + tiles;
+  // Both looked up before either launches: a failed lookup must not free
+  // the buffer under a running kernel.
   KernelFunction costKernel = module.function(ATTN_WORK_COST_KERNEL_NAME);
+  KernelFunction orderKernel = module.function(ATTN_WORK_ORDER_KERNEL_NAME);
   constexpr uint64_t kTilesPerBlock = ATTN_WORK_COST_THREADS / 32;
   Dim3 grid{static_cast<unsigned>((tiles + kTilesPerBlock - 1) / kTilesPerBlock), 1, 1};
   void *costArgs[] = {&params, &costData};
   costKernel.launch(grid, Dim3{ATTN_WORK_COST_THREADS, 1, 1}, 0, stream, costArgs);
-  KernelFunction orderKernel = module.function(ATTN_WORK_ORDER_KERNEL_NAME);
   int count = static_cast<int>(tiles);
   int policyCode = policy == WorkOrderPolicy::OutliersFirst ? ATTN_WORK_ORDER_OUTLIERS_FIRST
                                                             : ATTN_WORK_ORDER_LONGEST_FIRST;
@@ -1090,6 +1092,23 @@ DeviceBuffer buildWorkOrder(const Module &module, const AttnLaunchConfig &config
   return order;
 }
 
+namespace {
+/// Lets this thread make driver calls that stream capture in global or
+/// thread-local mode forbids (an allocation, an event query) while another
+/// stream captures: they touch no capturing stream. The thread's mode comes
+/// back with the guard's end.
+class RelaxedCaptureMode {
+public:
+  RelaxedCaptureMode() { Driver::get().api().cuThreadExchangeStreamCaptureMode(&mode); }
+  ~RelaxedCaptureMode() { Driver::get().api().cuThreadExchangeStreamCaptureMode(&mode); }
+  RelaxedCaptureMode(const RelaxedCaptureMode &) = delete;
+  RelaxedCaptureMode &operator=(const RelaxedCaptureMode &) = delete;
+
+private:
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+};
+} // namespace
+
 const int32_t *AutomaticWorkOrders::orderFor(const Module &module, const AttnLaunchConfig &config,
                                              const AttnForwardArgs &args, CUstream stream) {
   if (!config.automaticWorkOrder || config.linearFamily || args.workOrder || args.tileCoverage ||
@@ -1097,28 +1116,34 @@ const int32_t *AutomaticWorkOrders::orderFor(const Module &module, const AttnLau
     return nullptr;
   LogicalShape shape = logicalShape(args);
   std::tuple<int64_t, int64_t, int64_t> key{shape.batch, shape.seqlenQ, shape.seqlenK};
+  RelaxedCaptureMode relaxed;
   // A stream whose capture status the driver refuses to tell (the legacy
   // stream while another stream captures) counts as capturing.
   CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
   if (Driver::get().api().cuStreamIsCapturing(stream, &capture) != CUDA_SUCCESS)
     capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  const bool capturing = capture != CU_STREAM_CAPTURE_STATUS_NONE;
   std::lock_guard<std::mutex> lock(mutex);
   auto found = orders.find(key);
   if (found != orders.end()) {
-    if (capture == CU_STREAM_CAPTURE_STATUS_NONE) {
-      ATTN_CU_CHECK(cuStreamWaitEvent, stream, found->second.done.get(), 0);
-    } else if (Driver::get().api().cuEventQuery(found->second.done.get()) != CUDA_SUCCESS) {
-      // A graph cannot wait for work outside it: only a finished order.
+    Built &built = found->second;
+    if (!built.finished && !capturing &&
+        Driver::get().api().cuEventQuery(built.done.get()) == CUDA_SUCCESS)
+      built.finished = true;
+    if (built.finished)
+      return static_cast<const int32_t *>(built.order.data());
+    // A graph cannot wait for work outside it: it takes a finished order only.
+    if (capturing)
       return nullptr;
-    }
-    return static_cast<const int32_t *>(found->second.order.data());
+    ATTN_CU_CHECK(cuStreamWaitEvent, stream, built.done.get(), 0);
+    return static_cast<const int32_t *>(built.order.data());
   }
   // Building launches kernels, which a graph being captured would record
   // instead of running.
-  if (capture != CU_STREAM_CAPTURE_STATUS_NONE || orders.size() >= kMaxShapes)
+  if (capturing || orders.size() >= kMaxShapes)
     return nullptr;
-  Built built{buildWorkOrder(module, config, args, stream, WorkOrderPolicy::OutliersFirst),
-              Event()};
+  Built built;
+  built.order = buildWorkOrder(module, config, args, stream, WorkOrderPolicy::OutliersFirst);
   built.done.record(stream);
   auto inserted = orders.emplace(key, std::move(built)).first;
   return static_cast<const int32_t *>(inserted->second.order.data());

@@ -109,7 +109,7 @@ void runPacked(const std::string &spec, const PackedLengths &lengths, uint64_t s
   if (prepared & kWorkOrder) {
     // Any permutation is a valid order; the output check below is the
     // oracle of its decoding.
-    std::vector<int32_t> order = buffers.workOrder.download<int32_t>();
+    std::vector<int32_t> order = gputest::downloadWorkOrder(buffers.workOrder, launch, args);
     std::sort(order.begin(), order.end());
     std::vector<int32_t> identity(order.size());
     std::iota(identity.begin(), identity.end(), 0);

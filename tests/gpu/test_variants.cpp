@@ -579,6 +579,37 @@ TEST_CASE("Kernel::run starts a mask_mod kernel's outlying work tiles first", "[
   kernel.run(otherArgs);
   ATTN_CU_CHECK(cuCtxSynchronize);
   CHECK(kernel.automaticWorkOrderCount() == 2);
+
+  // Captured into a graph in global mode (PyTorch's default): the call of
+  // the shape whose order has finished takes it, the call of a new shape
+  // builds nothing and runs in the default order, and the capture stays
+  // valid. The replay gives the reference's outputs.
+  data.poisonOutputs();
+  harness::ForwardProblem fresh(kernel.launchConfig(), {1, 1500, 1500, false}, 32);
+  fresh.poisonOutputs();
+  ATTN_CU_CHECK(cuCtxSynchronize);
+  CUstream stream = nullptr;
+  ATTN_CU_CHECK(cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING);
+  ATTN_CU_CHECK(cuStreamBeginCapture, stream, CU_STREAM_CAPTURE_MODE_GLOBAL);
+  kernel.run(args, stream);
+  kernel.run(fresh.args(), stream);
+  CUgraph graph = nullptr;
+  ATTN_CU_CHECK(cuStreamEndCapture, stream, &graph);
+  CHECK(kernel.automaticWorkOrderCount() == 2);
+  CUgraphExec replay = nullptr;
+  ATTN_CU_CHECK(cuGraphInstantiate, &replay, graph, 0);
+  ATTN_CU_CHECK(cuGraphLaunch, replay, stream);
+  ATTN_CU_CHECK(cuStreamSynchronize, stream);
+  ATTN_CU_CHECK(cuGraphExecDestroy, replay);
+  ATTN_CU_CHECK(cuGraphDestroy, graph);
+  ATTN_CU_CHECK(cuStreamDestroy, stream);
+  harness::Comparison replayed = harness::compareWithReference(problem, data, DType::BF16);
+  INFO("replayed, first violation: " << replayed.firstViolation);
+  CHECK(replayed.passed());
+  reference::Problem freshProblem = referenceProblemFromSpec(spec, 1, 1500, 1500, {});
+  harness::Comparison freshResult = harness::compareWithReference(freshProblem, fresh, DType::BF16);
+  INFO("new shape in the graph, first violation: " << freshResult.firstViolation);
+  CHECK(freshResult.passed());
 }
 
 TEST_CASE("a work order that is not device memory of every work tile is refused",

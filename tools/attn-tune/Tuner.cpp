@@ -14,6 +14,7 @@
 #include <ctime>
 #include <limits>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -153,7 +154,8 @@ TuningRecord TuneReport::bestRecord() const {
 namespace {
 /// Checks and times every candidate at one shape.
 void measureShape(const TuneOptions &options, const SpecTuningKey &key,
-                  std::vector<Binary> &binaries, std::vector<KernelFunction> &functions,
+                  std::vector<Binary> &binaries, const std::vector<Module> &modules,
+                  std::vector<KernelFunction> &functions,
                   const TuningShape &tuningShape, std::vector<CandidateResult> &results) {
   // A binary that failed to compile or load fails all its candidates.
   const Binary *first = nullptr;
@@ -186,15 +188,20 @@ void measureShape(const TuneOptions &options, const SpecTuningKey &key,
   // A candidate's launch (its binary's, with its grid policy) and arguments,
   // with the forward workspace its calls need: it runs as a caller with a
   // workspace runs it (the split of its persistent grid's last round).
+  // A kernel with a mask_mod runs in the order attn::Kernel::run gives it
+  // (the automatic work order of its plan's work tiles).
   struct CandidateRun {
     AttnLaunchConfig launch;
     AttnForwardArgs args;
     DeviceBuffer workspace;
+    std::unique_ptr<AutomaticWorkOrders> workOrders;
   };
   auto candidateRun = [&](size_t b, size_t member) {
-    CandidateRun run{binaries[b].compiled.launch, data.args(), DeviceBuffer()};
+    CandidateRun run{binaries[b].compiled.launch, data.args(), DeviceBuffer(),
+                     std::make_unique<AutomaticWorkOrders>()};
     run.launch.persistentBlocksPerSm = results[member].config.persistentBlocksPerSm;
     run.workspace = harness::attachForwardWorkspace({&run.launch}, run.args);
+    run.args.workOrder = run.workOrders->orderFor(modules[b], run.launch, run.args, nullptr);
     return run;
   };
 
@@ -373,7 +380,7 @@ std::vector<TuneReport> tune(const TuneOptions &options, const ReportCallback &o
     std::vector<CandidateResult> results = blank;
     for (CandidateResult &result : results)
       result.heuristic = result.config == report.heuristic;
-    measureShape(options, key, binaries, functions, shape, results);
+    measureShape(options, key, binaries, modules, functions, shape, results);
     // Another shape's heuristic from outside the search space ran along
     // (its binary is shared) but is no candidate at this shape.
     results.erase(std::remove_if(results.begin(), results.end(),

@@ -294,12 +294,15 @@ DeviceBuffer buildWorkOrder(const Module &module, const AttnLaunchConfig &config
 /// The work orders Kernel::run builds by itself for a config with
 /// automaticWorkOrder, one per (batch, seqlen_q, seqlen_k) of one context:
 /// built on `stream` by the first call with those shapes
-/// (WorkOrderPolicy::OutliersFirst, no synchronization), then reused; later
-/// calls on other streams wait for the build. Calls that take none: packed
-/// sequences, calls with a tile coverage or a work order of their own, a
-/// stream being captured into a graph while the shape's order is not built
-/// yet, and shapes past the first kMaxShapes. The orders live as long as
-/// this object, so that graphs captured with them stay valid.
+/// (WorkOrderPolicy::OutliersFirst: two kernels, no synchronization; it
+/// allocates the order's memory), then reused; calls on other streams wait
+/// for the build until it has been seen finished. Calls that take none:
+/// packed sequences, calls with a tile coverage or a work order of their
+/// own, calls on a stream being captured into a graph while their shape's
+/// order is not finished (capture never builds one), and shapes past the
+/// first kMaxShapes. The driver calls run in relaxed capture mode, so that
+/// a capture on another stream stays valid. The orders live as long as this
+/// object, so that graphs captured with them stay valid.
 class AutomaticWorkOrders {
 public:
   static constexpr size_t kMaxShapes = 64;
@@ -319,7 +322,10 @@ public:
 private:
   struct Built {
     DeviceBuffer order;
+    /// Recorded after the build on its stream.
     Event done;
+    /// `done` has been seen complete: no call waits for it any more.
+    bool finished = false;
   };
   mutable std::mutex mutex;
   std::map<std::tuple<int64_t, int64_t, int64_t>, Built> orders;

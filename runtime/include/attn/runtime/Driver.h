@@ -63,6 +63,13 @@
   X(cuStreamSynchronize)                                                       \
   X(cuStreamWaitEvent)                                                         \
   X(cuStreamIsCapturing)                                                       \
+  X(cuStreamBeginCapture)                                                      \
+  X(cuStreamEndCapture)                                                        \
+  X(cuThreadExchangeStreamCaptureMode)                                         \
+  X(cuGraphInstantiate)                                                        \
+  X(cuGraphLaunch)                                                             \
+  X(cuGraphDestroy)                                                            \
+  X(cuGraphExecDestroy)                                                        \
   X(cuEventCreate)                                                             \
   X(cuEventRecord)                                                             \
   X(cuEventSynchronize)                                                        \

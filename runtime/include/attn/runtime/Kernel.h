@@ -86,10 +86,11 @@ public:
   /// (attn::buildTileCoverage with this kernel's module): pass it as
   /// args.tileCoverage to later runs with the same shapes and captures.
   DeviceBuffer buildTileCoverage(const AttnForwardArgs &args, CUstream stream = nullptr) const;
-  /// The longest-first order of the work tiles for these arguments (attn::
-  /// buildWorkOrder with this kernel's module; args.tileCoverage counts):
-  /// pass it as args.workOrder to later runs with the same shapes, captures
-  /// and coverage.
+  /// The order of the work tiles for these arguments under `policy`
+  /// (attn::buildWorkOrder with this kernel's module; args.tileCoverage
+  /// counts), built on `stream` without a synchronization: the buffer holds
+  /// the order, then the costs. Pass it as args.workOrder to later runs with
+  /// the same shapes, captures and coverage, on `stream` or ordered after it.
   DeviceBuffer buildWorkOrder(const AttnForwardArgs &args, CUstream stream = nullptr,
                               WorkOrderPolicy policy = WorkOrderPolicy::LongestFirst) const;
   /// How many shapes run() has built an automatic work order for, in the
