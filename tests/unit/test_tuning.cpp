@@ -551,6 +551,15 @@ TEST_CASE("tile candidates: legal, distinct, round-trip as overrides, include th
   if (headDim == 128)
     CHECK((longCausal.blockN == 160 && longCausal.softmaxChains == 1 &&
            longCausal.persistentBlocksPerSm == 1));
+  // Staged score_mod diagonals: the same tiles with two softmax chains.
+  TileProblem relativePosition = shortCausal;
+  relativePosition.keyLength = 8192;
+  relativePosition.hasScoreMod = true;
+  relativePosition.scoreDiagonals = 1;
+  TileConfig relativeConfig = defaultTileConfig(relativePosition);
+  CHECK(std::find(candidates.begin(), candidates.end(), relativeConfig) != candidates.end());
+  if (headDim == 128)
+    CHECK((relativeConfig.blockN == 160 && relativeConfig.softmaxChains == 2));
   // From kMaskedPersistentMaxKeys a block per work tile; a sliding window
   // is planned like the causal mask there and below.
   CHECK(causalHeuristic(kMaskedPersistentMaxKeys).persistentBlocksPerSm == 0);

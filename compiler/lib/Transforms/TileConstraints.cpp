@@ -79,10 +79,15 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
   // 8192, three rounds): relative-position bias 1.013-1.023 -> 0.981-0.982
   // ms, ALiBi 0.949-0.950 -> 0.943-0.946.
   const bool causalWithoutMaskMod = problem.causalOnly && problem.keyLength > 0;
+  // Staged score_mod diagonals (a relative-position table) take two
+  // softmax chains there (same-command A/B on H100, 2026-11-26, B = 2,
+  // S = 8192, three rounds): 0.946-0.959 ms with one, 0.928-0.938 with two,
+  // 0.936-0.952 with four; plain causal 0.866-0.868 with one, 0.869-0.871
+  // with two.
   if (problem.headDim == 128 && causalWithoutMaskMod &&
       problem.keyLength >= kWideCausalMinKeys) {
     config.blockN = 160;
-    config.softmaxChains = 1;
+    config.softmaxChains = problem.scoreDiagonals > 0 ? 2 : 1;
   }
   // Same-run A/B on H100 (docs/benchmarks.md, 2026-11-25, evening): bf16
   // soft-capping at head dim 128 (causal, B = 2, S = 8192) took 0.980-0.985
