@@ -292,7 +292,8 @@ TEST_CASE("relative-position bias from a captured table matches the reference",
   // consumer); head dim 64 stages it for three consumers.
   for (const char *headDim : {"head_dim = 256", "head_dim = 64"})
     runVariant(replaceAll(spec, "head_dim = 128", headDim), {1, 777, 1100, false}, table, 15);
-  // Planned for 8192 keys: 160-key tiles, whose windows hold 223 diagonals.
+  // Planned for 8192 keys: 160-key tiles, whose windows hold 223 diagonals,
+  // with two softmax chains.
   CompileOptions wide;
   wide.tuningShape = "2,8192,8192";
   REQUIRE(loadKernel(spec, wide).compiled.launch.blockN == 160);
