@@ -48,6 +48,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <random>
@@ -92,10 +93,22 @@ cl::opt<bool> tileCoverage(
     cl::desc("Build the masks' tile coverage once (timed separately) and pass it to every launch"),
     cl::init(false));
 
+cl::opt<std::string> coverageOf(
+    "coverage-of",
+    cl::desc("VARIANT.mlir: run this spec (a mask_mod that reads a buffer, so that the run-time "
+             "coverage decides) on the tiles VARIANT visits, each marked full: the plain kernel "
+             "on a mask's tiles. VARIANT takes no captures and must share this spec's tiles"),
+    cl::init(""));
+
 cl::opt<bool> useWorkOrder(
     "work-order",
     cl::desc("Build the longest-first order of the work tiles once (timed separately, after "
              "the tile coverage if any) and pass it to every launch"),
+    cl::init(false));
+cl::opt<bool> outliersFirst(
+    "outliers-first",
+    cl::desc("With --work-order: move only the work tiles costing more than twice the mean to "
+             "the front (WorkOrderPolicy::OutliersFirst) instead of sorting every tile"),
     cl::init(false));
 cl::opt<bool> automaticWorkOrder(
     "automatic-work-order",
@@ -268,7 +281,44 @@ BuiltOnce buildOnce(Loaded &kernel, attn::AttnForwardArgs &args) {
         .count();
   };
   BuiltOnce built;
-  if (tileCoverage) {
+  if (!coverageOf.empty()) {
+    auto text = MemoryBuffer::getFile(coverageOf);
+    if (!text) {
+      errs() << "attn-bench: cannot read " << coverageOf << ": " << text.getError().message()
+             << "\n";
+      std::exit(1);
+    }
+    Loaded variant = load((*text)->getBuffer().str(), coverageOf,
+                          {batch, seqlen, seqlenK ? seqlenK : seqlen}, tuningDatabase);
+    const attn::AttnLaunchConfig &variantLaunch = variant.compiled.launch;
+    if (variantLaunch.blockM != launch.blockM || variantLaunch.blockN != launch.blockN ||
+        !variantLaunch.captures.empty()) {
+      errs() << "attn-bench: --coverage-of: " << coverageOf << " plans " << variantLaunch.blockM
+             << " x " << variantLaunch.blockN << " tiles with " << variantLaunch.captures.size()
+             << " captures; it must plan this spec's " << launch.blockM << " x "
+             << launch.blockN << " and take none\n";
+      std::exit(1);
+    }
+    attn::AttnForwardArgs variantArgs = args;
+    variantArgs.captures.clear();
+    attn::DeviceBuffer variantCoverage =
+        attn::buildTileCoverage(variant.module, variantLaunch, variantArgs, nullptr);
+    std::vector<uint8_t> bytes = variantCoverage.download<uint8_t>();
+    bytes.resize(attn::tileCoverageBytes(launch, args));
+    // 0 empty, 1 partial, 2 full: every visited tile full, no pair tested.
+    uint64_t visited = 0;
+    for (uint8_t &byte : bytes)
+      if (byte != 0) {
+        byte = 2;
+        ++visited;
+      }
+    built.coverage = attn::DeviceBuffer(bytes.size());
+    built.coverage.upload(bytes);
+    args.tileCoverage = static_cast<const unsigned char *>(built.coverage.data());
+    std::printf("on the tiles of %s: %llu of %llu (query block, key tile) pairs, all full\n",
+                coverageOf.c_str(), (unsigned long long)visited,
+                (unsigned long long)bytes.size());
+  } else if (tileCoverage) {
     auto start = std::chrono::steady_clock::now();
     built.coverage = attn::buildTileCoverage(kernel.module, launch, args, nullptr);
     ATTN_CU_CHECK(cuCtxSynchronize);
@@ -279,11 +329,14 @@ BuiltOnce buildOnce(Loaded &kernel, attn::AttnForwardArgs &args) {
   }
   if (useWorkOrder) {
     auto start = std::chrono::steady_clock::now();
-    built.workOrder = attn::buildWorkOrder(kernel.module, launch, args, nullptr);
+    built.workOrder = attn::buildWorkOrder(kernel.module, launch, args, nullptr,
+                                           outliersFirst ? attn::WorkOrderPolicy::OutliersFirst
+                                                         : attn::WorkOrderPolicy::LongestFirst);
     ATTN_CU_CHECK(cuCtxSynchronize);
     double buildMs = millisecondsSince(start);
     args.workOrder = static_cast<const int32_t *>(built.workOrder.data());
-    std::printf("work order built in %.3f ms (%llu work tiles)\n", buildMs,
+    std::printf("work order (%s) built in %.3f ms (%llu work tiles)\n",
+                outliersFirst ? "outliers first" : "longest first", buildMs,
                 (unsigned long long)(attn::workOrderBytes(launch, args) / sizeof(int32_t)));
   } else if (automaticWorkOrder) {
     auto start = std::chrono::steady_clock::now();
