@@ -642,11 +642,14 @@ __device__ __forceinline__ void applyMask(const attn_abi::AttnFwdParams &p,
                                           int keyBase, int lane) {
   forEachScoreElement<Mods::kMaskUsesKeyFloat>(
       row0, keyBase, lane, [&](int i, int half, int row, int key, float keyFloat) {
-        bool keep = key < work.sequence.seqlenK && Mask::allows(row, key, work.sequence.shift);
+        // Every term evaluated and one select, no branch: a short-circuit
+        // made each pair a branch (with a convergence barrier) in the
+        // mask_mod kernels. A region's capture reads are bounds-checked, so
+        // evaluating it past seqlen_k is safe.
+        bool keep = (key < work.sequence.seqlenK) & Mask::allows(row, key, work.sequence.shift);
         if constexpr (Mods::kHasMaskMod)
-          keep = keep && Mods::keeps(p, maskRows[half], work.batch, work.head, row, key, keyFloat);
-        if (!keep)
-          scores[i] = negativeInfinity();
+          keep &= Mods::keeps(p, maskRows[half], work.batch, work.head, row, key, keyFloat);
+        scores[i] = keep ? scores[i] : negativeInfinity();
       });
 }
 
