@@ -636,20 +636,34 @@ __device__ __forceinline__ int VisitedTileWalk::next(const attn_abi::AttnFwdPara
 // (Deciding 16 x 8 fragment groups first and testing pairs only in partial
 // groups measured slower for every variant: the group tests cost more than
 // the per-pair tests they save.)
+// A mask_mod kernel at head dim 128 evaluates every term of a pair's test
+// and selects, without a branch: the short-circuit form made each pair a
+// branch with a convergence barrier (document mask with its coverage 0.58 ->
+// 0.40 ms, Longformer -5 %, H100, docs/benchmarks.md). The built-in masks
+// alone keep the short-circuit form (the select spills at head dim 64), and
+// so do head dims 64 and 256, where it spills more in some kernels
+// (Longformer at 64: 16 -> 132 bytes) and was not measured.
+constexpr bool kBranchlessMaskTest = Mods::kHasMaskMod && kHeadDim == 128;
+
 __device__ __forceinline__ void applyMask(const attn_abi::AttnFwdParams &p,
                                           float (&scores)[kScoreRegs], const WorkTile &work,
                                           const typename Mods::MaskRow (&maskRows)[2], int row0,
                                           int keyBase, int lane) {
   forEachScoreElement<Mods::kMaskUsesKeyFloat>(
       row0, keyBase, lane, [&](int i, int half, int row, int key, float keyFloat) {
-        // Every term evaluated and one select, no branch: a short-circuit
-        // made each pair a branch (with a convergence barrier) in the
-        // mask_mod kernels. A region's capture reads are bounds-checked, so
-        // evaluating it past seqlen_k is safe.
-        bool keep = (key < work.sequence.seqlenK) & Mask::allows(row, key, work.sequence.shift);
-        if constexpr (Mods::kHasMaskMod)
+        if constexpr (kBranchlessMaskTest) {
+          // A region's capture reads are bounds-checked, so evaluating it
+          // past seqlen_k is safe.
+          bool keep = (key < work.sequence.seqlenK) & Mask::allows(row, key, work.sequence.shift);
           keep &= Mods::keeps(p, maskRows[half], work.batch, work.head, row, key, keyFloat);
-        scores[i] = keep ? scores[i] : negativeInfinity();
+          scores[i] = keep ? scores[i] : negativeInfinity();
+        } else {
+          bool keep = key < work.sequence.seqlenK && Mask::allows(row, key, work.sequence.shift);
+          if constexpr (Mods::kHasMaskMod)
+            keep = keep && Mods::keeps(p, maskRows[half], work.batch, work.head, row, key, keyFloat);
+          if (!keep)
+            scores[i] = negativeInfinity();
+        }
       });
 }
 
