@@ -14,7 +14,6 @@
 #include <ctime>
 #include <limits>
 #include <map>
-#include <memory>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -189,19 +188,19 @@ void measureShape(const TuneOptions &options, const SpecTuningKey &key,
   // with the forward workspace its calls need: it runs as a caller with a
   // workspace runs it (the split of its persistent grid's last round).
   // A kernel with a mask_mod runs in the order attn::Kernel::run gives it
-  // (the automatic work order of its plan's work tiles).
+  // (the automatic work order of its plan's work tiles), built once per
+  // binary for the screen and the finalists.
+  std::vector<AutomaticWorkOrders> workOrders(binaries.size());
   struct CandidateRun {
     AttnLaunchConfig launch;
     AttnForwardArgs args;
     DeviceBuffer workspace;
-    std::unique_ptr<AutomaticWorkOrders> workOrders;
   };
   auto candidateRun = [&](size_t b, size_t member) {
-    CandidateRun run{binaries[b].compiled.launch, data.args(), DeviceBuffer(),
-                     std::make_unique<AutomaticWorkOrders>()};
+    CandidateRun run{binaries[b].compiled.launch, data.args(), DeviceBuffer()};
     run.launch.persistentBlocksPerSm = results[member].config.persistentBlocksPerSm;
     run.workspace = harness::attachForwardWorkspace({&run.launch}, run.args);
-    run.args.workOrder = run.workOrders->orderFor(modules[b], run.launch, run.args, nullptr);
+    run.args.workOrder = workOrders[b].orderFor(modules[b], run.launch, run.args, nullptr);
     return run;
   };
 
