@@ -1083,13 +1083,16 @@ DeviceBuffer buildWorkOrder(const Module &module, const AttnLaunchConfig &config
   Dim3 grid{static_cast<unsigned>((tiles + kTilesPerBlock - 1) / kTilesPerBlock), 1, 1};
   void *costArgs[] = {&params, &costData};
   costKernel.launch(grid, Dim3{ATTN_WORK_COST_THREADS, 1, 1}, 0, stream, costArgs);
-  int count = static_cast<int>(tiles);
+  launchWorkOrderSort(orderKernel, costData, static_cast<int>(tiles), policy, orderData, stream);
+  return order;
+}
+
+void launchWorkOrderSort(KernelFunction &sortKernel, const int32_t *costs, int count,
+                         WorkOrderPolicy policy, int32_t *order, CUstream stream) {
   int policyCode = policy == WorkOrderPolicy::OutliersFirst ? ATTN_WORK_ORDER_OUTLIERS_FIRST
                                                             : ATTN_WORK_ORDER_LONGEST_FIRST;
-  const int *costInput = costData;
-  void *orderArgs[] = {&costInput, &count, &policyCode, &orderData};
-  orderKernel.launch(Dim3{1, 1, 1}, Dim3{ATTN_WORK_ORDER_THREADS, 1, 1}, 0, stream, orderArgs);
-  return order;
+  void *arguments[] = {&costs, &count, &policyCode, &order};
+  sortKernel.launch(Dim3{1, 1, 1}, Dim3{ATTN_WORK_ORDER_THREADS, 1, 1}, 0, stream, arguments);
 }
 
 namespace {

@@ -519,12 +519,8 @@ TEST_CASE("the work order kernel ranks costs as workOrderOf does", "[gpu][varian
       DeviceBuffer buffer(2 * costs.size() * sizeof(int32_t));
       buffer.copyFromHost(costs.data(), costs.size() * sizeof(int32_t),
                           costs.size() * sizeof(int32_t));
-      int *order = static_cast<int *>(buffer.data());
-      const int *costData = order + count;
-      int policyCode = policy == WorkOrderPolicy::OutliersFirst ? ATTN_WORK_ORDER_OUTLIERS_FIRST
-                                                                : ATTN_WORK_ORDER_LONGEST_FIRST;
-      void *arguments[] = {&costData, &count, &policyCode, &order};
-      sort.launch({1, 1, 1}, {ATTN_WORK_ORDER_THREADS, 1, 1}, 0, nullptr, arguments);
+      int32_t *order = static_cast<int32_t *>(buffer.data());
+      launchWorkOrderSort(sort, order + count, count, policy, order, nullptr);
       ATTN_CU_CHECK(cuCtxSynchronize);
       std::vector<int32_t> sorted = buffer.download<int32_t>();
       sorted.resize(costs.size());

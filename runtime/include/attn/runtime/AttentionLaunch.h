@@ -276,6 +276,13 @@ void launchForward(KernelFunction &kernel, const AttnLaunchConfig &config,
 DeviceBuffer buildTileCoverage(const Module &module, const AttnLaunchConfig &config,
                                const AttnForwardArgs &args, CUstream stream);
 
+/// Launches the work order kernel (`sortKernel`, the module's
+/// ATTN_WORK_ORDER_KERNEL_NAME) on `stream`: `order` receives the ranking of
+/// the `count` device `costs` under `policy`, what workOrderOf computes on the
+/// host. buildWorkOrder's second step.
+void launchWorkOrderSort(KernelFunction &sortKernel, const int32_t *costs, int count,
+                         WorkOrderPolicy policy, int32_t *order, CUstream stream);
+
 /// Runs the module's work cost kernel (ATTN_WORK_COST_KERNEL_NAME), which
 /// counts the key tiles each work tile visits (with args.tileCoverage when
 /// set), then its work order kernel (ATTN_WORK_ORDER_KERNEL_NAME), which
