@@ -14,6 +14,14 @@ struct alignas(64) TensorMapBlob {
   unsigned long long words[16];
 };
 
+// The longest sequence, in query or key rows (packed sequences: all of
+// them together), a forward kernel takes; the runtime refuses longer ones.
+// Mask regions see positions up to one tile (at most 256 rows or keys) past
+// a sequence's end, so none exceeds kMaxRegionPosition: attn-lower-mods
+// proves a mask region's index arithmetic exact in 32 bits against it.
+constexpr int kMaxSeqlen = 1 << 30;
+constexpr int kMaxRegionPosition = kMaxSeqlen + 256;
+
 // A buffer captured by a spec's mask_mod / score_mod regions: a contiguous
 // row-major array of `rank` dimensions (rank <= kMaxCaptureRank, unused
 // trailing extents are 1). Reads outside the extents give 0.

@@ -99,6 +99,14 @@ void requireIntRange(int64_t value, const char *name, const char *what) {
                    " exceeds the int range of the kernel ABI");
 }
 
+// The forward kernels' sequence bound, which the compiler's proofs about
+// mask regions rely on (attn_abi::kMaxSeqlen).
+void requireForwardSeqlen(int64_t value, const char *name) {
+  if (value > attn_abi::kMaxSeqlen)
+    fail(name, "seqlen " + std::to_string(value) + " exceeds the forward kernels' limit of " +
+                   std::to_string(attn_abi::kMaxSeqlen) + " rows");
+}
+
 const char *symbolicDimSpelling(CaptureDim::Kind kind) {
   switch (kind) {
   case CaptureDim::Kind::Fixed:
@@ -416,13 +424,14 @@ void validateForwardArgs(const AttnLaunchConfig &config,
                   " does not match q's batch " +
                   std::to_string(args.q.batch()));
 
+  requireIntRange(args.q.batch(), "q", "batch");
+  requireForwardSeqlen(args.q.seqlen(), "q");
+  requireForwardSeqlen(args.k.seqlen(), "k");
+
   // Layout: Q, K, V and O all go through TMA, so one set of rules covers
   // all four.
   validateTmaOperands(args.q, args.k, args.v, args.o);
 
-  requireIntRange(args.q.batch(), "q", "batch");
-  requireIntRange(args.q.seqlen(), "q", "seqlen");
-  requireIntRange(args.k.seqlen(), "k", "seqlen");
   if (args.packed.active())
     validatePackedSequences(args);
   const LogicalShape shape = logicalShape(args);

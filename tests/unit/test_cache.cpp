@@ -655,16 +655,29 @@ TEST_CASE("disk cache: writers killed with SIGKILL at random points never leave 
   const int rounds = 120;
   int roundsWithDebris = 0, hits = 0;
   for (int round = 0; round < rounds; ++round) {
+    // The writer says when it starts storing, so that the random delay
+    // below counts from there and not from a fork a loaded machine may
+    // run late.
+    int started[2];
+    REQUIRE(::pipe(started) == 0);
     pid_t pid = ::fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
+      ::close(started[0]);
       DiskCacheOptions options;
       options.directory = directory;
       options.warn = [](const std::string &) { ::_exit(3); };
       DiskCache cache(options);
+      const char ready = 1;
+      if (::write(started[1], &ready, 1) != 1)
+        ::_exit(4);
       for (unsigned i = round;; ++i)
         cache.store(key(char('a' + i % 4)), possible[(i * 7) % possible.size()]);
     }
+    ::close(started[1]);
+    char ready = 0;
+    REQUIRE(::read(started[0], &ready, 1) == 1);
+    ::close(started[0]);
     // Somewhere inside a store: the first ones create the directory, later
     // ones write, fsync, rename and evict.
     std::this_thread::sleep_for(std::chrono::microseconds(200 + random() % 6000));

@@ -180,6 +180,29 @@ TEST_CASE("layout errors name the argument", "[runtime][validate]") {
       "lse:", "aligned");
 }
 
+TEST_CASE("sequences longer than the forward kernels' limit are rejected",
+          "[runtime][validate]") {
+  // The compiler proves mask regions' 32-bit arithmetic exact up to this
+  // limit, so one row more must not reach a kernel.
+  const int64_t tooLong = int64_t(attn_abi::kMaxSeqlen) + 1;
+  expectInvalid(
+      [&](auto &, auto &a) {
+        a.q = contiguousBSHD(a.q.data, DType::BF16, 2, tooLong, 8, 128);
+        a.o = contiguousBSHD(a.o.data, DType::BF16, 2, tooLong, 8, 128);
+      },
+      "q:", "seqlen 1073741825 exceeds the forward kernels' limit of 1073741824 rows");
+  expectInvalid(
+      [&](auto &, auto &a) {
+        a.k = contiguousBSHD(a.k.data, DType::BF16, 2, tooLong, 2, 128);
+        a.v = contiguousBSHD(a.v.data, DType::BF16, 2, tooLong, 2, 128);
+      },
+      "k:", "exceeds the forward kernels' limit");
+  AttnForwardArgs args = makeArgs();
+  args.k = contiguousBSHD(args.k.data, DType::BF16, 2, attn_abi::kMaxSeqlen, 2, 128);
+  args.v = contiguousBSHD(args.v.data, DType::BF16, 2, attn_abi::kMaxSeqlen, 2, 128);
+  CHECK_NOTHROW(validateForwardArgs(makeConfig(), args));
+}
+
 TEST_CASE("inconsistent configs are rejected", "[runtime][validate]") {
   expectInvalid([](auto &c, auto &) { c.kvHeads = 3; }, "config:",
                 "multiple of kvHeads");

@@ -7,17 +7,25 @@
 
 #include "attn/IR/AttnOps.h"
 #include "attn/Transforms/Passes.h"
+#include "attn_params.h"
 
+#include "mlir/Analysis/DataFlow/DeadCodeAnalysis.h"
+#include "mlir/Analysis/DataFlow/IntegerRangeAnalysis.h"
+#include "mlir/Analysis/DataFlowFramework.h"
 #include "mlir/Conversion/ArithToEmitC/ArithToEmitC.h"
 #include "mlir/Conversion/FuncToEmitC/FuncToEmitC.h"
 #include "mlir/Dialect/EmitC/IR/EmitC.h"
 #include "mlir/Dialect/EmitC/Transforms/TypeConversions.h"
+#include "mlir/Dialect/Arith/Transforms/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/Matchers.h"
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "mlir/IR/Dominance.h"
+#include "mlir/Transforms/CSE.h"
 #include "mlir/Transforms/DialectConversion.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
 #include <cmath>
 #include <limits>
@@ -254,6 +262,146 @@ func::FuncOp outlineRegion(KernelOp kernel, Region &region, StringRef name) {
   func::ReturnOp::create(builder, yield.getLoc(), yield.getValues());
   yield.erase();
   return func;
+}
+
+/// Integer range analysis of an outlined mask_mod that knows its position
+/// arguments: batch and head are ints, q and kv positions no larger than
+/// attn_abi::kMaxRegionPosition (the runtime bounds the sequences). Every
+/// other entry value has the full range of its type.
+class MaskArgumentRanges : public dataflow::IntegerRangeAnalysis {
+public:
+  MaskArgumentRanges(DataFlowSolver &solver, func::FuncOp mask)
+      : IntegerRangeAnalysis(solver), entry(&mask.front()) {}
+
+  void setToEntryState(dataflow::IntegerValueRangeLattice *lattice) override {
+    auto arg = dyn_cast<BlockArgument>(lattice->getAnchor());
+    if (!arg || arg.getOwner() != entry || arg.getArgNumber() > kKeyArgument ||
+        !arg.getType().isIndex())
+      return IntegerRangeAnalysis::setToEntryState(lattice);
+    const unsigned width = IndexType::kInternalStorageBitWidth;
+    const int64_t largest = arg.getArgNumber() < kQueryArgument
+                                ? std::numeric_limits<int32_t>::max()
+                                : attn_abi::kMaxRegionPosition;
+    auto range = ConstantIntRanges::fromSigned(APInt(width, 0), APInt(width, largest));
+    propagateIfChanged(lattice, lattice->join(IntegerValueRange(range)));
+  }
+
+private:
+  static constexpr unsigned kQueryArgument = 2, kKeyArgument = 3; // after batch, head
+  Block *entry;
+};
+
+/// Keeps the solver's states of erased ops from outliving them (a new op
+/// may reuse their addresses) while the narrowing patterns rewrite.
+struct ErasedOpStates : RewriterBase::Listener {
+  explicit ErasedOpStates(DataFlowSolver &solver) : solver(solver) {}
+  void notifyOperationErased(Operation *op) override {
+    solver.eraseState(solver.getProgramPointAfter(op));
+    for (Value result : op->getResults())
+      solver.eraseState(result);
+  }
+  DataFlowSolver &solver;
+};
+
+/// How the 32-bit truncation of every integer value of `values` keeps it:
+/// as a signed or an unsigned value (or both, for [0, 2^31)); nullopt if
+/// some value has no range or fits neither way.
+enum class Kept { Both, Signed, Unsigned };
+std::optional<Kept> keptIn32Bits(DataFlowSolver &solver, ValueRange values) {
+  bool signedFits = true, unsignedFits = true;
+  for (Value value : values) {
+    if (!value.getType().isIntOrIndex() || value.getType().isInteger(1))
+      continue;
+    auto *lattice = solver.lookupState<dataflow::IntegerValueRangeLattice>(value);
+    if (!lattice || lattice->getValue().isUninitialized())
+      return std::nullopt;
+    const ConstantIntRanges &range = lattice->getValue().getValue();
+    if (range.smin().getBitWidth() <= 32)
+      continue;
+    signedFits &= range.smin().isSignedIntN(32) && range.smax().isSignedIntN(32);
+    unsignedFits &= range.umax().isIntN(32);
+  }
+  if (signedFits && unsignedFits)
+    return Kept::Both;
+  if (signedFits)
+    return Kept::Signed;
+  if (unsignedFits)
+    return Kept::Unsigned;
+  return std::nullopt;
+}
+
+/// Whether narrowing `op` to 32 bits keeps its result. MLIR's narrowing
+/// patterns accept an op once all its values fit in 32 bits one way, and
+/// keep a signed op (or compare) signed when the values only fit unsigned:
+/// kv + 2^30 + 768 < q would compare 2^31 as negative. So a signed op needs
+/// its values to fit signed, an unsigned one unsigned; ops on the low bits
+/// alone (add, sub, mul, bitwise) and equality take either.
+bool narrowsExactly(DataFlowSolver &solver, Operation *op) {
+  SmallVector<Value> values(op->getOperands());
+  if (!isa<arith::CmpIOp>(op))
+    llvm::append_range(values, op->getResults());
+  std::optional<Kept> kept = keptIn32Bits(solver, values);
+  if (!kept)
+    return false;
+  if (*kept == Kept::Both)
+    return true;
+  const bool keptSigned = *kept == Kept::Signed;
+  if (auto compare = dyn_cast<arith::CmpIOp>(op)) {
+    switch (compare.getPredicate()) {
+    case arith::CmpIPredicate::eq:
+    case arith::CmpIPredicate::ne:
+      return true;
+    case arith::CmpIPredicate::slt:
+    case arith::CmpIPredicate::sle:
+    case arith::CmpIPredicate::sgt:
+    case arith::CmpIPredicate::sge:
+      return keptSigned;
+    default:
+      return !keptSigned;
+    }
+  }
+  if (isa<arith::AddIOp, arith::SubIOp, arith::MulIOp, arith::AndIOp, arith::OrIOp,
+          arith::XOrIOp>(op))
+    return true;
+  if (isa<arith::DivSIOp, arith::RemSIOp, arith::FloorDivSIOp, arith::CeilDivSIOp,
+          arith::MaxSIOp, arith::MinSIOp>(op))
+    return keptSigned;
+  if (isa<arith::DivUIOp, arith::RemUIOp, arith::CeilDivUIOp, arith::MaxUIOp, arith::MinUIOp>(op))
+    return !keptSigned;
+  return false; // shifts and anything else stay in 64 bits
+}
+
+/// Rewrites the index arithmetic of an outlined mask_mod in 32 bits wherever
+/// integer range analysis proves it exact (MLIR's range-narrowing patterns,
+/// applied to the ops narrowsExactly admits): index lowers to 64-bit
+/// size_t, and each per-pair add or compare in 64 bits is two or three
+/// instructions on the GPU instead of one (Longformer's pair test took
+/// about 16 instructions a pair in 64 bits). The patterns cast each use of
+/// an argument on its own: CSE merges the casts, so that q in 32 bits
+/// becomes one row value.
+LogicalResult narrowMaskArithmetic(func::FuncOp mask) {
+  DataFlowSolver solver;
+  solver.load<dataflow::DeadCodeAnalysis>();
+  solver.load<MaskArgumentRanges>(mask);
+  if (failed(solver.initializeAndRun(mask)))
+    return failure();
+  SmallVector<Operation *> narrowable;
+  mask.walk([&](Operation *op) {
+    if (op->getDialect() && isa<arith::ArithDialect>(op->getDialect()) &&
+        narrowsExactly(solver, op))
+      narrowable.push_back(op);
+  });
+  ErasedOpStates listener(solver);
+  RewritePatternSet patterns(mask.getContext());
+  arith::populateIntRangeNarrowingPatterns(patterns, solver, /*bitwidthsSupported=*/{32});
+  GreedyRewriteConfig config;
+  config.setListener(&listener).setStrictness(GreedyRewriteStrictness::ExistingAndNewOps);
+  if (failed(applyOpPatternsGreedily(narrowable, std::move(patterns), config)))
+    return failure();
+  IRRewriter rewriter(mask.getContext());
+  DominanceInfo dominance;
+  eliminateCommonSubExpressions(rewriter, dominance, mask);
+  return success();
 }
 
 /// Whether `op` converts `key` to f32: (s|u)itofp of an index_cast(ui) of
@@ -853,6 +1001,10 @@ struct LowerModsPass : impl::AttnLowerModsBase<LowerModsPass> {
         std::string name = freeName(symbols, mod.base, index);
         func::FuncOp func = outlineRegion(kernel, mod.region, name);
         symbols.insert(func);
+        if (mod.isMask && failed(narrowMaskArithmetic(func))) {
+          func.emitError("mask_mod: integer range narrowing failed");
+          return signalPassFailure();
+        }
         if (!mod.isMask) {
           auto [input, output] = peelScoreScales(func);
           if (input != 1.f)

@@ -16,9 +16,11 @@
 // CHECK-SAME: static constexpr float kScoreBound = 0x0p+0f;
 // CHECK-SAME: return coverageOr(affineCoverage(0LL * b + 0LL * h + 2047LL, 0LL, -1LL, q0, q1, k0, k1), affineCoverage(0LL * b + 0LL * h + 0LL, 1LL, -1LL, q0, q1, k0, k1));
 // CHECK-SAME: static constexpr bool kMaskUsesKeyFloat = false;
-// CHECK-SAME: static constexpr bool kMaskRowUsesQuery = false;
-// CHECK-SAME: struct MaskRow {\0A  };
-// CHECK-SAME: return attn_mask_mod_0(b, h, q, k, kf, attn_dev::captureOf<float, 1>(p.captures[0]));
+// The mask's index arithmetic is 32-bit (attn-lower-mods narrows it): q as
+// an int32_t is a row value.
+// CHECK-SAME: static constexpr bool kMaskRowUsesQuery = true;
+// CHECK-SAME: struct MaskRow {\0A    int32_t v0;\0A  };
+// CHECK-SAME: return attn_mask_mod_0(b, h, q, k, kf, attn_dev::captureOf<float, 1>(p.captures[0]), row.v0);
 // The slope is the same for every row of a head: computed once.
 // CHECK-SAME: static constexpr bool kScoreRowUsesQuery = false;
 // CHECK-SAME: struct ScoreRow {\0A    float v0;\0A  };

@@ -162,6 +162,18 @@ def AttnLowerMods : Pass<"attn-lower-mods", "::mlir::ModuleOp"> {
     calls `fmodf`. Operations without a conversion are reported at their
     location.
 
+    A `mask_mod` is evaluated per pair, and 64-bit integer adds and
+    compares take two or three GPU instructions each, so its index
+    arithmetic first goes to 32 bits wherever integer range analysis proves
+    that exact (MLIR's range-narrowing patterns). The analysis knows the
+    region's arguments: batch and head are ints, q and kv at most
+    `attn_abi::kMaxRegionPosition` (2^30 + 256: the runtime refuses
+    sequences over `kMaxSeqlen` = 2^30 rows, and the kernel evaluates at
+    most a tile past the end). A signed operation or compare narrows only
+    when its values fit in 32 bits signed, an unsigned one only when they
+    fit unsigned; adds, subtractions, products and bitwise operations take
+    either. Everything else stays in 64 bits.
+
     The kernel evaluates a region for every (query, key) pair it tests, so
     the pass splits each region by what its values depend on. A value that
     depends on neither the key nor the score (a slope read by head, the
