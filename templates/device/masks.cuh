@@ -63,6 +63,44 @@ __device__ __forceinline__ Coverage affineCoverage(i64 base, i64 q, i64 kv, i64 
   return rangeCoverage(affineRange(base, q, kv, q0, q1, k0, k1));
 }
 
+// A thread's keys of a score tile, for one of its rows: two per 8-column
+// group, key base + 8 j + e at bit 2 j + e (the WGMMA accumulator's column
+// order; base is the tile's first key plus 2 (lane % 4)). A mask that keeps
+// the keys on one side of a bound per row (the built-in masks, mask_mod
+// formulas of affine inequalities) gives its per-pair tests of a partial
+// tile as these bits, a few instructions per row: each pair then tests one
+// bit instead of evaluating the mask.
+template <bool Narrow> struct KeyBitsWord {
+  typedef unsigned long long Type;
+};
+template <> struct KeyBitsWord<true> {
+  typedef unsigned Type;
+};
+template <int BlockN> struct ThreadKeys {
+  typedef typename KeyBitsWord<BlockN <= 128>::Type Bits;
+  static constexpr int kBits = 8 * sizeof(Bits);
+  i64 base;
+
+  __device__ static Bits all() { return ~Bits(0); }
+  __device__ static Bits none() { return Bits(0); }
+  // The keys below `end`: 2 per whole group of 8 before it, and up to 2 of
+  // its own group.
+  __device__ Bits below(i64 end) const {
+    const int offset = static_cast<int>(minI64(maxI64(end - base, 0), BlockN));
+    const int count = 2 * (offset >> 3) + min(offset & 7, 2);
+    return count >= kBits ? all() : (Bits(1) << count) - 1;
+  }
+  // The keys with r + Kv * key >= 0.
+  template <i64 Kv> __device__ Bits affine(i64 r) const {
+    if constexpr (Kv == 0)
+      return r >= 0 ? all() : none();
+    else if constexpr (Kv > 0)
+      return ~below(-floorDiv(r, Kv)); // key >= ceil(-r / Kv)
+    else
+      return below(floorDiv(r, -Kv) + 1); // key <= floor(r / -Kv)
+  }
+};
+
 // kWorkGrowsWithQuery: a later query block visits at least as many key
 // tiles (the persistent schedule deals such tiles out longest first).
 // kEveryQueryVisitsEveryKey: every work tile costs the same.
@@ -73,6 +111,10 @@ struct NoMask {
   static __device__ __forceinline__ i64 keyEnd(i64, i64, i64 seqlenK) { return seqlenK; }
   static __device__ __forceinline__ bool coversTile(i64, i64, i64, i64, i64) { return true; }
   static __device__ __forceinline__ bool allows(i64, i64, i64) { return true; }
+  template <class Keys>
+  static __device__ __forceinline__ typename Keys::Bits keptKeys(i64, i64, const Keys &keys) {
+    return keys.all();
+  }
 };
 
 // Keeps k <= q + shift.
@@ -87,6 +129,11 @@ struct CausalMask {
     return kLast <= qFirst + shift;
   }
   static __device__ __forceinline__ bool allows(i64 q, i64 k, i64 shift) { return k <= q + shift; }
+  template <class Keys>
+  static __device__ __forceinline__ typename Keys::Bits keptKeys(i64 q, i64 shift,
+                                                                 const Keys &keys) {
+    return keys.below(q + shift + 1);
+  }
 };
 
 // Keeps q + shift - Left <= k <= q + shift + Right.
@@ -105,6 +152,11 @@ template <i64 Left, i64 Right> struct SlidingWindowMask {
   }
   static __device__ __forceinline__ bool allows(i64 q, i64 k, i64 shift) {
     return k >= q + shift - Left && k <= q + shift + Right;
+  }
+  template <class Keys>
+  static __device__ __forceinline__ typename Keys::Bits keptKeys(i64 q, i64 shift,
+                                                                 const Keys &keys) {
+    return keys.below(q + shift + Right + 1) & ~keys.below(q + shift - Left);
   }
 };
 

@@ -419,6 +419,45 @@ TEST_CASE("staged diagonals follow a mask_mod's walk over the key tiles", "[gpu]
   }
 }
 
+TEST_CASE("masks of affine inequalities, tested as key bits, match the reference",
+          "[gpu][variants]") {
+  // A proved mask_mod of affine inequalities decides a partial tile's pairs
+  // from per-row key bits (attn_dev::ThreadKeys): kv coefficients other
+  // than 1 (rounded bounds 2 kv <= q + 101 and 3 kv >= q - 400), a bound
+  // that does not read kv (q >= 5, its negation gives empty rows), under
+  // each built-in mask, at every head dim, on lengths that are no tile
+  // multiples, Sq != Sk.
+  std::string spec = R"(attn.kernel @affine_bits
+    problem = #attn.problem<q_heads = 2, kv_heads = 1, head_dim = 128, element_type = bf16>
+    mask = #attn.no_mask
+    normalizer = #attn.softmax
+    mask_mod {
+    ^bb0(%b: index, %h: index, %q: index, %kv: index):
+      %c2 = arith.constant 2 : index
+      %c3 = arith.constant 3 : index
+      %c5 = arith.constant 5 : index
+      %c101 = arith.constant 101 : index
+      %c400 = arith.constant 400 : index
+      %twice = arith.muli %kv, %c2 : index
+      %upper = arith.addi %q, %c101 : index
+      %below = arith.cmpi sle, %twice, %upper : index
+      %thrice = arith.muli %kv, %c3 : index
+      %shifted = arith.addi %thrice, %c400 : index
+      %above = arith.cmpi sge, %shifted, %q : index
+      %band = arith.andi %below, %above : i1
+      %late = arith.cmpi sge, %q, %c5 : index
+      %keep = arith.andi %band, %late : i1
+      attn.yield %keep : i1
+    }
+)";
+  int seed = 40;
+  for (const char *mask : {"#attn.no_mask", "#attn.causal<bottom_right>",
+                           "#attn.sliding_window<left = 300, right = 40>"})
+    for (const char *headDim : {"head_dim = 64", "head_dim = 128", "head_dim = 256"})
+      runVariant(replaceAll(replaceAll(spec, "#attn.no_mask", mask), "head_dim = 128", headDim),
+                 {2, 1000, 1300, false}, {}, seed++);
+}
+
 TEST_CASE("chunked local attention matches the reference", "[gpu][variants]") {
   runVariant(exampleWithHeads("chunked_local_hd128.mlir"), {1, 2100, 2100, false}, {}, 15);
 }

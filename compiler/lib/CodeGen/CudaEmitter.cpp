@@ -116,6 +116,41 @@ void emitCoverage(const TileFormula &formula, std::ostringstream &out) {
     out << ")";
 }
 
+/// Whether every inequality of `formula` is affine (no floor quotient), so
+/// that for a fixed row each one keeps the keys on one side of a bound.
+bool hasOnlyAffineTerms(const TileFormula &formula) {
+  if (formula.kind == TileFormula::Kind::DivSumGe)
+    return false;
+  for (const TileFormula &term : formula.terms)
+    if (!hasOnlyAffineTerms(term))
+      return false;
+  return true;
+}
+
+/// The C++ expression of the keys a formula keeps for row q as bits of
+/// `keys` (attn_dev::ThreadKeys): and, or and nor of the bits each
+/// inequality keeps. The formula must have only affine terms.
+void emitKeyBits(const TileFormula &formula, std::ostringstream &out) {
+  if (formula.kind == TileFormula::Kind::AffineGe) {
+    out << "keys.template affine<" << formula.kv << "LL>(" << formula.batch << "LL * b + "
+        << formula.head << "LL * h + " << formula.q << "LL * q + " << formula.c << "LL)";
+    return;
+  }
+  const bool any = formula.kind != TileFormula::Kind::AllOf;
+  if (formula.terms.empty()) {
+    // all_of() keeps every key, any_of() none, none_of() every key.
+    out << (formula.kind == TileFormula::Kind::AnyOf ? "keys.none()" : "keys.all()");
+    return;
+  }
+  out << (formula.kind == TileFormula::Kind::NoneOf ? "~(" : "(");
+  for (size_t i = 0; i < formula.terms.size(); ++i) {
+    if (i > 0)
+      out << (any ? " | " : " & ");
+    emitKeyBits(formula.terms[i], out);
+  }
+  out << ")";
+}
+
 /// A region's hooks in UserMods: the struct `<Name>Row` of its row values,
 /// `<prefix>Row(p, b, h, q)` computing them, and `call` (`keeps` or `score`)
 /// taking them with the key. `leading` is the region's argument before b
@@ -199,6 +234,21 @@ void emitUserMods(const UserMods &mods, std::ostringstream &out) {
     out << ";\n";
   }
   out << "  }\n";
+  // A formula of affine inequalities, evaluated for a row over a thread's
+  // keys of a tile: each inequality keeps the keys on one side of a bound,
+  // so the partial tiles test one bit per pair instead of the region.
+  const bool keyBits = mods.hasMaskFormula && hasOnlyAffineTerms(mods.maskFormula);
+  out << "  static constexpr bool kMaskKeyBits = " << (keyBits ? "true" : "false") << ";\n"
+      << "  // The keys of `keys` mask_mod keeps for row q (with kMaskKeyBits).\n"
+      << "  template <class Keys>\n"
+      << "  static __device__ __forceinline__ typename Keys::Bits maskKeyBits(long long b, long "
+         "long h, long long q, const Keys &keys) {\n"
+      << "    return ";
+  if (keyBits)
+    emitKeyBits(mods.maskFormula, out);
+  else
+    out << "keys.all()";
+  out << ";\n  }\n";
 
   std::ostringstream captureArgs;
   for (size_t i = 0; i < mods.captures.size(); ++i)

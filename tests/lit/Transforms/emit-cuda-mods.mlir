@@ -15,6 +15,10 @@
 // CHECK-SAME: static constexpr float kScoreOutputScale = 0x1p+0f;
 // CHECK-SAME: static constexpr float kScoreBound = 0x0p+0f;
 // CHECK-SAME: return coverageOr(affineCoverage(0LL * b + 0LL * h + 2047LL, 0LL, -1LL, q0, q1, k0, k1), affineCoverage(0LL * b + 0LL * h + 0LL, 1LL, -1LL, q0, q1, k0, k1));
+// Affine inequalities alone: a partial tile tests each pair's bit of the
+// keys the formula keeps per row (kv <= 2047 or kv <= q).
+// CHECK-SAME: static constexpr bool kMaskKeyBits = true;
+// CHECK-SAME: return (keys.template affine<-1LL>(0LL * b + 0LL * h + 0LL * q + 2047LL) | keys.template affine<-1LL>(0LL * b + 0LL * h + 1LL * q + 0LL));
 // CHECK-SAME: static constexpr bool kMaskUsesKeyFloat = false;
 // The mask's index arithmetic is 32-bit (attn-lower-mods narrows it): q as
 // an int32_t is a row value.
@@ -48,6 +52,7 @@ attn.kernel @alibi_prefix
 // A mask_mod the classifier cannot prove is decided per element.
 // CHECK-LABEL: attn.kernel @opaque_mask
 // CHECK: return Coverage::Partial; // not analysable: decided per element
+// CHECK-SAME: static constexpr bool kMaskKeyBits = false;
 attn.kernel @opaque_mask
     problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
     mask = #attn.no_mask normalizer = #attn.softmax
@@ -63,6 +68,8 @@ attn.kernel @opaque_mask
 // A formula with floor quotients becomes interval bounds of its parts.
 // CHECK-LABEL: attn.kernel @chunked
 // CHECK: return coverageAnd(rangeCoverage(divTermRange(1LL, 0LL * b + 0LL * h + 0LL, 0LL, 0LL, 1LL, q0, q1, k0, k1) + divTermRange(1LL, 0LL * b + 0LL * h + 0LL, 0LL, 1LL, 1024LL, q0, q1, k0, k1) + divTermRange(-1LL, 0LL * b + 0LL * h + 0LL, 1LL, 0LL, 1024LL, q0, q1, k0, k1))
+// Floor quotients are no affine bounds: the region decides each pair.
+// CHECK-SAME: static constexpr bool kMaskKeyBits = false;
 attn.kernel @chunked
     problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
     mask = #attn.no_mask normalizer = #attn.softmax
