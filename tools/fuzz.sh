@@ -24,6 +24,12 @@ cmake -G Ninja -S "$root" -B "$build" -DCMAKE_C_COMPILER=clang-22 \
   -DCMAKE_CXX_COMPILER=clang++-22 -DATTNC_FUZZ=ON -DATTNC_BUILD_TESTS=OFF > /dev/null
 ninja -C "$build" "attn-fuzz-$target"
 mkdir -p "$build/findings"
+# allow_user_poisoning=0, as for build-sanitize (tools/run-tests.sh): the
+# LLVM headers' allocator, instantiated in our instrumented code, poisons
+# memory that the uninstrumented LLVM libraries then use (every input
+# failed in MLIRContext's constructor once attn-lower-mods ran MLIR's
+# data-flow solver).
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}allow_user_poisoning=0"
 
 # -timeout: a spec that takes over 10 s to compile is a hang. The log of
 # each worker goes to fuzz-N.log in the current directory.

@@ -341,21 +341,16 @@ TEST_CASE("every argument error is refused with the argument's name before a lau
       // Sizes and strides beyond what TMA and the kernel's ints hold.
       {"q", "size of dim 1 must be non-negative, got -1",
        [](auto &a) { a.q.shape[1] = a.o.shape[1] = -1; }},
-      {"k", "size of dim 1 exceeds the TMA limit of 2^32",
-       [](auto &a) { a.k.shape[1] = a.v.shape[1] = (int64_t(1) << 32) + 1; }},
       {"q", "stride of dim 0 must be below 2^40 bytes",
        [](auto &a) { a.q.strides[0] = int64_t(1) << 40; }},
-      {"q", "seqlen 2147483648 exceeds the int range of the kernel ABI",
-       [&](auto &a) {
-         // Batch strides of 0 keep the byte strides within TMA's limit.
-         a.q.shape[1] = a.o.shape[1] = kInt32Overflow;
-         a.q.strides[0] = a.o.strides[0] = 0;
-       }},
-      {"k", "seqlen 2147483648 exceeds the int range of the kernel ABI",
-       [&](auto &a) {
-         a.k.shape[1] = a.v.shape[1] = kInt32Overflow;
-         a.k.strides[0] = a.v.strides[0] = 0;
-       }},
+      // The forward kernels' sequence bound (attn_abi::kMaxSeqlen, which the
+      // compiler's 32-bit mask arithmetic relies on) comes before TMA's 2^32.
+      {"k", "seqlen 4294967297 exceeds the forward kernels' limit of 1073741824 rows",
+       [](auto &a) { a.k.shape[1] = a.v.shape[1] = (int64_t(1) << 32) + 1; }},
+      {"q", "seqlen 2147483648 exceeds the forward kernels' limit",
+       [&](auto &a) { a.q.shape[1] = a.o.shape[1] = kInt32Overflow; }},
+      {"k", "seqlen 1073741825 exceeds the forward kernels' limit",
+       [&](auto &a) { a.k.shape[1] = a.v.shape[1] = int64_t(attn_abi::kMaxSeqlen) + 1; }},
       {"q", "work tiles exceed 2^31 - 1",
        [](auto &a) {
          // Batch x heads x query blocks: (2^31 - 1) x 8 x 1.
