@@ -141,6 +141,14 @@ SPEC
     variant "${mask}_plain_on_its_tiles" "$out/plain_on_tiles_hd128.mlir" --capture zero=ramp:0,0 \
       --coverage-of="$examples/${mask}_hd128.mlir" --work-order --outliers-first
   done
+  # The buffer masks, in the orders of their runs above (document mask with
+  # its coverage: the default order; BigBird's: longest first).
+  variant document_mask_plain_on_its_tiles "$out/plain_on_tiles_hd128.mlir" \
+    --capture zero=ramp:0,0 --coverage-of="$examples/document_mask_hd128.mlir" \
+    --coverage-capture document=segments:256,2048
+  variant bigbird_plain_on_its_tiles "$out/plain_on_tiles_hd128.mlir" --capture zero=ramp:0,0 \
+    --coverage-of="$examples/bigbird_hd128.mlir" \
+    --coverage-capture random_blocks=bernoulli:0.05@128x128 --work-order
   for log in "$out"/variant_*.log; do
     echo "$(basename "$log" .log) $(grep -o 'time [0-9.]* ms' "$log") $(grep -o 'built in [0-9.]* ms' "$log" | tr '\n' ' ')"
   done > "$out/variants_table.txt"

@@ -97,8 +97,14 @@ cl::opt<std::string> coverageOf(
     "coverage-of",
     cl::desc("VARIANT.mlir: run this spec (a mask_mod that reads a buffer, so that the run-time "
              "coverage decides) on the tiles VARIANT visits, each marked full: the plain kernel "
-             "on a mask's tiles. VARIANT takes no captures and must share this spec's tiles"),
+             "on a mask's tiles. VARIANT must share this spec's tiles; its captures come from "
+             "--coverage-capture"),
     cl::init(""));
+
+cl::list<std::string> coverageCaptureOptions(
+    "coverage-capture",
+    cl::desc("NAME=GENERATOR[@D0xD1...]: a captured buffer of --coverage-of's VARIANT (as "
+             "--capture)"));
 
 cl::opt<bool> useWorkOrder(
     "work-order",
@@ -291,16 +297,25 @@ BuiltOnce buildOnce(Loaded &kernel, attn::AttnForwardArgs &args) {
     Loaded variant = load((*text)->getBuffer().str(), coverageOf,
                           {batch, seqlen, seqlenK ? seqlenK : seqlen}, tuningDatabase);
     const attn::AttnLaunchConfig &variantLaunch = variant.compiled.launch;
-    if (variantLaunch.blockM != launch.blockM || variantLaunch.blockN != launch.blockN ||
-        !variantLaunch.captures.empty()) {
+    if (variantLaunch.blockM != launch.blockM || variantLaunch.blockN != launch.blockN) {
       errs() << "attn-bench: --coverage-of: " << coverageOf << " plans " << variantLaunch.blockM
-             << " x " << variantLaunch.blockN << " tiles with " << variantLaunch.captures.size()
-             << " captures; it must plan this spec's " << launch.blockM << " x "
-             << launch.blockN << " and take none\n";
+             << " x " << variantLaunch.blockN << " tiles; it must plan this spec's "
+             << launch.blockM << " x " << launch.blockN << "\n";
+      std::exit(1);
+    }
+    // The variant's own captures, generated on a problem of its shape.
+    attn::harness::Shape shape{batch, seqlen, seqlenK ? seqlenK : seqlen, false};
+    attn::harness::ForwardProblem variantData(variantLaunch, shape, 2026);
+    try {
+      attn::harness::addGeneratedCaptures(variantData, variantLaunch, shape,
+                                          coverageCaptureOptions);
+    } catch (const attn::Error &error) {
+      errs() << "attn-bench: --coverage-of " << coverageOf << ": " << error.what()
+             << " (the variant's captures come from --coverage-capture)\n";
       std::exit(1);
     }
     attn::AttnForwardArgs variantArgs = args;
-    variantArgs.captures.clear();
+    variantArgs.captures = variantData.args().captures;
     attn::DeviceBuffer variantCoverage =
         attn::buildTileCoverage(variant.module, variantLaunch, variantArgs, nullptr);
     std::vector<uint8_t> bytes = variantCoverage.download<uint8_t>();
