@@ -79,17 +79,22 @@ template <> struct KeyBitsWord<true> {
 template <int BlockN> struct ThreadKeys {
   typedef typename KeyBitsWord<BlockN <= 128>::Type Bits;
   static constexpr int kBits = 8 * sizeof(Bits);
-  i64 base;
+  int base;
 
   __device__ static Bits all() { return ~Bits(0); }
   __device__ static Bits none() { return Bits(0); }
-  // The keys below `end`: 2 per whole group of 8 before it, and up to 2 of
-  // its own group.
-  __device__ Bits below(i64 end) const {
-    const int offset = static_cast<int>(minI64(maxI64(end - base, 0), BlockN));
+  // The keys below base + offset: 2 per whole group of 8 before it, and up
+  // to 2 of its own group.
+  __device__ static Bits belowOffset(int offset) {
+    offset = min(max(offset, 0), BlockN);
     const int count = 2 * (offset >> 3) + min(offset & 7, 2);
     return count >= kBits ? all() : (Bits(1) << count) - 1;
   }
+  __device__ Bits below(i64 end) const {
+    return belowOffset(static_cast<int>(minI64(maxI64(end - base, 0), BlockN)));
+  }
+  // For an `end` whose distance from any base fits in an int.
+  __device__ Bits below(int end) const { return belowOffset(end - base); }
   // The keys with r + Kv * key >= 0.
   template <i64 Kv> __device__ Bits affine(i64 r) const {
     if constexpr (Kv == 0)
@@ -98,6 +103,17 @@ template <int BlockN> struct ThreadKeys {
       return ~below(-floorDiv(r, Kv)); // key >= ceil(-r / Kv)
     else
       return below(floorDiv(r, -Kv) + 1); // key <= floor(r / -Kv)
+  }
+  // The same in 32 bits, where the compiler proved r, the bound and its
+  // distance from any base fit (affineBoundFits32).
+  template <int Kv> __device__ Bits affine32(int r) const {
+    auto floorBy = [](int a, int d) { return a >= 0 ? a / d : -((-a + d - 1) / d); };
+    if constexpr (Kv == 0)
+      return r >= 0 ? all() : none();
+    else if constexpr (Kv > 0)
+      return ~below(-floorBy(r, Kv));
+    else
+      return below(floorBy(r, -Kv) + 1);
   }
 };
 

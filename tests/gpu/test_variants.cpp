@@ -424,9 +424,10 @@ TEST_CASE("masks of affine inequalities, tested as key bits, match the reference
   // A proved mask_mod of affine inequalities decides a partial tile's pairs
   // from per-row key bits (attn_dev::ThreadKeys): kv coefficients other
   // than 1 (rounded bounds 2 kv <= q + 101 and 3 kv >= q - 400), a bound
-  // that does not read kv (q >= 5, its negation gives empty rows), under
-  // each built-in mask, at every head dim, on lengths that are no tile
-  // multiples, Sq != Sk.
+  // that does not read kv (q >= 5, its negation gives empty rows), and one
+  // whose row term takes the 64-bit form (kv <= q + 1000 b - 900: the batch
+  // coefficient may pass an int), under each built-in mask, at every head
+  // dim, on lengths that are no tile multiples, Sq != Sk.
   std::string spec = R"(attn.kernel @affine_bits
     problem = #attn.problem<q_heads = 2, kv_heads = 1, head_dim = 128, element_type = bf16>
     mask = #attn.no_mask
@@ -446,7 +447,14 @@ TEST_CASE("masks of affine inequalities, tested as key bits, match the reference
       %above = arith.cmpi sge, %shifted, %q : index
       %band = arith.andi %below, %above : i1
       %late = arith.cmpi sge, %q, %c5 : index
-      %keep = arith.andi %band, %late : i1
+      %inner = arith.andi %band, %late : i1
+      %c900 = arith.constant 900 : index
+      %c1000 = arith.constant 1000 : index
+      %per_batch = arith.muli %b, %c1000 : index
+      %reach = arith.addi %q, %per_batch : index
+      %reach_kv = arith.addi %kv, %c900 : index
+      %far = arith.cmpi sle, %reach_kv, %reach : index
+      %keep = arith.ori %inner, %far : i1
       attn.yield %keep : i1
     }
 )";

@@ -2,6 +2,7 @@
 
 #include "attn/CodeGen/CudaEmitter.h"
 #include "attn/Compiler/TileConstraints.h"
+#include "attn_params.h"
 
 #include <algorithm>
 #include <initializer_list>
@@ -127,13 +128,59 @@ bool hasOnlyAffineTerms(const TileFormula &formula) {
   return true;
 }
 
+/// Whether ThreadKeys can take an affine inequality's row term r = batch b +
+/// head h + q q_idx + c in 32 bits: r, the key bound it gives and that
+/// bound's distance from any tile's first key all fit, for batch and head
+/// in [0, 2^31) and positions up to attn_abi::kMaxRegionPosition.
+bool affineBoundFits32(const TileFormula &inequality) {
+  using Wide = __int128;
+  const Wide intMax = INT32_MAX, position = attn_abi::kMaxRegionPosition;
+  if (inequality.kv > (1 << 29) || inequality.kv < -(1 << 29))
+    return false;
+  auto span = [](Wide coefficient, Wide largest) {
+    return std::make_pair(std::min<Wide>(0, coefficient * largest),
+                          std::max<Wide>(0, coefficient * largest));
+  };
+  Wide low = inequality.c, high = inequality.c;
+  for (auto [coefficient, largest] : {std::make_pair(Wide(inequality.batch), intMax),
+                                      std::make_pair(Wide(inequality.head), intMax),
+                                      std::make_pair(Wide(inequality.q), position)}) {
+    auto [spanLow, spanHigh] = span(coefficient, largest);
+    low += spanLow;
+    high += spanHigh;
+  }
+  // Within 3 * 2^29 of 0, so that a negation or an add of less than 2^29
+  // (a divisor, the + 1 of a bound) stays inside an int too.
+  const Wide margin = Wide(3) << 29;
+  auto fits = [&](Wide value) { return value >= -margin && value <= margin; };
+  if (inequality.kv == 0) // only the sign of r matters
+    return fits(low) && fits(high);
+  // The bound: key >= -floor(r / kv) for kv > 0, key < floor(r / -kv) + 1
+  // for kv < 0 (floor moves a value by less than 1, so these enclose it).
+  Wide boundLow = low, boundHigh = high;
+  if (inequality.kv > 0) {
+    boundLow = -high / inequality.kv - 1;
+    boundHigh = -low / inequality.kv + 1;
+  } else if (inequality.kv < 0) {
+    boundLow = low / -inequality.kv - 1;
+    boundHigh = high / -inequality.kv + 2;
+  }
+  return fits(low) && fits(high) && fits(boundLow) && fits(boundHigh) &&
+         fits(boundLow - position) && fits(boundHigh);
+}
+
 /// The C++ expression of the keys a formula keeps for row q as bits of
 /// `keys` (attn_dev::ThreadKeys): and, or and nor of the bits each
-/// inequality keeps. The formula must have only affine terms.
+/// inequality keeps. The formula must have only affine terms. An inequality
+/// whose row term fits in 32 bits (affineBoundFits32) takes the 32-bit
+/// form, a few instructions fewer per row.
 void emitKeyBits(const TileFormula &formula, std::ostringstream &out) {
   if (formula.kind == TileFormula::Kind::AffineGe) {
-    out << "keys.template affine<" << formula.kv << "LL>(" << formula.batch << "LL * b + "
-        << formula.head << "LL * h + " << formula.q << "LL * q + " << formula.c << "LL)";
+    const bool narrow = affineBoundFits32(formula);
+    out << "keys.template " << (narrow ? "affine32<" : "affine<") << formula.kv
+        << (narrow ? ">(static_cast<int>(" : "LL>(") << formula.batch << "LL * b + "
+        << formula.head << "LL * h + " << formula.q << "LL * q + " << formula.c << "LL)"
+        << (narrow ? ")" : "");
     return;
   }
   const bool any = formula.kind != TileFormula::Kind::AllOf;

@@ -16,9 +16,10 @@
 // CHECK-SAME: static constexpr float kScoreBound = 0x0p+0f;
 // CHECK-SAME: return coverageOr(affineCoverage(0LL * b + 0LL * h + 2047LL, 0LL, -1LL, q0, q1, k0, k1), affineCoverage(0LL * b + 0LL * h + 0LL, 1LL, -1LL, q0, q1, k0, k1));
 // Affine inequalities alone: a partial tile tests each pair's bit of the
-// keys the formula keeps per row (kv <= 2047 or kv <= q).
+// keys the formula keeps per row (kv <= 2047 or kv <= q), here with 32-bit
+// row terms (positions stay below 2^30 + 256).
 // CHECK-SAME: static constexpr bool kMaskKeyBits = true;
-// CHECK-SAME: return (keys.template affine<-1LL>(0LL * b + 0LL * h + 0LL * q + 2047LL) | keys.template affine<-1LL>(0LL * b + 0LL * h + 1LL * q + 0LL));
+// CHECK-SAME: return (keys.template affine32<-1>(static_cast<int>(0LL * b + 0LL * h + 0LL * q + 2047LL)) | keys.template affine32<-1>(static_cast<int>(0LL * b + 0LL * h + 1LL * q + 0LL)));
 // CHECK-SAME: static constexpr bool kMaskUsesKeyFloat = false;
 // The mask's index arithmetic is 32-bit (attn-lower-mods narrows it): q as
 // an int32_t is a row value.
@@ -152,4 +153,25 @@ attn.kernel @rows_read_q
       %g = memref.load %gain[%q] : memref<?xf32>
       %r = arith.mulf %s, %g : f32
       attn.yield %r : f32
+    }
+
+// A row term that may leave an int (a batch coefficient of 2^21) keeps the
+// 64-bit form; the one beside it, a position plus a constant, takes 32 bits.
+// CHECK-LABEL: attn.kernel @wide_row_term
+// CHECK: static constexpr bool kMaskKeyBits = true;
+// CHECK-SAME: return (keys.template affine<-1LL>(2097152LL * b + 0LL * h + 1LL * q + 0LL) & keys.template affine32<1>(static_cast<int>(0LL * b + 0LL * h + -1LL * q + 64LL)));
+attn.kernel @wide_row_term
+    problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask normalizer = #attn.softmax
+    mask_mod {
+    ^bb0(%b: index, %h: index, %q: index, %kv: index):
+      %stride = arith.constant 2097152 : index
+      %offset = arith.muli %b, %stride : index
+      %reach = arith.addi %q, %offset : index
+      %seen = arith.cmpi sle, %kv, %reach : index
+      %window = arith.constant 64 : index
+      %near = arith.addi %kv, %window : index
+      %recent = arith.cmpi sge, %near, %q : index
+      %keep = arith.andi %seen, %recent : i1
+      attn.yield %keep : i1
     }
