@@ -118,6 +118,25 @@ __device__ __forceinline__ T roundedDiv(T a, T b) {
     return RoundUp ? q + 1 : q - 1;
   return q;
 }
+// arith.divsi / remsi (C's truncating / and %) and divui / remui, with the
+// interpreter's rules where C leaves the result undefined: a zero divisor
+// gives 0, the minimum by -1 wraps (and leaves remainder 0).
+template <typename T>
+__device__ __forceinline__ T truncDiv(T a, T b) {
+  if (b == 0)
+    return T(0);
+  if (b == -1)
+    return static_cast<T>(T(0) - static_cast<unsigned long long>(a));
+  return a / b;
+}
+template <typename T>
+__device__ __forceinline__ T truncRem(T a, T b) {
+  return (b == 0 || b == -1) ? T(0) : a % b;
+}
+template <typename T>
+__device__ __forceinline__ T divideUnsigned(T a, T b) { return b == 0 ? T(0) : a / b; }
+template <typename T>
+__device__ __forceinline__ T remainderUnsigned(T a, T b) { return b == 0 ? T(0) : a % b; }
 template <typename T>
 __device__ __forceinline__ T floorDiv(T a, T b) { return roundedDiv<false>(a, b); }
 template <typename T>

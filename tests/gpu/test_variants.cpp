@@ -466,6 +466,41 @@ TEST_CASE("masks of affine inequalities, tested as key bits, match the reference
                  {2, 1000, 1300, false}, {}, seed++);
 }
 
+TEST_CASE("signed divisions of negative positions match the reference", "[gpu][variants]") {
+  // kv - q is negative under the causal mask: truncating / and % must divide
+  // it signed, in 32 bits (narrowed) and in 64 ((kv - q) 2^32 / 2^31 = 2 (kv
+  // - q) and its compare stay there), where index values are size_t in the
+  // CUDA source.
+  std::string spec = R"(attn.kernel @signed_divisions
+    problem = #attn.problem<q_heads = 2, kv_heads = 1, head_dim = 128, element_type = bf16>
+    mask = #attn.causal<bottom_right>
+    normalizer = #attn.softmax
+    mask_mod {
+    ^bb0(%b: index, %h: index, %q: index, %kv: index):
+      %d = arith.subi %kv, %q : index
+      %c37 = arith.constant 37 : index
+      %c3 = arith.constant 3 : index
+      %cm5 = arith.constant -5 : index
+      %zero = arith.constant 0 : index
+      %quotient = arith.divsi %d, %c37 : index
+      %remainder = arith.remsi %quotient, %c3 : index
+      %thirds = arith.cmpi ne, %remainder, %zero : index
+      %fifth = arith.remsi %d, %cm5 : index
+      %fifths = arith.cmpi eq, %fifth, %zero : index
+      %either = arith.ori %thirds, %fifths : i1
+      %scale = arith.constant 4294967296 : index
+      %wide = arith.muli %d, %scale : index
+      %half_scale = arith.constant 2147483648 : index
+      %back = arith.divsi %wide, %half_scale : index
+      %twice = arith.addi %d, %d : index
+      %exact = arith.cmpi eq, %back, %twice : index
+      %keep = arith.andi %either, %exact : i1
+      attn.yield %keep : i1
+    }
+)";
+  runVariant(spec, {2, 700, 900, false}, {}, 60);
+}
+
 TEST_CASE("chunked local attention matches the reference", "[gpu][variants]") {
   runVariant(exampleWithHeads("chunked_local_hd128.mlir"), {1, 2100, 2100, false}, {}, 15);
 }

@@ -71,12 +71,21 @@ constexpr OpCall kFloatCalls[] = {
 };
 constexpr StringLiteral kCaptureLoadCallee = "attn_dev::loadCapture";
 constexpr StringLiteral kIntToFloatCallee = "attn_dev::exactIntToFloat";
-/// Device helpers for the integer ops C has no operator for, called on the
-/// operands viewed as signed.
+/// Device helpers for the integer ops C has no operator for, or whose C
+/// operator leaves cases undefined that the reference's interpreter defines
+/// (a zero divisor, the minimum by -1), called on the operands viewed as
+/// signed: index values are size_t, whose / and % would divide unsigned.
 constexpr OpCall kIntegerCalls[] = {
     {"arith.floordivsi", "attn_dev::floorDiv"},
     {"arith.ceildivsi", "attn_dev::ceilDiv"},
+    {"arith.divsi", "attn_dev::truncDiv"},
+    {"arith.remsi", "attn_dev::truncRem"},
     {"math.absi", "attn_dev::absInt"},
+};
+/// The same for the unsigned divisions, on the operands viewed as unsigned.
+constexpr OpCall kUnsignedCalls[] = {
+    {"arith.divui", "attn_dev::divideUnsigned"},
+    {"arith.remui", "attn_dev::remainderUnsigned"},
 };
 
 /// The callee `calls` lists for `op`, or empty.
@@ -141,10 +150,13 @@ Value castTo(ConversionPatternRewriter &rewriter, Location loc, Type type, Value
   return emitc::CastOp::create(rewriter, loc, type, value);
 }
 
-/// arith.divui / remui: the division of the operands as unsigned values.
-template <typename ArithOp, typename EmitCOp>
+/// arith.divui / remui: a call of the device helper (kUnsignedCalls) on the
+/// operands as unsigned values.
+template <typename ArithOp>
 struct UnsignedDivisionLowering : OpConversionPattern<ArithOp> {
-  using OpConversionPattern<ArithOp>::OpConversionPattern;
+  // Ahead of arith-to-emitc's plain division.
+  UnsignedDivisionLowering(const TypeConverter &converter, MLIRContext *context)
+      : OpConversionPattern<ArithOp>(converter, context, /*benefit=*/2) {}
   LogicalResult matchAndRewrite(ArithOp op, typename ArithOp::Adaptor adaptor,
                                 ConversionPatternRewriter &rewriter) const override {
     Type type = this->getTypeConverter()->convertType(op.getType());
@@ -152,20 +164,23 @@ struct UnsignedDivisionLowering : OpConversionPattern<ArithOp> {
       return failure();
     Type unsignedType = withSignedness(type, /*isSigned=*/false);
     Location loc = op.getLoc();
-    Value result = EmitCOp::create(rewriter, loc, unsignedType,
-                                   castTo(rewriter, loc, unsignedType, adaptor.getLhs()),
-                                   castTo(rewriter, loc, unsignedType, adaptor.getRhs()));
+    Value operands[] = {castTo(rewriter, loc, unsignedType, adaptor.getLhs()),
+                        castTo(rewriter, loc, unsignedType, adaptor.getRhs())};
+    Value result = emitc::CallOpaqueOp::create(rewriter, loc, unsignedType,
+                                               calleeIn(kUnsignedCalls, op), operands)
+                       .getResult(0);
     rewriter.replaceOp(op, castTo(rewriter, loc, type, result));
     return success();
   }
 };
 
-/// floordivsi, ceildivsi, absi -> a call of the device helper on the
-/// operands viewed as signed (C has no operator rounding the quotient down
-/// or up, and index values are size_t).
+/// floordivsi, ceildivsi, divsi, remsi, absi -> a call of the device helper
+/// (kIntegerCalls) on the operands viewed as signed, ahead of
+/// arith-to-emitc's plain division, which would divide index values (size_t)
+/// unsigned.
 struct SignedIntegerCallLowering : ConversionPattern {
   SignedIntegerCallLowering(const TypeConverter &converter, MLIRContext *context)
-      : ConversionPattern(converter, MatchAnyOpTypeTag(), /*benefit=*/1, context) {}
+      : ConversionPattern(converter, MatchAnyOpTypeTag(), /*benefit=*/2, context) {}
 
   LogicalResult matchAndRewrite(Operation *op, ArrayRef<Value> operands,
                                 ConversionPatternRewriter &rewriter) const override {
@@ -1079,8 +1094,8 @@ struct LowerModsPass : impl::AttnLowerModsBase<LowerModsPass> {
     patterns.add<IntToFloatLowering>(converter, context);
     patterns.add<SignedIntegerCallLowering>(converter, context);
     patterns.add<CaptureLoadLowering,
-                 UnsignedDivisionLowering<arith::DivUIOp, emitc::DivOp>,
-                 UnsignedDivisionLowering<arith::RemUIOp, emitc::RemOp>,
+                 UnsignedDivisionLowering<arith::DivUIOp>,
+                 UnsignedDivisionLowering<arith::RemUIOp>,
                  IntegerMinMaxLowering<arith::MaxSIOp, true, true>,
                  IntegerMinMaxLowering<arith::MinSIOp, true, false>,
                  IntegerMinMaxLowering<arith::MaxUIOp, false, true>,
@@ -1110,7 +1125,8 @@ std::string getCaptureCppType(Type elementType, int64_t rank) {
 
 bool isModFunctionCallee(StringRef callee) {
   return callee == kCaptureLoadCallee || callee == kIntToFloatCallee ||
-         listsCallee(kIntegerCalls, callee) || listsCallee(kFloatCalls, callee);
+         listsCallee(kIntegerCalls, callee) || listsCallee(kUnsignedCalls, callee) ||
+         listsCallee(kFloatCalls, callee);
 }
 
 } // namespace mlir::attn

@@ -65,7 +65,7 @@ attn.kernel @edge
 // CHECK:         mul %{{.*}}, %{{.*}} : (!emitc.size_t, !emitc.size_t) -> !emitc.size_t
 // CHECK:         call_opaque "attn_dev::floorDiv"(%{{.*}}, %{{.*}}) : (!emitc.ptrdiff_t, !emitc.ptrdiff_t) -> !emitc.ptrdiff_t
 // CHECK-LABEL: emitc.func @attn_mask_mod_2_row_1(
-// CHECK:         rem %{{.*}}, %{{.*}} : (ui32, ui32) -> ui32
+// CHECK:         call_opaque "attn_dev::remainderUnsigned"(%{{.*}}, %{{.*}}) : (ui32, ui32) -> ui32
 attn.kernel @wide
     problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
     mask = #attn.no_mask normalizer = #attn.softmax

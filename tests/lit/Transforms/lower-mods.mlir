@@ -361,3 +361,33 @@ attn.kernel @key_table
       %r = arith.addf %a, %tq : f32
       attn.yield %r : f32
     }
+
+// Truncating divisions call device helpers with the interpreter's rules (a
+// zero divisor gives 0, the minimum by -1 wraps): signed ones on the
+// operands as ptrdiff_t, since index is size_t, whose / and % would divide
+// unsigned; unsigned ones on size_t. (kv - q) * 2^32 stays 64-bit.
+// CHECK-LABEL: emitc.func @attn_mask_mod_15(
+// CHECK:         call_opaque "attn_dev::truncDiv"(%{{.*}}, %{{.*}}) : (!emitc.ptrdiff_t, !emitc.ptrdiff_t) -> !emitc.ptrdiff_t
+// CHECK:         call_opaque "attn_dev::truncRem"(%{{.*}}, %{{.*}}) : (!emitc.ptrdiff_t, !emitc.ptrdiff_t) -> !emitc.ptrdiff_t
+// CHECK:         call_opaque "attn_dev::divideUnsigned"(%{{.*}}, %{{.*}}) : (!emitc.size_t, !emitc.size_t) -> !emitc.size_t
+// CHECK:         call_opaque "attn_dev::remainderUnsigned"(%{{.*}}, %{{.*}}) : (!emitc.size_t, !emitc.size_t) -> !emitc.size_t
+attn.kernel @divisions
+    problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask normalizer = #attn.softmax
+    mask_mod {
+    ^bb0(%b: index, %h: index, %q: index, %kv: index):
+      %d = arith.subi %kv, %q : index
+      %scale = arith.constant 4294967296 : index
+      %wide = arith.muli %d, %scale : index
+      %c7 = arith.constant -7 : index
+      %quotient = arith.divsi %wide, %c7 : index
+      %remainder = arith.remsi %wide, %c7 : index
+      %uquotient = arith.divui %wide, %c7 : index
+      %uremainder = arith.remui %wide, %c7 : index
+      %s1 = arith.addi %quotient, %remainder : index
+      %s2 = arith.addi %uquotient, %uremainder : index
+      %s = arith.addi %s1, %s2 : index
+      %zero = arith.constant 0 : index
+      %keep = arith.cmpi sgt, %s, %zero : index
+      attn.yield %keep : i1
+    }

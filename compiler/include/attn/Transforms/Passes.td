@@ -156,9 +156,12 @@ def AttnLowerMods : Pass<"attn-lower-mods", "::mlir::ModuleOp"> {
     2^-11, below the bf16/f16 output precision); `memref.load` of a capture
     becomes `attn_dev::loadCapture`, which reads 0 outside the extents.
     The integer operations C has no operator for (`arith.floordivsi`,
-    `arith.ceildivsi`, `math.absi`) call device helpers on the operands
-    viewed as signed, with the CPU interpreter's rules where MLIR leaves the
-    result open (a zero divisor gives 0, the minimum wraps); `arith.remf`
+    `arith.ceildivsi`, `math.absi`), and the truncating divisions
+    (`arith.divsi`, `arith.remsi` on the operands viewed as signed: index
+    values are `size_t`, whose `/` would divide unsigned; `arith.divui`,
+    `arith.remui` as unsigned), call device helpers with the CPU
+    interpreter's rules where MLIR or C leaves the result open (a zero
+    divisor gives 0, the minimum by -1 wraps); `arith.remf`
     calls `fmodf`. Operations without a conversion are reported at their
     location.
 
