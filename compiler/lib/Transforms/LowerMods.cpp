@@ -150,53 +150,31 @@ Value castTo(ConversionPatternRewriter &rewriter, Location loc, Type type, Value
   return emitc::CastOp::create(rewriter, loc, type, value);
 }
 
-/// arith.divui / remui: a call of the device helper (kUnsignedCalls) on the
-/// operands as unsigned values.
-template <typename ArithOp>
-struct UnsignedDivisionLowering : OpConversionPattern<ArithOp> {
-  // Ahead of arith-to-emitc's plain division.
-  UnsignedDivisionLowering(const TypeConverter &converter, MLIRContext *context)
-      : OpConversionPattern<ArithOp>(converter, context, /*benefit=*/2) {}
-  LogicalResult matchAndRewrite(ArithOp op, typename ArithOp::Adaptor adaptor,
-                                ConversionPatternRewriter &rewriter) const override {
-    Type type = this->getTypeConverter()->convertType(op.getType());
-    if (!type || type.isInteger(1))
-      return failure();
-    Type unsignedType = withSignedness(type, /*isSigned=*/false);
-    Location loc = op.getLoc();
-    Value operands[] = {castTo(rewriter, loc, unsignedType, adaptor.getLhs()),
-                        castTo(rewriter, loc, unsignedType, adaptor.getRhs())};
-    Value result = emitc::CallOpaqueOp::create(rewriter, loc, unsignedType,
-                                               calleeIn(kUnsignedCalls, op), operands)
-                       .getResult(0);
-    rewriter.replaceOp(op, castTo(rewriter, loc, type, result));
-    return success();
-  }
-};
-
-/// floordivsi, ceildivsi, divsi, remsi, absi -> a call of the device helper
-/// (kIntegerCalls) on the operands viewed as signed, ahead of
-/// arith-to-emitc's plain division, which would divide index values (size_t)
-/// unsigned.
-struct SignedIntegerCallLowering : ConversionPattern {
-  SignedIntegerCallLowering(const TypeConverter &converter, MLIRContext *context)
+/// The integer ops of kIntegerCalls (floordivsi, ceildivsi, divsi, remsi,
+/// absi) and kUnsignedCalls (divui, remui) -> a call of their device helper
+/// on the operands viewed as signed or unsigned, ahead of arith-to-emitc's
+/// plain division, which would divide index values (size_t) unsigned.
+struct IntegerCallLowering : ConversionPattern {
+  IntegerCallLowering(const TypeConverter &converter, MLIRContext *context)
       : ConversionPattern(converter, MatchAnyOpTypeTag(), /*benefit=*/2, context) {}
 
   LogicalResult matchAndRewrite(Operation *op, ArrayRef<Value> operands,
                                 ConversionPatternRewriter &rewriter) const override {
     StringRef callee = integerCallee(op);
+    const bool isSigned = !callee.empty();
+    if (!isSigned)
+      callee = calleeIn(kUnsignedCalls, op);
     if (callee.empty() || op->getNumResults() != 1)
       return failure();
     Type type = getTypeConverter()->convertType(op->getResult(0).getType());
     if (!type || type.isInteger(1))
       return failure();
-    Type signedType = withSignedness(type, /*isSigned=*/true);
+    Type viewType = withSignedness(type, isSigned);
     Location loc = op->getLoc();
-    SmallVector<Value> signedOperands;
+    SmallVector<Value> viewed;
     for (Value operand : operands)
-      signedOperands.push_back(castTo(rewriter, loc, signedType, operand));
-    Value result =
-        emitc::CallOpaqueOp::create(rewriter, loc, signedType, callee, signedOperands).getResult(0);
+      viewed.push_back(castTo(rewriter, loc, viewType, operand));
+    Value result = emitc::CallOpaqueOp::create(rewriter, loc, viewType, callee, viewed).getResult(0);
     rewriter.replaceOp(op, castTo(rewriter, loc, type, result));
     return success();
   }
@@ -350,7 +328,10 @@ std::optional<Kept> keptIn32Bits(DataFlowSolver &solver, ValueRange values) {
 /// keep a signed op (or compare) signed when the values only fit unsigned:
 /// kv + 2^30 + 768 < q would compare 2^31 as negative. So a signed op needs
 /// its values to fit signed, an unsigned one unsigned; ops on the low bits
-/// alone (add, sub, mul, bitwise) and equality take either.
+/// alone (add, sub, mul, bitwise) and equality take either. Values all in
+/// [0, 2^31) read the same either way, so any op narrows then (a shift
+/// too: its lowering gives 0 for an amount of 32 or more, as a 64-bit
+/// shift of such a value does).
 bool narrowsExactly(DataFlowSolver &solver, Operation *op) {
   SmallVector<Value> values(op->getOperands());
   if (!isa<arith::CmpIOp>(op))
@@ -383,7 +364,7 @@ bool narrowsExactly(DataFlowSolver &solver, Operation *op) {
     return keptSigned;
   if (isa<arith::DivUIOp, arith::RemUIOp, arith::CeilDivUIOp, arith::MaxUIOp, arith::MinUIOp>(op))
     return !keptSigned;
-  return false; // shifts and anything else stay in 64 bits
+  return false; // shifts and anything else, with a negative value, stay in 64 bits
 }
 
 /// Rewrites the index arithmetic of an outlined mask_mod in 32 bits wherever
@@ -1092,10 +1073,8 @@ struct LowerModsPass : impl::AttnLowerModsBase<LowerModsPass> {
     populateFuncToEmitCPatterns(converter, patterns);
     patterns.add<FloatCallLowering>(converter, context);
     patterns.add<IntToFloatLowering>(converter, context);
-    patterns.add<SignedIntegerCallLowering>(converter, context);
+    patterns.add<IntegerCallLowering>(converter, context);
     patterns.add<CaptureLoadLowering,
-                 UnsignedDivisionLowering<arith::DivUIOp>,
-                 UnsignedDivisionLowering<arith::RemUIOp>,
                  IntegerMinMaxLowering<arith::MaxSIOp, true, true>,
                  IntegerMinMaxLowering<arith::MinSIOp, true, false>,
                  IntegerMinMaxLowering<arith::MaxUIOp, false, true>,
