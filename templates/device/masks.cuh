@@ -41,14 +41,17 @@ __device__ __forceinline__ Range affineRange(i64 base, i64 q, i64 kv, i64 q0, i6
                base + maxI64(q * q0, q * q1) + maxI64(kv * k0, kv * k1)};
 }
 
-__device__ __forceinline__ i64 floorDiv(i64 a, i64 d) { return a >= 0 ? a / d : -((-a + d - 1) / d); }
+// floor(a / d) for d > 0.
+template <typename T> __device__ __forceinline__ T floorByPositive(T a, T d) {
+  return a >= 0 ? a / d : -((-a + d - 1) / d);
+}
 
 // Range of coef * floor((base + q * qi + kv * ki) / divisor) over the same
 // box: floor is monotone, so the dividend's extremes give the term's.
 __device__ __forceinline__ Range divTermRange(i64 coef, i64 base, i64 q, i64 kv, i64 divisor,
                                               i64 q0, i64 q1, i64 k0, i64 k1) {
   Range dividend = affineRange(base, q, kv, q0, q1, k0, k1);
-  i64 low = floorDiv(dividend.low, divisor), high = floorDiv(dividend.high, divisor);
+  i64 low = floorByPositive(dividend.low, divisor), high = floorByPositive(dividend.high, divisor);
   return coef >= 0 ? Range{coef * low, coef * high} : Range{coef * high, coef * low};
 }
 
@@ -95,25 +98,16 @@ template <int BlockN> struct ThreadKeys {
   }
   // For an `end` whose distance from any base fits in an int.
   __device__ Bits below(int end) const { return belowOffset(end - base); }
-  // The keys with r + Kv * key >= 0.
-  template <i64 Kv> __device__ Bits affine(i64 r) const {
+  // The keys with r + Kv * key >= 0, computed in Int: long long, or int
+  // where the compiler proved r, the bound and its distance from any base
+  // fit (affineBoundFits32).
+  template <typename Int, Int Kv> __device__ Bits affine(Int r) const {
     if constexpr (Kv == 0)
       return r >= 0 ? all() : none();
     else if constexpr (Kv > 0)
-      return ~below(-floorDiv(r, Kv)); // key >= ceil(-r / Kv)
+      return ~below(-floorByPositive<Int>(r, Kv)); // key >= ceil(-r / Kv)
     else
-      return below(floorDiv(r, -Kv) + 1); // key <= floor(r / -Kv)
-  }
-  // The same in 32 bits, where the compiler proved r, the bound and its
-  // distance from any base fit (affineBoundFits32).
-  template <int Kv> __device__ Bits affine32(int r) const {
-    auto floorBy = [](int a, int d) { return a >= 0 ? a / d : -((-a + d - 1) / d); };
-    if constexpr (Kv == 0)
-      return r >= 0 ? all() : none();
-    else if constexpr (Kv > 0)
-      return ~below(-floorBy(r, Kv));
-    else
-      return below(floorBy(r, -Kv) + 1);
+      return below(floorByPositive<Int>(r, -Kv) + 1); // key <= floor(r / -Kv)
   }
 };
 

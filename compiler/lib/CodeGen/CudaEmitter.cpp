@@ -172,15 +172,14 @@ bool affineBoundFits32(const TileFormula &inequality) {
 /// The C++ expression of the keys a formula keeps for row q as bits of
 /// `keys` (attn_dev::ThreadKeys): and, or and nor of the bits each
 /// inequality keeps. The formula must have only affine terms. An inequality
-/// whose row term fits in 32 bits (affineBoundFits32) takes the 32-bit
-/// form, a few instructions fewer per row.
+/// whose row term fits in 32 bits (affineBoundFits32) is computed as an
+/// int, a few instructions fewer per row.
 void emitKeyBits(const TileFormula &formula, std::ostringstream &out) {
   if (formula.kind == TileFormula::Kind::AffineGe) {
-    const bool narrow = affineBoundFits32(formula);
-    out << "keys.template " << (narrow ? "affine32<" : "affine<") << formula.kv
-        << (narrow ? ">(static_cast<int>(" : "LL>(") << formula.batch << "LL * b + "
-        << formula.head << "LL * h + " << formula.q << "LL * q + " << formula.c << "LL)"
-        << (narrow ? ")" : "");
+    const char *type = affineBoundFits32(formula) ? "int" : "long long";
+    out << "keys.template affine<" << type << ", " << formula.kv << ">(static_cast<" << type
+        << ">(" << formula.batch << "LL * b + " << formula.head << "LL * h + " << formula.q
+        << "LL * q + " << formula.c << "LL))";
     return;
   }
   const bool any = formula.kind != TileFormula::Kind::AllOf;

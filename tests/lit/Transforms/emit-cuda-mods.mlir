@@ -19,7 +19,7 @@
 // keys the formula keeps per row (kv <= 2047 or kv <= q), here with 32-bit
 // row terms (positions stay below 2^30 + 256).
 // CHECK-SAME: static constexpr bool kMaskKeyBits = true;
-// CHECK-SAME: return (keys.template affine32<-1>(static_cast<int>(0LL * b + 0LL * h + 0LL * q + 2047LL)) | keys.template affine32<-1>(static_cast<int>(0LL * b + 0LL * h + 1LL * q + 0LL)));
+// CHECK-SAME: return (keys.template affine<int, -1>(static_cast<int>(0LL * b + 0LL * h + 0LL * q + 2047LL)) | keys.template affine<int, -1>(static_cast<int>(0LL * b + 0LL * h + 1LL * q + 0LL)));
 // CHECK-SAME: static constexpr bool kMaskUsesKeyFloat = false;
 // The mask's index arithmetic is 32-bit (attn-lower-mods narrows it): q as
 // an int32_t is a row value.
@@ -159,7 +159,7 @@ attn.kernel @rows_read_q
 // 64-bit form; the one beside it, a position plus a constant, takes 32 bits.
 // CHECK-LABEL: attn.kernel @wide_row_term
 // CHECK: static constexpr bool kMaskKeyBits = true;
-// CHECK-SAME: return (keys.template affine<-1LL>(2097152LL * b + 0LL * h + 1LL * q + 0LL) & keys.template affine32<1>(static_cast<int>(0LL * b + 0LL * h + -1LL * q + 64LL)));
+// CHECK-SAME: return (keys.template affine<long long, -1>(static_cast<long long>(2097152LL * b + 0LL * h + 1LL * q + 0LL)) & keys.template affine<int, 1>(static_cast<int>(0LL * b + 0LL * h + -1LL * q + 64LL)));
 attn.kernel @wide_row_term
     problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
     mask = #attn.no_mask normalizer = #attn.softmax

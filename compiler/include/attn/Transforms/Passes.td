@@ -172,10 +172,11 @@ def AttnLowerMods : Pass<"attn-lower-mods", "::mlir::ModuleOp"> {
     region's arguments: batch and head are ints, q and kv at most
     `attn_abi::kMaxRegionPosition` (2^30 + 256: the runtime refuses
     sequences over `kMaxSeqlen` = 2^30 rows, and the kernel evaluates at
-    most a tile past the end). A signed operation or compare narrows only
+    most a tile past the end). An operation whose values all lie in
+    [0, 2^31) narrows; otherwise a signed operation or compare narrows only
     when its values fit in 32 bits signed, an unsigned one only when they
-    fit unsigned; adds, subtractions, products and bitwise operations take
-    either. Everything else stays in 64 bits.
+    fit unsigned, and adds, subtractions, products and bitwise operations
+    take either. Everything else stays in 64 bits.
 
     The kernel evaluates a region for every (query, key) pair it tests, so
     the pass splits each region by what its values depend on. A value that
