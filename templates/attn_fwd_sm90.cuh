@@ -211,6 +211,37 @@ __device__ __forceinline__ Coverage runtimeCoverage(const attn_abi::AttnFwdParam
       p.tile_coverage + tileCoverageIndex(p, work.batch, work.head, work.queryBlock, tile)));
 }
 
+// Stored key bits (p.tile_key_bits): a partial tile's kept keys, one word
+// per row and lane quad, in ThreadKeys' bit order, so that a mask_mod the
+// compiler could not classify costs a load a row instead of a region per
+// pair.
+using KeyBits = typename ThreadKeys<kBlockN>::Bits;
+static_assert(sizeof(KeyBits) * kBlockM * 4 == attn_abi::tileKeyBitsPerTile(kBlockM, kBlockN),
+              "tileKeyBitsPerTile sizes the runtime's key bits buffer");
+constexpr bool kStoredKeyBits = kRuntimeCoverage;
+
+__device__ __forceinline__ i64 tileCoverageBytes(const attn_abi::AttnFwdParams &p) {
+  return static_cast<i64>(p.batch) * p.q_heads * ((p.seqlen_q + kBlockM - 1) / kBlockM) *
+         ((p.seqlen_k + kBlockN - 1) / kBlockN);
+}
+
+// The partial tiles' slots, then their words.
+__device__ __forceinline__ const int *tileKeySlots(const attn_abi::AttnFwdParams &p) {
+  return reinterpret_cast<const int *>(p.tile_key_bits);
+}
+__device__ __forceinline__ KeyBits *tileKeyWords(const attn_abi::AttnFwdParams &p, int slot) {
+  return reinterpret_cast<KeyBits *>(reinterpret_cast<char *>(p.tile_key_bits) +
+                                     attn_abi::tileKeyBitsOffset(tileCoverageBytes(p))) +
+         static_cast<i64>(slot) * kBlockM * 4;
+}
+
+// The slot of key tile `tile` of `work`: -1 unless the coverage has it partial.
+__device__ __forceinline__ int storedKeySlot(const attn_abi::AttnFwdParams &p,
+                                             const WorkTile &work, int tile) {
+  return __ldg(tileKeySlots(p) +
+               tileCoverageIndex(p, work.batch, work.head, work.queryBlock, tile));
+}
+
 // Whether the block loads and computes key tile `tile` of `work`. The
 // producer and every consumer ask the same question for the whole work tile,
 // so they agree on the sequence of tiles.
@@ -258,6 +289,7 @@ struct VisitedTileWalk {
   unsigned bits;  // the visited tiles of the window, bit i for tile base + i
   unsigned full;  // those the masks keep whole for the slice's rows
   unsigned empty; // those they leave empty for them
+  int slot;       // with stored key bits, this lane's tile's slot (storedKeySlot)
 
   // The first visited tile at or after `tile` (keys.end if none); `tile`
   // never goes back. Defined after sliceCoverage.
@@ -268,6 +300,12 @@ struct VisitedTileWalk {
   __device__ __forceinline__ Coverage coverage(int tile) const {
     const unsigned bit = 1u << (tile - base);
     return (full & bit) ? Coverage::Full : ((empty & bit) ? Coverage::Empty : Coverage::Partial);
+  }
+
+  // The slot in the stored key bits of a tile next() returned, for the
+  // whole warp.
+  __device__ __forceinline__ int slotOf(int tile) const {
+    return __shfl_sync(0xffffffffu, slot, tile - base);
   }
 };
 
@@ -629,6 +667,39 @@ __device__ __forceinline__ int VisitedTileWalk::next(const attn_abi::AttnFwdPara
                               : Coverage::Empty;
     full = __ballot_sync(0xffffffffu, mine == Coverage::Full);
     empty = __ballot_sync(0xffffffffu, mine == Coverage::Empty);
+    if constexpr (kStoredKeyBits)
+      slot = p.tile_key_bits && ((bits >> lane) & 1u) ? storedKeySlot(p, work, candidate) : -1;
+  }
+}
+
+// This thread's two rows of a tile's stored key bits; slot -1 where the
+// coverage has the tile full (the mask_mod keeps its keys inside the
+// sequences). Loaded when the walk reaches the tile, so that the load runs
+// under the wait for its scores.
+struct StoredKeyRows {
+  int slot;
+  KeyBits rows[2];
+};
+
+__device__ __forceinline__ StoredKeyRows loadStoredKeyRows(const attn_abi::AttnFwdParams &p,
+                                                           int slot, int rowInBlock, int lane) {
+  StoredKeyRows stored{slot, {0, 0}};
+  if (slot >= 0) {
+    const KeyBits *words = tileKeyWords(p, slot) + rowInBlock * 4 + (lane & 3);
+    stored.rows[0] = __ldg(words);
+    stored.rows[1] = __ldg(words + 8 * 4);
+  }
+  return stored;
+}
+
+// Sets the scores of the keys `kept` (ThreadKeys bits, one word a row)
+// leaves out to -inf.
+__device__ __forceinline__ void applyKeptKeys(float (&scores)[kScoreRegs],
+                                              const KeyBits (&kept)[2]) {
+#pragma unroll
+  for (int i = 0; i < kScoreRegs; ++i) {
+    const int bit = 2 * (i >> 2) + (i & 1);
+    scores[i] = (kept[fragmentRowHalf(i)] >> bit) & 1 ? scores[i] : negativeInfinity();
   }
 }
 
@@ -649,14 +720,17 @@ __device__ __forceinline__ int VisitedTileWalk::next(const attn_abi::AttnFwdPara
 // (Longformer at 64: 16 -> 132 bytes) and was not measured.
 constexpr bool kBranchlessMaskTest = Mods::kHasMaskMod && kHeadDim == 128;
 
+// StoredBits: the launch has stored key bits (p.tile_key_bits), so that a
+// partial tile's pairs test them instead of the mask_mod.
+template <bool StoredBits>
 __device__ __forceinline__ void applyMask(const attn_abi::AttnFwdParams &p,
                                           float (&scores)[kScoreRegs], const WorkTile &work,
                                           const typename Mods::MaskRow (&maskRows)[2], int row0,
-                                          int keyBase, int lane) {
+                                          int keyBase, int lane, const StoredKeyRows &stored) {
   if constexpr (Mods::kMaskKeyBits) {
     // Each row's kept keys as bits (ThreadKeys), then one bit test a pair.
     const ThreadKeys<kBlockN> keys{keyBase + fragmentColumn(0, lane)};
-    typename ThreadKeys<kBlockN>::Bits kept[2];
+    KeyBits kept[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = row0 + 8 * half;
@@ -664,11 +738,18 @@ __device__ __forceinline__ void applyMask(const attn_abi::AttnFwdParams &p,
                    Mask::keptKeys(row, work.sequence.shift, keys) &
                    keys.below(work.sequence.seqlenK);
     }
+    applyKeptKeys(scores, kept);
+    return;
+  }
+  if constexpr (StoredBits) {
+    const ThreadKeys<kBlockN> keys{keyBase + fragmentColumn(0, lane)};
+    KeyBits kept[2];
 #pragma unroll
-    for (int i = 0; i < kScoreRegs; ++i) {
-      const int bit = 2 * (i >> 2) + (i & 1);
-      scores[i] = (kept[fragmentRowHalf(i)] >> bit) & 1 ? scores[i] : negativeInfinity();
-    }
+    for (int half = 0; half < 2; ++half)
+      kept[half] = stored.slot >= 0 ? stored.rows[half]
+                                    : Mask::keptKeys(row0 + 8 * half, work.sequence.shift, keys) &
+                                          keys.below(work.sequence.seqlenK);
+    applyKeptKeys(scores, kept);
     return;
   }
   forEachScoreElement<Mods::kMaskUsesKeyFloat>(
@@ -1048,7 +1129,10 @@ __device__ void combineTailPieces(const attn_abi::AttnFwdParams &p, const TileSc
 // runs the softmax of S_j while the PV product is still on the tensor cores.
 // Only the rescaling of O waits for that product. `tileCount` is the number
 // of key tiles the work tile visits, `ring` the key tiles this block consumed
-// before it; `qPhase` is this tile's Q load.
+// before it; `qPhase` is this tile's Q load. StoredBits as for applyMask:
+// the form without the mask_mod's per-pair code needs fewer registers (the
+// BigBird kernel's main loop reloaded 10 spilled values an iteration).
+template <bool StoredBits>
 __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
                             const Barriers &barriers, int consumer, const TileSchedule &schedule,
                             const WorkTile &work, int tileCount, int ring, u32 qPhase,
@@ -1103,12 +1187,18 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
           static_cast<i64>(work.sequence.seqlenK)));
 
   // Its first next() tests the window at keys.begin.
-  VisitedTileWalk walk{work.keys.begin - 32, 0u, 0u, 0u};
+  VisitedTileWalk walk{work.keys.begin - 32, 0u, 0u, 0u, -1};
+  // This thread's rows' stored key bits of a tile, where the launch has them.
+  const int rowInBlock = row0 - work.queryBegin;
+  auto storedRowsOf = [&](int keyTile) {
+    return StoredBits ? loadStoredKeyRows(p, walk.slotOf(keyTile), rowInBlock, lane)
+                      : StoredKeyRows{-1, {0, 0}};
+  };
   const DiagonalStage diagonals{smemBase, consumer};
   // Scores of key tile `keyTile` (at ring position `position`) ->
   // probabilities, with the O rescale factor.
   auto softmaxOfTile = [&](float (&scores)[kScoreRegs], int keyTile, int position,
-                           float (&rescale)[2]) {
+                           const StoredKeyRows &stored, float (&rescale)[2]) {
     int keyBase = keyTile * kBlockN;
     Coverage coverage = Mods::kHasMaskMod
                             ? walk.coverage(keyTile)
@@ -1128,7 +1218,7 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
     }
     // Tiles the masks fully cover skip the per-element test.
     if (coverage != Coverage::Full && !sliceEmpty)
-      applyMask(p, scores, work, maskRows, row0, keyBase, lane);
+      applyMask<StoredBits>(p, scores, work, maskRows, row0, keyBase, lane, stored);
     if constexpr (kFixedSoftmaxBase)
       fixedBaseProbabilities<attn_plan::kSoftmaxReductionChains>(
           scores, softmaxScaleLog2, kFixedSoftmaxBaseLog2, sliceEmpty, stats);
@@ -1147,6 +1237,7 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
 
     // Prologue: S_0 alone.
     int keyTile = walk.next(p, work, work.keys.begin, sliceQueryBegin, sliceLast, lane);
+    StoredKeyRows stored = storedRowsOf(keyTile);
     RingSlot slot = ringSlot<kStages>(ring);
     mbarrierWait(barriers.kFull(slot.stage), slot.phase);
     turns.wait();
@@ -1157,11 +1248,12 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
     releaseSlot(barriers.kEmpty(slot.stage), lane);
     if (tileCount == 1)
       releaseQAfterScores();
-    softmaxOfTile(scores, keyTile, ring, rescale);
+    softmaxOfTile(scores, keyTile, ring, stored, rescale);
     packProbabilities(scores, probabilities);
 
     for (int iteration = 1; iteration < tileCount; ++iteration) {
       keyTile = walk.next(p, work, keyTile + 1, sliceQueryBegin, sliceLast, lane);
+      stored = storedRowsOf(keyTile);
       RingSlot previous = slot;
       slot = ringSlot<kStages>(ring + iteration);
       mbarrierWait(barriers.kFull(slot.stage), slot.phase);
@@ -1177,7 +1269,7 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
       releaseSlot(barriers.kEmpty(slot.stage), lane);
       if (iteration == tileCount - 1)
         releaseQAfterScores();
-      softmaxOfTile(scores, keyTile, ring + iteration, rescale);
+      softmaxOfTile(scores, keyTile, ring + iteration, stored, rescale);
 
       wgmmaWaitGroup<0>();
       fenceRegisters(output);
@@ -1234,7 +1326,12 @@ __device__ void consume(const attn_abi::AttnFwdParams &p, u32 smemBase, const Ba
     if (work.empty())
       continue;
     const int tileCount = countVisitedTilesInWarp(p, work, threadIdx.x % 32);
-    consumeTile(p, smemBase, barriers, consumer, schedule, work, tileCount, ring, qPhase, turns);
+    if (kStoredKeyBits && p.tile_key_bits)
+      consumeTile<kStoredKeyBits>(p, smemBase, barriers, consumer, schedule, work, tileCount,
+                                  ring, qPhase, turns);
+    else
+      consumeTile<false>(p, smemBase, barriers, consumer, schedule, work, tileCount, ring, qPhase,
+                         turns);
     ring += tileCount;
     qPhase ^= 1;
   }
@@ -1288,6 +1385,46 @@ extern "C" __global__ void __launch_bounds__(attn_kernel::kThreads, 1)
   }
 }
 
+namespace attn_kernel {
+// One stored word of a tile at run time: row q's keys keyBase + 8 j + e
+// (j < kBlockN / 8, e < 2) as ThreadKeys bits, those inside the sequences and
+// those the built-in mask and the mask_mod keep among them.
+struct TileKeyWord {
+  KeyBits inside;
+  KeyBits kept;
+};
+
+__device__ __forceinline__ TileKeyWord evaluateTileKeyWord(const attn_abi::AttnFwdParams &p,
+                                                           const Sequence &sequence, int batch,
+                                                           int head, int q, int keyBase) {
+  TileKeyWord word{0, 0};
+  if (q >= sequence.seqlenQ)
+    return word;
+  for (int bit = 0; bit < kBlockN / 4; ++bit) {
+    const int k = keyBase + 8 * (bit >> 1) + (bit & 1);
+    if (k >= sequence.seqlenK)
+      break;
+    word.inside |= KeyBits(1) << bit;
+    if (Mask::allows(q, k, sequence.shift) && Mods::keeps(p, batch, head, q, k))
+      word.kept |= KeyBits(1) << bit;
+  }
+  return word;
+}
+
+__device__ __forceinline__ int countKeyBits(unsigned bits) { return __popc(bits); }
+__device__ __forceinline__ int countKeyBits(unsigned long long bits) { return __popcll(bits); }
+
+// Word `word` of tile (queryBlock, keyTile): row word / 4 of the block, lane
+// quad word % 4.
+__device__ __forceinline__ TileKeyWord evaluateTileKeyWord(const attn_abi::AttnFwdParams &p,
+                                                           const Sequence &sequence, int batch,
+                                                           int head, int queryBlock, int keyTile,
+                                                           int word) {
+  return evaluateTileKeyWord(p, sequence, batch, head, queryBlock * kBlockM + word / 4,
+                             keyTile * kBlockN + 2 * (word % 4));
+}
+} // namespace attn_kernel
+
 // Tile coverage of the masks at run time, for a mask_mod the compiler could
 // not classify (it reads a buffer, ...): block (key tile, query block,
 // batch * head) tests every pair of its tile inside the sequences against the
@@ -1306,12 +1443,11 @@ extern "C" __global__ void __launch_bounds__(ATTN_TILE_COVERAGE_THREADS)
     counts[0] = counts[1] = 0;
   __syncthreads();
   int inside = 0, kept = 0;
-  for (int pair = threadIdx.x; pair < kBlockM * kBlockN; pair += blockDim.x) {
-    int q = queryBlock * kBlockM + pair / kBlockN, k = keyTile * kBlockN + pair % kBlockN;
-    if (q >= sequence.seqlenQ || k >= sequence.seqlenK)
-      continue;
-    ++inside;
-    kept += Mask::allows(q, k, sequence.shift) && Mods::keeps(p, batch, head, q, k);
+  for (int word = threadIdx.x; word < kBlockM * 4; word += blockDim.x) {
+    const TileKeyWord bits =
+        evaluateTileKeyWord(p, sequence, batch, head, queryBlock, keyTile, word);
+    inside += countKeyBits(bits.inside);
+    kept += countKeyBits(bits.kept);
   }
   atomicAdd(&counts[0], inside);
   atomicAdd(&counts[1], kept);
@@ -1322,6 +1458,58 @@ extern "C" __global__ void __launch_bounds__(ATTN_TILE_COVERAGE_THREADS)
     p.tile_coverage[tileCoverageIndex(p, batch, head, queryBlock, keyTile)] =
         static_cast<unsigned char>(coverage);
   }
+}
+
+// Numbers the partial tiles of a tile coverage in coverage order: slots[i]
+// is tile i's slot (-1 unless partial), *partialTiles their count; either
+// may be null. One block, 32 tiles a warp per step.
+extern "C" __global__ void __launch_bounds__(ATTN_TILE_SLOT_THREADS)
+    attn_tile_slot_kernel(const unsigned char *coverage, long long tiles, int *slots,
+                          int *partialTiles) {
+  constexpr int kWarps = ATTN_TILE_SLOT_THREADS / 32;
+  __shared__ int warpPartials[kWarps];
+  __shared__ int before;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (threadIdx.x == 0)
+    before = 0;
+  for (long long first = 0; first < tiles; first += ATTN_TILE_SLOT_THREADS) {
+    const long long tile = first + threadIdx.x;
+    const bool partial =
+        tile < tiles && coverage[tile] == static_cast<unsigned char>(attn_kernel::Coverage::Partial);
+    const unsigned partialLanes = __ballot_sync(0xffffffffu, partial);
+    if (lane == 0)
+      warpPartials[warp] = __popc(partialLanes);
+    __syncthreads();
+    int slot = before + __popc(partialLanes & ((1u << lane) - 1));
+    for (int w = 0; w < warp; ++w)
+      slot += warpPartials[w];
+    if (slots && tile < tiles)
+      slots[tile] = partial ? slot : -1;
+    __syncthreads();
+    if (threadIdx.x == ATTN_TILE_SLOT_THREADS - 1)
+      before = slot + partial;
+    __syncthreads();
+  }
+  if (threadIdx.x == 0 && partialTiles)
+    *partialTiles = before;
+}
+
+// The stored key bits of every partial tile (AttnFwdParams::tile_key_bits),
+// whose slots the slot kernel wrote: block (key tile, query block, batch *
+// head) as the coverage kernel's, for the forward kernel's per-pair test of
+// a mask_mod the compiler could not classify.
+extern "C" __global__ void __launch_bounds__(ATTN_TILE_COVERAGE_THREADS)
+    attn_tile_key_bits_kernel(const __grid_constant__ attn_abi::AttnFwdParams p) {
+  using namespace attn_kernel;
+  const int keyTile = blockIdx.x, queryBlock = blockIdx.y;
+  const int batch = blockIdx.z / p.q_heads, head = blockIdx.z % p.q_heads;
+  const int slot = tileKeySlots(p)[tileCoverageIndex(p, batch, head, queryBlock, keyTile)];
+  if (slot < 0)
+    return;
+  const Sequence sequence = sequenceOf(p, batch);
+  KeyBits *words = tileKeyWords(p, slot);
+  for (int word = threadIdx.x; word < kBlockM * 4; word += blockDim.x)
+    words[word] = evaluateTileKeyWord(p, sequence, batch, head, queryBlock, keyTile, word).kept;
 }
 
 // The cost of each work tile, in default order, for the work order kernel

@@ -70,6 +70,16 @@ struct AttnFwdParams {
   // coverage kernel for masks the compiler could not classify; null when
   // absent. The forward kernel only reads it.
   unsigned char *tile_coverage;
+  // Optional stored key bits of the partial tiles of tile_coverage (null
+  // when absent), written by the key bits kernels: first one int32 slot per
+  // tile coverage byte (the partial tiles numbered 0, 1, ... in coverage
+  // order, -1 for the others), then, from byte
+  // tileKeyBitsOffset(coverage bytes), per slot [BLOCK_M rows][4 quads] words
+  // of BLOCK_N / 4 bits (32-bit words up to 128 keys a tile, else 64-bit):
+  // bit 2 j + e of row r's word c keeps key 8 j + 2 c + e of the tile, for
+  // the mask, the mask_mod and the sequence lengths together. The forward
+  // kernel only reads them.
+  unsigned *tile_key_bits;
   // Optional order of the work tiles: entry i is the default-order index
   // (see the kernel's TileSchedule) of the i-th work tile to start, a
   // permutation written by the host from the work cost kernel's counts;
@@ -102,6 +112,16 @@ struct AttnFwdParams {
 // (head_dim / 2 floats a thread) and their two log-sum-exps, for 32 threads.
 // The runtime sizes the workspace with it and the kernel addresses it.
 constexpr long long tailPieceWarpFloats(int headDim) { return (headDim / 2 + 2) * 32LL; }
+
+// Where the words of tile_key_bits start: after one int32 slot per tile
+// coverage byte, 256-byte aligned.
+constexpr long long tileKeyBitsOffset(long long coverageBytes) {
+  return (coverageBytes * 4 + 255) / 256 * 256;
+}
+// Bytes of one partial tile's words in tile_key_bits.
+constexpr long long tileKeyBitsPerTile(int blockM, int blockN) {
+  return blockM * 4LL * (blockN <= 128 ? 4 : 8);
+}
 
 // Parameters of the chunkwise linear attention / retention kernel.
 //
@@ -185,6 +205,15 @@ struct AttnDecodeParams {
 // (key tiles, query blocks, batch * q_heads), 256 threads.
 #define ATTN_TILE_COVERAGE_KERNEL_NAME "attn_tile_coverage_kernel"
 #define ATTN_TILE_COVERAGE_THREADS 256
+// The key bits kernels, in the same unit. The slot kernel numbers the
+// partial tiles of a tile coverage: one block of ATTN_TILE_SLOT_THREADS;
+// parameters (const unsigned char *coverage, long long tiles, int *slots,
+// int *partial_tiles), either output null to skip it. The key bits kernel then
+// writes each partial tile's bits (AttnFwdParams::tile_key_bits): grid and
+// block as the tile coverage kernel's.
+#define ATTN_TILE_SLOT_KERNEL_NAME "attn_tile_slot_kernel"
+#define ATTN_TILE_SLOT_THREADS 1024
+#define ATTN_TILE_KEY_BITS_KERNEL_NAME "attn_tile_key_bits_kernel"
 // The work cost kernel's entry point, in the same unit: one warp per work
 // tile, ATTN_WORK_COST_THREADS / 32 work tiles per block; its second
 // parameter is the int array of costs it writes.

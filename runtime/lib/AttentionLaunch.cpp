@@ -443,6 +443,9 @@ void validateForwardArgs(const AttnLaunchConfig &config,
     fail("lse", "pointer must be 4-byte aligned");
 
   validateCaptures(config, args);
+  if (args.tileKeyBits && !args.tileCoverage)
+    fail("tileKeyBits", "stores the partial tiles of a tile coverage: pass that coverage as "
+                        "tileCoverage too");
 }
 
 void validateDevicePointers(const AttnLaunchConfig &config,
@@ -467,6 +470,9 @@ void validateDevicePointers(const AttnLaunchConfig &config,
   }
   if (args.tileCoverage)
     requireDeviceMemory(args.tileCoverage, tileCoverageBytes(config, args), "tileCoverage",
+                        device);
+  if (args.tileKeyBits)
+    requireDeviceMemory(args.tileKeyBits, tileKeyBitsSlotBytes(config, args), "tileKeyBits",
                         device);
   if (args.workOrder)
     requireDeviceMemory(args.workOrder, workOrderBytes(config, args), "workOrder", device);
@@ -518,6 +524,7 @@ attn_abi::AttnFwdParams encodeForwardParams(const AttnLaunchConfig &config,
   params.scale_log2 = static_cast<float>(double(config.scale) * kLog2e);
   fillCaptureArgs(args, params);
   params.tile_coverage = const_cast<unsigned char *>(args.tileCoverage);
+  params.tile_key_bits = static_cast<unsigned *>(const_cast<void *>(args.tileKeyBits));
   params.work_order = args.workOrder;
   return params;
 }
@@ -981,6 +988,10 @@ uint64_t tileCoverageBytes(const AttnLaunchConfig &config, const AttnForwardArgs
   return tileCoverageShape(config, args).bytes();
 }
 
+uint64_t tileKeyBitsSlotBytes(const AttnLaunchConfig &config, const AttnForwardArgs &args) {
+  return uint64_t(attn_abi::tileKeyBitsOffset(int64_t(tileCoverageBytes(config, args))));
+}
+
 PackedSequenceOffsets uploadPackedSequences(const std::vector<int64_t> &seqlensQ,
                                             const std::vector<int64_t> &seqlensK) {
   if (seqlensQ.empty())
@@ -1021,6 +1032,7 @@ DeviceBuffer buildTileCoverage(const Module &module, const AttnLaunchConfig &con
                                const AttnForwardArgs &args, CUstream stream) {
   AttnForwardArgs checked = args;
   checked.tileCoverage = nullptr;
+  checked.tileKeyBits = nullptr;
   validateForwardArgs(config, checked);
   TileCoverageShape shape = tileCoverageShape(config, checked);
   DeviceBuffer coverage(std::max<uint64_t>(shape.bytes(), 1));
@@ -1040,6 +1052,49 @@ DeviceBuffer buildTileCoverage(const Module &module, const AttnLaunchConfig &con
   void *kernelArgs[] = {&params};
   kernel.launch(grid, block, 0, stream, kernelArgs);
   return coverage;
+}
+
+DeviceBuffer buildTileKeyBits(const Module &module, const AttnLaunchConfig &config,
+                              const AttnForwardArgs &args, CUstream stream) {
+  AttnForwardArgs checked = args;
+  checked.tileKeyBits = nullptr;
+  if (!checked.tileCoverage)
+    fail("tileCoverage", "the key bits store the partial tiles of a tile coverage: pass the one "
+                         "from buildTileCoverage");
+  validateForwardArgs(config, checked);
+  TileCoverageShape shape = tileCoverageShape(config, checked);
+  const uint64_t slotBytes = tileKeyBitsSlotBytes(config, checked);
+  if (shape.bytes() == 0)
+    return DeviceBuffer(std::max<uint64_t>(slotBytes, 1));
+  validateDevicePointers(config, checked);
+  if (shape.bytes() > uint64_t(INT_MAX))
+    fail("q", "the key bits number at most " + std::to_string(INT_MAX) + " tiles, got " +
+                  std::to_string(shape.bytes()));
+  // Looked up before anything launches: a failed lookup must not free a
+  // buffer under a running kernel.
+  KernelFunction slotKernel = module.function(ATTN_TILE_SLOT_KERNEL_NAME);
+  KernelFunction bitsKernel = module.function(ATTN_TILE_KEY_BITS_KERNEL_NAME);
+  const unsigned char *coverage = checked.tileCoverage;
+  long long tiles = static_cast<long long>(shape.bytes());
+  auto numberPartialTiles = [&](int *slots, int *count) {
+    void *slotArgs[] = {&coverage, &tiles, &slots, &count};
+    slotKernel.launch(Dim3{1, 1, 1}, Dim3{ATTN_TILE_SLOT_THREADS, 1, 1}, 0, stream, slotArgs);
+  };
+  // Count first: the partial tiles size the buffer.
+  DeviceBuffer counter(sizeof(int32_t));
+  numberPartialTiles(nullptr, static_cast<int *>(counter.data()));
+  ATTN_CU_CHECK(cuStreamSynchronize, stream);
+  const int32_t partialTiles = counter.download<int32_t>().at(0);
+  DeviceBuffer bits(slotBytes + uint64_t(partialTiles) * uint64_t(attn_abi::tileKeyBitsPerTile(
+                                                              config.blockM, config.blockN)));
+  numberPartialTiles(static_cast<int *>(bits.data()), nullptr);
+  attn_abi::AttnFwdParams params = encodeForwardParams(config, checked);
+  params.tile_key_bits = static_cast<unsigned *>(bits.data());
+  Dim3 grid{static_cast<unsigned>(shape.keyTiles), static_cast<unsigned>(shape.queryBlocks),
+            static_cast<unsigned>(shape.batchHeads)};
+  void *kernelArgs[] = {&params};
+  bitsKernel.launch(grid, Dim3{ATTN_TILE_COVERAGE_THREADS, 1, 1}, 0, stream, kernelArgs);
+  return bits;
 }
 
 uint64_t workOrderBytes(const AttnLaunchConfig &config, const AttnForwardArgs &args) {

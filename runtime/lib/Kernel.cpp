@@ -158,6 +158,12 @@ DeviceBuffer Kernel::buildTileCoverage(const AttnForwardArgs &args, CUstream str
   return ::attn::buildTileCoverage(loadedForCurrentContext().module, config, args, stream);
 }
 
+DeviceBuffer Kernel::buildTileKeyBits(const AttnForwardArgs &args, CUstream stream) const {
+  const AttnLaunchConfig &config = launchConfig();
+  validateForwardArgs(config, args);
+  return ::attn::buildTileKeyBits(loadedForCurrentContext().module, config, args, stream);
+}
+
 DeviceBuffer Kernel::buildWorkOrder(const AttnForwardArgs &args, CUstream stream,
                                     WorkOrderPolicy policy) const {
   const AttnLaunchConfig &config = launchConfig();

@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <cstdint>
 #include <fstream>
 #include <map>
@@ -41,12 +42,14 @@ inline LoadedKernel &loadKernel(const std::string &spec, const CompileOptions &o
 }
 
 /// What a run builds once before it launches (bit flags): the run-time tile
-/// coverage, then the longest-first work order (which counts with it).
-enum Prepared : unsigned { kNothing = 0, kTileCoverage = 1, kWorkOrder = 2 };
+/// coverage, then the longest-first work order (which counts with it), and
+/// the stored key bits of the coverage's partial tiles (with kTileCoverage).
+enum Prepared : unsigned { kNothing = 0, kTileCoverage = 1, kWorkOrder = 2, kTileKeyBits = 4 };
 
 /// The buffers `prepare` built; the arguments point into them.
 struct PreparedBuffers {
   DeviceBuffer coverage;
+  DeviceBuffer keyBits;
   DeviceBuffer workOrder;
 };
 
@@ -57,6 +60,10 @@ inline PreparedBuffers prepare(const LoadedKernel &kernel, AttnForwardArgs &args
   if (prepared & kTileCoverage) {
     buffers.coverage = buildTileCoverage(kernel.module, launch, args, nullptr);
     args.tileCoverage = static_cast<const unsigned char *>(buffers.coverage.data());
+    if (prepared & kTileKeyBits) {
+      buffers.keyBits = buildTileKeyBits(kernel.module, launch, args, nullptr);
+      args.tileKeyBits = buffers.keyBits.data();
+    }
   }
   if (prepared & kWorkOrder) {
     buffers.workOrder = buildWorkOrder(kernel.module, launch, args, nullptr);
@@ -104,33 +111,102 @@ inline std::string exampleWithHeads(const std::string &name,
   return replaceAll(readExample(name), "q_heads = 16, kv_heads = 16", heads);
 }
 
-/// The coverage byte of every (batch, head, query block, key tile) from the
-/// reference's mask predicates: 0 no pair kept, 2 all pairs inside the
-/// sequences kept, 1 otherwise. Query blocks and key tiles count
-/// `queryBlocks` and `keyTiles` (0: those of the problem's lengths), so that
-/// packed sequences can count those of the longest one.
-inline std::vector<uint8_t> referenceTileCoverage(const reference::Problem &problem,
-                                                  const AttnLaunchConfig &launch,
-                                                  int64_t queryBlocks = 0, int64_t keyTiles = 0) {
+/// Whether the reference keeps pair (q, k) of batch b, head h: the built-in
+/// mask and the mask_mod, for a pair inside the sequences.
+inline bool referenceKeeps(const reference::Problem &problem, int64_t b, int64_t h, int64_t q,
+                           int64_t k) {
+  return reference::maskAllows(problem.mask, q, k, problem.seqlenQ, problem.seqlenK) &&
+         (!problem.maskMod || problem.maskMod(b, h, q, k));
+}
+
+/// body(b, h, query block, key tile) for every tile in coverage order.
+/// Query blocks and key tiles count `queryBlocks` and `keyTiles` (0: those
+/// of the problem's lengths), so that packed sequences can count those of
+/// the longest one.
+template <typename Body>
+void forEachReferenceTile(const reference::Problem &problem, const AttnLaunchConfig &launch,
+                          int64_t queryBlocks, int64_t keyTiles, Body &&body) {
   if (queryBlocks == 0)
     queryBlocks = (problem.seqlenQ + launch.blockM - 1) / launch.blockM;
   if (keyTiles == 0)
     keyTiles = (problem.seqlenK + launch.blockN - 1) / launch.blockN;
-  std::vector<uint8_t> coverage;
   for (int64_t b = 0; b < problem.batch; ++b)
     for (int64_t h = 0; h < problem.qHeads; ++h)
       for (int64_t qb = 0; qb < queryBlocks; ++qb)
-        for (int64_t kt = 0; kt < keyTiles; ++kt) {
-          int64_t inside = 0, kept = 0;
-          for (int64_t q = qb * launch.blockM; q < std::min((qb + 1) * launch.blockM, problem.seqlenQ); ++q)
-            for (int64_t k = kt * launch.blockN; k < std::min((kt + 1) * launch.blockN, problem.seqlenK); ++k) {
-              ++inside;
-              kept += reference::maskAllows(problem.mask, q, k, problem.seqlenQ, problem.seqlenK) &&
-                      (!problem.maskMod || problem.maskMod(b, h, q, k));
-            }
-          coverage.push_back(kept == 0 ? 0 : (kept == inside ? 2 : 1));
-        }
+        for (int64_t kt = 0; kt < keyTiles; ++kt)
+          body(b, h, qb, kt);
+}
+
+/// The coverage byte of every (batch, head, query block, key tile) from the
+/// reference's mask predicates: 0 no pair kept, 2 all pairs inside the
+/// sequences kept, 1 otherwise; tiles counted as in forEachReferenceTile.
+inline std::vector<uint8_t> referenceTileCoverage(const reference::Problem &problem,
+                                                  const AttnLaunchConfig &launch,
+                                                  int64_t queryBlocks = 0, int64_t keyTiles = 0) {
+  std::vector<uint8_t> coverage;
+  forEachReferenceTile(problem, launch, queryBlocks, keyTiles,
+                       [&](int64_t b, int64_t h, int64_t qb, int64_t kt) {
+    int64_t inside = 0, kept = 0;
+    for (int64_t q = qb * launch.blockM; q < std::min((qb + 1) * launch.blockM, problem.seqlenQ); ++q)
+      for (int64_t k = kt * launch.blockN; k < std::min((kt + 1) * launch.blockN, problem.seqlenK); ++k) {
+        ++inside;
+        kept += referenceKeeps(problem, b, h, q, k);
+      }
+    coverage.push_back(kept == 0 ? 0 : (kept == inside ? 2 : 1));
+  });
   return coverage;
+}
+
+/// The stored key bits of the partial tiles (coverage byte 1) of `problem`,
+/// in coverage order, as the bytes of their words (ATTN's tile_key_bits
+/// layout): per tile blockM rows x 4 lane quads, each word of blockN / 4
+/// bits (4 bytes up to 128 keys a tile, else 8), bit 2 j + e of quad c
+/// keeping key 8 j + 2 c + e of the tile. Tiles counted as in
+/// forEachReferenceTile.
+inline std::vector<uint8_t> referenceTileKeyWords(const reference::Problem &problem,
+                                                  const AttnLaunchConfig &launch,
+                                                  int64_t queryBlocks = 0, int64_t keyTiles = 0) {
+  const std::vector<uint8_t> coverage =
+      referenceTileCoverage(problem, launch, queryBlocks, keyTiles);
+  const int64_t wordBytes = launch.blockN <= 128 ? 4 : 8;
+  std::vector<uint8_t> words;
+  size_t tile = 0;
+  forEachReferenceTile(problem, launch, queryBlocks, keyTiles,
+                       [&](int64_t b, int64_t h, int64_t qb, int64_t kt) {
+    if (coverage[tile++] != 1)
+      return;
+    for (int64_t row = 0; row < launch.blockM; ++row)
+      for (int64_t quad = 0; quad < 4; ++quad) {
+        uint64_t word = 0;
+        const int64_t q = qb * launch.blockM + row;
+        for (int64_t bit = 0; bit < launch.blockN / 4; ++bit) {
+          const int64_t k = kt * launch.blockN + 8 * (bit / 2) + 2 * quad + bit % 2;
+          if (q < problem.seqlenQ && k < problem.seqlenK && referenceKeeps(problem, b, h, q, k))
+            word |= uint64_t(1) << bit;
+        }
+        for (int64_t byte = 0; byte < wordBytes; ++byte)
+          words.push_back(uint8_t(word >> (8 * byte)));
+      }
+  });
+  return words;
+}
+
+/// Checks a buffer from buildTileKeyBits against the expected coverage and
+/// partial tiles' words: a slot per coverage byte (partial tiles numbered in
+/// order, -1 for the others), then from tileKeyBitsOffset the words.
+inline void checkTileKeyBits(const DeviceBuffer &keyBits, const std::vector<uint8_t> &coverage,
+                             const std::vector<uint8_t> &words) {
+  std::vector<int32_t> slots;
+  int32_t partial = 0;
+  for (uint8_t byte : coverage)
+    slots.push_back(byte == 1 ? partial++ : -1);
+  const size_t offset = size_t(attn_abi::tileKeyBitsOffset(int64_t(coverage.size())));
+  REQUIRE(keyBits.size() == offset + words.size());
+  std::vector<uint8_t> stored = keyBits.download<uint8_t>();
+  std::vector<int32_t> storedSlots(slots.size());
+  std::memcpy(storedSlots.data(), stored.data(), slots.size() * sizeof(int32_t));
+  CHECK(storedSlots == slots);
+  CHECK(std::vector<uint8_t>(stored.begin() + offset, stored.end()) == words);
 }
 
 /// The cost of every work tile in the kernel's default order (each (batch,

@@ -23,6 +23,7 @@ using namespace attn;
 using attn::gputest::exampleWithHeads;
 using attn::gputest::kNothing;
 using attn::gputest::kTileCoverage;
+using attn::gputest::kTileKeyBits;
 using attn::gputest::kWorkOrder;
 using attn::gputest::LoadedKernel;
 using attn::gputest::loadKernel;
@@ -120,13 +121,21 @@ void runPacked(const std::string &spec, const PackedLengths &lengths, uint64_t s
     // longest lengths (those past a sequence's end are empty).
     const int64_t queryBlocks = (packed.sequences.maxSeqlenQ + launch.blockM - 1) / launch.blockM;
     const int64_t keyTiles = (packed.sequences.maxSeqlenK + launch.blockN - 1) / launch.blockN;
+    std::vector<uint8_t> expectedWords;
     for (int64_t index = 0; index < sequences; ++index) {
-      std::vector<uint8_t> bytes = referenceTileCoverage(
-          sequenceProblem(whole, index, lengths.q[index], lengths.k[index]), launch, queryBlocks,
-          keyTiles);
+      reference::Problem sequence =
+          sequenceProblem(whole, index, lengths.q[index], lengths.k[index]);
+      std::vector<uint8_t> bytes = referenceTileCoverage(sequence, launch, queryBlocks, keyTiles);
       expectedCoverage.insert(expectedCoverage.end(), bytes.begin(), bytes.end());
+      if (prepared & kTileKeyBits) {
+        std::vector<uint8_t> words =
+            gputest::referenceTileKeyWords(sequence, launch, queryBlocks, keyTiles);
+        expectedWords.insert(expectedWords.end(), words.begin(), words.end());
+      }
     }
     CHECK(buffers.coverage.download<uint8_t>() == expectedCoverage);
+    if (prepared & kTileKeyBits)
+      gputest::checkTileKeyBits(buffers.keyBits, expectedCoverage, expectedWords);
   }
 
   reference::Problem layout;
@@ -213,6 +222,7 @@ TEST_CASE("a packed document mask reads captures sized by the longest sequence",
   PackedLengths lengths{{900, 0, 333, 129}, {900, 5, 333, 129}};
   runPacked(spec, lengths, 21, documents);
   runPacked(spec, lengths, 22, documents, /*headMajor=*/false, kTileCoverage | kWorkOrder);
+  runPacked(spec, lengths, 23, documents, /*headMajor=*/false, kTileCoverage | kTileKeyBits);
 }
 
 TEST_CASE("packed launches check their arguments on the device", "[gpu][packed]") {

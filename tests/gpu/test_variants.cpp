@@ -23,6 +23,7 @@ using namespace attn;
 using attn::gputest::exampleWithHeads;
 using attn::gputest::kNothing;
 using attn::gputest::kTileCoverage;
+using attn::gputest::kTileKeyBits;
 using attn::gputest::kWorkOrder;
 using attn::gputest::LoadedKernel;
 using attn::gputest::loadKernel;
@@ -69,6 +70,9 @@ void runVariant(const std::string &spec, const harness::Shape &shape, const Capt
       referenceProblemFromSpec(spec, shape.batch, shape.seqlenQ, shape.seqlenK, host);
   if (prepared & kTileCoverage)
     CHECK(buffers.coverage.download<uint8_t>() == referenceTileCoverage(problem, launch));
+  if (prepared & kTileKeyBits)
+    gputest::checkTileKeyBits(buffers.keyBits, referenceTileCoverage(problem, launch),
+                              gputest::referenceTileKeyWords(problem, launch));
   if (prepared & kWorkOrder)
     CHECK(gputest::downloadWorkOrder(buffers.workOrder, launch, args) ==
           workOrderOf(gputest::referenceWorkCosts(problem, launch), WorkOrderPolicy::LongestFirst));
@@ -280,6 +284,11 @@ TEST_CASE("document masking with captured ids matches the reference", "[gpu][var
   // reference's): empty tiles skipped, full ones untested per pair.
   runVariant(spec, {2, 1000, 1000, false}, documents, 21, kTileCoverage);
   runVariant(spec, {1, 700, 1300, false}, documents, 22, kTileCoverage | kWorkOrder);
+  // With the partial tiles' key bits stored as well (checked against the
+  // reference's): their pairs test a stored bit.
+  runVariant(spec, {2, 1000, 1000, false}, documents, 26, kTileCoverage | kTileKeyBits);
+  runVariant(spec, {1, 700, 1300, false}, documents, 27,
+             kTileCoverage | kTileKeyBits | kWorkOrder);
 }
 
 TEST_CASE("relative-position bias from a captured table matches the reference",
@@ -518,6 +527,8 @@ TEST_CASE("BigBird with captured random blocks matches the reference", "[gpu][va
   runVariant(spec, {1, 1000, 1000, false}, blocks, 16);
   runVariant(spec, {2, 640, 1100, false}, blocks, 17);
   runVariant(spec, {2, 640, 1100, false}, blocks, 23, kTileCoverage | kWorkOrder);
+  runVariant(spec, {2, 640, 1100, false}, blocks, 28, kTileCoverage | kTileKeyBits);
+  runVariant(spec, {1, 1000, 1000, false}, blocks, 29, kTileCoverage | kTileKeyBits | kWorkOrder);
 }
 
 TEST_CASE("rows that no key survives give 0 and -inf", "[gpu][variants]") {
@@ -547,9 +558,10 @@ TEST_CASE("rows that no key survives give 0 and -inf", "[gpu][variants]") {
   runVariant(spec, {1, 700, 500, false}, {}, 18);
 }
 
-TEST_CASE("a JIT kernel builds and uses the tile coverage and the work order", "[gpu][variants]") {
+TEST_CASE("a JIT kernel builds and uses the tile coverage, its key bits and the work order", "[gpu][variants]") {
   // attn::Compiler -> attn::Kernel: coverage from Kernel::buildTileCoverage,
-  // order from Kernel::buildWorkOrder, output against the reference.
+  // its key bits from Kernel::buildTileKeyBits, order from
+  // Kernel::buildWorkOrder, output against the reference.
   std::string spec = exampleWithHeads("document_mask_hd128.mlir");
   Kernel kernel = compileWithoutDiskCache(spec, "document_mask.mlir");
   harness::Shape shape{1, 900, 900, false};
@@ -562,6 +574,8 @@ TEST_CASE("a JIT kernel builds and uses the tile coverage and the work order", "
   AttnForwardArgs args = data.args();
   DeviceBuffer coverage = kernel.buildTileCoverage(args);
   args.tileCoverage = static_cast<const unsigned char *>(coverage.data());
+  DeviceBuffer keyBits = kernel.buildTileKeyBits(args);
+  args.tileKeyBits = keyBits.data();
   DeviceBuffer workOrder = kernel.buildWorkOrder(args);
   args.workOrder = static_cast<const int32_t *>(workOrder.data());
   kernel.run(args);

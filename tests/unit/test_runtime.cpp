@@ -881,7 +881,30 @@ TEST_CASE("packed sequences pass validation and set the parameter block's sizes"
   // key tiles.
   CHECK(forwardWorkTiles(config, 3, 130) == 3 * 8 * 2);
   CHECK(tileCoverageBytes(config, args) == uint64_t(3 * 8 * 2 * 3));
+  // Key bits: an int32 slot per coverage byte, 576 bytes, rounded up to 256.
+  CHECK(tileKeyBitsSlotBytes(config, args) == uint64_t(768));
   CHECK(workOrderBytes(config, args) == uint64_t(3 * 8 * 2 * 4));
+}
+
+TEST_CASE("stored key bits need the tile coverage they belong to", "[runtime][validate]") {
+  AttnLaunchConfig config = makeConfig();
+  AttnForwardArgs args = makeArgs();
+  int stored = 0;
+  args.tileKeyBits = &stored;
+  CHECK_THROWS_WITH(validateForwardArgs(config, args),
+                    StartsWith("tileKeyBits:") && Contains("tileCoverage"));
+  unsigned char coverage = 0;
+  args.tileCoverage = &coverage;
+  CHECK_NOTHROW(validateForwardArgs(config, args));
+  // A 128 x 128 tile stores 128 rows x 4 quads of 32-bit words; wider key
+  // tiles take 64-bit words.
+  CHECK(attn_abi::tileKeyBitsPerTile(128, 128) == 2048);
+  CHECK(attn_abi::tileKeyBitsPerTile(128, 64) == 2048);
+  CHECK(attn_abi::tileKeyBitsPerTile(64, 176) == 2048);
+  CHECK(attn_abi::tileKeyBitsOffset(0) == 0);
+  CHECK(attn_abi::tileKeyBitsOffset(1) == 256);
+  CHECK(attn_abi::tileKeyBitsOffset(64) == 256);
+  CHECK(attn_abi::tileKeyBitsOffset(65) == 512);
 }
 
 TEST_CASE("the work order starts the costliest tiles first, ties in index order",

@@ -93,6 +93,13 @@ cl::opt<bool> tileCoverage(
     cl::desc("Build the masks' tile coverage once (timed separately) and pass it to every launch"),
     cl::init(false));
 
+cl::opt<bool> tileKeyBits(
+    "tile-key-bits",
+    cl::desc("With --tile-coverage: also store the partial tiles' kept keys (built and timed "
+             "with the coverage), so that their pairs test a bit instead of the mask_mod; "
+             "--tile-key-bits=false evaluates the mask_mod per pair"),
+    cl::init(true));
+
 cl::opt<std::string> coverageOf(
     "coverage-of",
     cl::desc("VARIANT.mlir: run this spec (a mask_mod that reads a buffer, so that the run-time "
@@ -270,6 +277,7 @@ int runLinearSpec(Loaded &kernel, const std::string &spec) {
 /// apart), with `args` pointing into them.
 struct BuiltOnce {
   attn::DeviceBuffer coverage;
+  attn::DeviceBuffer keyBits;
   attn::DeviceBuffer workOrder;
 };
 
@@ -336,11 +344,18 @@ BuiltOnce buildOnce(Loaded &kernel, attn::AttnForwardArgs &args) {
   } else if (tileCoverage) {
     auto start = std::chrono::steady_clock::now();
     built.coverage = attn::buildTileCoverage(kernel.module, launch, args, nullptr);
+    args.tileCoverage = static_cast<const unsigned char *>(built.coverage.data());
+    if (tileKeyBits) {
+      built.keyBits = attn::buildTileKeyBits(kernel.module, launch, args, nullptr);
+      args.tileKeyBits = built.keyBits.data();
+    }
     ATTN_CU_CHECK(cuCtxSynchronize);
     double buildMs = millisecondsSince(start);
-    args.tileCoverage = static_cast<const unsigned char *>(built.coverage.data());
-    std::printf("tile coverage built in %.3f ms (%llu bytes)\n", buildMs,
+    std::printf("tile coverage built in %.3f ms (%llu bytes", buildMs,
                 (unsigned long long)attn::tileCoverageBytes(launch, args));
+    if (tileKeyBits)
+      std::printf(", key bits %llu bytes", (unsigned long long)built.keyBits.size());
+    std::printf(")\n");
   }
   if (useWorkOrder) {
     auto start = std::chrono::steady_clock::now();

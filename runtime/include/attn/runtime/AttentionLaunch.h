@@ -140,6 +140,12 @@ struct AttnForwardArgs {
   /// it a mask the compiler could not classify is tested on every tile of
   /// the built-in mask's range.
   const unsigned char *tileCoverage = nullptr;
+  /// Optional, with tileCoverage: the stored key bits of its partial tiles,
+  /// from buildTileKeyBits for the same shapes, captures and coverage
+  /// (device memory of at least tileKeyBitsSlotBytes bytes). With them the
+  /// kernel tests a partial tile's pairs by one load a row instead of
+  /// evaluating the mask_mod per pair.
+  const void *tileKeyBits = nullptr;
   /// Optional: the order in which the work tiles start, from buildWorkOrder
   /// for these shapes, captures and tile coverage (device memory of
   /// workOrderBytes bytes). Without it they start in the default order
@@ -172,6 +178,10 @@ PackedSequenceOffsets uploadPackedSequences(const std::vector<int64_t> &seqlensQ
 /// blockM rows, key tile of blockN rows); packed sequences count the longest
 /// lengths (query blocks past a sequence's end are empty).
 uint64_t tileCoverageBytes(const AttnLaunchConfig &config, const AttnForwardArgs &args);
+
+/// Bytes of the slots at the start of a tile key bits buffer: one int32 per
+/// tile coverage byte, 256-byte aligned. The partial tiles' words follow.
+uint64_t tileKeyBitsSlotBytes(const AttnLaunchConfig &config, const AttnForwardArgs &args);
 
 /// Bytes of a work order: one int32 per work tile (forwardWorkTiles of the
 /// logical batch and query length).
@@ -275,6 +285,19 @@ void launchForward(KernelFunction &kernel, const AttnLaunchConfig &config,
 /// Validates like launchForward (args.tileCoverage is ignored).
 DeviceBuffer buildTileCoverage(const Module &module, const AttnLaunchConfig &config,
                                const AttnForwardArgs &args, CUstream stream);
+
+/// Stores the kept keys of every partial tile of args.tileCoverage, for
+/// args.tileKeyBits: the module's slot kernel (ATTN_TILE_SLOT_KERNEL_NAME)
+/// numbers the partial tiles, then its key bits kernel
+/// (ATTN_TILE_KEY_BITS_KERNEL_NAME) evaluates their pairs again and writes a
+/// bit per pair: tileKeyBitsSlotBytes, then blockM x blockN / 8 bytes per
+/// partial tile (2 KiB for 128 x 128 tiles; twice that past 128 keys a tile).
+/// It synchronizes `stream` once, to size the buffer by the partial tiles'
+/// count. Build it once per shape and captures, after the coverage, and pass
+/// both to every launch. Validates like launchForward; throws attn::Error
+/// naming "tileCoverage" when args has none.
+DeviceBuffer buildTileKeyBits(const Module &module, const AttnLaunchConfig &config,
+                              const AttnForwardArgs &args, CUstream stream);
 
 /// Launches the work order kernel (`sortKernel`, the module's
 /// ATTN_WORK_ORDER_KERNEL_NAME) on `stream`: `order` receives the ranking of

@@ -86,6 +86,10 @@ public:
   /// (attn::buildTileCoverage with this kernel's module): pass it as
   /// args.tileCoverage to later runs with the same shapes and captures.
   DeviceBuffer buildTileCoverage(const AttnForwardArgs &args, CUstream stream = nullptr) const;
+  /// The stored key bits of the partial tiles of args.tileCoverage
+  /// (attn::buildTileKeyBits with this kernel's module; synchronizes
+  /// `stream`): pass them as args.tileKeyBits beside the coverage.
+  DeviceBuffer buildTileKeyBits(const AttnForwardArgs &args, CUstream stream = nullptr) const;
   /// The order of the work tiles for these arguments under `policy`
   /// (attn::buildWorkOrder with this kernel's module; args.tileCoverage
   /// counts), built on `stream` without a synchronization: the buffer holds
