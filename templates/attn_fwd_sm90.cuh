@@ -673,8 +673,7 @@ __device__ __forceinline__ int VisitedTileWalk::next(const attn_abi::AttnFwdPara
 }
 
 // This thread's two rows of a tile's stored key bits; slot -1 where the
-// coverage has the tile full (the mask_mod keeps its keys inside the
-// sequences). Loaded when the walk reaches the tile, so that the load runs
+// coverage has the tile full (the masks keep all its keys). Loaded when the walk reaches the tile, so that the load runs
 // under the wait for its scores.
 struct StoredKeyRows {
   int slot;
@@ -742,13 +741,10 @@ __device__ __forceinline__ void applyMask(const attn_abi::AttnFwdParams &p,
     return;
   }
   if constexpr (StoredBits) {
-    const ThreadKeys<kBlockN> keys{keyBase + fragmentColumn(0, lane)};
     KeyBits kept[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half)
-      kept[half] = stored.slot >= 0 ? stored.rows[half]
-                                    : Mask::keptKeys(row0 + 8 * half, work.sequence.shift, keys) &
-                                          keys.below(work.sequence.seqlenK);
+      kept[half] = stored.slot >= 0 ? stored.rows[half] : ThreadKeys<kBlockN>::all();
     applyKeptKeys(scores, kept);
     return;
   }
@@ -1429,7 +1425,8 @@ __device__ __forceinline__ TileKeyWord evaluateTileKeyWord(const attn_abi::AttnF
 // not classify (it reads a buffer, ...): block (key tile, query block,
 // batch * head) tests every pair of its tile inside the sequences against the
 // built-in mask and the mask_mod and writes Empty, Partial or Full (Empty
-// past a packed sequence's end). The
+// past a packed sequence's end; Full only where every key of the tile lies
+// inside the key length). The
 // forward kernel then skips the empty tiles and the per-pair test of the full
 // ones. Built once per shape and captures, reused by every launch.
 extern "C" __global__ void __launch_bounds__(ATTN_TILE_COVERAGE_THREADS)
@@ -1453,8 +1450,13 @@ extern "C" __global__ void __launch_bounds__(ATTN_TILE_COVERAGE_THREADS)
   atomicAdd(&counts[1], kept);
   __syncthreads();
   if (threadIdx.x == 0) {
+    // A tile past the key length is partial for the forward kernel anyway
+    // (sliceCoverage): so it gets stored key bits, and a full tile keeps
+    // every key.
+    const bool keysInside = (keyTile + 1) * kBlockN <= sequence.seqlenK;
     Coverage coverage = counts[1] == 0 ? Coverage::Empty
-                                       : (counts[1] == counts[0] ? Coverage::Full : Coverage::Partial);
+                        : (counts[1] == counts[0] && keysInside ? Coverage::Full
+                                                                : Coverage::Partial);
     p.tile_coverage[tileCoverageIndex(p, batch, head, queryBlock, keyTile)] =
         static_cast<unsigned char>(coverage);
   }

@@ -66,7 +66,8 @@ struct AttnFwdParams {
   // The spec's captured buffers, in declaration order (unused entries null).
   CaptureArg captures[kMaxCaptures];
   // Optional tile coverage of the masks, one byte (0 empty, 1 partial,
-  // 2 full) per [batch][q_heads][query block][key tile], written by the
+  // 2 full: every pair inside the sequences kept, and every key of the tile
+  // inside the key length) per [batch][q_heads][query block][key tile], written by the
   // coverage kernel for masks the compiler could not classify; null when
   // absent. The forward kernel only reads it.
   unsigned char *tile_coverage;

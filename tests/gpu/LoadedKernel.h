@@ -139,7 +139,8 @@ void forEachReferenceTile(const reference::Problem &problem, const AttnLaunchCon
 
 /// The coverage byte of every (batch, head, query block, key tile) from the
 /// reference's mask predicates: 0 no pair kept, 2 all pairs inside the
-/// sequences kept, 1 otherwise; tiles counted as in forEachReferenceTile.
+/// sequences kept and every key of the tile inside the key length, 1
+/// otherwise; tiles counted as in forEachReferenceTile.
 inline std::vector<uint8_t> referenceTileCoverage(const reference::Problem &problem,
                                                   const AttnLaunchConfig &launch,
                                                   int64_t queryBlocks = 0, int64_t keyTiles = 0) {
@@ -152,7 +153,8 @@ inline std::vector<uint8_t> referenceTileCoverage(const reference::Problem &prob
         ++inside;
         kept += referenceKeeps(problem, b, h, q, k);
       }
-    coverage.push_back(kept == 0 ? 0 : (kept == inside ? 2 : 1));
+    const bool keysInside = (kt + 1) * launch.blockN <= problem.seqlenK;
+    coverage.push_back(kept == 0 ? 0 : (kept == inside && keysInside ? 2 : 1));
   });
   return coverage;
 }
