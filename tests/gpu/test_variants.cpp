@@ -260,24 +260,27 @@ TEST_CASE("Longformer matches the reference", "[gpu][variants]") {
   runVariant(spec, {2, 1100, 1100, false}, {}, 25, kWorkOrder);
 }
 
+// Document ids [batch, seqlen_k] in runs of 1 to 400 keys.
+void addDocuments(harness::ForwardProblem &data, const AttnLaunchConfig &,
+                  const harness::Shape &shape, std::mt19937_64 &random) {
+  std::vector<int32_t> ids;
+  for (int64_t b = 0; b < shape.batch; ++b) {
+    int32_t document = 0;
+    int64_t left = 0;
+    for (int64_t s = 0; s < shape.seqlenK; ++s, --left) {
+      if (left == 0) {
+        left = 1 + random() % 400;
+        ++document;
+      }
+      ids.push_back(document);
+    }
+  }
+  data.addCapture(ids, {shape.batch, shape.seqlenK});
+}
+
 TEST_CASE("document masking with captured ids matches the reference", "[gpu][variants]") {
   std::string spec = exampleWithHeads("document_mask_hd128.mlir");
-  auto documents = [](harness::ForwardProblem &data, const AttnLaunchConfig &,
-                      const harness::Shape &shape, std::mt19937_64 &random) {
-    std::vector<int32_t> ids;
-    for (int64_t b = 0; b < shape.batch; ++b) {
-      int32_t document = 0;
-      int64_t left = 0;
-      for (int64_t s = 0; s < shape.seqlenK; ++s, --left) {
-        if (left == 0) {
-          left = 1 + random() % 400;
-          ++document;
-        }
-        ids.push_back(document);
-      }
-    }
-    data.addCapture(ids, {shape.batch, shape.seqlenK});
-  };
+  const CaptureMaker documents = addDocuments;
   runVariant(spec, {2, 1000, 1000, false}, documents, 11);
   runVariant(spec, {1, 1500, 1500, true}, documents, 12);
   // With the tile coverage built at run time (checked against the
@@ -289,6 +292,27 @@ TEST_CASE("document masking with captured ids matches the reference", "[gpu][var
   runVariant(spec, {2, 1000, 1000, false}, documents, 26, kTileCoverage | kTileKeyBits);
   runVariant(spec, {1, 700, 1300, false}, documents, 27,
              kTileCoverage | kTileKeyBits | kWorkOrder);
+}
+
+TEST_CASE("stored key bits match the reference at every head dim and key tile width",
+          "[gpu][variants]") {
+  // The words of 128-row tiles at head dim 128, of 192-row tiles with three
+  // consumers at 64, of 80-key tiles at 256 (20 bits a word), and of
+  // 192-key tiles (64-bit words); each checked against the reference's
+  // words, and the output against the reference's.
+  std::string spec = exampleWithHeads("document_mask_hd128.mlir");
+  int seed = 70;
+  for (const char *headDim : {"head_dim = 64", "head_dim = 256"})
+    runVariant(replaceAll(spec, "head_dim = 128", headDim), {2, 1000, 1300, false}, addDocuments,
+               seed++, kTileCoverage | kTileKeyBits);
+  CompileOptions wide;
+  wide.tileOverride = "block_m=128,block_n=192,consumer_warpgroups=2";
+  const std::string headDim64 = replaceAll(spec, "head_dim = 128", "head_dim = 64");
+  REQUIRE(loadKernel(headDim64, wide).compiled.launch.blockN == 192);
+  runVariant(headDim64, {2, 1000, 1300, false}, addDocuments, seed++,
+             kTileCoverage | kTileKeyBits, wide);
+  runVariant(headDim64, {1, 700, 500, false}, addDocuments, seed++,
+             kTileCoverage | kTileKeyBits | kWorkOrder, wide);
 }
 
 TEST_CASE("relative-position bias from a captured table matches the reference",
