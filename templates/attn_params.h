@@ -79,8 +79,10 @@ struct AttnFwdParams {
   // of BLOCK_N / 4 bits (32-bit words up to 128 keys a tile, else 64-bit):
   // bit 2 j + e of row r's word c keeps key 8 j + 2 c + e of the tile, for
   // the mask, the mask_mod and the sequence lengths together. The forward
-  // kernel only reads them.
+  // kernel only reads them. tile_key_words points at the words (set by the
+  // runtime beside tile_key_bits).
   unsigned *tile_key_bits;
+  unsigned *tile_key_words;
   // Optional order of the work tiles: entry i is the default-order index
   // (see the kernel's TileSchedule) of the i-th work tile to start, a
   // permutation written by the host from the work cost kernel's counts;

@@ -525,6 +525,10 @@ attn_abi::AttnFwdParams encodeForwardParams(const AttnLaunchConfig &config,
   fillCaptureArgs(args, params);
   params.tile_coverage = const_cast<unsigned char *>(args.tileCoverage);
   params.tile_key_bits = static_cast<unsigned *>(const_cast<void *>(args.tileKeyBits));
+  if (args.tileKeyBits)
+    params.tile_key_words = reinterpret_cast<unsigned *>(
+        static_cast<char *>(const_cast<void *>(args.tileKeyBits)) +
+        tileKeyBitsSlotBytes(config, args));
   params.work_order = args.workOrder;
   return params;
 }
@@ -1090,6 +1094,8 @@ DeviceBuffer buildTileKeyBits(const Module &module, const AttnLaunchConfig &conf
   numberPartialTiles(static_cast<int *>(bits.data()), nullptr);
   attn_abi::AttnFwdParams params = encodeForwardParams(config, checked);
   params.tile_key_bits = static_cast<unsigned *>(bits.data());
+  params.tile_key_words =
+      reinterpret_cast<unsigned *>(static_cast<char *>(bits.data()) + slotBytes);
   Dim3 grid{static_cast<unsigned>(shape.keyTiles), static_cast<unsigned>(shape.queryBlocks),
             static_cast<unsigned>(shape.batchHeads)};
   void *kernelArgs[] = {&params};
