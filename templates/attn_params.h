@@ -80,9 +80,13 @@ struct AttnFwdParams {
   // bit 2 j + e of row r's word c keeps key 8 j + 2 c + e of the tile, for
   // the mask, the mask_mod and the sequence lengths together. The forward
   // kernel only reads them. tile_key_words points at the words (set by the
-  // runtime beside tile_key_bits).
+  // runtime beside tile_key_bits), and tile_key_slot_limit bounds the slots
+  // whose words the allocation holds: the kernel reads a slot at or past it
+  // (a buffer built for other shapes) as a full tile, so that a foreign
+  // buffer gives wrong rows but never an access outside it.
   unsigned *tile_key_bits;
   unsigned *tile_key_words;
+  int tile_key_slot_limit;
   // Optional order of the work tiles: entry i is the default-order index
   // (see the kernel's TileSchedule) of the i-th work tile to start, a
   // permutation written by the host from the work cost kernel's counts;

@@ -491,6 +491,21 @@ void validateDevicePointers(const AttnLaunchConfig &config,
 
 namespace {
 
+/// How many partial tiles' words the allocation holding `words` has room
+/// for from there (INT_MAX where the driver does not say).
+int tileKeySlotLimit(const AttnLaunchConfig &config, const char *words) {
+  PointerInfo info = queryPointer(words);
+  if (info.rangeBytes == 0)
+    return INT_MAX;
+  const auto address = reinterpret_cast<uintptr_t>(words);
+  const uintptr_t end = info.rangeStart + info.rangeBytes;
+  if (address >= end)
+    return 0;
+  const uint64_t tiles =
+      (end - address) / uint64_t(attn_abi::tileKeyBitsPerTile(config.blockM, config.blockN));
+  return static_cast<int>(std::min<uint64_t>(tiles, INT_MAX));
+}
+
 /// The parameter block of arguments validateForwardArgs has accepted.
 attn_abi::AttnFwdParams encodeForwardParams(const AttnLaunchConfig &config,
                                             const AttnForwardArgs &args) {
@@ -525,10 +540,12 @@ attn_abi::AttnFwdParams encodeForwardParams(const AttnLaunchConfig &config,
   fillCaptureArgs(args, params);
   params.tile_coverage = const_cast<unsigned char *>(args.tileCoverage);
   params.tile_key_bits = static_cast<unsigned *>(const_cast<void *>(args.tileKeyBits));
-  if (args.tileKeyBits)
-    params.tile_key_words = reinterpret_cast<unsigned *>(
-        static_cast<char *>(const_cast<void *>(args.tileKeyBits)) +
-        tileKeyBitsSlotBytes(config, args));
+  if (args.tileKeyBits) {
+    char *words = static_cast<char *>(const_cast<void *>(args.tileKeyBits)) +
+                  tileKeyBitsSlotBytes(config, args);
+    params.tile_key_words = reinterpret_cast<unsigned *>(words);
+    params.tile_key_slot_limit = tileKeySlotLimit(config, words);
+  }
   params.work_order = args.workOrder;
   return params;
 }
@@ -1096,6 +1113,7 @@ DeviceBuffer buildTileKeyBits(const Module &module, const AttnLaunchConfig &conf
   params.tile_key_bits = static_cast<unsigned *>(bits.data());
   params.tile_key_words =
       reinterpret_cast<unsigned *>(static_cast<char *>(bits.data()) + slotBytes);
+  params.tile_key_slot_limit = partialTiles;
   Dim3 grid{static_cast<unsigned>(shape.keyTiles), static_cast<unsigned>(shape.queryBlocks),
             static_cast<unsigned>(shape.batchHeads)};
   void *kernelArgs[] = {&params};

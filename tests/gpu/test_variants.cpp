@@ -612,6 +612,43 @@ TEST_CASE("a JIT kernel builds and uses the tile coverage, its key bits and the 
   CHECK(result.passed());
 }
 
+TEST_CASE("key bits whose allocation lacks a slot's words read that tile as full",
+          "[gpu][variants]") {
+  // A buffer built for other shapes can hold fewer words than the coverage's
+  // slots name: the launch bounds the slots by the allocation
+  // (tile_key_slot_limit), so the kernel never reads past it (compute-sanitizer
+  // memcheck runs this test) and the tiles past the bound keep all keys.
+  std::string spec = exampleWithHeads("document_mask_hd128.mlir");
+  LoadedKernel &kernel = loadKernel(spec);
+  const AttnLaunchConfig &launch = kernel.compiled.launch;
+  harness::Shape shape{2, 1000, 1000, false};
+  harness::ForwardProblem data(launch, shape, 75);
+  std::mt19937_64 random(75);
+  addDocuments(data, launch, shape, random);
+  data.poisonOutputs();
+  AttnForwardArgs args = data.args();
+  gputest::PreparedBuffers buffers =
+      gputest::prepare(kernel, args, kTileCoverage | kTileKeyBits);
+  const uint64_t slotBytes = tileKeyBitsSlotBytes(launch, args);
+  const uint64_t tileBytes = uint64_t(attn_abi::tileKeyBitsPerTile(launch.blockM, launch.blockN));
+  REQUIRE(buffers.keyBits.size() > slotBytes + tileBytes); // more than one partial tile
+  // The slots and the first tile's words only.
+  std::vector<uint8_t> stored = buffers.keyBits.download<uint8_t>();
+  stored.resize(slotBytes + tileBytes);
+  DeviceBuffer truncated(stored.size());
+  truncated.upload(stored);
+  args.tileKeyBits = truncated.data();
+  launchForward(kernel.function, launch, args, nullptr);
+  ATTN_CU_CHECK(cuCtxSynchronize);
+  std::vector<HostCapture> host = gputest::hostCaptures(data);
+  reference::Problem problem =
+      referenceProblemFromSpec(spec, shape.batch, shape.seqlenQ, shape.seqlenK, host);
+  harness::Comparison result = harness::compareWithReference(problem, data, launch.dtype);
+  CHECK(result.nonFinite == 0);
+  // The tiles past the bound kept pairs the mask drops.
+  CHECK(result.toleranceViolations > 0);
+}
+
 TEST_CASE("a variant launched without its captured buffer is refused", "[gpu][variants]") {
   std::string spec = exampleWithHeads("alibi_causal_hd128.mlir");
   LoadedKernel &kernel = loadKernel(spec);
