@@ -446,6 +446,9 @@ void validateForwardArgs(const AttnLaunchConfig &config,
   if (args.tileKeyBits && !args.tileCoverage)
     fail("tileKeyBits", "stores the partial tiles of a tile coverage: pass that coverage as "
                         "tileCoverage too");
+  // The kernel reads its words as 64-bit values past 128 keys a tile.
+  if (reinterpret_cast<uintptr_t>(args.tileKeyBits) % 8 != 0)
+    fail("tileKeyBits", "pointer must be 8-byte aligned");
 }
 
 void validateDevicePointers(const AttnLaunchConfig &config,
@@ -491,10 +494,11 @@ void validateDevicePointers(const AttnLaunchConfig &config,
 
 namespace {
 
-/// How many partial tiles' words the allocation holding `words` has room
-/// for from there (INT_MAX where the driver does not say).
-int tileKeySlotLimit(const AttnLaunchConfig &config, const char *words) {
-  PointerInfo info = queryPointer(words);
+/// How many partial tiles' words the allocation holding the key bits
+/// `buffer` has room for from `words` on (INT_MAX where the driver does not
+/// say). Asked of the buffer's start: `words` may lie at its allocation's end.
+int tileKeySlotLimit(const AttnLaunchConfig &config, const void *buffer, const char *words) {
+  PointerInfo info = queryPointer(buffer);
   if (info.rangeBytes == 0)
     return INT_MAX;
   const auto address = reinterpret_cast<uintptr_t>(words);
@@ -544,7 +548,7 @@ attn_abi::AttnFwdParams encodeForwardParams(const AttnLaunchConfig &config,
     char *words = static_cast<char *>(const_cast<void *>(args.tileKeyBits)) +
                   tileKeyBitsSlotBytes(config, args);
     params.tile_key_words = reinterpret_cast<unsigned *>(words);
-    params.tile_key_slot_limit = tileKeySlotLimit(config, words);
+    params.tile_key_slot_limit = tileKeySlotLimit(config, args.tileKeyBits, words);
   }
   params.work_order = args.workOrder;
   return params;
@@ -1091,6 +1095,10 @@ DeviceBuffer buildTileKeyBits(const Module &module, const AttnLaunchConfig &conf
   if (shape.bytes() > uint64_t(INT_MAX))
     fail("q", "the key bits number at most " + std::to_string(INT_MAX) + " tiles, got " +
                   std::to_string(shape.bytes()));
+  if (shape.batchHeads > 65535 || shape.queryBlocks > 65535)
+    fail("q", "the key bits grid takes at most 65535 (batch x heads) and 65535 query "
+              "blocks, got " + std::to_string(shape.batchHeads) + " and " +
+              std::to_string(shape.queryBlocks));
   // Looked up before anything launches: a failed lookup must not free a
   // buffer under a running kernel.
   KernelFunction slotKernel = module.function(ATTN_TILE_SLOT_KERNEL_NAME);

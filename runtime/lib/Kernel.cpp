@@ -160,8 +160,11 @@ DeviceBuffer Kernel::buildTileCoverage(const AttnForwardArgs &args, CUstream str
 
 DeviceBuffer Kernel::buildTileKeyBits(const AttnForwardArgs &args, CUstream stream) const {
   const AttnLaunchConfig &config = launchConfig();
-  validateForwardArgs(config, args);
-  return ::attn::buildTileKeyBits(loadedForCurrentContext().module, config, args, stream);
+  // args.tileKeyBits is ignored, as by attn::buildTileKeyBits.
+  AttnForwardArgs checked = args;
+  checked.tileKeyBits = nullptr;
+  validateForwardArgs(config, checked);
+  return ::attn::buildTileKeyBits(loadedForCurrentContext().module, config, checked, stream);
 }
 
 DeviceBuffer Kernel::buildWorkOrder(const AttnForwardArgs &args, CUstream stream,
