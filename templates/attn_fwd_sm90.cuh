@@ -660,11 +660,11 @@ __device__ __forceinline__ int VisitedTileWalk::next(const attn_abi::AttnFwdPara
                               : Coverage::Empty;
     full = __ballot_sync(0xffffffffu, mine == Coverage::Full);
     empty = __ballot_sync(0xffffffffu, mine == Coverage::Empty);
-    if constexpr (kStoredKeyBits)
+    if constexpr (kStoredKeyBits) {
       slot = p.tile_key_bits && ((bits >> lane) & 1u) ? storedKeySlot(p, work, candidate) : -1;
-    if constexpr (kStoredKeyBits)
       if (slot >= p.tile_key_slot_limit)
         slot = -1;
+    }
   }
 }
 

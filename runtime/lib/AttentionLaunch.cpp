@@ -999,6 +999,17 @@ namespace {
 struct TileCoverageShape {
   uint64_t batchHeads, queryBlocks, keyTiles;
   uint64_t bytes() const { return batchHeads * queryBlocks * keyTiles; }
+
+  /// The grid of a kernel with a block per tile (key tiles, query blocks,
+  /// batch x heads); throws attn::Error naming "q" past the grid's limits.
+  Dim3 tileGrid(const std::string &kernel) const {
+    if (batchHeads > 65535 || queryBlocks > 65535)
+      fail("q", "the " + kernel + " grid takes at most 65535 (batch x heads) and 65535 query "
+                "blocks, got " + std::to_string(batchHeads) + " and " +
+                std::to_string(queryBlocks));
+    return Dim3{static_cast<unsigned>(keyTiles), static_cast<unsigned>(queryBlocks),
+                static_cast<unsigned>(batchHeads)};
+  }
 };
 
 TileCoverageShape tileCoverageShape(const AttnLaunchConfig &config, const AttnForwardArgs &args) {
@@ -1064,15 +1075,10 @@ DeviceBuffer buildTileCoverage(const Module &module, const AttnLaunchConfig &con
   if (shape.bytes() == 0)
     return coverage;
   validateDevicePointers(config, checked);
-  if (shape.batchHeads > 65535 || shape.queryBlocks > 65535)
-    fail("q", "the tile coverage grid takes at most 65535 (batch x heads) and 65535 query "
-              "blocks, got " + std::to_string(shape.batchHeads) + " and " +
-              std::to_string(shape.queryBlocks));
+  Dim3 grid = shape.tileGrid("tile coverage");
   attn_abi::AttnFwdParams params = encodeForwardParams(config, checked);
   params.tile_coverage = static_cast<unsigned char *>(coverage.data());
   KernelFunction kernel = module.function(ATTN_TILE_COVERAGE_KERNEL_NAME);
-  Dim3 grid{static_cast<unsigned>(shape.keyTiles), static_cast<unsigned>(shape.queryBlocks),
-            static_cast<unsigned>(shape.batchHeads)};
   Dim3 block{ATTN_TILE_COVERAGE_THREADS, 1, 1};
   void *kernelArgs[] = {&params};
   kernel.launch(grid, block, 0, stream, kernelArgs);
@@ -1095,10 +1101,7 @@ DeviceBuffer buildTileKeyBits(const Module &module, const AttnLaunchConfig &conf
   if (shape.bytes() > uint64_t(INT_MAX))
     fail("q", "the key bits number at most " + std::to_string(INT_MAX) + " tiles, got " +
                   std::to_string(shape.bytes()));
-  if (shape.batchHeads > 65535 || shape.queryBlocks > 65535)
-    fail("q", "the key bits grid takes at most 65535 (batch x heads) and 65535 query "
-              "blocks, got " + std::to_string(shape.batchHeads) + " and " +
-              std::to_string(shape.queryBlocks));
+  Dim3 grid = shape.tileGrid("key bits");
   // Looked up before anything launches: a failed lookup must not free a
   // buffer under a running kernel.
   KernelFunction slotKernel = module.function(ATTN_TILE_SLOT_KERNEL_NAME);
@@ -1117,13 +1120,10 @@ DeviceBuffer buildTileKeyBits(const Module &module, const AttnLaunchConfig &conf
   DeviceBuffer bits(slotBytes + uint64_t(partialTiles) * uint64_t(attn_abi::tileKeyBitsPerTile(
                                                               config.blockM, config.blockN)));
   numberPartialTiles(static_cast<int *>(bits.data()), nullptr);
+  // The key bits kernel writes the words through the parameters the forward
+  // kernel reads them by.
+  checked.tileKeyBits = bits.data();
   attn_abi::AttnFwdParams params = encodeForwardParams(config, checked);
-  params.tile_key_bits = static_cast<unsigned *>(bits.data());
-  params.tile_key_words =
-      reinterpret_cast<unsigned *>(static_cast<char *>(bits.data()) + slotBytes);
-  params.tile_key_slot_limit = partialTiles;
-  Dim3 grid{static_cast<unsigned>(shape.keyTiles), static_cast<unsigned>(shape.queryBlocks),
-            static_cast<unsigned>(shape.batchHeads)};
   void *kernelArgs[] = {&params};
   bitsKernel.launch(grid, Dim3{ATTN_TILE_COVERAGE_THREADS, 1, 1}, 0, stream, kernelArgs);
   return bits;

@@ -159,17 +159,16 @@ inline std::vector<uint8_t> referenceTileCoverage(const reference::Problem &prob
   return coverage;
 }
 
-/// The stored key bits of the partial tiles (coverage byte 1) of `problem`,
-/// in coverage order, as the bytes of their words (ATTN's tile_key_bits
-/// layout): per tile blockM rows x 4 lane quads, each word of blockN / 4
-/// bits (4 bytes up to 128 keys a tile, else 8), bit 2 j + e of quad c
-/// keeping key 8 j + 2 c + e of the tile. Tiles counted as in
-/// forEachReferenceTile.
+/// The stored key bits of the partial tiles of `problem`, those `coverage`
+/// (its referenceTileCoverage) has at 1, in coverage order, as the bytes of
+/// their words (ATTN's tile_key_bits layout): per tile blockM rows x 4 lane
+/// quads, each word of blockN / 4 bits (4 bytes up to 128 keys a tile, else
+/// 8), bit 2 j + e of quad c keeping key 8 j + 2 c + e of the tile. Tiles
+/// counted as in forEachReferenceTile.
 inline std::vector<uint8_t> referenceTileKeyWords(const reference::Problem &problem,
                                                   const AttnLaunchConfig &launch,
+                                                  const std::vector<uint8_t> &coverage,
                                                   int64_t queryBlocks = 0, int64_t keyTiles = 0) {
-  const std::vector<uint8_t> coverage =
-      referenceTileCoverage(problem, launch, queryBlocks, keyTiles);
   const int64_t wordBytes = launch.blockN <= 128 ? 4 : 8;
   std::vector<uint8_t> words;
   size_t tile = 0;

@@ -129,7 +129,7 @@ void runPacked(const std::string &spec, const PackedLengths &lengths, uint64_t s
       expectedCoverage.insert(expectedCoverage.end(), bytes.begin(), bytes.end());
       if (prepared & kTileKeyBits) {
         std::vector<uint8_t> words =
-            gputest::referenceTileKeyWords(sequence, launch, queryBlocks, keyTiles);
+            gputest::referenceTileKeyWords(sequence, launch, bytes, queryBlocks, keyTiles);
         expectedWords.insert(expectedWords.end(), words.begin(), words.end());
       }
     }

@@ -68,11 +68,13 @@ void runVariant(const std::string &spec, const harness::Shape &shape, const Capt
   std::vector<HostCapture> host = gputest::hostCaptures(data);
   reference::Problem problem =
       referenceProblemFromSpec(spec, shape.batch, shape.seqlenQ, shape.seqlenK, host);
-  if (prepared & kTileCoverage)
-    CHECK(buffers.coverage.download<uint8_t>() == referenceTileCoverage(problem, launch));
-  if (prepared & kTileKeyBits)
-    gputest::checkTileKeyBits(buffers.keyBits, referenceTileCoverage(problem, launch),
-                              gputest::referenceTileKeyWords(problem, launch));
+  if (prepared & kTileCoverage) {
+    const std::vector<uint8_t> coverage = referenceTileCoverage(problem, launch);
+    CHECK(buffers.coverage.download<uint8_t>() == coverage);
+    if (prepared & kTileKeyBits)
+      gputest::checkTileKeyBits(buffers.keyBits, coverage,
+                                gputest::referenceTileKeyWords(problem, launch, coverage));
+  }
   if (prepared & kWorkOrder)
     CHECK(gputest::downloadWorkOrder(buffers.workOrder, launch, args) ==
           workOrderOf(gputest::referenceWorkCosts(problem, launch), WorkOrderPolicy::LongestFirst));
