@@ -227,12 +227,23 @@ __device__ __forceinline__ const int *tileKeySlots(const attn_abi::AttnFwdParams
 __device__ __forceinline__ KeyBits *tileKeyWords(const attn_abi::AttnFwdParams &p, int slot) {
   return reinterpret_cast<KeyBits *>(p.tile_key_words) + static_cast<i64>(slot) * kBlockM * 4;
 }
+constexpr u32 kTileKeyWordsBytes = sizeof(KeyBits) * kBlockM * 4;
+// Stage `stage`'s copy of its key tile's words, loaded beside the K tile
+// (the key_bits buffer of the shared-memory plan).
+__device__ __forceinline__ u32 keyWordsTile(u32 smemBase, int stage) {
+  return smemBase + attn_plan::kSmemKeyBits + stage * kTileKeyWordsBytes;
+}
 
-// The slot of key tile `tile` of `work`: -1 unless the coverage has it partial.
+// The slot of key tile `tile` of `work`: -1 unless the launch has stored key
+// bits and the coverage has the tile partial, or where the slot's words lie
+// past the buffer's allocation (tile_key_slot_limit).
 __device__ __forceinline__ int storedKeySlot(const attn_abi::AttnFwdParams &p,
                                              const WorkTile &work, int tile) {
-  return __ldg(tileKeySlots(p) +
-               tileCoverageIndex(p, work.batch, work.head, work.queryBlock, tile));
+  if (!p.tile_key_bits)
+    return -1;
+  const int slot = __ldg(tileKeySlots(p) +
+                         tileCoverageIndex(p, work.batch, work.head, work.queryBlock, tile));
+  return slot < p.tile_key_slot_limit ? slot : -1;
 }
 
 // Whether the block loads and computes key tile `tile` of `work`. The
@@ -513,11 +524,17 @@ __device__ void produce(const attn_abi::AttnFwdParams &p, u32 smemBase, const Ba
     // its release completed the phase before this slot's current one.
     bool reused = ring >= kStages;
     int keyRow = work.sequence.rowK + tile * kBlockN;
+    // A partial tile's stored key bits come with its K tile.
+    const int keySlot = kStoredKeyBits ? storedKeySlot(p, work, tile) : -1;
     if (reused)
       mbarrierWait(barriers.kEmpty(slot.stage), slot.phase ^ 1);
-    mbarrierArriveExpectTx(barriers.kFull(slot.stage), kKvTileBytes);
+    mbarrierArriveExpectTx(barriers.kFull(slot.stage),
+                           kKvTileBytes + (keySlot >= 0 ? kTileKeyWordsBytes : 0));
     loadTile(smemBase + attn_plan::kSmemK + slot.stage * kKvTileBytes, kBlockN, &p.k_map,
              barriers.kFull(slot.stage), keyRow, work.kvHead, work.sequence.mapBatch);
+    if (keySlot >= 0)
+      bulkLoad(keyWordsTile(smemBase, slot.stage), tileKeyWords(p, keySlot), kTileKeyWordsBytes,
+               barriers.kFull(slot.stage));
     if (reused)
       mbarrierWait(barriers.vEmpty(slot.stage), slot.phase ^ 1);
     mbarrierArriveExpectTx(barriers.vFull(slot.stage), kKvTileBytes);
@@ -660,39 +677,30 @@ __device__ __forceinline__ int VisitedTileWalk::next(const attn_abi::AttnFwdPara
                               : Coverage::Empty;
     full = __ballot_sync(0xffffffffu, mine == Coverage::Full);
     empty = __ballot_sync(0xffffffffu, mine == Coverage::Empty);
-    if constexpr (kStoredKeyBits) {
-      slot = p.tile_key_bits && ((bits >> lane) & 1u) ? storedKeySlot(p, work, candidate) : -1;
-      if (slot >= p.tile_key_slot_limit)
-        slot = -1;
-    }
+    if constexpr (kStoredKeyBits)
+      slot = (bits >> lane) & 1u ? storedKeySlot(p, work, candidate) : -1;
   }
 }
 
 // This thread's two rows of a tile's stored key bits; slot -1 where the
-// coverage has the tile full (the masks keep all its keys). Prefetched
-// when the walk reaches the tile, so that the memory latency passes under
-// the wait for its scores.
+// coverage has the tile full (the masks keep all its keys). The producer
+// copies a partial tile's words into the stage beside its K tile, so that
+// they are read from shared memory once the K tile is there. (Read from
+// global memory when the walk reached the tile, with an L1 prefetch, their
+// latency stood after every partial tile's scores: BigBird 0.675 -> 0.633 ms
+// without the loads, H100, docs/benchmarks.md.)
 struct StoredKeyRows {
   int slot;
   KeyBits rows[2];
 };
 
-// Starts bringing the line at `address` into L1, without a register: the
-// loads after it then hit L1 wherever the compiler places them (it sank the
-// words' loads past the scores' wait, BigBird 0.69 -> 0.73 ms).
-__device__ __forceinline__ void prefetchToL1(const void *address) {
-  asm volatile("prefetch.global.L1 [%0];" ::"l"(address));
-}
-
-__device__ __forceinline__ StoredKeyRows loadStoredKeyRows(const attn_abi::AttnFwdParams &p,
-                                                           int slot, int rowInBlock, int lane) {
+__device__ __forceinline__ StoredKeyRows readStoredKeyRows(int slot, u32 words, int rowInBlock,
+                                                           int lane) {
   StoredKeyRows stored{slot, {0, 0}};
   if (slot >= 0) {
-    const KeyBits *words = tileKeyWords(p, slot) + rowInBlock * 4 + (lane & 3);
-    prefetchToL1(words);
-    prefetchToL1(words + 8 * 4);
-    stored.rows[0] = __ldg(words);
-    stored.rows[1] = __ldg(words + 8 * 4);
+    const u32 first = words + (rowInBlock * 4 + (lane & 3)) * sizeof(KeyBits);
+    stored.rows[0] = loadShared<KeyBits>(first);
+    stored.rows[1] = loadShared<KeyBits>(first + 8 * 4 * sizeof(KeyBits));
   }
   return stored;
 }
@@ -883,9 +891,8 @@ __device__ __forceinline__ void readDiagonals(u32 window, int warp, int lane,
     for (int group = -1; group < kColumnGroups; ++group)
 #pragma unroll
       for (int e = 0; e < 2; ++e)
-        asm volatile("ld.shared.b32 %0, [%1];"
-                     : "=r"(words[n][group + 1][e])
-                     : "r"(laneWord + n * kDiagonalWindowBytes - 4 * (8 * group + e)));
+        words[n][group + 1][e] =
+            loadShared<u32>(laneWord + n * kDiagonalWindowBytes - 4 * (8 * group + e));
 }
 
 // Replaces each raw score s by score_mod(scale * s, batch, head, q, k)
@@ -1190,10 +1197,12 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
 
   // Its first next() tests the window at keys.begin.
   VisitedTileWalk walk{work.keys.begin - 32, 0u, 0u, 0u, -1};
-  // This thread's rows' stored key bits of a tile, where the launch has them.
+  // This thread's rows' stored key bits of a tile, where the launch has
+  // them, once the tile's K (and words) arrived in stage `stage`.
   const int rowInBlock = row0 - work.queryBegin;
-  auto storedRowsOf = [&](int keyTile) {
-    return StoredBits ? loadStoredKeyRows(p, walk.slotOf(keyTile), rowInBlock, lane)
+  auto storedRowsOf = [&](int keyTile, int stage) {
+    return StoredBits ? readStoredKeyRows(walk.slotOf(keyTile), keyWordsTile(smemBase, stage),
+                                          rowInBlock, lane)
                       : StoredKeyRows{-1, {0, 0}};
   };
   const DiagonalStage diagonals{smemBase, consumer};
@@ -1239,9 +1248,9 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
 
     // Prologue: S_0 alone.
     int keyTile = walk.next(p, work, work.keys.begin, sliceQueryBegin, sliceLast, lane);
-    StoredKeyRows stored = storedRowsOf(keyTile);
     RingSlot slot = ringSlot<kStages>(ring);
     mbarrierWait(barriers.kFull(slot.stage), slot.phase);
+    StoredKeyRows stored = storedRowsOf(keyTile, slot.stage);
     turns.wait();
     issueScores(scores, qSlice, kTile(slot.stage));
     turns.pass();
@@ -1255,10 +1264,10 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
 
     for (int iteration = 1; iteration < tileCount; ++iteration) {
       keyTile = walk.next(p, work, keyTile + 1, sliceQueryBegin, sliceLast, lane);
-      stored = storedRowsOf(keyTile);
       RingSlot previous = slot;
       slot = ringSlot<kStages>(ring + iteration);
       mbarrierWait(barriers.kFull(slot.stage), slot.phase);
+      stored = storedRowsOf(keyTile, slot.stage);
       mbarrierWait(barriers.vFull(previous.stage), previous.phase);
       turns.wait();
       issueScores(scores, qSlice, kTile(slot.stage));

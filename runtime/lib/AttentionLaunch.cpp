@@ -446,9 +446,10 @@ void validateForwardArgs(const AttnLaunchConfig &config,
   if (args.tileKeyBits && !args.tileCoverage)
     fail("tileKeyBits", "stores the partial tiles of a tile coverage: pass that coverage as "
                         "tileCoverage too");
-  // The kernel reads its words as 64-bit values past 128 keys a tile.
-  if (reinterpret_cast<uintptr_t>(args.tileKeyBits) % 8 != 0)
-    fail("tileKeyBits", "pointer must be 8-byte aligned");
+  // The kernel copies a tile's words into shared memory with a bulk copy,
+  // whose source must be 16-byte aligned (the words begin 256 bytes in).
+  if (reinterpret_cast<uintptr_t>(args.tileKeyBits) % 16 != 0)
+    fail("tileKeyBits", "pointer must be 16-byte aligned");
 }
 
 void validateDevicePointers(const AttnLaunchConfig &config,

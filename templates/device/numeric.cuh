@@ -50,4 +50,19 @@ __device__ __forceinline__ u32 sharedAddress(const void *pointer) {
   return static_cast<u32>(__cvta_generic_to_shared(pointer));
 }
 
+// A 32- or 64-bit word of shared memory, read where it is written (after
+// the barrier wait that makes it visible).
+template <typename Word> __device__ __forceinline__ Word loadShared(u32 address) {
+  static_assert(sizeof(Word) == 4 || sizeof(Word) == 8, "a 32- or 64-bit word");
+  if constexpr (sizeof(Word) == 4) {
+    u32 word;
+    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(word) : "r"(address));
+    return static_cast<Word>(word);
+  } else {
+    u64 word;
+    asm volatile("ld.shared.b64 %0, [%1];" : "=l"(word) : "r"(address));
+    return static_cast<Word>(word);
+  }
+}
+
 } // namespace attn_dev

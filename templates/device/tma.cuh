@@ -20,6 +20,16 @@ __device__ __forceinline__ void tmaLoad4d(u32 destination, const void *tensorMap
                : "memory");
 }
 
+// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from
+// global to shared memory, completing on `barrier` like tmaLoad4d.
+__device__ __forceinline__ void bulkLoad(u32 destination, const void *source, u32 bytes,
+                                         u32 barrier) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+               " [%0], [%1], %2, [%3];" ::"r"(destination),
+               "l"(reinterpret_cast<u64>(source)), "r"(bytes), "r"(barrier)
+               : "memory");
+}
+
 // Stores the box at `source` in shared memory to coordinates (c0 .. c3);
 // elements outside the tensor are not written.
 __device__ __forceinline__ void tmaStore4d(const void *tensorMap, u32 source, int c0, int c1,

@@ -889,18 +889,20 @@ TEST_CASE("packed sequences pass validation and set the parameter block's sizes"
 TEST_CASE("stored key bits need the tile coverage they belong to", "[runtime][validate]") {
   AttnLaunchConfig config = makeConfig();
   AttnForwardArgs args = makeArgs();
-  long long stored = 0;
+  alignas(16) long long stored = 0;
   args.tileKeyBits = &stored;
   CHECK_THROWS_WITH(validateForwardArgs(config, args),
                     StartsWith("tileKeyBits:") && Contains("tileCoverage"));
   unsigned char coverage = 0;
   args.tileCoverage = &coverage;
   CHECK_NOTHROW(validateForwardArgs(config, args));
-  // Its words may be 64-bit.
-  alignas(8) unsigned char words[16] = {};
-  args.tileKeyBits = words + 4;
+  // The kernel bulk-copies its words, which needs 16-byte alignment.
+  alignas(16) unsigned char words[32] = {};
+  args.tileKeyBits = words + 8;
   CHECK_THROWS_WITH(validateForwardArgs(config, args),
-                    StartsWith("tileKeyBits:") && Contains("8-byte aligned"));
+                    StartsWith("tileKeyBits:") && Contains("16-byte aligned"));
+  args.tileKeyBits = words + 16;
+  CHECK_NOTHROW(validateForwardArgs(config, args));
   // A 128 x 128 tile stores 128 rows x 4 quads of 32-bit words; wider key
   // tiles take 64-bit words.
   CHECK(attn_abi::tileKeyBitsPerTile(128, 128) == 2048);

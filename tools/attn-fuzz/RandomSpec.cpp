@@ -354,6 +354,9 @@ std::string Generator::tileOverride(const Spec &spec) {
   // A legal plan of the tuner's search space.
   TileProblem problem{static_cast<int>(spec.headDim), 2,
                       spec.mask.kind() == Mask::Kind::None && !spec.maskMod};
+  // Any mask_mod may be one the compiler cannot classify, whose kernel stages
+  // stored key bits: the plans that leave room for them are legal either way.
+  problem.storedKeyBits = static_cast<bool>(spec.maskMod);
   std::vector<TileConfig> candidates = enumerateTileCandidates(problem);
   if (candidates.empty())
     return "";

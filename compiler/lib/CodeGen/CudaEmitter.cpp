@@ -457,6 +457,7 @@ std::string emitForwardKernelSource(const ForwardKernelConfig &config) {
       << "constexpr unsigned kSmemScoreDiagonalBytes = " << config.smem.scoreDiagonalBytes
       << ";\n"
       << "constexpr int kScoreDiagonalWindows = " << config.smem.scoreDiagonalWindows << ";\n"
+      << "constexpr unsigned kSmemKeyBits = " << config.smem.keyBits << ";\n"
       << "constexpr unsigned kSmemTotal = " << config.smem.total << ";\n"
       << "} // namespace attn_plan\n\n";
 

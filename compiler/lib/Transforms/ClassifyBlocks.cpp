@@ -347,23 +347,28 @@ struct ClassifyBlocksPass : impl::AttnClassifyBlocksBase<ClassifyBlocksPass> {
   void runOnOperation() override {
     getOperation()->walk([](KernelOp op) {
       op.removeMaskTileFormulaAttr();
-      if (op.getMaskMod().empty())
-        return;
-      Block &block = op.getMaskMod().front();
-      auto yield = cast<YieldOp>(block.getTerminator());
-      MaskAnalysis analysis(block, op.getContext());
-      std::optional<Attribute> formula = analysis.formulaOf(yield.getValues().front());
-      if (!formula)
-        return;
-      // The op holds a tree: a single inequality becomes all_of of one term.
-      auto tree = dyn_cast<TileFormulaAttr>(*formula);
-      if (!tree)
-        tree = TileFormulaAttr::get(op.getContext(), TileFormulaKind::all_of,
-                                    ArrayAttr::get(op.getContext(), {*formula}));
-      op.setMaskTileFormulaAttr(tree);
+      if (TileFormulaAttr tree = classifyMaskMod(op))
+        op.setMaskTileFormulaAttr(tree);
     });
   }
 };
 
 } // namespace
+
+TileFormulaAttr classifyMaskMod(KernelOp op) {
+  if (op.getMaskMod().empty())
+    return {};
+  Block &block = op.getMaskMod().front();
+  auto yield = cast<YieldOp>(block.getTerminator());
+  MaskAnalysis analysis(block, op.getContext());
+  std::optional<Attribute> formula = analysis.formulaOf(yield.getValues().front());
+  if (!formula)
+    return {};
+  // The op holds a tree: a single inequality becomes all_of of one term.
+  auto tree = dyn_cast<TileFormulaAttr>(*formula);
+  if (!tree)
+    tree = TileFormulaAttr::get(op.getContext(), TileFormulaKind::all_of,
+                                ArrayAttr::get(op.getContext(), {*formula}));
+  return tree;
+}
 } // namespace mlir::attn

@@ -356,6 +356,17 @@ FailureOr<::attn::codegen::ForwardKernelConfig> buildForwardKernelConfig(KernelO
     config.smem.scoreDiagonalBytes = buffer.getSize();
     config.smem.scoreDiagonalWindows = buffer.getSize() / perWindow;
   }
+  if (!config.mods.mask.empty() && !config.mods.hasMaskFormula) {
+    // The stored key bits of a partial tile arrive beside its K tile.
+    ::attn::TileProblem problem{config.headDim, 2};
+    problem.storedKeyBits = true;
+    const int64_t bytes = config.tile.stages * ::attn::keyBitsStageBytes(problem, config.tile);
+    SmemBufferAttr buffer = smem.lookupBuffer("key_bits");
+    if (!buffer || buffer.getSize() != bytes)
+      return op.emitOpError("shared-memory plan has no 'key_bits' buffer of ")
+             << bytes << " bytes for the stored key bits of its mask_mod";
+    config.smem.keyBits = buffer.getOffset();
+  }
   config.smem.total = smem.getTotal();
   return config;
 }

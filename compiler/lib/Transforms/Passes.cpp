@@ -53,6 +53,10 @@ void mlir::attn::registerAttnPasses() {
   const bool noMaskMod = !kernel.getMaskModFnAttr() && kernel.getMaskMod().empty();
   result.causalOnly = isa<CausalAttr>(kernel.getMask()) && noMaskMod;
   result.slidingWindowOnly = isa<SlidingWindowAttr>(kernel.getMask()) && noMaskMod;
+  // The classification attn-classify-blocks recorded, or would record (the
+  // plan runs before it, on the region).
+  result.storedKeyBits =
+      !noMaskMod && !kernel.getMaskTileFormulaAttr() && !classifyMaskMod(kernel);
   const bool softmax = isa<SoftmaxAttr>(kernel.getNormalizer());
   if (softmax && !kernel.getScoreMod().empty())
     result.scoreDiagonals = std::min<int>(::attn::kMaxScoreDiagonals,

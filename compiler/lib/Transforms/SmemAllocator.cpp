@@ -71,9 +71,11 @@ std::vector<SmemRequest> forwardKernelSmemRequests(const TileProblem &problem,
   int64_t kvSlot = alignTo(int64_t(config.blockN) * row, kTileAlign);
   int64_t numBarriers = forwardBarrierCount(problem, config);
   // A persistent block loads the next tile's Q while it stores this tile's O;
-  // that needs a staging buffer of its own. Where it does not fit, staging
-  // reuses Q's bytes and the next Q load waits for the store.
+  // that needs a staging buffer of its own. Where it does not fit, and in a
+  // block that runs one work tile, staging reuses Q's bytes (the next Q load
+  // waits for the store).
   bool stagingOfItsOwn =
+      config.persistentBlocksPerSm > 0 &&
       estimateSharedMemoryBytes(problem, config) + qBytes <= kMaxSharedMemoryPerBlock;
 
   std::vector<SmemRequest> requests;
@@ -92,6 +94,10 @@ std::vector<SmemRequest> forwardKernelSmemRequests(const TileProblem &problem,
   if (problem.scoreDiagonals > 0)
     requests.push_back({"score_diagonals", scoreDiagonalBytes(problem, config), 16, 0,
                         problem.scoreDiagonals, kPhaseSetup, kPhaseEnd});
+  // A partial key tile's stored key bits, copied in beside its K tile.
+  if (problem.storedKeyBits)
+    requests.push_back({"key_bits", config.stages * keyBitsStageBytes(problem, config), 16, 0,
+                        config.stages, kPhaseMainLoop, kPhaseEpilogue});
   requests.push_back({"barriers", 8 * numBarriers, 8, 0, numBarriers,
                       kPhaseSetup, kPhaseEnd});
   return requests;

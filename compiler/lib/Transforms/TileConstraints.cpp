@@ -34,6 +34,10 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
   config.stages = 2;
   setConsumerWarpgroups(config, problem.headDim <= 64 ? 3 : 2);
   config.blockN = problem.headDim <= 128 ? 128 : 80;
+  // Stored key bits take a stage's words beside each K tile: with 80-key
+  // tiles at head dim 256 they pass the shared-memory limit by 2 KB.
+  if (problem.headDim > 128 && problem.storedKeyBits)
+    config.blockN = 64;
   // Same-run A/B at S = 8192: four chains gain 1.5 % at head dim 128 (two
   // consumers, 240 registers each) and lose 3 % at head dims 64 and 256,
   // whose schedules have less room.
@@ -238,7 +242,15 @@ int64_t estimateSharedMemoryBytes(const TileProblem &problem,
   int64_t q = int64_t(config.blockM) * row;
   int64_t kv = int64_t(config.blockN) * row;
   int64_t barriers = 8 * forwardBarrierCount(problem, config);
-  return q + int64_t(config.stages) * 2 * kv + barriers + kSmemBaseAlignSlack;
+  return q + int64_t(config.stages) * (2 * kv + keyBitsStageBytes(problem, config)) + barriers +
+         kSmemBaseAlignSlack;
+}
+
+int64_t keyBitsStageBytes(const TileProblem &problem, const TileConfig &config) {
+  if (!problem.storedKeyBits)
+    return 0;
+  const int64_t wordBytes = config.blockN <= 128 ? 4 : 8;
+  return int64_t(config.blockM) * 4 * wordBytes;
 }
 
 int64_t forwardBarrierCount(const TileProblem &problem, const TileConfig &config) {

@@ -219,3 +219,20 @@ attn.kernel @double_row
     mask = #attn.no_mask
     normalizer = #attn.softmax
     attributes {score_mod_fn = @attn_score_mod_0, score_mod_row_fns = [@attn_score_mod_0_row_0]}
+
+// -----
+
+// A mask_mod without a tile formula (here, a function the classifier never
+// saw) takes stored key bits through shared memory: its plan must hold them.
+emitc.func @attn_mask_mod_0(%b: !emitc.size_t, %h: !emitc.size_t, %q: !emitc.size_t, %kv: !emitc.size_t, %kvf: f32) -> i1 attributes {specifiers = ["__device__"]} {
+  %t = "emitc.constant"() <{value = true}> : () -> i1
+  emitc.return %t : i1
+}
+// expected-error @below {{shared-memory plan has no 'key_bits' buffer of 4096 bytes for the stored key bits of its mask_mod}}
+attn.kernel @no_key_bits
+    problem = #attn.problem<q_heads = 4, kv_heads = 4, head_dim = 128, element_type = bf16>
+    mask = #attn.no_mask
+    normalizer = #attn.softmax
+    attributes {mask_mod_fn = @attn_mask_mod_0,
+                tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24>,
+                smem = #attn.smem_plan<total = 163920, buffers = [#attn.buffer<"q", offset = 0, size = 32768, align = 1024, swizzle = 128>, #attn.buffer<"k", offset = 32768, size = 65536, align = 1024, swizzle = 128, slots = 2>, #attn.buffer<"v", offset = 98304, size = 65536, align = 1024, swizzle = 128, slots = 2>, #attn.buffer<"o_staging", offset = 0, size = 32768, align = 1024, swizzle = 128, aliases = "q">, #attn.buffer<"barriers", offset = 163840, size = 80, align = 8, swizzle = 0, slots = 10>]>}

@@ -35,6 +35,7 @@ struct SharedMemoryOffsets {
   int64_t scoreDiagonals = 0; // when the score_mod has diagonal functions
   int64_t scoreDiagonalBytes = 0; // the size of that buffer, 0 without one
   int64_t scoreDiagonalWindows = 1; // windows per consumer in that buffer
+  int64_t keyBits = 0; // with stored key bits (a mask_mod the compiler cannot prove)
 };
 
 // A mask as and/or/nor of affine inequalities (#attn.tile_formula), for the

@@ -75,6 +75,11 @@ struct TileProblem {
   int scoreDiagonalWindows = kMaxScoreDiagonalWindows;
   /// The kernel modifies scores (a score_mod region or function).
   bool hasScoreMod = false;
+  /// The kernel has a mask_mod attn-classify-blocks cannot prove (it reads
+  /// buffers, or is a function): its tiles come from a run-time coverage,
+  /// and a partial tile's stored key bits arrive with its K tile, in a
+  /// shared-memory buffer per stage (keyBitsStageBytes).
+  bool storedKeyBits = false;
   /// The only mask is the built-in causal one (no mask_mod).
   bool causalOnly = false;
   /// The only mask is a built-in sliding window (no mask_mod). With
@@ -204,9 +209,14 @@ int64_t estimateConsumerRegisters(const TileProblem &problem,
 /// consumer warpgroup and window.
 int64_t forwardBarrierCount(const TileProblem &problem, const TileConfig &config);
 
-/// Dynamic shared memory of the kernel: Q tile + stages x (K tile + V tile)
-/// + mbarriers (8 bytes each, forwardBarrierCount) + 1024 bytes of slack to
-/// align the dynamic window's base.
+/// The stored key bits of one key tile, 0 unless problem.storedKeyBits: a
+/// word per row and lane quad, 32-bit up to 128 keys a tile, else 64-bit
+/// (templates/attn_params.h, tileKeyBitsPerTile).
+int64_t keyBitsStageBytes(const TileProblem &problem, const TileConfig &config);
+
+/// Dynamic shared memory of the kernel: Q tile + stages x (K tile + V tile
+/// + key bits) + mbarriers (8 bytes each, forwardBarrierCount) + 1024 bytes
+/// of slack to align the dynamic window's base.
 int64_t estimateSharedMemoryBytes(const TileProblem &problem,
                                   const TileConfig &config);
 

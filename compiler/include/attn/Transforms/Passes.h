@@ -63,6 +63,12 @@ SmallVector<Value> findScoreDiagonals(Block &scoreBody);
 /// row maximum.
 std::optional<double> getScoreBound(Value value);
 
+/// The tile formula attn-classify-blocks derives for the kernel's mask_mod
+/// region (null when it has none, or one the analysis cannot express). A
+/// mask_mod without one reads buffers or is otherwise opaque: the kernel
+/// then takes its tiles from a run-time coverage, with stored key bits.
+TileFormulaAttr classifyMaskMod(KernelOp op);
+
 /// Conversions between the plan attributes and the MLIR-free structs of
 /// attn/Compiler/TileConstraints.h.
 ::attn::TileProblem getTileProblem(KernelOp kernel);

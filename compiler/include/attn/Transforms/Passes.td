@@ -78,11 +78,17 @@ def AttnPlanSmem : Pass<"attn-plan-smem"> {
 
     * `q`: `block_m x head_dim` elements, live during the main loop;
     * `k`, `v`: rings of `stages` slots of `block_n x head_dim` elements;
-    * `o_staging`: `block_m x head_dim` elements. When it fits beside the
-      others it lives as long as `q`: the persistent kernel stores one work
-      tile's O while the next tile's Q arrives. Otherwise it lives in the
-      epilogue only and reuses the bytes of `q` (Q's last use is the last
-      QKᵀ), and the next Q load waits for the store;
+    * `o_staging`: `block_m x head_dim` elements. In a persistent plan
+      (`persistent_blocks_per_sm` > 0) where it fits beside the others it
+      lives as long as `q`: the block stores one work tile's O while the
+      next tile's Q arrives. Otherwise it lives in the epilogue only and
+      reuses the bytes of `q` (Q's last use is the last QKᵀ), and a next Q
+      load waits for the store;
+    * `key_bits`, for a `mask_mod` that `attn-classify-blocks` cannot
+      classify (its tiles come from a run-time coverage): per stage, a
+      partial key tile's stored key bits, `block_m x 4` words of 32 bits
+      (64 past 128 keys a tile), which the producer copies in beside the K
+      tile, live during the main loop;
     * `barriers`: 8-byte mbarriers, two for Q and four per stage, ordered
       q_full, q_empty, k_full[s], v_full[s], k_empty[s], v_empty[s].
 
