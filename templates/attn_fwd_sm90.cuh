@@ -228,6 +228,8 @@ __device__ __forceinline__ KeyBits *tileKeyWords(const attn_abi::AttnFwdParams &
   return reinterpret_cast<KeyBits *>(p.tile_key_words) + static_cast<i64>(slot) * kBlockM * 4;
 }
 constexpr u32 kTileKeyWordsBytes = sizeof(KeyBits) * kBlockM * 4;
+static_assert(attn_plan::kSmemKeyBits % 16 == 0 && kTileKeyWordsBytes % 16 == 0,
+              "a bulk copy's shared-memory destination and size are multiples of 16 bytes");
 // Stage `stage`'s copy of its key tile's words, loaded beside the K tile
 // (the key_bits buffer of the shared-memory plan).
 __device__ __forceinline__ u32 keyWordsTile(u32 smemBase, int stage) {
@@ -1205,6 +1207,13 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
                                           rowInBlock, lane)
                       : StoredKeyRows{-1, {0, 0}};
   };
+  // Hands a K stage (and its key words) back to the producer once the scores
+  // have read K; with stored bits, after every lane's reads of the words.
+  auto releaseKeySlot = [&](int stage) {
+    if constexpr (StoredBits)
+      __syncwarp();
+    releaseSlot(barriers.kEmpty(stage), lane);
+  };
   const DiagonalStage diagonals{smemBase, consumer};
   // Scores of key tile `keyTile` (at ring position `position`) ->
   // probabilities, with the O rescale factor.
@@ -1256,7 +1265,7 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
     turns.pass();
     wgmmaWaitGroup<0>();
     fenceRegisters(scores);
-    releaseSlot(barriers.kEmpty(slot.stage), lane);
+    releaseKeySlot(slot.stage);
     if (tileCount == 1)
       releaseQAfterScores();
     softmaxOfTile(scores, keyTile, ring, stored, rescale);
@@ -1277,7 +1286,7 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
 
       wgmmaWaitGroup<1>(); // S_j done, PV_{j-1} may still run
       fenceRegisters(scores);
-      releaseSlot(barriers.kEmpty(slot.stage), lane);
+      releaseKeySlot(slot.stage);
       if (iteration == tileCount - 1)
         releaseQAfterScores();
       softmaxOfTile(scores, keyTile, ring + iteration, stored, rescale);

@@ -299,7 +299,7 @@ TEST_CASE("document masking with captured ids matches the reference", "[gpu][var
 TEST_CASE("stored key bits match the reference at every head dim and key tile width",
           "[gpu][variants]") {
   // The words of 128-row tiles at head dim 128, of 192-row tiles with three
-  // consumers at 64, of 80-key tiles at 256 (20 bits a word), and of
+  // consumers at 64, of 64-key tiles at 256 (16 bits a word), and of
   // 192-key tiles (64-bit words); each checked against the reference's
   // words, and the output against the reference's.
   std::string spec = exampleWithHeads("document_mask_hd128.mlir");

@@ -82,7 +82,9 @@ TEST_CASE("every tuning candidate assembles without spills and fits an sm_90 blo
   std::vector<attn::TileConfig> candidates = attn::enumerateTileCandidates(key.problem);
   REQUIRE(!candidates.empty());
 
-  // The grid policy is a launch setting: one binary per remaining plan.
+  // A persistent plan differs from its one-tile-per-block twin only in O's
+  // staging bytes (shared memory), not in code: one binary per remaining
+  // plan, compiled one tile per block.
   std::map<std::string, attn::TileConfig> binaries;
   for (attn::TileConfig config : candidates) {
     config.persistentBlocksPerSm = 0;

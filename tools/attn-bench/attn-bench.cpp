@@ -78,8 +78,9 @@ cl::opt<std::string> tuningDatabase(
              "--seqlen, --seqlen-k, or each grid point's shape); default: the heuristic"),
     cl::value_desc("file"), cl::init(""));
 cl::opt<int> blocksPerSm("persistent-blocks-per-sm",
-                         cl::desc("Grid policy over the plan's: 0 = one block per work tile, "
-                                  "k > 0 = a persistent grid of k blocks per SM"),
+                         cl::desc("Grid policy over the plan's (a tile setting, added to "
+                                  "--tile): 0 = one block per work tile, k > 0 = a persistent "
+                                  "grid of k blocks per SM"),
                          cl::init(-1));
 
 cl::opt<int> linearSegments(
@@ -158,13 +159,16 @@ Loaded load(const std::string &spec, const std::string &name, const attn::Tuning
             const std::string &database) {
   attn::CompileOptions options;
   options.tileOverride = tileOverride;
+  // A tile setting, not only the launch's: a persistent plan gives O's
+  // staging bytes of its own.
+  if (blocksPerSm >= 0)
+    options.tileOverride += (options.tileOverride.empty() ? "" : ",") +
+                            std::string("persistent_blocks_per_sm=") + std::to_string(blocksPerSm);
   options.tuningDatabase = database;
   if (shape.seqlenQ > 0)
     options.tuningShape = attn::formatTuningShape(shape);
   Loaded loaded;
   loaded.compiled = attn::compileSpec(spec, name, options);
-  if (blocksPerSm >= 0)
-    loaded.compiled.launch.persistentBlocksPerSm = blocksPerSm;
   loaded.module = attn::Module::loadPtx(
       std::string_view(loaded.compiled.binary.data(), loaded.compiled.binary.size()));
   loaded.function = loaded.module.function(loaded.compiled.launch.kernelName);

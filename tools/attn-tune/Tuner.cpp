@@ -27,11 +27,14 @@ double secondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-/// Candidates that differ only in the grid policy share one binary.
-std::string binaryKey(TileConfig config) {
-  config.persistentBlocksPerSm = 0;
-  return formatTileOverride(config);
+/// Candidates that differ only in how many persistent blocks an SM runs
+/// share one binary; persistent and one-tile-per-block plans differ in
+/// shared memory (a persistent plan gives O's staging bytes of its own).
+TileConfig binaryConfig(TileConfig config) {
+  config.persistentBlocksPerSm = std::min(config.persistentBlocksPerSm, 1);
+  return config;
 }
+std::string binaryKey(const TileConfig &config) { return formatTileOverride(binaryConfig(config)); }
 
 /// One compiled binary and the candidates (indices into results) using it.
 struct Binary {
@@ -336,8 +339,7 @@ std::vector<TuneReport> tune(const TuneOptions &options, const ReportCallback &o
     auto [it, inserted] = binaryOf.emplace(binaryKey(candidates[i]), binaries.size());
     if (inserted) {
       binaries.push_back({});
-      binaries.back().config = candidates[i];
-      binaries.back().config.persistentBlocksPerSm = 0;
+      binaries.back().config = binaryConfig(candidates[i]);
     }
     binaries[it->second].members.push_back(i);
   }

@@ -346,6 +346,9 @@ private:
 struct ClassifyBlocksPass : impl::AttnClassifyBlocksBase<ClassifyBlocksPass> {
   void runOnOperation() override {
     getOperation()->walk([](KernelOp op) {
+      // A lowered region keeps the formula derived from it.
+      if (op.getMaskMod().empty() && op.getMaskModFnAttr())
+        return;
       op.removeMaskTileFormulaAttr();
       if (TileFormulaAttr tree = classifyMaskMod(op))
         op.setMaskTileFormulaAttr(tree);

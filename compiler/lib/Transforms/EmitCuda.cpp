@@ -362,9 +362,9 @@ FailureOr<::attn::codegen::ForwardKernelConfig> buildForwardKernelConfig(KernelO
     problem.storedKeyBits = true;
     const int64_t bytes = config.tile.stages * ::attn::keyBitsStageBytes(problem, config.tile);
     SmemBufferAttr buffer = smem.lookupBuffer("key_bits");
-    if (!buffer || buffer.getSize() != bytes)
+    if (!buffer || buffer.getSize() != bytes || buffer.getOffset() % 16 != 0)
       return op.emitOpError("shared-memory plan has no 'key_bits' buffer of ")
-             << bytes << " bytes for the stored key bits of its mask_mod";
+             << bytes << " bytes at a 16-byte aligned offset for the stored key bits of its mask_mod";
     config.smem.keyBits = buffer.getOffset();
   }
   config.smem.total = smem.getTotal();

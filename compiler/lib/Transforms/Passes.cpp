@@ -53,10 +53,11 @@ void mlir::attn::registerAttnPasses() {
   const bool noMaskMod = !kernel.getMaskModFnAttr() && kernel.getMaskMod().empty();
   result.causalOnly = isa<CausalAttr>(kernel.getMask()) && noMaskMod;
   result.slidingWindowOnly = isa<SlidingWindowAttr>(kernel.getMask()) && noMaskMod;
-  // The classification attn-classify-blocks recorded, or would record (the
-  // plan runs before it, on the region).
-  result.storedKeyBits =
-      !noMaskMod && !kernel.getMaskTileFormulaAttr() && !classifyMaskMod(kernel);
+  // What attn-classify-blocks will record (the plan runs before it, on the
+  // region), or, once the region is lowered, what it recorded.
+  const bool classified = kernel.getMaskMod().empty() ? bool(kernel.getMaskTileFormulaAttr())
+                                                      : bool(classifyMaskMod(kernel));
+  result.storedKeyBits = !noMaskMod && !classified;
   const bool softmax = isa<SoftmaxAttr>(kernel.getNormalizer());
   if (softmax && !kernel.getScoreMod().empty())
     result.scoreDiagonals = std::min<int>(::attn::kMaxScoreDiagonals,

@@ -1,6 +1,11 @@
 // attn-classify-blocks records the affine formula a mask_mod computes, or
 // nothing when the mask is not affine in the indices.
 // RUN: attn-opt --attn-classify-blocks %s | FileCheck %s
+// Run again once attn-lower-mods has replaced the regions by functions, it
+// keeps the formulas it derived from them.
+// RUN: attn-opt --attn-classify-blocks --attn-lower-mods --attn-classify-blocks %s | FileCheck %s --check-prefix=AGAIN
+// AGAIN-LABEL: attn.kernel @prefix_lm
+// AGAIN: mask_tile_formula = #attn.tile_formula<any_of, [#attn.affine_ge<kv = -1, c = 2047>, #attn.affine_ge<q = 1, kv = -1>]>
 
 // prefix-LM: kv < 2048 or kv <= q.
 // CHECK-LABEL: attn.kernel @prefix_lm

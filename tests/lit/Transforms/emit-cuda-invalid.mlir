@@ -228,7 +228,7 @@ emitc.func @attn_mask_mod_0(%b: !emitc.size_t, %h: !emitc.size_t, %q: !emitc.siz
   %t = "emitc.constant"() <{value = true}> : () -> i1
   emitc.return %t : i1
 }
-// expected-error @below {{shared-memory plan has no 'key_bits' buffer of 4096 bytes for the stored key bits of its mask_mod}}
+// expected-error @below {{shared-memory plan has no 'key_bits' buffer of 4096 bytes at a 16-byte aligned offset for the stored key bits of its mask_mod}}
 attn.kernel @no_key_bits
     problem = #attn.problem<q_heads = 4, kv_heads = 4, head_dim = 128, element_type = bf16>
     mask = #attn.no_mask

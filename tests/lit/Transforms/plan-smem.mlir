@@ -76,7 +76,7 @@ attn.kernel @hd256
     problem = #attn.problem<q_heads = 16, kv_heads = 16, head_dim = 256, element_type = bf16>
     mask = #attn.no_mask
     normalizer = #attn.softmax
-    attributes {tile = #attn.tile<block_m = 128, block_n = 64, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24>}
+    attributes {tile = #attn.tile<block_m = 128, block_n = 64, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, persistent_blocks_per_sm = 1>}
 
 // One stage, one consumer warpgroup, the smallest block_n: head_dim 128
 // (256 B rows), 64 x 16 tiles.
