@@ -593,6 +593,35 @@ TEST_CASE("tile candidates: legal, distinct, round-trip as overrides, include th
   }
 }
 
+TEST_CASE("tile heuristic: plans with stored key bits stay legal", "[tuning][candidates]") {
+  // A mask_mod the compiler cannot classify stages a tile's key words per
+  // stage; the heuristic's plans leave room for them at every head dim, key
+  // length and score range, and at head dim 256 take 64-key tiles (80-key
+  // ones pass the limit by 2 KB).
+  int headDim = GENERATE(64, 128, 256);
+  INFO("head_dim " << headDim);
+  for (int64_t keyLength : {int64_t(0), int64_t(1024), int64_t(8192), int64_t(32768)})
+    for (bool fixedBase : {false, true}) {
+      TileProblem problem{headDim, /*elementBytes=*/2};
+      problem.storedKeyBits = true;
+      problem.keyLength = keyLength;
+      problem.fixedSoftmaxBase = fixedBase;
+      problem.hasScoreMod = fixedBase;
+      const TileConfig config = defaultTileConfig(problem);
+      INFO("key length " << keyLength << ", fixed base " << fixedBase << ": "
+                         << formatTileOverride(config));
+      CHECK_FALSE(checkTileLegality(problem, config));
+      CHECK(keyBitsStageBytes(problem, config) == config.blockM * 4 * (config.blockN <= 128 ? 4 : 8));
+      if (headDim == 256)
+        CHECK(config.blockN == 64);
+    }
+  TileProblem without{256, 2};
+  TileConfig wide = defaultTileConfig(without);
+  REQUIRE(wide.blockN == 80);
+  without.storedKeyBits = true;
+  CHECK(checkTileLegality(without, wide));
+}
+
 TEST_CASE("tile candidates: every legal point of the space and nothing else",
           "[tuning][candidates]") {
   int headDim = GENERATE(64, 128, 256);
