@@ -216,8 +216,9 @@ __device__ __forceinline__ Coverage runtimeCoverage(const attn_abi::AttnFwdParam
 // compiler could not classify costs a load a row instead of a region per
 // pair.
 using KeyBits = typename ThreadKeys<kBlockN>::Bits;
-static_assert(sizeof(KeyBits) * kBlockM * 4 == attn_abi::tileKeyBitsPerTile(kBlockM, kBlockN),
-              "tileKeyBitsPerTile sizes the runtime's key bits buffer");
+constexpr u32 kTileKeyWordsBytes = attn_abi::tileKeyBitsPerTile(kBlockM, kBlockN);
+static_assert(sizeof(KeyBits) * kBlockM * 4 == kTileKeyWordsBytes,
+              "tileKeyBitsPerTile sizes the runtime's key bits buffer and the plan's key_bits");
 constexpr bool kStoredKeyBits = kRuntimeCoverage;
 
 // The partial tiles' slots, then their words.
@@ -227,7 +228,6 @@ __device__ __forceinline__ const int *tileKeySlots(const attn_abi::AttnFwdParams
 __device__ __forceinline__ KeyBits *tileKeyWords(const attn_abi::AttnFwdParams &p, int slot) {
   return reinterpret_cast<KeyBits *>(p.tile_key_words) + static_cast<i64>(slot) * kBlockM * 4;
 }
-constexpr u32 kTileKeyWordsBytes = sizeof(KeyBits) * kBlockM * 4;
 static_assert(attn_plan::kSmemKeyBits % 16 == 0 && kTileKeyWordsBytes % 16 == 0,
               "a bulk copy's shared-memory destination and size are multiples of 16 bytes");
 // Stage `stage`'s copy of its key tile's words, loaded beside the K tile

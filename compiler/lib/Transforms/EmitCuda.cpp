@@ -8,6 +8,7 @@
 #include "attn/Compiler/KernelConfig.h"
 #include "attn/IR/AttnOps.h"
 #include "attn/Transforms/Passes.h"
+#include "attn_params.h"
 
 #include "mlir/Dialect/EmitC/IR/EmitC.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -358,9 +359,8 @@ FailureOr<::attn::codegen::ForwardKernelConfig> buildForwardKernelConfig(KernelO
   }
   if (!config.mods.mask.empty() && !config.mods.hasMaskFormula) {
     // The stored key bits of a partial tile arrive beside its K tile.
-    ::attn::TileProblem problem{config.headDim, 2};
-    problem.storedKeyBits = true;
-    const int64_t bytes = config.tile.stages * ::attn::keyBitsStageBytes(problem, config.tile);
+    const int64_t bytes = config.tile.stages * attn_abi::tileKeyBitsPerTile(config.tile.blockM,
+                                                                            config.tile.blockN);
     SmemBufferAttr buffer = smem.lookupBuffer("key_bits");
     if (!buffer || buffer.getSize() != bytes || buffer.getOffset() % 16 != 0)
       return op.emitOpError("shared-memory plan has no 'key_bits' buffer of ")

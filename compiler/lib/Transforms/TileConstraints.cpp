@@ -2,6 +2,8 @@
 
 #include "attn/Compiler/TileConstraints.h"
 
+#include "attn_params.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
@@ -247,10 +249,7 @@ int64_t estimateSharedMemoryBytes(const TileProblem &problem,
 }
 
 int64_t keyBitsStageBytes(const TileProblem &problem, const TileConfig &config) {
-  if (!problem.storedKeyBits)
-    return 0;
-  const int64_t wordBytes = config.blockN <= 128 ? 4 : 8;
-  return int64_t(config.blockM) * 4 * wordBytes;
+  return problem.storedKeyBits ? attn_abi::tileKeyBitsPerTile(config.blockM, config.blockN) : 0;
 }
 
 int64_t forwardBarrierCount(const TileProblem &problem, const TileConfig &config) {
