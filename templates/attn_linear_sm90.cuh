@@ -25,9 +25,10 @@
 // chunks. attn_linear_segment_kernel first computes, for finer pieces of the
 // sequence, each piece's own state contribution L_j (the state pass from a
 // zero state, walking the piece backwards) with its total decay G_j;
-// attn_linear_kernel then enters its segment with
-//   S = e^{G_{j-1}} (... (e^{G_0} S_in + L_0) ...) + L_{j-1}
-// over the pieces before it (every piece, non-causal) and runs its chunks.
+// attn_linear_fold_kernel replaces each L_j by the running fold
+//   F_j = e^{G_j} (... (e^{G_0} S_in + L_0) ...) + L_j,
+// and attn_linear_kernel enters its segment with the F of the last piece
+// before it (of every piece, non-causal) and runs its chunks.
 //
 // The plan arrives through namespace attn_plan, emitted ahead of this file.
 #pragma once
@@ -360,9 +361,9 @@ __device__ __forceinline__ void scaleState(float (&state)[kStateRegs], float fac
 }
 
 // The state (and key sum) the block's first chunk starts from: zero in the
-// segment kernel; otherwise the initial state with the contributions of the
-// pieces before this segment folded in, each after the decay of the ones
-// before it (every piece's, non-causal).
+// segment kernel; otherwise the initial state, or, past the first segment
+// of a split, the fold kernel's fold through the last piece before this
+// segment (through every piece, non-causal).
 __device__ __forceinline__ void loadEntryState(const attn_abi::AttnLinearParams &p, const Work &work,
                                                float (&state)[kStateRegs],
                                                float *keySum, int thread, int warp, int lane) {
@@ -374,21 +375,20 @@ __device__ __forceinline__ void loadEntryState(const attn_abi::AttnLinearParams 
     keySum[thread] = 0.f;
   if (work.segmentKernel)
     return;
-  if (p.state_in)
-    addGlobalState(state, p.state_in + headIndex(p, work) * kStateElements, work, warp, lane);
-  if (kNormalize && thread < kHeadDim && p.key_sum_in)
-    keySum[thread] = p.key_sum_in[headIndex(p, work) * kHeadDim + thread];
-  const int folded = p.segments == 1 ? 0
-                     : kCausal     ? work.segment * (p.segment_chunks / p.state_chunks)
-                                   : p.state_segments;
-  for (int piece = 0; piece < folded; ++piece) {
-    const i64 index = pieceIndex(p, work, piece);
-    if constexpr (kHasDecay)
-      scaleState(state, fastExp2(p.segment_log2_decay[index]));
-    addGlobalState(state, p.segment_state + index * kStateElements, work, warp, lane);
-    if (kNormalize && thread < kHeadDim)
-      keySum[thread] += p.segment_key_sum[index * kHeadDim + thread];
+  const float *entryState = p.state_in ? p.state_in + headIndex(p, work) * kStateElements : nullptr;
+  const float *entryKeySum = p.key_sum_in ? p.key_sum_in + headIndex(p, work) * kHeadDim : nullptr;
+  const int lastPiece = p.segments == 1 ? -1
+                        : kCausal       ? work.segment * (p.segment_chunks / p.state_chunks) - 1
+                                        : p.state_segments - 1;
+  if (lastPiece >= 0) {
+    const i64 index = pieceIndex(p, work, lastPiece);
+    entryState = p.segment_state + index * kStateElements;
+    entryKeySum = p.segment_key_sum + index * kHeadDim;
   }
+  if (entryState)
+    addGlobalState(state, entryState, work, warp, lane);
+  if (kNormalize && thread < kHeadDim && entryKeySum)
+    keySum[thread] = entryKeySum[thread];
 }
 
 // The block's state when its chunks are done: the piece's contribution
@@ -684,6 +684,59 @@ extern "C" __global__ void __launch_bounds__(attn_linear::kThreads, attn_linear:
 extern "C" __global__ void __launch_bounds__(attn_linear::kThreads, attn_linear::kBlocksPerSm)
     attn_linear_segment_kernel(const __grid_constant__ attn_abi::AttnLinearParams p) {
   attn_linear::runBlock(p, /*segmentKernel=*/true);
+}
+
+// The running fold of the segment kernel's pieces, in place: piece j's
+// state becomes F_j = e^{G_j} F_{j-1} + L_j (F_{-1} = the initial state, or
+// zero) and its key sum likewise, undecayed. Thread t owns element t of one
+// head's [head_dim, head_dim] state in every piece (the threads past the
+// state's elements own the key sum's dims), so the fold runs in a register;
+// the loads of a batch of pieces are issued before its arithmetic. One
+// kernel for the whole grid instead of a fold in each main block: there the
+// pieces' loads ran one round trip after another, up to 12 us at B = 1,
+// S = 16384 (docs/benchmarks.md).
+namespace attn_linear {
+constexpr int kFoldBatch = 8;
+
+template <bool kDecayed>
+__device__ __forceinline__ void foldPieces(float *pieces, i64 pieceStride, const float *initial,
+                                           const float *log2Decay, int count) {
+  float fold = initial ? *initial : 0.f;
+  for (int first = 0; first < count; first += kFoldBatch) {
+    float piece[kFoldBatch], factor[kFoldBatch];
+#pragma unroll
+    for (int j = 0; j < kFoldBatch; ++j)
+      if (first + j < count) {
+        piece[j] = pieces[(first + j) * pieceStride];
+        factor[j] = kDecayed ? fastExp2(log2Decay[first + j]) : 1.f;
+      }
+#pragma unroll
+    for (int j = 0; j < kFoldBatch; ++j)
+      if (first + j < count) {
+        fold = kDecayed ? fold * factor[j] + piece[j] : fold + piece[j];
+        pieces[(first + j) * pieceStride] = fold;
+      }
+  }
+}
+} // namespace attn_linear
+
+extern "C" __global__ void __launch_bounds__(ATTN_LINEAR_FOLD_THREADS)
+    attn_linear_fold_kernel(const __grid_constant__ attn_abi::AttnLinearParams p) {
+  using namespace attn_linear;
+  constexpr int kStateElements = kHeadDim * kHeadDim;
+  const int element = blockIdx.x * ATTN_LINEAR_FOLD_THREADS + threadIdx.x;
+  const i64 head = static_cast<i64>(blockIdx.z) * p.q_heads + blockIdx.y;
+  const i64 firstPiece = head * p.state_segments;
+  if (element < kStateElements) {
+    foldPieces<kHasDecay>(p.segment_state + firstPiece * kStateElements + element, kStateElements,
+                          p.state_in ? p.state_in + head * kStateElements + element : nullptr,
+                          p.segment_log2_decay + firstPiece, p.state_segments);
+  } else if (kNormalize && element - kStateElements < kHeadDim) {
+    const int keyDim = element - kStateElements;
+    foldPieces<false>(p.segment_key_sum + firstPiece * kHeadDim + keyDim, kHeadDim,
+                      p.key_sum_in ? p.key_sum_in + head * kHeadDim + keyDim : nullptr, nullptr,
+                      p.state_segments);
+  }
 }
 
 // One token against the state (the recurrent form): block (query head,

@@ -157,9 +157,11 @@ struct AttnLinearParams {
   // into segment_state [batch, q_heads, state_segments, head_dim, head_dim],
   // its key sum into segment_key_sum [batch, q_heads, state_segments,
   // head_dim] and its total log2-decay into segment_log2_decay [batch,
-  // q_heads, state_segments]; a main block folds the pieces before its
-  // segment into its entry state (all of them, non-causal). segments = 1
-  // runs the main kernel alone.
+  // q_heads, state_segments]. The fold kernel then replaces each piece's
+  // state and key sum by the running fold from state_in through that
+  // piece, so that a main block reads its entry state from the slot of the
+  // last piece before its segment (the last piece, non-causal). segments =
+  // 1 runs the main kernel alone.
   float *segment_state;
   float *segment_key_sum;
   float *segment_log2_decay;
@@ -204,6 +206,10 @@ struct AttnDecodeParams {
 #define ATTN_LINEAR_THREADS 160
 #define ATTN_DECODE_KERNEL_NAME "attn_linear_decode_kernel"
 #define ATTN_LINEAR_SEGMENT_KERNEL_NAME "attn_linear_segment_kernel"
+// The fold of the segment kernel's pieces: grid (ceil(head_dim^2 /
+// ATTN_LINEAR_FOLD_THREADS), q_heads, batch), one state element a thread.
+#define ATTN_LINEAR_FOLD_KERNEL_NAME "attn_linear_fold_kernel"
+#define ATTN_LINEAR_FOLD_THREADS 256
 #define ATTN_DECODE_THREADS 128
 
 // The kernel's entry point name in the emitted translation unit.

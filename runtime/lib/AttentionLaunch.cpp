@@ -956,6 +956,15 @@ void launchLinear(const Module &module, const AttnLaunchConfig &config,
     segmentKernel.setMaxDynamicSharedMemory(config.sharedMemoryBytes);
     segmentKernel.launch(gridOf(split.stateSegments), block,
                          config.sharedMemoryBytes, stream, kernelArgs);
+    // One thread per element of a head's state (and of its key sum).
+    const int64_t foldElements =
+        int64_t(config.headDim) * config.headDim + (config.normalize ? config.headDim : 0);
+    KernelFunction foldKernel = module.function(ATTN_LINEAR_FOLD_KERNEL_NAME);
+    foldKernel.launch(Dim3{static_cast<unsigned>((foldElements + ATTN_LINEAR_FOLD_THREADS - 1) /
+                                                 ATTN_LINEAR_FOLD_THREADS),
+                           static_cast<unsigned>(config.qHeads),
+                           static_cast<unsigned>(args.q.batch())},
+                      Dim3{ATTN_LINEAR_FOLD_THREADS, 1, 1}, 0, stream, kernelArgs);
   }
   KernelFunction kernel = module.function(config.kernelName);
   kernel.setMaxDynamicSharedMemory(config.sharedMemoryBytes);

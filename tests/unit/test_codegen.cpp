@@ -68,6 +68,7 @@ TEST_CASE("every linear-family kernel assembles for sm_90a without spills", "[co
   CHECK(ptx.find("cp.async.bulk.tensor") != std::string::npos);
   CHECK(ptx.find(".entry attn_linear_kernel") != std::string::npos);
   CHECK(ptx.find(".entry attn_linear_segment_kernel") != std::string::npos);
+  CHECK(ptx.find(".entry attn_linear_fold_kernel") != std::string::npos);
   CHECK(ptx.find(".entry attn_linear_decode_kernel") != std::string::npos);
 
   attn::test::PtxasReport report = attn::test::assembleWithPtxas(kernel.binary);
@@ -81,6 +82,7 @@ TEST_CASE("every linear-family kernel assembles for sm_90a without spills", "[co
     // must not spill.
     CHECK(report.spillStoreBytes("attn_linear_kernel") <= 20);
     CHECK(report.spillStoreBytes("attn_linear_segment_kernel") == 0);
+    CHECK(report.spillStoreBytes("attn_linear_fold_kernel") == 0);
   } else {
     CHECK(report.spillFree());
   }
