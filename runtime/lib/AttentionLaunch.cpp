@@ -837,10 +837,11 @@ LinearSplit linearSplitFor(const AttnLaunchConfig &config, int64_t batch, int64_
                            int maxSegments) {
   // Two chunkwise blocks fit an SM (templates/attn_linear_sm90.cuh). A split
   // costs a second pass over K and V: it pays only while the unsplit grid
-  // leaves SMs idle, and with segments of at least kMinSegmentChunks chunks
-  // (measured on H100: docs/benchmarks.md).
+  // leaves SMs idle. Since one fold kernel gives every segment its entry
+  // state, filling the GPU pays down to segments of 4 chunks (the shortest
+  // measured on H100: docs/benchmarks.md, ninth run).
   constexpr int64_t kBlocksPerSm = 2;
-  constexpr int64_t kMinSegmentChunks = 32;
+  constexpr int64_t kMinSegmentChunks = 4;
   LinearSplit split;
   const int64_t chunks = (seqlen + config.blockM - 1) / config.blockM;
   const int64_t blocks = int64_t(config.headDim / config.blockN) * config.qHeads * batch;
