@@ -432,8 +432,7 @@ __device__ __forceinline__ void queryDotKeySum(u32 q, const float *keySum, int r
     int row = rowInChunk + 8 * half;
     float sum = 0.f;
     for (int d = (lane & 3) * 2; d < kHeadDim; d += 8) {
-      u32 pair;
-      asm volatile("ld.shared.b32 %0, [%1];" : "=r"(pair) : "r"(swizzledAddress(q, kChunk, row, d)));
+      const u32 pair = loadShared<u32>(swizzledAddress(q, kChunk, row, d));
       sum += lowHalfToFloat<Element>(pair) * keySum[d] + highHalfToFloat<Element>(pair) * keySum[d + 1];
     }
     dot[half] = quadSum(sum);

@@ -206,8 +206,10 @@ struct AttnDecodeParams {
 #define ATTN_LINEAR_THREADS 160
 #define ATTN_DECODE_KERNEL_NAME "attn_linear_decode_kernel"
 #define ATTN_LINEAR_SEGMENT_KERNEL_NAME "attn_linear_segment_kernel"
-// The fold of the segment kernel's pieces: grid (ceil(head_dim^2 /
-// ATTN_LINEAR_FOLD_THREADS), q_heads, batch), one state element a thread.
+// The fold of the segment kernel's pieces: grid (ceil(elements /
+// ATTN_LINEAR_FOLD_THREADS), q_heads, batch), one element a thread, of the
+// head_dim^2 state elements and, when the kernel normalizes, then the
+// head_dim key sum dims.
 #define ATTN_LINEAR_FOLD_KERNEL_NAME "attn_linear_fold_kernel"
 #define ATTN_LINEAR_FOLD_THREADS 256
 #define ATTN_DECODE_THREADS 128
