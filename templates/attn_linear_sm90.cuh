@@ -1,11 +1,13 @@
 // Linear attention and retention for sm_90a, in chunkwise-parallel form.
 //
-// Block (value slice, query head, batch x segment) owns 64 value columns of
-// one head's state S, held transposed (Sᵀ: 64 values x head_dim keys, fp32
-// in registers), and walks its chunks of the sequence. A producer warp
-// streams each chunk's Q, K and the V slice into a ring of stages with TMA
-// and writes the chunk's decays into the stage; the consumer warpgroup
-// computes, for chunk c with state S (the state before its first token):
+// Block (value columns, query head, batch x segment) owns block_n value
+// columns of one head's state S and walks its chunks of the sequence. Each
+// consumer warpgroup owns a value slice of 64 columns, held transposed (Sᵀ:
+// 64 values x head_dim keys, fp32 in registers). A producer warp streams
+// each chunk's Q, K and the block's V columns into a ring of stages with
+// TMA (the slices share the Q and K tiles) and writes the chunk's decays
+// into the stage; each consumer warpgroup computes, for chunk c with state
+// S (the state before its first token):
 //
 //   A   = Q Kᵀ                       (WGMMA, both from shared memory)
 //   O   = scale (D ⊙ A) V + scale diag(e^G) Q S
@@ -47,7 +49,8 @@ constexpr bool kCausal = attn_plan::kCausal;
 constexpr bool kGated = attn_plan::kGated;
 constexpr bool kHasDecay = attn_plan::kFixedDecay || kGated;
 
-constexpr int kSlice = 64;                       // value columns per block
+constexpr int kSlice = 64;                       // value columns per consumer warpgroup
+constexpr int kSlicesPerBlock = attn_plan::kBlockColumns / kSlice;
 constexpr int kKeyBlocks = kHeadDim / 64;
 // The largest decay within a chunk (base 2) taken in factored form: token
 // weights stay above 2^-100, far from the bf16 and fp32 normal range's end.
@@ -56,18 +59,21 @@ constexpr u32 kRowBytes = 128;
 constexpr u32 kAtomBytes = 8 * kRowBytes;
 constexpr u32 kQkTileBytes = kChunk * kHeadDim * 2;
 constexpr u32 kVTileBytes = kChunk * kSlice * 2;
-constexpr int kConsumerThreads = kWarpgroupThreads;
-// The consumer warpgroup and one producer warp: few enough registers (at
-// most 204 a thread) and shared memory for two blocks per SM, so that one
-// block's loads, barriers and WGMMA waits overlap the other's work.
+constexpr int kConsumerThreads = kSlicesPerBlock * kWarpgroupThreads;
+// The consumer warpgroups and one producer warp. Two consumer warpgroups
+// share an SM, whether as two blocks of one slice or one block of two, so
+// that one's loads, barriers and WGMMA waits overlap the other's work.
 constexpr int kProducerThreads = 32;
 constexpr int kThreads = kConsumerThreads + kProducerThreads;
-constexpr int kBlocksPerSm = 2;
-static_assert(kThreads == ATTN_LINEAR_THREADS, "the runtime launches ATTN_LINEAR_THREADS");
-// Two blocks of 5 warps need 3 warps on some SM sub-partition (16384
-// registers each): at most 168 registers a thread, which ptxas derives from
-// the launch bounds. (A cap of 200 fits the SM's 65536 but not a
-// sub-partition, leaving one block per SM: measured 5-25 % slower.)
+constexpr int kBlocksPerSm = ATTN_LINEAR_BLOCKS_PER_SM(kSlicesPerBlock);
+static_assert(kThreads == ATTN_LINEAR_THREADS(kSlicesPerBlock),
+              "the runtime launches ATTN_LINEAR_THREADS");
+static_assert(kSlicesPerBlock >= 1 && kSlicesPerBlock * kSlice <= kHeadDim,
+              "whole value slices of the head");
+// Either way 9 or 10 warps put 3 on some SM sub-partition (16384 registers
+// each): at most 168 registers a thread, which ptxas derives from the
+// launch bounds. (A cap of 200 fits the SM's 65536 but not a sub-partition,
+// leaving a single consumer warpgroup per SM: measured 5-25 % slower.)
 constexpr int kAccumulatorRegs = kSlice / 2;     // a 64 x 64 fp32 fragment
 constexpr int kPRegs = kChunk / 4;
 
@@ -77,16 +83,21 @@ static_assert(!(kNormalize && kHasDecay), "normalization is for undecayed linear
 static_assert(kCausal || !kHasDecay, "retention is causal");
 
 // Barriers: full[stage] (the producer's loads landed), empty[stage] (each
-// consumer warp is done with the stage).
+// consumer warp of every slice is done with the stage). Named barrier 0 is
+// __syncthreads; each consumer warpgroup syncs on its own, and all of them
+// on kConsumersBarrier.
 struct Barriers {
   u32 base;
   __device__ u32 full(int stage) const { return base + 8 * stage; }
   __device__ u32 empty(int stage) const { return base + 8 * (kStages + stage); }
 };
 
+constexpr int kConsumersBarrier = 1 + kSlicesPerBlock;
+
 // What the block works on: chunks [firstChunk, endChunk) of one segment.
 struct Work {
-  int slice;
+  int slice; // the block's first value slice; a consumer's own, in consume
+
   int head;
   int kvHead;
   int batch;
@@ -98,7 +109,7 @@ struct Work {
 
 __device__ __forceinline__ Work workOfBlock(const attn_abi::AttnLinearParams &p, bool segmentKernel) {
   Work work;
-  work.slice = blockIdx.x;
+  work.slice = blockIdx.x * kSlicesPerBlock;
   work.head = blockIdx.y;
   work.kvHead = work.head / (p.q_heads / p.kv_heads);
   // The segment kernel's blocks own the pieces of state_chunks chunks, the
@@ -151,7 +162,11 @@ __device__ __forceinline__ bool loadsKv(const Pass &pass) { return pass.state ||
 
 __device__ __forceinline__ u32 qTile(u32 smem, int stage) { return smem + attn_plan::kSmemQ + stage * kQkTileBytes; }
 __device__ __forceinline__ u32 kTile(u32 smem, int stage) { return smem + attn_plan::kSmemK + stage * kQkTileBytes; }
-__device__ __forceinline__ u32 vTile(u32 smem, int stage) { return smem + attn_plan::kSmemV + stage * kVTileBytes; }
+// Each stage's V slot holds the block's slices side by side; so do the
+// state and the staging.
+__device__ __forceinline__ u32 vTile(u32 smem, int stage, int slice) {
+  return smem + attn_plan::kSmemV + (stage * kSlicesPerBlock + slice) * kVTileBytes;
+}
 
 // The chunk's decays in stage `stage`: G[0..63], the inclusive prefix sums
 // of the tokens' log2-decays (tokens past the sequence decay by nothing, so
@@ -163,13 +178,14 @@ __device__ __forceinline__ float *chunkDecay(unsigned char *smemPointer, int sta
   return reinterpret_cast<float *>(smemPointer + attn_plan::kSmemDecay) + stage * 2 * kChunk;
 }
 
-// The producer warp writes the chunk's decays (one token per lane and half)
-// and returns the chunk's total, G[63].
-__device__ __forceinline__ float writeChunkDecay(const attn_abi::AttnLinearParams &p,
-                                                 const Work &work, int chunk,
-                                                 float walkedLog2Decay, float *decay, int lane) {
-  float low = 0.f, high = 0.f;
-  int token = chunk * kChunk + lane;
+// The log2-decays of a chunk's tokens, one token per lane and half.
+struct TokenDecays {
+  float low, high; // tokens lane and lane + 32
+};
+
+__device__ __forceinline__ TokenDecays readTokenDecays(const attn_abi::AttnLinearParams &p,
+                                                       const Work &work, int chunk, int lane) {
+  const int token = chunk * kChunk + lane;
   if constexpr (kGated) {
     auto logDecay = [&](int t) {
       return t < p.seqlen
@@ -177,13 +193,17 @@ __device__ __forceinline__ float writeChunkDecay(const attn_abi::AttnLinearParam
                        kLog2e
                  : 0.f;
     };
-    low = logDecay(token);
-    high = logDecay(token + 32);
-  } else {
-    float perToken = attn_plan::logDecayOfHead(work.head) * kLog2e;
-    low = token < p.seqlen ? perToken : 0.f;
-    high = token + 32 < p.seqlen ? perToken : 0.f;
+    return {logDecay(token), logDecay(token + 32)};
   }
+  const float perToken = attn_plan::logDecayOfHead(work.head) * kLog2e;
+  return {token < p.seqlen ? perToken : 0.f, token + 32 < p.seqlen ? perToken : 0.f};
+}
+
+// The producer warp writes the chunk's decays and returns the chunk's
+// total, G[63].
+__device__ __forceinline__ float writeChunkDecay(TokenDecays tokens, float walkedLog2Decay,
+                                                 float *decay, int lane) {
+  float low = tokens.low, high = tokens.high;
   warpInclusiveScan64(low, high, lane);
   float last = __shfl_sync(0xffffffff, high, 31);
   decay[lane] = low;
@@ -219,26 +239,38 @@ __device__ void produce(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
     const Pass kind = passOf(p, work, pass);
     const bool withQ = loadsQ(kind), withKv = loadsKv(kind);
     float walkedLog2Decay = 0.f;
-    for (int step = 0; step < work.endChunk - work.firstChunk; ++step, ++load) {
+    const int steps = work.endChunk - work.firstChunk;
+    // Gated decays are read a chunk ahead, so that their latency overlaps
+    // the wait for a free stage.
+    TokenDecays nextDecays{};
+    if (kHasDecay && steps > 0)
+      nextDecays = readTokenDecays(p, work, chunkAt(work, 0), lane);
+    for (int step = 0; step < steps; ++step, ++load) {
       const int chunk = chunkAt(work, step);
+      const TokenDecays decays = nextDecays;
+      if (kHasDecay && step + 1 < steps)
+        nextDecays = readTokenDecays(p, work, chunkAt(work, step + 1), lane);
       RingSlot slot = ringSlot<kStages>(load);
       if (load >= kStages)
         mbarrierWait(barriers.empty(slot.stage), slot.phase ^ 1);
       const u32 full = barriers.full(slot.stage);
       if (lane == 0) {
         // The loads first; the barrier's one arrival comes after the decays.
-        mbarrierExpectTx(full, (withQ ? kQkTileBytes : 0) + (withKv ? kQkTileBytes + kVTileBytes : 0));
+        mbarrierExpectTx(full, (withQ ? kQkTileBytes : 0) +
+                                   (withKv ? kQkTileBytes + kSlicesPerBlock * kVTileBytes : 0));
         int row = chunk * kChunk;
         if (withQ)
           loadRows(qTile(smem, slot.stage), &p.q_map, full, row, work.head, work.batch);
         if (withKv) {
           loadRows(kTile(smem, slot.stage), &p.k_map, full, row, work.kvHead, work.batch);
-          tmaLoad4d(vTile(smem, slot.stage), &p.v_map, full, work.slice * kSlice, row, work.kvHead,
-                    work.batch);
+#pragma unroll
+          for (int slice = 0; slice < kSlicesPerBlock; ++slice)
+            tmaLoad4d(vTile(smem, slot.stage, slice), &p.v_map, full, (work.slice + slice) * kSlice,
+                      row, work.kvHead, work.batch);
         }
       }
       if constexpr (kHasDecay) {
-        float last = writeChunkDecay(p, work, chunk, work.segmentKernel ? walkedLog2Decay : 0.f,
+        float last = writeChunkDecay(decays, work.segmentKernel ? walkedLog2Decay : 0.f,
                                      chunkDecay(smemPointer, slot.stage), lane);
         walkedLog2Decay += last;
         __syncwarp();
@@ -461,29 +493,37 @@ __device__ __forceinline__ void releaseStage(const Barriers &barriers, int stage
     mbarrierArrive(barriers.empty(stage));
 }
 
-// Makes this warpgroup's shared-memory writes (mapped tiles, the state,
-// decays) visible to its other threads and to WGMMA.
-__device__ __forceinline__ void publishShared() {
+// Makes this warpgroup's shared-memory writes (the state, the staging)
+// visible to its other threads and to WGMMA.
+__device__ __forceinline__ void publishShared(int consumer) {
   fenceSharedForAsyncProxy();
-  warpgroupBarrier(1);
+  warpgroupBarrier(1 + consumer);
+}
+
+// The same for writes to the tiles every slice reads (Q and K mapped in
+// place), across the consumer warpgroups.
+__device__ __forceinline__ void publishSharedToConsumers() {
+  fenceSharedForAsyncProxy();
+  namedBarrierSync(kConsumersBarrier, kConsumerThreads);
 }
 
 // ---------------------------------------------------------------------------
 // The consumer warpgroup.
 
+// Consumer warpgroup `consumer` of the block owns value slice work.slice.
 __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned char *smemPointer,
-                        const Barriers &barriers, const Work &work) {
-  const int thread = threadIdx.x, warp = thread / 32, lane = thread % 32;
+                        const Barriers &barriers, const Work &work, int consumer) {
+  const int thread = threadIdx.x % kWarpgroupThreads, warp = thread / 32, lane = thread % 32;
   const int rowInChunk = warp * 16 + lane / 4;
-  const u32 stateTile = smem + attn_plan::kSmemState;
-  const u32 staging = smem + attn_plan::kSmemOStaging;
-  float *keySum = reinterpret_cast<float *>(smemPointer + attn_plan::kSmemKeySum);
+  const u32 stateTile = smem + attn_plan::kSmemState + consumer * kHeadDim * kSlice * 2;
+  const u32 staging = smem + attn_plan::kSmemOStaging + consumer * kVTileBytes;
+  float *keySum = reinterpret_cast<float *>(smemPointer + attn_plan::kSmemKeySum) + consumer * kHeadDim;
   const float scale = p.scale;
 
   float state[kStateRegs];
   loadEntryState(p, work, state, keySum, thread, warp, lane);
   storeFragmentSwizzled<Element, kHeadDim>(state, stateTile, kChunk, warp, lane);
-  publishShared();
+  publishShared(consumer);
   float segmentLog2Decay = 0.f; // the decay over the block's chunks
 
   int load = 0;
@@ -494,17 +534,19 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
     for (int step = 0; step < work.endChunk - work.firstChunk; ++step, ++load) {
       const int chunk = chunkAt(work, step);
       const RingSlot slot = ringSlot<kStages>(load);
-      const u32 q = qTile(smem, slot.stage), k = kTile(smem, slot.stage), v = vTile(smem, slot.stage);
+      const u32 q = qTile(smem, slot.stage), k = kTile(smem, slot.stage);
+      const u32 v = vTile(smem, slot.stage, consumer);
       const float *decay = chunkDecay(smemPointer, slot.stage);
       const int validRows = min(kChunk, p.seqlen - chunk * kChunk);
       // The loads and the producer's decays.
       mbarrierWait(barriers.full(slot.stage), slot.phase);
+      // The slices map the shared Q and K tiles together.
       if (computesOutput)
-        mapTileInPlace<kFeatureMap, Element>(q, kQkTileBytes, thread, kConsumerThreads);
+        mapTileInPlace<kFeatureMap, Element>(q, kQkTileBytes, threadIdx.x, kConsumerThreads);
       if (updatesState)
-        mapTileInPlace<kFeatureMap, Element>(k, kQkTileBytes, thread, kConsumerThreads);
+        mapTileInPlace<kFeatureMap, Element>(k, kQkTileBytes, threadIdx.x, kConsumerThreads);
       if constexpr (kFeatureMap != FeatureMap::Identity)
-        publishShared();
+        publishSharedToConsumers();
 
       float output[kAccumulatorRegs];
       u32 weights[kPRegs];
@@ -581,7 +623,7 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
         }
         if constexpr (kNormalize) {
           // After every thread has read the old key sum for its denominators.
-          warpgroupBarrier(1);
+          warpgroupBarrier(1 + consumer);
           accumulateKeySum(k, keySum, validRows, thread);
         }
         // Loaded last, so that they are not held through the key sum.
@@ -622,11 +664,11 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
         // completed and the last TMA store has read the staging tile.
         if (thread == 0)
           tmaStoreWaitRead();
-        warpgroupBarrier(1);
+        warpgroupBarrier(1 + consumer);
         storeFragmentSwizzled<Element, kSlice>(output, staging, kChunk, warp, lane);
         if (updatesState)
           storeFragmentSwizzled<Element, kHeadDim>(state, stateTile, kChunk, warp, lane);
-        publishShared();
+        publishShared(consumer);
         if (thread == 0) {
           tmaStore4d(&p.o_map, staging, work.slice * kSlice, chunk * kChunk, work.head, work.batch);
           tmaStoreCommit();
@@ -636,7 +678,7 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
     // A state-only pass hands its state to the output pass after it once.
     if (!computesOutput && pass + 1 < passCount) {
       storeFragmentSwizzled<Element, kHeadDim>(state, stateTile, kChunk, warp, lane);
-      publishShared();
+      publishShared(consumer);
     }
   }
 
@@ -665,21 +707,25 @@ __device__ __forceinline__ void runBlock(const attn_abi::AttnLinearParams &p, bo
   }
   __syncthreads();
   unsigned char *smemPointer = sharedMemory + (smem - sharedAddress(sharedMemory));
-  if (threadIdx.x >= kConsumerThreads)
+  if (threadIdx.x >= kConsumerThreads) {
     produce(p, smem, smemPointer, barriers, work, threadIdx.x % 32);
-  else
-    consume(p, smem, smemPointer, barriers, work);
+  } else {
+    const int consumer = threadIdx.x / kWarpgroupThreads;
+    Work slice = work;
+    slice.slice += consumer;
+    consume(p, smem, smemPointer, barriers, slice, consumer);
+  }
 }
 } // namespace attn_linear
 
-// Grid (value slices, query heads, batch x segments).
+// Grid (head_dim / block_n, query heads, batch x segments).
 extern "C" __global__ void __launch_bounds__(attn_linear::kThreads, attn_linear::kBlocksPerSm)
     attn_linear_kernel(const __grid_constant__ attn_abi::AttnLinearParams p) {
   attn_linear::runBlock(p, /*segmentKernel=*/false);
 }
 
-// Grid (value slices, query heads, batch x state pieces): each piece's own
-// state contribution.
+// Grid (head_dim / block_n, query heads, batch x state pieces): each
+// piece's own state contribution.
 extern "C" __global__ void __launch_bounds__(attn_linear::kThreads, attn_linear::kBlocksPerSm)
     attn_linear_segment_kernel(const __grid_constant__ attn_abi::AttnLinearParams p) {
   attn_linear::runBlock(p, /*segmentKernel=*/true);

@@ -202,8 +202,13 @@ struct AttnDecodeParams {
 };
 
 #define ATTN_LINEAR_KERNEL_NAME "attn_linear_kernel"
-// Threads of a chunkwise block: one consumer warpgroup and one producer warp.
-#define ATTN_LINEAR_THREADS 160
+// Threads of a chunkwise block: a consumer warpgroup per 64-column value
+// slice (block_n / 64) and one producer warp.
+#define ATTN_LINEAR_THREADS(slices) ((slices) * 128 + 32)
+// Chunkwise blocks resident on an SM, as their launch bounds promise: two
+// of one slice, one of two. Either way 3 warps share some SM
+// sub-partition's 16384 registers: at most 168 a thread.
+#define ATTN_LINEAR_BLOCKS_PER_SM(slices) ((slices) == 1 ? 2 : 1)
 #define ATTN_DECODE_KERNEL_NAME "attn_linear_decode_kernel"
 #define ATTN_LINEAR_SEGMENT_KERNEL_NAME "attn_linear_segment_kernel"
 // The fold of the segment kernel's pieces: grid (ceil(elements /

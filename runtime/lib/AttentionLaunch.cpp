@@ -835,20 +835,20 @@ void validateLinearDevicePointers(const AttnLaunchConfig &config, const AttnLine
 
 LinearSplit linearSplitFor(const AttnLaunchConfig &config, int64_t batch, int64_t seqlen,
                            int maxSegments) {
-  // Two chunkwise blocks fit an SM (templates/attn_linear_sm90.cuh). A split
-  // costs a second pass over K and V: it pays only while the unsplit grid
-  // leaves SMs idle. Since one fold kernel gives every segment its entry
+  // A split costs a second pass over K and V: it pays only while the
+  // unsplit grid leaves SMs idle. Since one fold kernel gives every segment its entry
   // state, filling the GPU pays down to segments of 4 chunks (the shortest
   // measured on H100: docs/benchmarks.md, ninth run).
-  constexpr int64_t kBlocksPerSm = 2;
   constexpr int64_t kMinSegmentChunks = 4;
+  // A block owns block_n / 64 value slices (templates/attn_linear_sm90.cuh).
+  const int64_t blocksPerSm = ATTN_LINEAR_BLOCKS_PER_SM(config.blockN / 64);
   LinearSplit split;
   const int64_t chunks = (seqlen + config.blockM - 1) / config.blockM;
   const int64_t blocks = int64_t(config.headDim / config.blockN) * config.qHeads * batch;
   if (chunks == 0 || blocks == 0)
     return split;
   const int64_t multiprocessors = multiprocessorsOf(currentDevice());
-  const int64_t resident = kBlocksPerSm * multiprocessors;
+  const int64_t resident = blocksPerSm * multiprocessors;
   int64_t segments = std::min<int64_t>(maxSegments, chunks);
   if (maxSegments <= 0) {
     if (10 * blocks >= 9 * multiprocessors)
@@ -946,7 +946,8 @@ void launchLinear(const Module &module, const AttnLaunchConfig &config,
   params.scale = config.scale;
   Dim3 block{static_cast<unsigned>(config.threadsPerBlock), 1, 1};
   void *kernelArgs[] = {&params};
-  // One block per 64 value columns of each (head, batch, segment or piece).
+  // One block per block_n value columns of each (head, batch, segment or
+  // piece).
   auto gridOf = [&](int segments) {
     return Dim3{static_cast<unsigned>(config.headDim / config.blockN),
                 static_cast<unsigned>(config.qHeads),

@@ -27,7 +27,9 @@ struct LinearCase {
   bool normalize = false, causal = true, gated = false, fixedDecay = true;
   float lowestLogDecay = -0.5f; // gated: log-decays drawn from [lowestLogDecay, 0]
   std::vector<double> gammas;   // fixed decay: per query head, else the multi-scale default
+  std::string tile;             // a tile override, else the default plan
 };
+
 
 std::string specFor(const LinearCase &c) {
   std::ostringstream spec;
@@ -35,6 +37,12 @@ std::string specFor(const LinearCase &c) {
        << ", kv_heads = " << c.kvHeads << ", head_dim = " << c.headDim
        << ", element_type = bf16> mask = " << c.mask << " normalizer = " << c.normalizer << "\n";
   return spec.str();
+}
+
+LoadedKernel &loadCase(const LinearCase &c) {
+  CompileOptions options;
+  options.tileOverride = c.tile;
+  return loadKernel(specFor(c), options);
 }
 
 reference::HostTensor hostTensor(const harness::HostDeviceTensor &tensor) {
@@ -113,7 +121,7 @@ reference::LinearProblem referenceProblem(const LinearCase &c, const AttnLaunchC
 // then hold at least `minPieceChunks` chunks.
 void checkCase(const LinearCase &c, harness::Shape shape, bool withState, uint64_t seed,
                int segments = 0, int minPieceChunks = 1) {
-  LoadedKernel &kernel = loadKernel(specFor(c));
+  LoadedKernel &kernel = loadCase(c);
   const AttnLaunchConfig &launch = kernel.compiled.launch;
   REQUIRE(launch.linearFamily == 1);
   shape.seqlenK = shape.seqlenQ;
@@ -300,6 +308,33 @@ TEST_CASE("a sequence split into segments matches the reference", "[gpu][linear]
   c.featureMap = reference::FeatureMap::Relu;
   c.normalize = false;
   checkCase(c, harness::Shape{2, 190, 190}, /*withState=*/false, 77, /*segments=*/2);
+}
+
+TEST_CASE("one and two value slices a block match the reference", "[gpu][linear]") {
+  // Head dim 128 gives a block both value slices (two consumer warpgroups
+  // sharing Q and K), except with gated decay; the other plan of each,
+  // through an override: the feature map applied by both warpgroups, each
+  // slice's key sum, a split and carried state.
+  LinearCase c;
+  c.tile = "block_n=64";
+  c.kvHeads = 2;
+  checkCase(c, harness::Shape{2, 200, 200}, /*withState=*/true, 81, /*segments=*/3);
+  c.fixedDecay = false;
+  c.kvHeads = 4;
+  c.normalizer = "#attn.linear<feature_map = elu_plus_one, normalize = true>";
+  c.featureMap = reference::FeatureMap::EluPlusOne;
+  c.normalize = true;
+  checkCase(c, harness::Shape{1, 150, 150}, /*withState=*/true, 82, /*segments=*/2);
+  c = LinearCase();
+  c.tile = "block_n=128";
+  c.normalizer = "#attn.retention<gated>";
+  c.gated = true;
+  checkCase(c, harness::Shape{2, 190, 190}, /*withState=*/true, 83);
+  checkCase(c, harness::Shape{1, 330, 330}, /*withState=*/false, 84, /*segments=*/4);
+  // Both plans give the launch the threads and grid their plan names.
+  CHECK(loadCase(c).compiled.launch.threadsPerBlock == ATTN_LINEAR_THREADS(2));
+  c.tile = "block_n=64";
+  CHECK(loadCase(c).compiled.launch.threadsPerBlock == ATTN_LINEAR_THREADS(1));
 }
 
 TEST_CASE("the segment kernel's backward walk over pieces of several chunks matches the reference",

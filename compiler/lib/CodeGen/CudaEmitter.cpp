@@ -503,6 +503,7 @@ std::string emitLinearKernelSource(const LinearKernelConfig &config) {
       << "using Element = attn_dev::" << elementTag(config.element) << ";\n"
       << "constexpr int kHeadDim = " << config.headDim << ";\n"
       << "constexpr int kChunk = " << config.chunk << ";\n"
+      << "constexpr int kBlockColumns = " << config.blockColumns << ";\n"
       << "constexpr int kStages = " << config.stages << ";\n"
       << "constexpr attn_dev::FeatureMap kFeatureMap = attn_dev::FeatureMap::" << featureMap
       << ";\n"

@@ -116,7 +116,7 @@ AttnLaunchConfig launchConfigFor(mlir::attn::KernelOp op) {
   if (op.getNormalizer().isLinearFamily()) {
     launch.kernelName = ATTN_LINEAR_KERNEL_NAME;
     // The plan's producer warpgroup is a single warp in this kernel.
-    launch.threadsPerBlock = ATTN_LINEAR_THREADS;
+    launch.threadsPerBlock = ATTN_LINEAR_THREADS(tile.getConsumerWarpgroups());
     launch.linearFamily = 1;
     launch.causal = mlir::isa<mlir::attn::CausalAttr>(op.getMask());
     auto linear = mlir::dyn_cast<mlir::attn::LinearAttr>(op.getNormalizer());

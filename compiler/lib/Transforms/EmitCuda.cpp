@@ -384,6 +384,7 @@ FailureOr<::attn::codegen::LinearKernelConfig> buildLinearKernelConfig(KernelOp 
   config.element = problem.getElementType().isBF16() ? cg::ElementKind::BF16 : cg::ElementKind::F16;
   config.headDim = problem.getHeadDim();
   config.chunk = tile.getBlockM();
+  config.blockColumns = tile.getBlockN();
   config.stages = tile.getStages();
   config.causal = isa<CausalAttr>(op.getMask());
   if (auto linear = dyn_cast<LinearAttr>(op.getNormalizer())) {

@@ -109,8 +109,11 @@ std::vector<SmemRequest> linearKernelSmemRequests(const TileProblem &problem,
   constexpr int64_t kSwizzle = 128;
   int64_t row = int64_t(problem.headDim) * problem.elementBytes;
   int64_t qkSlot = alignTo(int64_t(config.blockM) * row, kTileAlign);
+  // The block's value columns: a 64-column tile per consumer warpgroup,
+  // side by side in each V slot, the state and the staging.
   int64_t sliceRow = int64_t(config.blockN) * problem.elementBytes;
   int64_t vSlot = alignTo(int64_t(config.blockM) * sliceRow, kTileAlign);
+  int64_t slices = config.blockN / kLinearSlice;
   int64_t stages = config.stages;
   std::vector<SmemRequest> requests;
   requests.push_back({"q", stages * qkSlot, kTileAlign, kSwizzle, stages, kPhaseSetup, kPhaseEnd});
@@ -122,7 +125,8 @@ std::vector<SmemRequest> linearKernelSmemRequests(const TileProblem &problem,
   // Per stage, the chunk's cumulative decays and each token's weight.
   requests.push_back({"decay", stages * 2 * int64_t(config.blockM) * 4, 16, 0, stages, kPhaseSetup,
                       kPhaseEnd});
-  requests.push_back({"key_sum", int64_t(problem.headDim) * 4, 16, 0, 1, kPhaseSetup, kPhaseEnd});
+  requests.push_back({"key_sum", slices * int64_t(problem.headDim) * 4, 16, 0, 1, kPhaseSetup,
+                      kPhaseEnd});
   requests.push_back({"barriers", 16 * stages, 8, 0, 2 * stages, kPhaseSetup, kPhaseEnd});
   return requests;
 }

@@ -1,6 +1,7 @@
 //===- TileConstraints.cpp - sm_90a tile legality (MLIR-free) -------------===//
 
 #include "attn/Compiler/TileConstraints.h"
+#include "attn/Transforms/SmemAllocator.h"
 
 #include "attn_params.h"
 
@@ -113,35 +114,34 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
   return config;
 }
 
+// Every key the override sets, as given.
+static void setOverriddenKeys(TileConfig &config, const TileOverride &override) {
+  for (auto [value, field] : {std::pair{override.blockM, &TileConfig::blockM},
+                              std::pair{override.blockN, &TileConfig::blockN},
+                              std::pair{override.stages, &TileConfig::stages},
+                              std::pair{override.consumerWarpgroups, &TileConfig::consumerWarpgroups},
+                              std::pair{override.producerWarpgroups, &TileConfig::producerWarpgroups},
+                              std::pair{override.consumerRegisters, &TileConfig::consumerRegisters},
+                              std::pair{override.producerRegisters, &TileConfig::producerRegisters},
+                              std::pair{override.softmaxChains, &TileConfig::softmaxChains},
+                              std::pair{override.persistentBlocksPerSm,
+                                        &TileConfig::persistentBlocksPerSm}})
+    if (value)
+      config.*field = *value;
+}
+
 TileConfig applyTileOverride(const TileConfig &base,
                              const TileOverride &override) {
   TileConfig config = base;
-  if (override.blockM)
-    config.blockM = *override.blockM;
-  if (override.consumerWarpgroups)
-    config.consumerWarpgroups = *override.consumerWarpgroups;
+  setOverriddenKeys(config, override);
   // block_m and consumer_warpgroups determine each other.
   if (override.blockM && !override.consumerWarpgroups &&
       *override.blockM % kWgmmaM == 0)
     config.consumerWarpgroups = *override.blockM / kWgmmaM;
   if (override.consumerWarpgroups && !override.blockM)
     config.blockM = kWgmmaM * *override.consumerWarpgroups;
-  if (override.blockN)
-    config.blockN = *override.blockN;
-  if (override.stages)
-    config.stages = *override.stages;
-  if (override.producerWarpgroups)
-    config.producerWarpgroups = *override.producerWarpgroups;
-  config.consumerRegisters =
-      override.consumerRegisters
-          ? *override.consumerRegisters
-          : defaultConsumerRegisters(config.consumerWarpgroups);
-  if (override.producerRegisters)
-    config.producerRegisters = *override.producerRegisters;
-  if (override.softmaxChains)
-    config.softmaxChains = *override.softmaxChains;
-  if (override.persistentBlocksPerSm)
-    config.persistentBlocksPerSm = *override.persistentBlocksPerSm;
+  if (!override.consumerRegisters)
+    config.consumerRegisters = defaultConsumerRegisters(config.consumerWarpgroups);
   return config;
 }
 
@@ -392,12 +392,17 @@ std::vector<TileConfig> enumerateTileCandidates(const TileProblem &problem,
   return candidates;
 }
 
-TileConfig linearTileConfig() {
+TileConfig linearTileConfig(int headDim, bool gated) {
   TileConfig config;
   config.blockM = kWgmmaM;
-  config.blockN = 64;
+  // Every value slice of a head in one block: the slices share each chunk's
+  // Q and K tiles, so an SM pulls them from L2 once. On H100 that was 2-6 %
+  // faster for linear attention and fixed-decay retention, and 1-2 % slower
+  // for gated retention, which keeps a block per slice. A third stage,
+  // which fits, measured slower (docs/benchmarks.md, tenth run).
+  config.blockN = gated ? kLinearSlice : headDim;
   config.stages = 2;
-  config.consumerWarpgroups = 1;
+  config.consumerWarpgroups = config.blockN / kLinearSlice;
   config.producerWarpgroups = 1;
   config.consumerRegisters = 240;
   config.producerRegisters = 24;
@@ -406,21 +411,49 @@ TileConfig linearTileConfig() {
   return config;
 }
 
-std::optional<std::string> checkLinearTileLegality(const TileConfig &config) {
+TileConfig applyLinearTileOverride(const TileConfig &base, const TileOverride &override) {
+  TileConfig config = base;
+  setOverriddenKeys(config, override);
+  // block_n and consumer_warpgroups determine each other: one consumer
+  // warpgroup per 64-column value slice.
+  if (override.blockN && !override.consumerWarpgroups)
+    config.consumerWarpgroups = *override.blockN / kLinearSlice;
+  if (override.consumerWarpgroups && !override.blockN)
+    config.blockN = kLinearSlice * *override.consumerWarpgroups;
+  return config;
+}
+
+std::optional<std::string> checkLinearTileLegality(const TileProblem &problem,
+                                                   const TileConfig &config) {
   std::ostringstream os;
-  if (config.blockM != kWgmmaM || config.blockN != 64)
-    os << "linear kernel: block_m (the chunk) and block_n (the value slice) must be 64, got "
-       << config.blockM << " and " << config.blockN;
-  else if (config.consumerWarpgroups != 1 || config.producerWarpgroups != 1)
-    os << "linear kernel: one consumer and one producer warpgroup, got "
-       << config.consumerWarpgroups << " and " << config.producerWarpgroups;
+  if (config.blockM != kWgmmaM)
+    os << "linear kernel: block_m (the chunk) must be 64, got " << config.blockM;
+  else if (config.blockN != kLinearSlice && config.blockN != 2 * kLinearSlice)
+    os << "linear kernel: block_n (the value columns of a block) must be 64 or 128, got "
+       << config.blockN;
+  else if (config.blockN > problem.headDim)
+    os << "linear kernel: block_n (" << config.blockN << ") exceeds head_dim ("
+       << problem.headDim << ")";
+  else if (config.consumerWarpgroups * kLinearSlice != config.blockN)
+    os << "linear kernel: one consumer warpgroup per 64 value columns: block_n = "
+       << config.blockN << " needs " << config.blockN / kLinearSlice << ", got "
+       << config.consumerWarpgroups;
+  else if (config.producerWarpgroups != 1)
+    os << "linear kernel: one producer warpgroup, got " << config.producerWarpgroups;
   else if (config.stages < 1 || config.stages > 4)
     os << "linear kernel: stages must be 1 to 4, got " << config.stages;
   else if (config.persistentBlocksPerSm != 0)
-    os << "linear kernel: no persistent grid (one block per value slice, head and batch)";
+    os << "linear kernel: no persistent grid (one block per value columns, head and batch)";
   else if (config.softmaxChains != 1)
     os << "linear kernel: softmax_chains must be 1 (it has no softmax), got "
        << config.softmaxChains;
+  else if (int64_t bytes =
+               allocateSharedMemory(linearKernelSmemRequests(problem, config)).total +
+               kSmemBaseAlignSlack;
+           bytes > kMaxSharedMemoryPerBlock)
+    os << "shared-memory capacity: block_n " << config.blockN << ", stages " << config.stages
+       << ", head_dim " << problem.headDim << " needs " << bytes << " bytes, limit "
+       << kMaxSharedMemoryPerBlock;
   else
     return std::nullopt;
   return os.str();

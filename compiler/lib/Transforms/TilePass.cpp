@@ -85,16 +85,20 @@ struct AttnTilePass : public mlir::attn::impl::AttnTileBase<AttnTilePass> {
       const bool linear = kernel.getNormalizer().isLinearFamily();
       ::attn::TileConfig config;
       TilePlanAttr existing = kernel.getTileAttr();
-      if (existing && !hasOverride)
+      if (existing && !hasOverride) {
         config = getTileConfig(existing);
-      else if (linear)
-        config = ::attn::applyTileOverride(::attn::linearTileConfig(), override);
-      else
+      } else if (linear) {
+        auto retention = dyn_cast<RetentionAttr>(kernel.getNormalizer());
+        config = ::attn::applyLinearTileOverride(
+            ::attn::linearTileConfig(problem.headDim, retention && retention.getGated()),
+            override);
+      } else {
         config = ::attn::applyTileOverride(
             tunedOrDefaultConfig(kernel, problem, shape), override);
+      }
 
       if (std::optional<std::string> violation =
-              linear ? ::attn::checkLinearTileLegality(config)
+              linear ? ::attn::checkLinearTileLegality(problem, config)
                      : ::attn::checkTileLegality(problem, config)) {
         kernel.emitOpError() << "illegal tile plan for sm_90a: "
                              << *violation;

@@ -138,6 +138,7 @@ struct LinearKernelConfig {
   ElementKind element = ElementKind::BF16;
   int headDim = 128;
   int chunk = 64;
+  int blockColumns = 64; // value columns of a block: 64 per consumer warpgroup
   int stages = 2;
   bool causal = true;
   FeatureMapKind featureMap = FeatureMapKind::Identity;

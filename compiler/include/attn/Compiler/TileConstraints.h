@@ -227,15 +227,27 @@ int64_t estimateSharedMemoryBytes(const TileProblem &problem,
 std::optional<std::string> checkTileLegality(const TileProblem &problem,
                                              const TileConfig &config);
 
-/// The chunkwise linear attention / retention kernel's plan: chunks of 64
-/// tokens (block_m), 64 value columns per block (block_n), one consumer
-/// warpgroup beside the TMA producer, 2 stages.
-TileConfig linearTileConfig();
+/// Value columns of the state one consumer warpgroup of the linear kernel
+/// owns (its value slice).
+inline constexpr int kLinearSlice = 64;
 
-/// The linear kernel's constraints: block_m = block_n = 64, one consumer
-/// and one producer warpgroup, 1 to 4 stages, no persistent grid. Returns
-/// the first violation or nullopt.
-std::optional<std::string> checkLinearTileLegality(const TileConfig &config);
+/// The chunkwise linear attention / retention kernel's plan: chunks of 64
+/// tokens (block_m); every value slice of a head in one block (block_n =
+/// head_dim), except with gated (per-token) decay, one slice a block; one
+/// consumer warpgroup per slice beside the TMA producer warp; 2 stages.
+TileConfig linearTileConfig(int headDim, bool gated);
+
+/// An override of the linear plan, key by key. block_n and
+/// consumer_warpgroups determine each other (one consumer per 64 value
+/// columns), as block_m and consumer_warpgroups do for softmax plans.
+TileConfig applyLinearTileOverride(const TileConfig &base, const TileOverride &override);
+
+/// The linear kernel's constraints: block_m = 64, block_n 64 or 128 and at
+/// most head_dim, one consumer warpgroup per 64 columns of block_n, one
+/// producer, 1 to 4 stages, no persistent grid, the buffers within shared
+/// memory. Returns the first violation or nullopt.
+std::optional<std::string> checkLinearTileLegality(const TileProblem &problem,
+                                                   const TileConfig &config);
 
 /// Every value of each tunable field the generator tries; together with
 /// checkTileLegality they define the tuning space.

@@ -76,10 +76,11 @@ std::vector<SmemRequest> forwardKernelSmemRequests(const TileProblem &problem,
 
 /// The linear attention / retention kernel's buffers, all live for the
 /// whole kernel: "q", "k" (stages x chunk x head_dim), "v" (stages x chunk
-/// x 64 value columns), "state" (head_dim x 64, 16-bit, the Q S operand),
-/// "o_staging" (chunk x 64), "decay" (chunk fp32: the chunk's cumulative
-/// log2-decays), "key_sum" (head_dim fp32), "barriers" (full and empty per
-/// stage).
+/// x block_n value columns), "state" (head_dim x block_n, 16-bit, the Q S
+/// operand), "o_staging" (chunk x block_n), "decay" (2 x chunk fp32 per
+/// stage: the chunk's cumulative log2-decays and token weights), "key_sum"
+/// (head_dim fp32 per 64-column value slice), "barriers" (full and empty per
+/// stage). Each value-column buffer holds one 64-column tile per slice.
 std::vector<SmemRequest> linearKernelSmemRequests(const TileProblem &problem,
                                                   const TileConfig &config);
 
