@@ -311,20 +311,31 @@ TEST_CASE("a sequence split into segments matches the reference", "[gpu][linear]
 }
 
 TEST_CASE("one and two value slices a block match the reference", "[gpu][linear]") {
-  // Head dim 128 gives a block both value slices (two consumer warpgroups
-  // sharing Q and K), except with gated decay; the other plan of each,
-  // through an override: the feature map applied by both warpgroups, each
-  // slice's key sum, a split and carried state.
+  // Both plans of head dim 128 through overrides: one value slice a block,
+  // and both slices in one block (two consumer warpgroups sharing Q and K),
+  // with the feature map applied by both warpgroups, each slice's key sum,
+  // non-causal passes, gated decay, splits and carried state.
   LinearCase c;
-  c.tile = "block_n=64";
+  c.tile = "block_n=128";
   c.kvHeads = 2;
   checkCase(c, harness::Shape{2, 200, 200}, /*withState=*/true, 81, /*segments=*/3);
+  checkCase(c, harness::Shape{1, 64, 64}, /*withState=*/true, 87);
+  c.tile = "block_n=64";
   c.fixedDecay = false;
   c.kvHeads = 4;
   c.normalizer = "#attn.linear<feature_map = elu_plus_one, normalize = true>";
   c.featureMap = reference::FeatureMap::EluPlusOne;
   c.normalize = true;
   checkCase(c, harness::Shape{1, 150, 150}, /*withState=*/true, 82, /*segments=*/2);
+  c.tile = "block_n=128";
+  checkCase(c, harness::Shape{2, 150, 150}, /*withState=*/true, 86, /*segments=*/2);
+  c.mask = "#attn.no_mask";
+  c.causal = false;
+  c.normalizer = "#attn.linear<feature_map = relu>";
+  c.featureMap = reference::FeatureMap::Relu;
+  c.normalize = false;
+  c.tile = "block_n=128";
+  checkCase(c, harness::Shape{2, 140, 140}, /*withState=*/true, 85, /*segments=*/2);
   c = LinearCase();
   c.tile = "block_n=128";
   c.normalizer = "#attn.retention<gated>";

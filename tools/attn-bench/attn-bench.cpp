@@ -13,7 +13,9 @@
 //       A linear attention / retention spec runs the chunkwise kernel with
 //       a final state (and, gated, seeded log-decays logsigmoid(N(0, 1)));
 //       --check compares with the reference's recurrent form; it prints
-//       TB/s counting the bytes of Q, K, V and O.
+//       TB/s counting the bytes of Q, K, V and O, for one call timed alone
+//       and for calls queued back to back (the device's time per call, the
+//       host's work hidden), and the host's time per call.
 //   attn-bench spec.mlir --packed=L1,L2,...
 //       packed sequences of those lengths (Sq = Sk each) in one launch,
 //       then the padded alternative (a batch of that many sequences of the
@@ -22,7 +24,9 @@
 //       retention, gated retention and linear attention beside our causal
 //       softmax at head dim 128, H = 16, bf16, S = 2048 to 65536 with
 //       B = max(1, 16384 / S) (the peer script's shapes), and S = 8192 at
-//       B = 1 for the comparison with S = 65536 at the same B*H.
+//       B = 1 for the comparison with S = 65536 at the same B*H. Each
+//       linear kernel is planned for its shape, and every one is timed
+//       (alone and back to back) before the softmax kernels.
 //   attn-bench --grid
 //       the grid of the peer comparison: head dim 64/128/256, seqlen 512 to
 //       16384, causal and not, B*S = 16384 and H*D = 2048, bf16. With
@@ -267,10 +271,14 @@ int runLinearSpec(Loaded &kernel, const std::string &spec) {
     std::printf("check against the CPU reference (recurrent form): rel-L2 = %.3g, %s\n", relative,
                 passed ? "PASS" : "FAIL (limit 2e-2)");
   }
-  double ms = attn::harness::medianMs(
-      [&] { attn::launchLinear(kernel.module, launch, args, nullptr); }, warmup, repeats);
+  auto run = [&] { attn::launchLinear(kernel.module, launch, args, nullptr); };
+  double ms = attn::harness::medianMs(run, warmup, repeats);
+  const double bytes = qkvoBytes(launch, shape.batch, shape.seqlenQ);
   std::printf("time %.3f ms (median of %d), %.2f TB/s (Q, K, V, O)\n", ms, int(repeats),
-              qkvoBytes(launch, shape.batch, shape.seqlenQ) / ms / 1e9);
+              bytes / ms / 1e9);
+  attn::harness::BackToBackTimes queued = attn::harness::backToBackMs(run, warmup, repeats);
+  std::printf("back to back %.3f ms a call, %.2f TB/s; the host takes %.1f us a call\n",
+              queued.deviceMs, bytes / queued.deviceMs / 1e9, queued.hostMs * 1e3);
   return passed ? 0 : 1;
 }
 
@@ -601,18 +609,17 @@ int runLinearGrid() {
          << ", element_type = bf16> mask = " << mask << " normalizer = " << normalizer << "\n";
     return spec.str();
   };
+  // Each linear kernel is planned for the shape it runs (attn-tile's plan
+  // depends on batch x heads), as attn-bench SPEC plans it.
   struct Variant {
     const char *name;
-    Loaded kernel;
+    std::string spec;
   };
-  std::vector<Variant> variants;
-  variants.push_back({"retention", load(specOf("retention", "#attn.causal<top_left>", "#attn.retention"),
-                                        "linear-grid.mlir", {}, "")});
-  variants.push_back({"gated_retention",
-                      load(specOf("gated_retention", "#attn.causal<top_left>", "#attn.retention<gated>"),
-                           "linear-grid.mlir", {}, "")});
-  variants.push_back({"linear", load(specOf("linear", "#attn.causal<top_left>", "#attn.linear"),
-                                     "linear-grid.mlir", {}, "")});
+  const std::vector<Variant> variants = {
+      {"retention", specOf("retention", "#attn.causal<top_left>", "#attn.retention")},
+      {"gated_retention",
+       specOf("gated_retention", "#attn.causal<top_left>", "#attn.retention<gated>")},
+      {"linear", specOf("linear", "#attn.causal<top_left>", "#attn.linear")}};
   Loaded softmax = load(specOf("softmax_causal", "#attn.causal<bottom_right>", "#attn.softmax"),
                         "linear-grid.mlir", {}, "");
   LinearGridTensors tensors(kMaxTokens, int64_t(kHeads) * kHeadDim);
@@ -644,15 +651,18 @@ int runLinearGrid() {
   // softmax at long sequences leave the GPU slower for the kernel timed
   // right after (docs/benchmarks.md, tenth run).
   struct LinearTiming {
+    int blockN;
     int segments;
     double ms;
+    attn::harness::BackToBackTimes queued;
   };
   std::vector<std::vector<LinearTiming>> linearTimings;
   for (auto [b, s] : shapes) {
     const attn::AttnForwardArgs forward = forwardArgs(b, s);
     linearTimings.emplace_back();
-    for (Variant &variant : variants) {
-      const attn::AttnLaunchConfig &launch = variant.kernel.compiled.launch;
+    for (const Variant &variant : variants) {
+      Loaded kernel = load(variant.spec, "linear-grid.mlir", {b, s, s}, "");
+      const attn::AttnLaunchConfig &launch = kernel.compiled.launch;
       attn::AttnLinearArgs args;
       args.q = forward.q;
       args.k = forward.k;
@@ -667,27 +677,33 @@ int runLinearGrid() {
       args.workspaceBytes = workspace.size();
       if (attn::linearWorkspaceBytes(launch, b, split) > workspace.size())
         throw attn::Error("linear grid: the workspace is too small for the split");
-      double ms = attn::harness::medianMs(
-          [&] { attn::launchLinear(variant.kernel.module, launch, args, nullptr); }, warmup,
-          repeats);
-      linearTimings.back().push_back({split.segments, ms});
+      auto run = [&] { attn::launchLinear(kernel.module, launch, args, nullptr); };
+      const double ms = attn::harness::medianMs(run, warmup, repeats);
+      linearTimings.back().push_back({launch.blockN, split.segments, ms,
+                                      attn::harness::backToBackMs(run, warmup, repeats)});
     }
   }
-  std::printf("| kernel | B | S | segments | ms | TB/s (Q, K, V, O) | softmax ms | vs softmax |\n"
-              "|---|---|---|---|---|---|---|---|\n");
+  // One call timed alone (events around it, the host's work inside), and
+  // calls queued back to back (the device's time per call).
+  std::printf("| kernel | B | S | block_n | segments | ms | TB/s (Q, K, V, O) | softmax ms | "
+              "vs softmax | back-to-back ms | back-to-back TB/s | host us |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (size_t shape = 0; shape < shapes.size(); ++shape) {
     auto [b, s] = shapes[shape];
     double softmaxMs = attn::harness::medianLaunchMs(softmax.function, softmax.compiled.launch,
                                                      forwardArgs(b, s), warmup, repeats);
-    std::printf("| softmax_causal | %lld | %lld | | %.3f | %.2f | %.3f | 1.00 |\n", (long long)b,
-                (long long)s, softmaxMs,
+    std::printf("| softmax_causal | %lld | %lld | | | %.3f | %.2f | %.3f | 1.00 | | | |\n",
+                (long long)b, (long long)s, softmaxMs,
                 qkvoBytes(softmax.compiled.launch, b, s) / softmaxMs / 1e9, softmaxMs);
     for (size_t v = 0; v < variants.size(); ++v) {
       const LinearTiming &timing = linearTimings[shape][v];
-      std::printf("| %s | %lld | %lld | %d | %.3f | %.2f | %.3f | %.2f |\n", variants[v].name,
-                  (long long)b, (long long)s, timing.segments, timing.ms,
-                  qkvoBytes(variants[v].kernel.compiled.launch, b, s) / timing.ms / 1e9, softmaxMs,
-                  softmaxMs / timing.ms);
+      const double bytes = qkvoBytes(softmax.compiled.launch, b, s);
+      std::printf("| %s | %lld | %lld | %d | %d | %.3f | %.2f | %.3f | %.2f | %.3f | %.2f | "
+                  "%.1f |\n",
+                  variants[v].name, (long long)b, (long long)s, timing.blockN, timing.segments,
+                  timing.ms,
+                  bytes / timing.ms / 1e9, softmaxMs, softmaxMs / timing.ms, timing.queued.deviceMs,
+                  bytes / timing.queued.deviceMs / 1e9, timing.queued.hostMs * 1e3);
     }
     std::fflush(stdout);
   }

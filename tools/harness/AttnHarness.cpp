@@ -3,6 +3,7 @@
 #include "AttnHarness.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -295,6 +296,40 @@ double medianMs(const std::function<void()> &launch, int warmup, int repeats) {
   ATTN_CU_CHECK(cuEventDestroy, stop);
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
+}
+
+BackToBackTimes backToBackMs(const std::function<void()> &launch, int warmup, int repeats,
+                             int burst) {
+  for (int i = 0; i < warmup; ++i)
+    launch();
+  ATTN_CU_CHECK(cuCtxSynchronize);
+  CUevent start, stop;
+  ATTN_CU_CHECK(cuEventCreate, &start, 0);
+  ATTN_CU_CHECK(cuEventCreate, &stop, 0);
+  std::vector<double> device, host;
+  burst = std::max(burst, 1);
+  for (int round = 0; round < std::max(repeats, 1); ++round) {
+    ATTN_CU_CHECK(cuEventRecord, start, nullptr);
+    for (int i = 0; i < burst; ++i) {
+      auto before = std::chrono::steady_clock::now();
+      launch();
+      host.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - before)
+              .count());
+    }
+    ATTN_CU_CHECK(cuEventRecord, stop, nullptr);
+    ATTN_CU_CHECK(cuEventSynchronize, stop);
+    float ms = 0;
+    ATTN_CU_CHECK(cuEventElapsedTime, &ms, start, stop);
+    device.push_back(double(ms) / burst);
+  }
+  ATTN_CU_CHECK(cuEventDestroy, start);
+  ATTN_CU_CHECK(cuEventDestroy, stop);
+  auto median = [](std::vector<double> &values) {
+    std::sort(values.begin(), values.end());
+    return values[values.size() / 2];
+  };
+  return {median(device), median(host)};
 }
 
 double medianLaunchMs(KernelFunction &kernel, const AttnLaunchConfig &config,

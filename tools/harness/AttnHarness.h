@@ -140,6 +140,16 @@ Comparison compareWithReference(const reference::Problem &problem, const Forward
 /// with events on the null stream) after `warmup` untimed calls.
 double medianMs(const std::function<void()> &launch, int warmup, int repeats);
 
+/// Timings of calls queued back to back: `device` is the median, over
+/// `repeats` rounds, of the event time of `burst` calls divided by `burst`
+/// (the device's time per call once the host runs ahead: launch gaps, no
+/// host work); `host` is the median host time one call takes to return.
+struct BackToBackTimes {
+  double deviceMs = 0, hostMs = 0;
+};
+BackToBackTimes backToBackMs(const std::function<void()> &launch, int warmup, int repeats,
+                             int burst = 20);
+
 /// Median time in milliseconds of `repeats` launches after `warmup`.
 double medianLaunchMs(KernelFunction &kernel, const AttnLaunchConfig &config,
                       const AttnForwardArgs &args, int warmup, int repeats);

@@ -392,15 +392,21 @@ std::vector<TileConfig> enumerateTileCandidates(const TileProblem &problem,
   return candidates;
 }
 
-TileConfig linearTileConfig(int headDim, bool gated) {
+TileConfig linearTileConfig(int headDim, bool gated, int64_t batchHeads) {
   TileConfig config;
   config.blockM = kWgmmaM;
-  // Every value slice of a head in one block: the slices share each chunk's
-  // Q and K tiles, so an SM pulls them from L2 once. On H100 that was 2-6 %
-  // faster for linear attention and fixed-decay retention, and 1-2 % slower
-  // for gated retention, which keeps a block per slice. A third stage,
-  // which fits, measured slower (docs/benchmarks.md, tenth run).
-  config.blockN = gated ? kLinearSlice : headDim;
+  // Every value slice of a head in one block shares each chunk's Q and K
+  // tiles, so an SM pulls them from L2 once, but the grid has half the
+  // blocks. On H100 (docs/benchmarks.md, tenth run) that was 2-6 % faster
+  // for linear attention and fixed-decay retention where one-slice blocks
+  // leave SMs idle (the sequence is split either way), and 15-40 % slower
+  // where one-slice blocks just fill the GPU (batch x heads = 64 at head
+  // dim 128); gated retention was 1-2 % slower even split. So a block
+  // takes both slices only for a known shape that splits.
+  const int64_t sliceBlocks = batchHeads * (headDim / kLinearSlice);
+  const bool splits = batchHeads > 0 && 10 * sliceBlocks < 9 * kReferenceMultiprocessors;
+  config.blockN = !gated && splits ? headDim : kLinearSlice;
+  // A third stage, which fits, measured slower.
   config.stages = 2;
   config.consumerWarpgroups = config.blockN / kLinearSlice;
   config.producerWarpgroups = 1;

@@ -89,8 +89,11 @@ struct AttnTilePass : public mlir::attn::impl::AttnTileBase<AttnTilePass> {
         config = getTileConfig(existing);
       } else if (linear) {
         auto retention = dyn_cast<RetentionAttr>(kernel.getNormalizer());
+        const int64_t batchHeads =
+            tuningShape.empty() ? 0 : shape.batch * kernel.getProblem().getQHeads();
         config = ::attn::applyLinearTileOverride(
-            ::attn::linearTileConfig(problem.headDim, retention && retention.getGated()),
+            ::attn::linearTileConfig(problem.headDim, retention && retention.getGated(),
+                                     batchHeads),
             override);
       } else {
         config = ::attn::applyTileOverride(

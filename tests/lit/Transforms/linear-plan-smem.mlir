@@ -11,14 +11,14 @@
 // Tiles have 128-byte swizzle; the fp32 vectors and barriers none.
 // RUN: attn-opt --attn-plan-smem %s -split-input-file -verify-diagnostics | FileCheck %s
 // The attn-plan pipeline (attn-tile, then attn-plan-smem) lays out the
-// shipped examples the same way, with the default linear tile: two value
-// slices a block at head_dim 128, one with gated decay.
-// RUN: attn-opt --attn-plan %docs_examples/retention_hd128.mlir | FileCheck %s --check-prefix=PIPE2
+// shipped examples the same way, with the default linear tile (one value
+// slice a block without a tuning shape).
+// RUN: attn-opt --attn-plan %docs_examples/retention_hd128.mlir | FileCheck %s --check-prefix=PIPE128
 // RUN: attn-opt --attn-plan %docs_examples/gated_retention_hd128.mlir | FileCheck %s --check-prefix=PIPE128
 // RUN: attn-opt --attn-plan %docs_examples/linear_elu_hd64.mlir | FileCheck %s --check-prefix=PIPE64
 
-// head_dim 128, bf16, one value slice a block (gated retention's default
-// tile): 64 x 64 chunks, 2 stages.
+// head_dim 128, bf16, the default linear tile: 64 x 64 chunks, one value
+// slice a block, 2 stages.
 // A row of Q or K is 128 x 2 = 256 B; a row of a value slice 64 x 2 = 128 B.
 //   q          2 x 64 x 256 = 32768          @ 0
 //   k          32768                         @ 32768
@@ -50,8 +50,8 @@ attn.kernel @retention_hd128
     normalizer = #attn.retention
     attributes {tile = #attn.tile<block_m = 64, block_n = 64, stages = 2, consumer_warpgroups = 1, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24>}
 
-// head_dim 128, bf16, both value slices in one block (the default tile
-// otherwise): block_n = 128, two consumer warpgroups, 2 stages. The V slot
+// head_dim 128, bf16, both value slices in one block (attn-tile's plan for
+// a shape that splits): block_n = 128, two consumer warpgroups, 2 stages. The V slot
 // holds a 64 x 64 tile per slice, so do the state and the staging; each
 // slice keeps its own key sum.
 //   q          2 x 64 x 256 = 32768          @ 0
@@ -73,10 +73,6 @@ attn.kernel @retention_hd128
 // CHECK-SAME:    #attn.buffer<"decay", offset = 147456, size = 1024, align = 16, swizzle = 0, slots = 2>,
 // CHECK-SAME:    #attn.buffer<"key_sum", offset = 148480, size = 1024, align = 16, swizzle = 0>,
 // CHECK-SAME:    #attn.buffer<"barriers", offset = 149504, size = 32, align = 8, swizzle = 0, slots = 4>]>
-// PIPE2:       smem = #attn.smem_plan<total = 149536, buffers = [
-// PIPE2-SAME:    #attn.buffer<"v", offset = 65536, size = 32768, align = 1024, swizzle = 128, slots = 2>,
-// PIPE2-SAME:    #attn.buffer<"key_sum", offset = 148480, size = 1024, align = 16, swizzle = 0>,
-// PIPE2-SAME:    tile = #attn.tile<block_m = 64, block_n = 128, stages = 2, consumer_warpgroups = 2,
 attn.kernel @retention_two_slices
     problem = #attn.problem<q_heads = 16, kv_heads = 16, head_dim = 128, element_type = bf16>
     mask = #attn.causal<top_left>

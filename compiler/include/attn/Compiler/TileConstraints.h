@@ -231,11 +231,17 @@ std::optional<std::string> checkTileLegality(const TileProblem &problem,
 /// owns (its value slice).
 inline constexpr int kLinearSlice = 64;
 
+/// Multiprocessors of the GPU the default plans are measured on (H100 SXM).
+inline constexpr int64_t kReferenceMultiprocessors = 132;
+
 /// The chunkwise linear attention / retention kernel's plan: chunks of 64
-/// tokens (block_m); every value slice of a head in one block (block_n =
-/// head_dim), except with gated (per-token) decay, one slice a block; one
-/// consumer warpgroup per slice beside the TMA producer warp; 2 stages.
-TileConfig linearTileConfig(int headDim, bool gated);
+/// tokens (block_m); 64 value columns a block (block_n), or every value
+/// column of a head (block_n = head_dim) when the shape is known
+/// (`batchHeads` = batch x query heads > 0), the 64-column blocks would
+/// leave SMs idle (so the runtime splits the sequence) and the decay is not
+/// gated; one consumer warpgroup per 64 columns beside the TMA producer
+/// warp; 2 stages.
+TileConfig linearTileConfig(int headDim, bool gated, int64_t batchHeads = 0);
 
 /// An override of the linear plan, key by key. block_n and
 /// consumer_warpgroups determine each other (one consumer per 64 value
