@@ -49,7 +49,7 @@ constexpr bool kCausal = attn_plan::kCausal;
 constexpr bool kGated = attn_plan::kGated;
 constexpr bool kHasDecay = attn_plan::kFixedDecay || kGated;
 
-constexpr int kSlice = 64;                       // value columns per consumer warpgroup
+constexpr int kSlice = ATTN_LINEAR_SLICE;        // value columns per consumer warpgroup
 constexpr int kSlicesPerBlock = attn_plan::kBlockColumns / kSlice;
 constexpr int kKeyBlocks = kHeadDim / 64;
 // The largest decay within a chunk (base 2) taken in factored form: token
@@ -97,7 +97,6 @@ constexpr int kConsumersBarrier = 1 + kSlicesPerBlock;
 // What the block works on: chunks [firstChunk, endChunk) of one segment.
 struct Work {
   int slice; // the block's first value slice; a consumer's own, in consume
-
   int head;
   int kvHead;
   int batch;

@@ -130,6 +130,13 @@ constexpr long long tileKeyBitsPerTile(int blockM, int blockN) {
   return blockM * 4LL * (blockN <= 128 ? 4 : 8);
 }
 
+// Whether a chunkwise linear grid of `blocks` blocks gives most of the
+// multiprocessors work; if not, the runtime splits the sequence
+// (linearSplitFor), and attn-tile plans for that split.
+constexpr bool linearGridFillsGpu(long long blocks, long long multiprocessors) {
+  return 10 * blocks >= 9 * multiprocessors;
+}
+
 // Parameters of the chunkwise linear attention / retention kernel.
 //
 // Q, K, V, O as for AttnFwdParams (BSHD, seqlen_q = seqlen_k = seqlen); the
@@ -202,8 +209,11 @@ struct AttnDecodeParams {
 };
 
 #define ATTN_LINEAR_KERNEL_NAME "attn_linear_kernel"
-// Threads of a chunkwise block: a consumer warpgroup per 64-column value
-// slice (block_n / 64) and one producer warp.
+// Value columns of the state one consumer warpgroup of a chunkwise block
+// owns (a value slice); a block owns block_n / ATTN_LINEAR_SLICE of them.
+#define ATTN_LINEAR_SLICE 64
+// Threads of a chunkwise block: a consumer warpgroup per value slice and
+// one producer warp.
 #define ATTN_LINEAR_THREADS(slices) ((slices) * 128 + 32)
 // Chunkwise blocks resident on an SM, as their launch bounds promise: two
 // of one slice, one of two. Either way 3 warps share some SM

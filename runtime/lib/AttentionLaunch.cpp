@@ -836,12 +836,11 @@ void validateLinearDevicePointers(const AttnLaunchConfig &config, const AttnLine
 LinearSplit linearSplitFor(const AttnLaunchConfig &config, int64_t batch, int64_t seqlen,
                            int maxSegments) {
   // A split costs a second pass over K and V: it pays only while the
-  // unsplit grid leaves SMs idle. Since one fold kernel gives every segment its entry
-  // state, filling the GPU pays down to segments of 4 chunks (the shortest
-  // measured on H100: docs/benchmarks.md, ninth run).
+  // unsplit grid leaves SMs idle. Since one fold kernel gives every segment
+  // its entry state, filling the GPU pays down to segments of 4 chunks (the
+  // shortest measured on H100: docs/benchmarks.md, ninth run).
   constexpr int64_t kMinSegmentChunks = 4;
-  // A block owns block_n / 64 value slices (templates/attn_linear_sm90.cuh).
-  const int64_t blocksPerSm = ATTN_LINEAR_BLOCKS_PER_SM(config.blockN / 64);
+  const int64_t blocksPerSm = ATTN_LINEAR_BLOCKS_PER_SM(config.blockN / ATTN_LINEAR_SLICE);
   LinearSplit split;
   const int64_t chunks = (seqlen + config.blockM - 1) / config.blockM;
   const int64_t blocks = int64_t(config.headDim / config.blockN) * config.qHeads * batch;
@@ -851,7 +850,7 @@ LinearSplit linearSplitFor(const AttnLaunchConfig &config, int64_t batch, int64_
   const int64_t resident = blocksPerSm * multiprocessors;
   int64_t segments = std::min<int64_t>(maxSegments, chunks);
   if (maxSegments <= 0) {
-    if (10 * blocks >= 9 * multiprocessors)
+    if (attn_abi::linearGridFillsGpu(blocks, multiprocessors))
       return split;
     segments = std::max<int64_t>(1, std::min(resident / blocks, chunks / kMinSegmentChunks));
   }

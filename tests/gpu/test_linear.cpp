@@ -30,7 +30,6 @@ struct LinearCase {
   std::string tile;             // a tile override, else the default plan
 };
 
-
 std::string specFor(const LinearCase &c) {
   std::ostringstream spec;
   spec << "attn.kernel @linear_test problem = #attn.problem<q_heads = " << c.qHeads
@@ -342,7 +341,7 @@ TEST_CASE("one and two value slices a block match the reference", "[gpu][linear]
   c.gated = true;
   checkCase(c, harness::Shape{2, 190, 190}, /*withState=*/true, 83);
   checkCase(c, harness::Shape{1, 330, 330}, /*withState=*/false, 84, /*segments=*/4);
-  // Both plans give the launch the threads and grid their plan names.
+  // Each plan gives the launch the threads it names.
   CHECK(loadCase(c).compiled.launch.threadsPerBlock == ATTN_LINEAR_THREADS(2));
   c.tile = "block_n=64";
   CHECK(loadCase(c).compiled.launch.threadsPerBlock == ATTN_LINEAR_THREADS(1));

@@ -653,6 +653,7 @@ int runLinearGrid() {
   struct LinearTiming {
     int blockN;
     int segments;
+    double bytes; // of Q, K, V and O
     double ms;
     attn::harness::BackToBackTimes queued;
   };
@@ -679,7 +680,7 @@ int runLinearGrid() {
         throw attn::Error("linear grid: the workspace is too small for the split");
       auto run = [&] { attn::launchLinear(kernel.module, launch, args, nullptr); };
       const double ms = attn::harness::medianMs(run, warmup, repeats);
-      linearTimings.back().push_back({launch.blockN, split.segments, ms,
+      linearTimings.back().push_back({launch.blockN, split.segments, qkvoBytes(launch, b, s), ms,
                                       attn::harness::backToBackMs(run, warmup, repeats)});
     }
   }
@@ -697,13 +698,12 @@ int runLinearGrid() {
                 qkvoBytes(softmax.compiled.launch, b, s) / softmaxMs / 1e9, softmaxMs);
     for (size_t v = 0; v < variants.size(); ++v) {
       const LinearTiming &timing = linearTimings[shape][v];
-      const double bytes = qkvoBytes(softmax.compiled.launch, b, s);
       std::printf("| %s | %lld | %lld | %d | %d | %.3f | %.2f | %.3f | %.2f | %.3f | %.2f | "
                   "%.1f |\n",
                   variants[v].name, (long long)b, (long long)s, timing.blockN, timing.segments,
-                  timing.ms,
-                  bytes / timing.ms / 1e9, softmaxMs, softmaxMs / timing.ms, timing.queued.deviceMs,
-                  bytes / timing.queued.deviceMs / 1e9, timing.queued.hostMs * 1e3);
+                  timing.ms, timing.bytes / timing.ms / 1e9, softmaxMs, softmaxMs / timing.ms,
+                  timing.queued.deviceMs, timing.bytes / timing.queued.deviceMs / 1e9,
+                  timing.queued.hostMs * 1e3);
     }
     std::fflush(stdout);
   }

@@ -276,28 +276,6 @@ Comparison compareOutputs(const reference::Problem &problem, const ReferenceOutp
   return result;
 }
 
-double medianMs(const std::function<void()> &launch, int warmup, int repeats) {
-  for (int i = 0; i < warmup; ++i)
-    launch();
-  CUevent start, stop;
-  ATTN_CU_CHECK(cuEventCreate, &start, 0);
-  ATTN_CU_CHECK(cuEventCreate, &stop, 0);
-  std::vector<float> times;
-  for (int i = 0; i < std::max(repeats, 1); ++i) {
-    ATTN_CU_CHECK(cuEventRecord, start, nullptr);
-    launch();
-    ATTN_CU_CHECK(cuEventRecord, stop, nullptr);
-    ATTN_CU_CHECK(cuEventSynchronize, stop);
-    float ms = 0;
-    ATTN_CU_CHECK(cuEventElapsedTime, &ms, start, stop);
-    times.push_back(ms);
-  }
-  ATTN_CU_CHECK(cuEventDestroy, start);
-  ATTN_CU_CHECK(cuEventDestroy, stop);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
-
 BackToBackTimes backToBackMs(const std::function<void()> &launch, int warmup, int repeats,
                              int burst) {
   for (int i = 0; i < warmup; ++i)
@@ -330,6 +308,10 @@ BackToBackTimes backToBackMs(const std::function<void()> &launch, int warmup, in
     return values[values.size() / 2];
   };
   return {median(device), median(host)};
+}
+
+double medianMs(const std::function<void()> &launch, int warmup, int repeats) {
+  return backToBackMs(launch, warmup, repeats, /*burst=*/1).deviceMs;
 }
 
 double medianLaunchMs(KernelFunction &kernel, const AttnLaunchConfig &config,

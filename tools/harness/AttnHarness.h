@@ -144,6 +144,7 @@ double medianMs(const std::function<void()> &launch, int warmup, int repeats);
 /// `repeats` rounds, of the event time of `burst` calls divided by `burst`
 /// (the device's time per call once the host runs ahead: launch gaps, no
 /// host work); `host` is the median host time one call takes to return.
+/// With burst = 1 each round times one call alone (medianMs).
 struct BackToBackTimes {
   double deviceMs = 0, hostMs = 0;
 };

@@ -392,6 +392,8 @@ std::vector<TileConfig> enumerateTileCandidates(const TileProblem &problem,
   return candidates;
 }
 
+static_assert(kLinearSlice == ATTN_LINEAR_SLICE, "the kernel's value slice");
+
 TileConfig linearTileConfig(int headDim, bool gated, int64_t batchHeads) {
   TileConfig config;
   config.blockM = kWgmmaM;
@@ -404,7 +406,8 @@ TileConfig linearTileConfig(int headDim, bool gated, int64_t batchHeads) {
   // dim 128); gated retention was 1-2 % slower even split. So a block
   // takes both slices only for a known shape that splits.
   const int64_t sliceBlocks = batchHeads * (headDim / kLinearSlice);
-  const bool splits = batchHeads > 0 && 10 * sliceBlocks < 9 * kReferenceMultiprocessors;
+  const bool splits =
+      batchHeads > 0 && !attn_abi::linearGridFillsGpu(sliceBlocks, kReferenceMultiprocessors);
   config.blockN = !gated && splits ? headDim : kLinearSlice;
   // A third stage, which fits, measured slower.
   config.stages = 2;

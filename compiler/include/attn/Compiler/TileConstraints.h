@@ -228,7 +228,8 @@ std::optional<std::string> checkTileLegality(const TileProblem &problem,
                                              const TileConfig &config);
 
 /// Value columns of the state one consumer warpgroup of the linear kernel
-/// owns (its value slice).
+/// owns (its value slice): ATTN_LINEAR_SLICE, which TileConstraints.cpp
+/// checks.
 inline constexpr int kLinearSlice = 64;
 
 /// Multiprocessors of the GPU the default plans are measured on (H100 SXM).

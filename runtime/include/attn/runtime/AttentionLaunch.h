@@ -403,8 +403,9 @@ struct LinearSplit {
 
 /// The split for a problem on the current device: none when the unsplit
 /// grid gives most multiprocessors a block; otherwise as many segments as
-/// leave two blocks per multiprocessor (as many as fit), of at least 4
-/// chunks each. When `maxSegments` > 0, that many (at most one per chunk).
+/// keep every multiprocessor's resident blocks busy (two of one value
+/// slice, one of two: ATTN_LINEAR_BLOCKS_PER_SM), of at least 4 chunks
+/// each. When `maxSegments` > 0, that many (at most one per chunk).
 /// The pieces are fine enough for the segment kernel to fill the GPU too.
 LinearSplit linearSplitFor(const AttnLaunchConfig &config, int64_t batch, int64_t seqlen,
                            int maxSegments = 0);
