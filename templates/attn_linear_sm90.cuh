@@ -182,18 +182,48 @@ struct TokenDecays {
   float low, high; // tokens lane and lane + 32
 };
 
-__device__ __forceinline__ TokenDecays readTokenDecays(const attn_abi::AttnLinearParams &p,
-                                                       const Work &work, int chunk, int lane) {
-  const int token = chunk * kChunk + lane;
-  if constexpr (kGated) {
-    auto logDecay = [&](int t) {
-      return t < p.seqlen
-                 ? p.log_decay[(static_cast<i64>(work.batch) * p.seqlen + t) * p.q_heads + work.head] *
-                       kLog2e
-                 : 0.f;
-    };
-    return {logDecay(token), logDecay(token + 32)};
+// Gated decays sit a head count apart in memory, one word per token: the
+// producer's lanes copy them (cp.async) kDecayLookahead chunks ahead of
+// their scan, into a ring of kDecayLookahead + 1 chunk slots, so that the
+// copies' latency hides behind the walk instead of holding up each stage.
+constexpr int kDecayLookahead = ATTN_LINEAR_DECAY_LOOKAHEAD;
+constexpr int kDecayRingSlots = kDecayLookahead + 1;
+
+__device__ __forceinline__ u32 decayRingSlot(u32 smem, int step) {
+  return smem + attn_plan::kSmemDecayRing + (step % kDecayRingSlots) * kChunk * 4;
+}
+
+// Copies the log-decays of the chunk the walk visits at `step` (lane and
+// lane + 32 each; zero past the sequence) as one group of copies, an empty
+// group past the walk, so that every step commits one.
+__device__ __forceinline__ void copyTokenDecays(const attn_abi::AttnLinearParams &p, const Work &work,
+                                                u32 smem, int step, int lane) {
+  if (step < work.endChunk - work.firstChunk) {
+    const int chunk = chunkAt(work, step);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = lane + 32 * half, token = chunk * kChunk + row;
+      const bool inSequence = token < p.seqlen;
+      const i64 index =
+          inSequence ? (static_cast<i64>(work.batch) * p.seqlen + token) * p.q_heads + work.head : 0;
+      copyWordAsync(decayRingSlot(smem, step) + 4 * row, p.log_decay + index, inSequence);
+    }
   }
+  commitCopyGroup();
+}
+
+// The log2-decays of the chunk the walk visits at `step`: gated, once the
+// warp's copies of them landed (copyTokenDecays); fixed, the head's.
+__device__ __forceinline__ TokenDecays readTokenDecays(const attn_abi::AttnLinearParams &p,
+                                                       const Work &work, const float *decayRing,
+                                                       int step, int lane) {
+  if constexpr (kGated) {
+    waitCopyGroups<kDecayLookahead>();
+    __syncwarp();
+    const float *slot = decayRing + (step % kDecayRingSlots) * kChunk;
+    return {slot[lane] * kLog2e, slot[lane + 32] * kLog2e};
+  }
+  const int token = chunkAt(work, step) * kChunk + lane;
   const float perToken = attn_plan::logDecayOfHead(work.head) * kLog2e;
   return {token < p.seqlen ? perToken : 0.f, token + 32 < p.seqlen ? perToken : 0.f};
 }
@@ -238,17 +268,8 @@ __device__ void produce(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
     const Pass kind = passOf(p, work, pass);
     const bool withQ = loadsQ(kind), withKv = loadsKv(kind);
     float walkedLog2Decay = 0.f;
-    const int steps = work.endChunk - work.firstChunk;
-    // Gated decays are read a chunk ahead, so that their latency overlaps
-    // the wait for a free stage.
-    TokenDecays nextDecays{};
-    if (kHasDecay && steps > 0)
-      nextDecays = readTokenDecays(p, work, chunkAt(work, 0), lane);
-    for (int step = 0; step < steps; ++step, ++load) {
+    for (int step = 0; step < work.endChunk - work.firstChunk; ++step, ++load) {
       const int chunk = chunkAt(work, step);
-      const TokenDecays decays = nextDecays;
-      if (kHasDecay && step + 1 < steps)
-        nextDecays = readTokenDecays(p, work, chunkAt(work, step + 1), lane);
       RingSlot slot = ringSlot<kStages>(load);
       if (load >= kStages)
         mbarrierWait(barriers.empty(slot.stage), slot.phase ^ 1);
@@ -268,7 +289,19 @@ __device__ void produce(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
                       row, work.kvHead, work.batch);
         }
       }
+      if constexpr (kGated) {
+        // After the stage's loads: the first step starts the lookahead, each
+        // step copies into the slot the previous one read (the warp synced
+        // after it).
+        if (step == 0)
+          for (int ahead = 0; ahead < kDecayLookahead; ++ahead)
+            copyTokenDecays(p, work, smem, ahead, lane);
+        copyTokenDecays(p, work, smem, step + kDecayLookahead, lane);
+      }
       if constexpr (kHasDecay) {
+        const TokenDecays decays = readTokenDecays(
+            p, work, reinterpret_cast<const float *>(smemPointer + attn_plan::kSmemDecayRing), step,
+            lane);
         float last = writeChunkDecay(decays, work.segmentKernel ? walkedLog2Decay : 0.f,
                                      chunkDecay(smemPointer, slot.stage), lane);
         walkedLog2Decay += last;

@@ -219,6 +219,10 @@ struct AttnDecodeParams {
 // of one slice, one of two. Either way 3 warps share some SM
 // sub-partition's 16384 registers: at most 168 a thread.
 #define ATTN_LINEAR_BLOCKS_PER_SM(slices) ((slices) == 1 ? 2 : 1)
+// Chunks of gated log-decays the producer warp keeps in flight: it copies
+// a chunk's this many chunks before it scans them, into a ring of one slot
+// more in shared memory.
+#define ATTN_LINEAR_DECAY_LOOKAHEAD 2
 #define ATTN_DECODE_KERNEL_NAME "attn_linear_decode_kernel"
 #define ATTN_LINEAR_SEGMENT_KERNEL_NAME "attn_linear_segment_kernel"
 // The fold of the segment kernel's pieces: grid (ceil(elements /

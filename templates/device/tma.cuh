@@ -1,6 +1,7 @@
 // TMA (cp.async.bulk.tensor) copies of 4-D tiles described by a tensor map in
 // kernel parameter space. Loads complete on an mbarrier; stores are tracked
-// as bulk groups of the issuing thread.
+// as bulk groups of the issuing thread. Then single-word asynchronous copies
+// (cp.async), tracked as groups of the issuing thread too.
 #pragma once
 
 namespace attn_dev {
@@ -53,6 +54,30 @@ __device__ __forceinline__ void tmaStoreWaitRead() {
 // async proxy) before a TMA store reads them.
 __device__ __forceinline__ void fenceSharedForAsyncProxy() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// Word copies by the thread's load unit (cp.async), for data too scattered
+// for a TMA box. Each thread commits its copies in groups and waits for its
+// own groups; other threads see the words after a barrier.
+
+// A 4-byte copy from global to shared memory, zero-filled where `valid` is
+// false (the source is then not read).
+__device__ __forceinline__ void copyWordAsync(u32 destination, const void *source, bool valid) {
+  asm volatile("cp.async.ca.shared::cta.global [%0], [%1], 4, %2;" ::"r"(destination), "l"(source),
+               "r"(valid ? 4 : 0)
+               : "memory");
+}
+
+// Closes the thread's group of copies issued since the last commit (an
+// empty group if none).
+__device__ __forceinline__ void commitCopyGroup() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+// Blocks until at most `Pending` of the thread's most recent groups are
+// still in flight.
+template <int Pending> __device__ __forceinline__ void waitCopyGroups() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(Pending) : "memory");
 }
 
 } // namespace attn_dev

@@ -235,6 +235,14 @@ TEST_CASE("gated retention matches the reference", "[gpu][linear]") {
   checkCase(c, harness::Shape{2, 130, 130}, /*withState=*/true, 31);
   c.headDim = 64;
   checkCase(c, harness::Shape{1, 300, 300}, /*withState=*/false, 32);
+  // Walks shorter than the producer's decay lookahead (one partial chunk,
+  // two chunks), and 3 query heads over one KV head: the decays' words lie
+  // an odd head count apart.
+  c.headDim = 128;
+  c.qHeads = 3;
+  c.kvHeads = 1;
+  checkCase(c, harness::Shape{2, 40, 40}, /*withState=*/true, 36);
+  checkCase(c, harness::Shape{1, 100, 100}, /*withState=*/false, 37);
 }
 
 TEST_CASE("retention with strong decays stays finite", "[gpu][linear]") {

@@ -529,6 +529,7 @@ std::string emitLinearKernelSource(const LinearKernelConfig &config) {
       << "constexpr unsigned kSmemState = " << smem.state << ";\n"
       << "constexpr unsigned kSmemOStaging = " << smem.oStaging << ";\n"
       << "constexpr unsigned kSmemDecay = " << smem.decay << ";\n"
+      << "constexpr unsigned kSmemDecayRing = " << smem.decayRing << ";\n"
       << "constexpr unsigned kSmemKeySum = " << smem.keySum << ";\n"
       << "constexpr unsigned kSmemBarriers = " << smem.barriers << ";\n"
       << "constexpr unsigned kSmemTotal = " << smem.total << ";\n"

@@ -413,6 +413,7 @@ FailureOr<::attn::codegen::LinearKernelConfig> buildLinearKernelConfig(KernelOp 
                                 {"state", &config.smem.state},
                                 {"o_staging", &config.smem.oStaging},
                                 {"decay", &config.smem.decay},
+                                {"decay_ring", &config.smem.decayRing},
                                 {"key_sum", &config.smem.keySum},
                                 {"barriers", &config.smem.barriers}})))
     return failure();

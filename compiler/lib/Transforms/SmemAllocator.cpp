@@ -2,6 +2,8 @@
 
 #include "attn/Transforms/SmemAllocator.h"
 
+#include "attn_params.h"
+
 #include <algorithm>
 
 namespace attn {
@@ -122,9 +124,13 @@ std::vector<SmemRequest> linearKernelSmemRequests(const TileProblem &problem,
   requests.push_back({"state", alignTo(int64_t(problem.headDim) * sliceRow, kTileAlign), kTileAlign,
                       kSwizzle, 1, kPhaseSetup, kPhaseEnd});
   requests.push_back({"o_staging", vSlot, kTileAlign, kSwizzle, 1, kPhaseSetup, kPhaseEnd});
-  // Per stage, the chunk's cumulative decays and each token's weight.
+  // Per stage, the chunk's cumulative decays and each token's weight; the
+  // ring the producer copies gated log-decays into ahead of them.
   requests.push_back({"decay", stages * 2 * int64_t(config.blockM) * 4, 16, 0, stages, kPhaseSetup,
                       kPhaseEnd});
+  constexpr int64_t kDecayRingSlots = ATTN_LINEAR_DECAY_LOOKAHEAD + 1;
+  requests.push_back({"decay_ring", kDecayRingSlots * int64_t(config.blockM) * 4, 16, 0,
+                      kDecayRingSlots, kPhaseSetup, kPhaseEnd});
   requests.push_back({"key_sum", slices * int64_t(problem.headDim) * 4, 16, 0, 1, kPhaseSetup,
                       kPhaseEnd});
   requests.push_back({"barriers", 16 * stages, 8, 0, 2 * stages, kPhaseSetup, kPhaseEnd});

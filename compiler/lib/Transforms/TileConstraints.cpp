@@ -394,21 +394,21 @@ std::vector<TileConfig> enumerateTileCandidates(const TileProblem &problem,
 
 static_assert(kLinearSlice == ATTN_LINEAR_SLICE, "the kernel's value slice");
 
-TileConfig linearTileConfig(int headDim, bool gated, int64_t batchHeads) {
+TileConfig linearTileConfig(int headDim, int64_t batchHeads) {
   TileConfig config;
   config.blockM = kWgmmaM;
   // Every value slice of a head in one block shares each chunk's Q and K
   // tiles, so an SM pulls them from L2 once, but the grid has half the
-  // blocks. On H100 (docs/benchmarks.md, tenth run) that was 2-6 % faster
-  // for linear attention and fixed-decay retention where one-slice blocks
-  // leave SMs idle (the sequence is split either way), and 15-40 % slower
-  // where one-slice blocks just fill the GPU (batch x heads = 64 at head
-  // dim 128); gated retention was 1-2 % slower even split. So a block
-  // takes both slices only for a known shape that splits.
+  // blocks. On H100 (docs/benchmarks.md) that was 2-6 % faster where
+  // one-slice blocks leave SMs idle (the sequence is split either way),
+  // gated retention too once its decays were copied ahead (eleventh run),
+  // and 15-40 % slower where one-slice blocks just fill the GPU (batch x
+  // heads = 64 at head dim 128). So a block takes both slices only for a
+  // known shape that splits.
   const int64_t sliceBlocks = batchHeads * (headDim / kLinearSlice);
   const bool splits =
       batchHeads > 0 && !attn_abi::linearGridFillsGpu(sliceBlocks, kReferenceMultiprocessors);
-  config.blockN = !gated && splits ? headDim : kLinearSlice;
+  config.blockN = splits ? headDim : kLinearSlice;
   // A third stage, which fits, measured slower.
   config.stages = 2;
   config.consumerWarpgroups = config.blockN / kLinearSlice;

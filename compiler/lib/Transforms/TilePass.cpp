@@ -88,12 +88,10 @@ struct AttnTilePass : public mlir::attn::impl::AttnTileBase<AttnTilePass> {
       if (existing && !hasOverride) {
         config = getTileConfig(existing);
       } else if (linear) {
-        auto retention = dyn_cast<RetentionAttr>(kernel.getNormalizer());
         const int64_t batchHeads =
             tuningShape.empty() ? 0 : shape.batch * kernel.getProblem().getQHeads();
         config = ::attn::applyLinearTileOverride(
-            ::attn::linearTileConfig(problem.headDim, retention && retention.getGated(),
-                                     batchHeads),
+            ::attn::linearTileConfig(problem.headDim, batchHeads),
             override);
       } else {
         config = ::attn::applyTileOverride(

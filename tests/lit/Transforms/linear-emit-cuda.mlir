@@ -39,9 +39,10 @@
 // CHECK-SAME: constexpr unsigned kSmemState = 81920;\0A
 // CHECK-SAME: constexpr unsigned kSmemOStaging = 98304;\0A
 // CHECK-SAME: constexpr unsigned kSmemDecay = 106496;\0A
-// CHECK-SAME: constexpr unsigned kSmemKeySum = 107520;\0A
-// CHECK-SAME: constexpr unsigned kSmemBarriers = 108032;\0A
-// CHECK-SAME: constexpr unsigned kSmemTotal = 108064;\0A
+// CHECK-SAME: constexpr unsigned kSmemDecayRing = 107520;\0A
+// CHECK-SAME: constexpr unsigned kSmemKeySum = 108288;\0A
+// CHECK-SAME: constexpr unsigned kSmemBarriers = 108800;\0A
+// CHECK-SAME: constexpr unsigned kSmemTotal = 108832;\0A
 // CHECK-SAME: } // namespace attn_plan
 // CHECK-SAME: attn_linear_kernel(const __grid_constant__
 // CHECK-SAME: attn_linear_decode_kernel(const __grid_constant__
@@ -69,7 +70,7 @@ attn.kernel @retention_hd128
 // CHECK-SAME: constexpr bool kCausal = true;\0A
 // CHECK-SAME: constexpr bool kGated = true;\0A
 // CHECK-SAME: constexpr bool kFixedDecay = false;\0A__device__ __forceinline__ float logDecayOfHead(int) { return 0.f; }\0A
-// CHECK-SAME: constexpr unsigned kSmemTotal = 108064;\0A
+// CHECK-SAME: constexpr unsigned kSmemTotal = 108832;\0A
 attn.kernel @gated_hd128
     problem = #attn.problem<q_heads = 16, kv_heads = 16, head_dim = 128, element_type = bf16>
     mask = #attn.causal<bottom_right>
@@ -87,7 +88,7 @@ attn.kernel @gated_hd128
 // CHECK-SAME: constexpr bool kGated = false;\0A
 // CHECK-SAME: constexpr bool kFixedDecay = true;\0A
 // CHECK-SAME: __device__ const float kLogDecayOfHead[3] = {-0.693147181f, -0.287682072f, -0.0645385211f};\0A
-// CHECK-SAME: constexpr unsigned kSmemTotal = 66848;\0A
+// CHECK-SAME: constexpr unsigned kSmemTotal = 67616;\0A
 attn.kernel @explicit_decay_f16
     problem = #attn.problem<q_heads = 3, kv_heads = 1, head_dim = 64, element_type = f16>
     mask = #attn.causal<bottom_right>
@@ -123,9 +124,10 @@ attn.kernel @no_decay_head
 // CHECK-SAME: constexpr unsigned kSmemState = 49152;\0A
 // CHECK-SAME: constexpr unsigned kSmemOStaging = 57344;\0A
 // CHECK-SAME: constexpr unsigned kSmemDecay = 65536;\0A
-// CHECK-SAME: constexpr unsigned kSmemKeySum = 66560;\0A
-// CHECK-SAME: constexpr unsigned kSmemBarriers = 66816;\0A
-// CHECK-SAME: constexpr unsigned kSmemTotal = 66848;\0A
+// CHECK-SAME: constexpr unsigned kSmemDecayRing = 66560;\0A
+// CHECK-SAME: constexpr unsigned kSmemKeySum = 67328;\0A
+// CHECK-SAME: constexpr unsigned kSmemBarriers = 67584;\0A
+// CHECK-SAME: constexpr unsigned kSmemTotal = 67616;\0A
 // CHECK-SAME: attn_linear_kernel(const __grid_constant__
 // CHECK-SAME: attn_linear_decode_kernel(const __grid_constant__
 attn.kernel @linear_elu_hd64
@@ -163,9 +165,10 @@ attn.kernel @linear_relu_no_mask
 // CHECK-SAME: constexpr unsigned kSmemState = 73728;\0A
 // CHECK-SAME: constexpr unsigned kSmemOStaging = 81920;\0A
 // CHECK-SAME: constexpr unsigned kSmemDecay = 90112;\0A
-// CHECK-SAME: constexpr unsigned kSmemKeySum = 91648;\0A
-// CHECK-SAME: constexpr unsigned kSmemBarriers = 91904;\0A
-// CHECK-SAME: constexpr unsigned kSmemTotal = 91952;\0A
+// CHECK-SAME: constexpr unsigned kSmemDecayRing = 91648;\0A
+// CHECK-SAME: constexpr unsigned kSmemKeySum = 92416;\0A
+// CHECK-SAME: constexpr unsigned kSmemBarriers = 92672;\0A
+// CHECK-SAME: constexpr unsigned kSmemTotal = 92720;\0A
 attn.kernel @linear_three_stages
     problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
     mask = #attn.no_mask

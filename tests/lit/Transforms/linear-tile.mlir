@@ -13,7 +13,7 @@
 // With a tuning shape whose 64-column blocks leave SMs idle (batch x heads
 // x head_dim / 64 below 0.9 x 132), so that the runtime splits the
 // sequence, a block takes every value column of its head (block_n =
-// head_dim, one consumer warpgroup per 64), unless the decay is gated.
+// head_dim, one consumer warpgroup per 64), gated decay or not.
 // One batch splits every kernel here. At 4 batches, 4 x 16 heads x 2
 // slices = 128 blocks fill the GPU; 4 x 4 heads x 2 = 32 do not.
 // (The plans on the ops in the later sections stay, and fail there.)
@@ -102,9 +102,8 @@ attn.kernel @linear_relu_f16
     mask = #attn.no_mask
     normalizer = #attn.linear<feature_map = relu>
 
-// Gated retention keeps one value slice a block, split or not. A legal
-// linear plan already on the op is kept (here 3 stages); an override
-// replaces it.
+// A legal linear plan already on the op is kept (here 3 stages), split or
+// not; an override replaces it.
 // CHECK-LABEL: attn.kernel @gated_preset
 // CHECK:       normalizer = #attn.retention<gated>
 // CHECK-NEXT:  attributes {tile = #attn.tile<block_m = 64, block_n = 64, stages = 3, consumer_warpgroups = 1, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24>}
@@ -122,6 +121,20 @@ attn.kernel @gated_preset
     mask = #attn.causal<bottom_right>
     normalizer = #attn.retention<gated>
     attributes {tile = #attn.tile<block_m = 64, block_n = 64, stages = 3, consumer_warpgroups = 1, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24>}
+
+// Gated retention takes the same plan as fixed decays: both value slices a
+// block where the sequence splits, one where the blocks fill the GPU.
+// CHECK-LABEL: attn.kernel @gated_hd128
+// CHECK:       normalizer = #attn.retention<gated>
+// CHECK-NEXT:  attributes {tile = #attn.tile<block_m = 64, block_n = 64, stages = 2, consumer_warpgroups = 1, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24>}
+// SPLIT-LABEL: attn.kernel @gated_hd128
+// SPLIT:       tile = #attn.tile<block_m = 64, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24>}
+// FULL-LABEL:  attn.kernel @gated_hd128
+// FULL:        tile = #attn.tile<block_m = 64, block_n = 64, stages = 2, consumer_warpgroups = 1, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24>}
+attn.kernel @gated_hd128
+    problem = #attn.problem<q_heads = 16, kv_heads = 16, head_dim = 128, element_type = bf16>
+    mask = #attn.causal<top_left>
+    normalizer = #attn.retention<gated>
 
 // The softmax kernel beside them: 192 x 128, three consumers, persistent.
 // The overrides above are legal for it, so it reports nothing, except two

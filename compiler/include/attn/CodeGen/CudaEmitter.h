@@ -129,8 +129,8 @@ enum class FeatureMapKind { Identity, Relu, EluPlusOne };
 enum class DecayKind { None, Fixed, Gated };
 
 struct LinearSharedMemoryOffsets {
-  int64_t q = 0, k = 0, v = 0, state = 0, oStaging = 0, decay = 0, keySum = 0, barriers = 0,
-          total = 0;
+  int64_t q = 0, k = 0, v = 0, state = 0, oStaging = 0, decay = 0, decayRing = 0, keySum = 0,
+          barriers = 0, total = 0;
 };
 
 struct LinearKernelConfig {

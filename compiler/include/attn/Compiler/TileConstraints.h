@@ -238,11 +238,10 @@ inline constexpr int64_t kReferenceMultiprocessors = 132;
 /// The chunkwise linear attention / retention kernel's plan: chunks of 64
 /// tokens (block_m); 64 value columns a block (block_n), or every value
 /// column of a head (block_n = head_dim) when the shape is known
-/// (`batchHeads` = batch x query heads > 0), the 64-column blocks would
-/// leave SMs idle (so the runtime splits the sequence) and the decay is not
-/// gated; one consumer warpgroup per 64 columns beside the TMA producer
-/// warp; 2 stages.
-TileConfig linearTileConfig(int headDim, bool gated, int64_t batchHeads = 0);
+/// (`batchHeads` = batch x query heads > 0) and the 64-column blocks would
+/// leave SMs idle (so the runtime splits the sequence); one consumer
+/// warpgroup per 64 columns beside the TMA producer warp; 2 stages.
+TileConfig linearTileConfig(int headDim, int64_t batchHeads = 0);
 
 /// An override of the linear plan, key by key. block_n and
 /// consumer_warpgroups determine each other (one consumer per 64 value
