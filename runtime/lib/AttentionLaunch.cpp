@@ -901,7 +901,24 @@ uint64_t linearWorkspaceBytes(const AttnLaunchConfig &config, int64_t batch,
   return linearScratch(config, batch, split).bytes();
 }
 
+LinearFunctions loadLinearFunctions(const Module &module, const AttnLaunchConfig &config) {
+  LinearFunctions functions;
+  functions.chunkwise = module.function(config.kernelName);
+  functions.segment = module.function(ATTN_LINEAR_SEGMENT_KERNEL_NAME);
+  functions.fold = module.function(ATTN_LINEAR_FOLD_KERNEL_NAME);
+  functions.decode = module.function(ATTN_DECODE_KERNEL_NAME);
+  functions.chunkwise.setMaxDynamicSharedMemory(config.sharedMemoryBytes);
+  functions.segment.setMaxDynamicSharedMemory(config.sharedMemoryBytes);
+  return functions;
+}
+
 void launchLinear(const Module &module, const AttnLaunchConfig &config,
+                  const AttnLinearArgs &args, CUstream stream) {
+  LinearFunctions functions = loadLinearFunctions(module, config);
+  launchLinear(functions, config, args, stream);
+}
+
+void launchLinear(LinearFunctions &functions, const AttnLaunchConfig &config,
                   const AttnLinearArgs &args, CUstream stream) {
   validateLinearArgs(config, args);
   if (args.q.batch() == 0 || args.q.seqlen() == 0)
@@ -953,23 +970,19 @@ void launchLinear(const Module &module, const AttnLaunchConfig &config,
                 static_cast<unsigned>(args.q.batch() * segments)};
   };
   if (split.segments > 1) {
-    KernelFunction segmentKernel = module.function(ATTN_LINEAR_SEGMENT_KERNEL_NAME);
-    segmentKernel.setMaxDynamicSharedMemory(config.sharedMemoryBytes);
-    segmentKernel.launch(gridOf(split.stateSegments), block,
-                         config.sharedMemoryBytes, stream, kernelArgs);
+    functions.segment.launch(gridOf(split.stateSegments), block, config.sharedMemoryBytes, stream,
+                             kernelArgs);
     // One thread per element of a head's state (and of its key sum).
     const int64_t foldElements =
         int64_t(config.headDim) * config.headDim + (config.normalize ? config.headDim : 0);
-    KernelFunction foldKernel = module.function(ATTN_LINEAR_FOLD_KERNEL_NAME);
-    foldKernel.launch(Dim3{static_cast<unsigned>((foldElements + ATTN_LINEAR_FOLD_THREADS - 1) /
+    functions.fold.launch(Dim3{static_cast<unsigned>((foldElements + ATTN_LINEAR_FOLD_THREADS - 1) /
                                                  ATTN_LINEAR_FOLD_THREADS),
                            static_cast<unsigned>(config.qHeads),
                            static_cast<unsigned>(args.q.batch())},
                       Dim3{ATTN_LINEAR_FOLD_THREADS, 1, 1}, 0, stream, kernelArgs);
   }
-  KernelFunction kernel = module.function(config.kernelName);
-  kernel.setMaxDynamicSharedMemory(config.sharedMemoryBytes);
-  kernel.launch(gridOf(split.segments), block, config.sharedMemoryBytes, stream, kernelArgs);
+  functions.chunkwise.launch(gridOf(split.segments), block, config.sharedMemoryBytes, stream,
+                             kernelArgs);
 }
 
 void launchDecode(KernelFunction &kernel, const AttnLaunchConfig &config,

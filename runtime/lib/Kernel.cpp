@@ -16,6 +16,7 @@ struct Kernel::Loaded {
   CUcontext context;
   Module module;
   KernelFunction function;
+  LinearFunctions linear; // linear-family kernels only
   AutomaticWorkOrders workOrders;
 };
 
@@ -145,6 +146,8 @@ Kernel::Loaded &Kernel::loadedForCurrentContext() const {
   // Set once here, so that launches only read it (launchForward skips the
   // call when the value is unchanged) and can run on several threads.
   loaded->function.setMaxDynamicSharedMemory(kernel.launch.sharedMemoryBytes);
+  if (kernel.launch.linearFamily)
+    loaded->linear = loadLinearFunctions(module, kernel.launch);
   loaded->module = std::move(module);
   state->loaded.push_back(std::move(loaded));
   return *state->loaded.back();
@@ -199,7 +202,7 @@ void Kernel::runLinear(const AttnLinearArgs &args, CUstream stream) const {
   validateLinearArgs(config, args);
   if (args.q.batch() == 0 || args.q.seqlen() == 0)
     return;
-  launchLinear(loadedForCurrentContext().module, config, args, stream);
+  launchLinear(loadedForCurrentContext().linear, config, args, stream);
 }
 
 void Kernel::decode(const AttnDecodeArgs &args, CUstream stream) const {
@@ -207,8 +210,7 @@ void Kernel::decode(const AttnDecodeArgs &args, CUstream stream) const {
   validateLinearArgs(config, args, /*decode=*/true);
   if (args.q.batch() == 0)
     return;
-  KernelFunction step = loadedForCurrentContext().module.function(ATTN_DECODE_KERNEL_NAME);
-  launchDecode(step, config, args, stream);
+  launchDecode(loadedForCurrentContext().linear.decode, config, args, stream);
 }
 
 void Kernel::run(const TensorView &q, const TensorView &k, const TensorView &v,

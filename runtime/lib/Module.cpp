@@ -30,16 +30,19 @@ void KernelFunction::launch(Dim3 grid, Dim3 block, int sharedMemoryBytes,
     throw Error("launch of an empty KernelFunction");
   if (sharedMemoryBytes < 0)
     throw Error(kernelName + ": negative shared memory size");
-  std::string what = kernelName + ", grid (" + std::to_string(grid.x) + "," +
+  const Driver &driver = Driver::get();
+  const CUresult result = driver.api().cuLaunchKernel(
+      function, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+      static_cast<unsigned>(sharedMemoryBytes), stream, args, nullptr);
+  // The launch's description only on failure: it is on every call's path.
+  if (result != CUDA_SUCCESS)
+    driver.check(result, "cuLaunchKernel",
+                 kernelName + ", grid (" + std::to_string(grid.x) + "," +
                      std::to_string(grid.y) + "," + std::to_string(grid.z) +
                      "), block (" + std::to_string(block.x) + "," +
                      std::to_string(block.y) + "," + std::to_string(block.z) +
                      "), " + std::to_string(sharedMemoryBytes) +
-                     " bytes shared memory";
-  ATTN_CU_CHECK_CTX(what, cuLaunchKernel, function, grid.x, grid.y, grid.z,
-                    block.x, block.y, block.z,
-                    static_cast<unsigned>(sharedMemoryBytes), stream, args,
-                    nullptr);
+                     " bytes shared memory");
 }
 
 Module Module::loadPtx(std::string_view ptx) {

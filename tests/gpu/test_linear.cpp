@@ -7,6 +7,7 @@
 
 #include "AttnHarness.h"
 #include "LoadedKernel.h"
+#include "attn/Compiler/Jit.h"
 #include "attn/Reference/LinearAttention.h"
 
 #include <cmath>
@@ -380,6 +381,22 @@ TEST_CASE("a prefill in two halves equals one prefill, and the one-token step co
   c.gated = true;
   LoadedKernel &kernel = loadKernel(specFor(c));
   const AttnLaunchConfig &launch = kernel.compiled.launch;
+  // Through the module's launch functions, and through the JIT kernel's
+  // runLinear and decode (the kernels it looked up once at load).
+  const bool throughJit = GENERATE(false, true);
+  INFO((throughJit ? "attn::Kernel::runLinear and decode" : "launchLinear and launchDecode"));
+  Kernel jitKernel;
+  if (throughJit) {
+    JitOptions options;
+    options.diskCache = DiskCacheOptions{};
+    jitKernel = Compiler(options).compile(specFor(c), "linear_jit.mlir");
+  }
+  auto prefill = [&](const AttnLinearArgs &args) {
+    if (throughJit)
+      jitKernel.runLinear(args, nullptr);
+    else
+      launchLinear(kernel.module, launch, args, nullptr);
+  };
   const int64_t first = 100, second = 93, total = first + second;
   harness::ForwardProblem whole(launch, harness::Shape{1, total, total}, 51);
   std::mt19937_64 random(52);
@@ -403,11 +420,18 @@ TEST_CASE("a prefill in two halves equals one prefill, and the one-token step co
     return args;
   };
   // One prefill over all tokens (O poisoned first: a row it does not write
-  // reads NaN).
+  // reads NaN), its sequence split.
   whole.poisonOutputs();
   AttnLinearArgs one = argsFor(0, total);
   one.finalState = static_cast<float *>(wholeState.data());
-  launchLinear(kernel.module, launch, one, nullptr);
+  // Split in two segments: the segment and fold kernels run too.
+  const LinearSplit split = linearSplitFor(launch, 1, total, 2);
+  REQUIRE(split.segments == 2);
+  DeviceBuffer workspace(std::max<uint64_t>(linearWorkspaceBytes(launch, 1, split), 4));
+  one.workspace = workspace.data();
+  one.workspaceBytes = workspace.size();
+  one.segments = 2;
+  prefill(one);
   ATTN_CU_CHECK(cuCtxSynchronize);
   std::vector<float> oneOutput = downloadOutput(whole);
   std::vector<float> oneState = wholeState.download<float>();
@@ -419,8 +443,8 @@ TEST_CASE("a prefill in two halves equals one prefill, and the one-token step co
   firstHalf.finalState = static_cast<float *>(halfState.data());
   secondHalf.initialState = static_cast<const float *>(halfState.data());
   secondHalf.finalState = static_cast<float *>(halfState.data());
-  launchLinear(kernel.module, launch, firstHalf, nullptr);
-  launchLinear(kernel.module, launch, secondHalf, nullptr);
+  prefill(firstHalf);
+  prefill(secondHalf);
   ATTN_CU_CHECK(cuCtxSynchronize);
   std::vector<float> twoOutput = downloadOutput(whole);
   std::vector<float> twoState = halfState.download<float>();
@@ -439,8 +463,12 @@ TEST_CASE("a prefill in two halves equals one prefill, and the one-token step co
   step.initialState = static_cast<const float *>(wholeState.data());
   step.finalState = static_cast<float *>(wholeState.data()); // in place
   step.logDecay = static_cast<const float *>(logDecayBuffer.data()) + total * heads;
-  KernelFunction decode = kernel.module.function(ATTN_DECODE_KERNEL_NAME);
-  launchDecode(decode, launch, step, nullptr);
+  if (throughJit) {
+    jitKernel.decode(step, nullptr);
+  } else {
+    KernelFunction decode = kernel.module.function(ATTN_DECODE_KERNEL_NAME);
+    launchDecode(decode, launch, step, nullptr);
+  }
   ATTN_CU_CHECK(cuCtxSynchronize);
 
   reference::LinearProblem problem =

@@ -152,6 +152,7 @@ struct Loaded {
   attn::CompiledKernel compiled;
   attn::Module module;
   attn::KernelFunction function;
+  attn::LinearFunctions linear; // linear-family specs
   std::unique_ptr<attn::AutomaticWorkOrders> workOrders =
       std::make_unique<attn::AutomaticWorkOrders>();
 };
@@ -176,6 +177,8 @@ Loaded load(const std::string &spec, const std::string &name, const attn::Tuning
   loaded.module = attn::Module::loadPtx(
       std::string_view(loaded.compiled.binary.data(), loaded.compiled.binary.size()));
   loaded.function = loaded.module.function(loaded.compiled.launch.kernelName);
+  if (loaded.compiled.launch.linearFamily)
+    loaded.linear = attn::loadLinearFunctions(loaded.module, loaded.compiled.launch);
   return loaded;
 }
 
@@ -243,7 +246,7 @@ int runLinearSpec(Loaded &kernel, const std::string &spec) {
   bool passed = true;
   if (check) {
     data.poisonOutputs();
-    attn::launchLinear(kernel.module, launch, args, nullptr);
+    attn::launchLinear(kernel.linear, launch, args, nullptr);
     ATTN_CU_CHECK(cuCtxSynchronize);
     attn::reference::LinearProblem problem = attn::linearReferenceProblemFromSpec(
         spec, shape.batch, shape.seqlenQ, launch.gated ? logDecay.data() : nullptr);
@@ -271,7 +274,7 @@ int runLinearSpec(Loaded &kernel, const std::string &spec) {
     std::printf("check against the CPU reference (recurrent form): rel-L2 = %.3g, %s\n", relative,
                 passed ? "PASS" : "FAIL (limit 2e-2)");
   }
-  auto run = [&] { attn::launchLinear(kernel.module, launch, args, nullptr); };
+  auto run = [&] { attn::launchLinear(kernel.linear, launch, args, nullptr); };
   double ms = attn::harness::medianMs(run, warmup, repeats);
   const double bytes = qkvoBytes(launch, shape.batch, shape.seqlenQ);
   std::printf("time %.3f ms (median of %d), %.2f TB/s (Q, K, V, O)\n", ms, int(repeats),
@@ -678,7 +681,7 @@ int runLinearGrid() {
       args.workspaceBytes = workspace.size();
       if (attn::linearWorkspaceBytes(launch, b, split) > workspace.size())
         throw attn::Error("linear grid: the workspace is too small for the split");
-      auto run = [&] { attn::launchLinear(kernel.module, launch, args, nullptr); };
+      auto run = [&] { attn::launchLinear(kernel.linear, launch, args, nullptr); };
       const double ms = attn::harness::medianMs(run, warmup, repeats);
       linearTimings.back().push_back({launch.blockN, split.segments, qkvoBytes(launch, b, s), ms,
                                       attn::harness::backToBackMs(run, warmup, repeats)});

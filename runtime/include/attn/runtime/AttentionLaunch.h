@@ -428,10 +428,22 @@ using AttnDecodeArgs = AttnLinearArgs;
 void validateLinearArgs(const AttnLaunchConfig &config, const AttnLinearArgs &args,
                         bool decode = false);
 
+/// The kernels of a linear-family module (ATTN_LINEAR_KERNEL_NAME, the
+/// segment and fold kernels, the decode step), looked up once and with the
+/// chunkwise kernels' dynamic shared memory allowed once, so that a call
+/// only launches them (attn::Kernel keeps one per loaded context).
+struct LinearFunctions {
+  KernelFunction chunkwise, segment, fold, decode;
+};
+LinearFunctions loadLinearFunctions(const Module &module, const AttnLaunchConfig &config);
+
 /// Validates (also the device pointers), builds the parameters and launches
-/// the chunkwise kernels of `module`: one block per (64 value columns, query
-/// head, batch, segment), after the segment kernel when the sequence is
+/// the chunkwise kernels: one block per (block_n value columns, query head,
+/// batch, segment), after the segment and fold kernels when the sequence is
 /// split.
+void launchLinear(LinearFunctions &functions, const AttnLaunchConfig &config,
+                  const AttnLinearArgs &args, CUstream stream);
+/// The same with the kernels of `module` looked up for this call.
 void launchLinear(const Module &module, const AttnLaunchConfig &config,
                   const AttnLinearArgs &args, CUstream stream);
 
