@@ -975,11 +975,11 @@ void launchLinear(LinearFunctions &functions, const AttnLaunchConfig &config,
     // One thread per element of a head's state (and of its key sum).
     const int64_t foldElements =
         int64_t(config.headDim) * config.headDim + (config.normalize ? config.headDim : 0);
-    functions.fold.launch(Dim3{static_cast<unsigned>((foldElements + ATTN_LINEAR_FOLD_THREADS - 1) /
-                                                 ATTN_LINEAR_FOLD_THREADS),
-                           static_cast<unsigned>(config.qHeads),
-                           static_cast<unsigned>(args.q.batch())},
-                      Dim3{ATTN_LINEAR_FOLD_THREADS, 1, 1}, 0, stream, kernelArgs);
+    const Dim3 foldGrid{
+        static_cast<unsigned>((foldElements + ATTN_LINEAR_FOLD_THREADS - 1) /
+                              ATTN_LINEAR_FOLD_THREADS),
+        static_cast<unsigned>(config.qHeads), static_cast<unsigned>(args.q.batch())};
+    functions.fold.launch(foldGrid, Dim3{ATTN_LINEAR_FOLD_THREADS, 1, 1}, 0, stream, kernelArgs);
   }
   functions.chunkwise.launch(gridOf(split.segments), block, config.sharedMemoryBytes, stream,
                              kernelArgs);
