@@ -187,7 +187,8 @@ struct TokenDecays {
 // their scan, into a ring of kDecayLookahead + 1 chunk slots, so that the
 // copies' latency hides behind the walk instead of holding up each stage.
 constexpr int kDecayLookahead = ATTN_LINEAR_DECAY_LOOKAHEAD;
-constexpr int kDecayRingSlots = kDecayLookahead + 1;
+constexpr int kDecayRingSlots = ATTN_LINEAR_DECAY_RING_SLOTS;
+static_assert(kDecayRingSlots == kDecayLookahead + 1, "the slots in flight and the one read");
 
 __device__ __forceinline__ u32 decayRingSlot(u32 smem, int step) {
   return smem + attn_plan::kSmemDecayRing + (step % kDecayRingSlots) * kChunk * 4;

@@ -223,6 +223,7 @@ struct AttnDecodeParams {
 // a chunk's this many chunks before it scans them, into a ring of one slot
 // more in shared memory.
 #define ATTN_LINEAR_DECAY_LOOKAHEAD 2
+#define ATTN_LINEAR_DECAY_RING_SLOTS (ATTN_LINEAR_DECAY_LOOKAHEAD + 1)
 #define ATTN_DECODE_KERNEL_NAME "attn_linear_decode_kernel"
 #define ATTN_LINEAR_SEGMENT_KERNEL_NAME "attn_linear_segment_kernel"
 // The fold of the segment kernel's pieces: grid (ceil(elements /

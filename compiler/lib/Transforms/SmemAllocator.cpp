@@ -128,7 +128,7 @@ std::vector<SmemRequest> linearKernelSmemRequests(const TileProblem &problem,
   // ring the producer copies gated log-decays into ahead of them.
   requests.push_back({"decay", stages * 2 * int64_t(config.blockM) * 4, 16, 0, stages, kPhaseSetup,
                       kPhaseEnd});
-  constexpr int64_t kDecayRingSlots = ATTN_LINEAR_DECAY_LOOKAHEAD + 1;
+  constexpr int64_t kDecayRingSlots = ATTN_LINEAR_DECAY_RING_SLOTS;
   requests.push_back({"decay_ring", kDecayRingSlots * int64_t(config.blockM) * 4, 16, 0,
                       kDecayRingSlots, kPhaseSetup, kPhaseEnd});
   requests.push_back({"key_sum", slices * int64_t(problem.headDim) * 4, 16, 0, 1, kPhaseSetup,

@@ -79,7 +79,7 @@ std::vector<SmemRequest> forwardKernelSmemRequests(const TileProblem &problem,
 /// x block_n value columns), "state" (head_dim x block_n, 16-bit, the Q S
 /// operand), "o_staging" (chunk x block_n), "decay" (2 x chunk fp32 per
 /// stage: the chunk's cumulative log2-decays and token weights),
-/// "decay_ring" (chunk fp32 per slot, ATTN_LINEAR_DECAY_LOOKAHEAD + 1 slots:
+/// "decay_ring" (chunk fp32 per slot, ATTN_LINEAR_DECAY_RING_SLOTS slots:
 /// gated log-decays copied ahead of their scan), "key_sum"
 /// (head_dim fp32 per 64-column value slice), "barriers" (full and empty per
 /// stage). Each value-column buffer holds one 64-column tile per slice.
