@@ -19,6 +19,8 @@
 // per-tile coverage test derived from the mask_mod.
 #pragma once
 
+#include "device/sequence.cuh"
+
 namespace attn_kernel {
 
 using namespace attn_dev;
@@ -105,45 +107,8 @@ __device__ __forceinline__ KeyTileRange keyTilesFor(int queryBegin, int queryEnd
   return range;
 }
 
-// Where the sequence of one batch index lies in the tensors: the first rows
-// of its queries and keys, the tensor maps' batch coordinate, its lengths and
-// the built-in mask's shift (Sk - Sq when aligned bottom-right, else 0).
-struct Sequence {
-  int rowQ;
-  int rowK;
-  int mapBatch;
-  int seqlenQ;
-  int seqlenK;
-  i64 shift;
-};
-
-__device__ __forceinline__ int clampInt(int value, int low, int high) {
-  return min(max(value, low), high);
-}
-
-// Packed sequences are located by their offsets, clamped so that malformed
-// offsets can reach neither past the tensors nor past the schedule's query
-// blocks (the runtime checks the offsets it uploads itself).
 __device__ __forceinline__ Sequence sequenceOf(const attn_abi::AttnFwdParams &p, int batch) {
-  Sequence sequence;
-  if (p.cu_seqlens_q) {
-    sequence.rowQ = clampInt(__ldg(p.cu_seqlens_q + batch), 0, p.total_q);
-    sequence.rowK = clampInt(__ldg(p.cu_seqlens_k + batch), 0, p.total_k);
-    sequence.mapBatch = 0;
-    sequence.seqlenQ = clampInt(__ldg(p.cu_seqlens_q + batch + 1) - sequence.rowQ, 0,
-                                min(p.seqlen_q, p.total_q - sequence.rowQ));
-    sequence.seqlenK = clampInt(__ldg(p.cu_seqlens_k + batch + 1) - sequence.rowK, 0,
-                                min(p.seqlen_k, p.total_k - sequence.rowK));
-  } else {
-    sequence.rowQ = 0;
-    sequence.rowK = 0;
-    sequence.mapBatch = batch;
-    sequence.seqlenQ = p.seqlen_q;
-    sequence.seqlenK = p.seqlen_k;
-  }
-  sequence.shift =
-      attn_plan::kMaskBottomRight ? static_cast<i64>(sequence.seqlenK) - sequence.seqlenQ : 0;
-  return sequence;
+  return attn_dev::sequenceOf(p, batch, attn_plan::kMaskBottomRight);
 }
 
 // One unit of the persistent schedule: BLOCK_M query rows of one (batch,
@@ -1366,9 +1331,7 @@ __device__ void consume(const attn_abi::AttnFwdParams &p, u32 smemBase, const Ba
 extern "C" __global__ void __launch_bounds__(attn_kernel::kThreads, 1)
     attn_fwd_kernel(const __grid_constant__ attn_abi::AttnFwdParams p) {
   using namespace attn_kernel;
-  extern __shared__ __align__(1024) unsigned char sharedMemory[];
-  // Swizzled tiles need 1024-byte alignment; the launch reserves the slack.
-  const u32 smemBase = (sharedAddress(sharedMemory) + 1023) & ~1023u;
+  const u32 smemBase = alignedDynamicShared();
   const Barriers barriers{smemBase + attn_plan::kSmemBarriers};
   const TileSchedule schedule(p);
 

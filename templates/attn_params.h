@@ -115,6 +115,75 @@ struct AttnFwdParams {
   int *tail_counters;
 };
 
+// Parameters of the backward softmax attention kernels (the preprocess, the
+// main kernel over key tiles, and dQ's conversion), one block for all three.
+//
+// Q, K, V, O, dO and their gradients use the forward's BSHD layout (packed
+// sequences likewise, with cu_seqlens_q / cu_seqlens_k, total_q, total_k);
+// the main kernel reads Q and dO through maps of bwd block_m-row boxes and K
+// and V through maps of block_n-row boxes, 64 columns each. The preprocess
+// reads O and dO, the epilogues write dQ, dK and dV through element pointers
+// with element strides [batch, row, head] (head_dim contiguous). lse is the
+// forward's log-sum-exp ([batch, q_heads, seqlen_q]; packed: [q_heads,
+// total_q]).
+//
+// The workspace (attn::backwardWorkspaceBytes) holds, per (batch, query
+// head) and query position padded to whole query blocks of the
+// sequence bound seqlen_q: lse_log2 (the log-sum-exp in base 2, +inf for a
+// row without keys and for padding), delta (rowsum(dO * O)) and dq_accum
+// (fp32 dQ / scale, head_dim per row, in the kernel's fragment order), and
+// with `deterministic` one int32 counter per (batch, query head, query
+// block) that orders the blocks' dQ additions by key tile. dK and dV of a
+// kv head sum over its query heads in one block (no atomics).
+struct AttnBwdParams {
+  TensorMapBlob q_map;
+  TensorMapBlob k_map;
+  TensorMapBlob v_map;
+  TensorMapBlob do_map;
+  const void *o;
+  const void *d_o;
+  void *dq;
+  void *dk;
+  void *dv;
+  long long o_strides[3];
+  long long do_strides[3];
+  long long dq_strides[3];
+  long long dk_strides[3];
+  long long dv_strides[3];
+  const float *lse;
+  float *lse_log2;
+  float *delta;
+  float *dq_accum;
+  int *dq_semaphores;
+  int deterministic;
+  int batch;
+  int seqlen_q;
+  int seqlen_k;
+  int q_heads;
+  int kv_heads;
+  // The softmax scale, and it multiplied by log2(e).
+  float scale;
+  float scale_log2;
+  const int *cu_seqlens_q;
+  const int *cu_seqlens_k;
+  int total_q;
+  int total_k;
+};
+
+// Query positions of one (batch, query head) in the backward's workspace:
+// seqlen_q rounded up to whole query blocks.
+constexpr long long bwdPaddedQueries(long long seqlenQ, int blockM) {
+  return (seqlenQ + blockM - 1) / blockM * blockM;
+}
+
+#define ATTN_BWD_PREPROCESS_KERNEL_NAME "attn_bwd_preprocess_kernel"
+#define ATTN_BWD_KERNEL_NAME "attn_bwd_kernel"
+#define ATTN_BWD_CONVERT_KERNEL_NAME "attn_bwd_convert_kernel"
+// The preprocess and the conversion: grid (query blocks of bwd block_m
+// rows, q_heads, batch), ATTN_BWD_ROW_THREADS threads, a warp per row at a
+// time.
+#define ATTN_BWD_ROW_THREADS 256
+
 // A consumer warp's piece in tail_partials: the O fragment of its 16 rows
 // (head_dim / 2 floats a thread) and their two log-sum-exps, for 32 threads.
 // The runtime sizes the workspace with it and the kernel addresses it.

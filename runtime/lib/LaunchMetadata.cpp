@@ -32,6 +32,7 @@ constexpr IntField kIntFields[] = {
     {"even_work_tiles", &AttnLaunchConfig::evenWorkTiles},
     {"automatic_work_order", &AttnLaunchConfig::automaticWorkOrder},
     {"linear_family", &AttnLaunchConfig::linearFamily},
+    {"backward", &AttnLaunchConfig::backward},
     {"causal", &AttnLaunchConfig::causal},
     {"normalize", &AttnLaunchConfig::normalize},
     {"gated", &AttnLaunchConfig::gated},

@@ -6,6 +6,9 @@
 //   coversTile:      whether every (q, k) pair of a tile is allowed, so the
 //                    tile skips per-element masking;
 //   allows:          the per-element predicate for the partial tiles.
+// and, for the backward's walk over the query blocks of a key tile:
+//   queryBegin/queryEnd: the half-open query range whose rows may see any key
+//                    in [kFirst, kLast].
 #pragma once
 
 namespace attn_dev {
@@ -119,6 +122,8 @@ struct NoMask {
   static constexpr bool kEveryQueryVisitsEveryKey = true;
   static __device__ __forceinline__ i64 keyBegin(i64, i64) { return 0; }
   static __device__ __forceinline__ i64 keyEnd(i64, i64, i64 seqlenK) { return seqlenK; }
+  static __device__ __forceinline__ i64 queryBegin(i64, i64) { return 0; }
+  static __device__ __forceinline__ i64 queryEnd(i64, i64, i64 seqlenQ) { return seqlenQ; }
   static __device__ __forceinline__ bool coversTile(i64, i64, i64, i64, i64) { return true; }
   static __device__ __forceinline__ bool allows(i64, i64, i64) { return true; }
   template <class Keys>
@@ -135,6 +140,10 @@ struct CausalMask {
   static __device__ __forceinline__ i64 keyEnd(i64 qLast, i64 shift, i64 seqlenK) {
     return minI64(seqlenK, qLast + shift + 1);
   }
+  static __device__ __forceinline__ i64 queryBegin(i64 kFirst, i64 shift) {
+    return maxI64(0, kFirst - shift);
+  }
+  static __device__ __forceinline__ i64 queryEnd(i64, i64, i64 seqlenQ) { return seqlenQ; }
   static __device__ __forceinline__ bool coversTile(i64 qFirst, i64, i64, i64 kLast, i64 shift) {
     return kLast <= qFirst + shift;
   }
@@ -155,6 +164,12 @@ template <i64 Left, i64 Right> struct SlidingWindowMask {
   }
   static __device__ __forceinline__ i64 keyEnd(i64 qLast, i64 shift, i64 seqlenK) {
     return minI64(seqlenK, qLast + shift + Right + 1);
+  }
+  static __device__ __forceinline__ i64 queryBegin(i64 kFirst, i64 shift) {
+    return maxI64(0, kFirst - shift - Right);
+  }
+  static __device__ __forceinline__ i64 queryEnd(i64 kLast, i64 shift, i64 seqlenQ) {
+    return minI64(seqlenQ, kLast - shift + Left + 1);
   }
   static __device__ __forceinline__ bool coversTile(i64 qFirst, i64 qLast, i64 kFirst, i64 kLast,
                                                     i64 shift) {

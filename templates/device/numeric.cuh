@@ -38,6 +38,20 @@ template <> __device__ __forceinline__ u32 packPair<F16>(float lo, float hi) {
   return packed;
 }
 
+// The two 16-bit values of a packed pair as fp32, `lo` from the low half.
+template <class Element> __device__ __forceinline__ void unpackPair(u32 packed, float &lo, float &hi);
+
+template <> __device__ __forceinline__ void unpackPair<Bf16>(u32 packed, float &lo, float &hi) {
+  lo = __uint_as_float(packed << 16);
+  hi = __uint_as_float(packed & 0xffff0000u);
+}
+
+template <> __device__ __forceinline__ void unpackPair<F16>(u32 packed, float &lo, float &hi) {
+  asm("{\n.reg .f16 l, h;\nmov.b32 {l, h}, %2;\ncvt.f32.f16 %0, l;\ncvt.f32.f16 %1, h;\n}"
+      : "=f"(lo), "=f"(hi)
+      : "r"(packed));
+}
+
 __device__ __forceinline__ float fastExp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -48,6 +62,13 @@ __device__ __forceinline__ float negativeInfinity() { return __int_as_float(0xff
 
 __device__ __forceinline__ u32 sharedAddress(const void *pointer) {
   return static_cast<u32>(__cvta_generic_to_shared(pointer));
+}
+
+// The dynamic shared memory's base address rounded up to 1024 bytes:
+// swizzled tiles need that alignment, and every launch reserves the slack.
+__device__ __forceinline__ u32 alignedDynamicShared() {
+  extern __shared__ __align__(1024) unsigned char sharedMemory[];
+  return (sharedAddress(sharedMemory) + 1023) & ~1023u;
 }
 
 // A 32- or 64-bit word of shared memory, read where it is written (after

@@ -50,6 +50,23 @@ __device__ __forceinline__ void tmaStoreWaitRead() {
   asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
 }
 
+// Adds `bytes` (a multiple of 16; both addresses 16-byte aligned) of fp32
+// values from shared memory to global memory element by element, as one
+// bulk group of the issuing thread like tmaStore4d; the additions are
+// atomic with respect to other reductions.
+__device__ __forceinline__ void bulkReduceAddF32(float *destination, u32 source, u32 bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(
+                   reinterpret_cast<u64>(destination)),
+               "r"(source), "r"(bytes)
+               : "memory");
+}
+
+// Waits until the committed bulk groups have completed, their writes to
+// global memory included.
+__device__ __forceinline__ void bulkWaitComplete() {
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
 // Makes this thread's shared-memory writes visible to the copy engine (the
 // async proxy) before a TMA store reads them.
 __device__ __forceinline__ void fenceSharedForAsyncProxy() {

@@ -105,6 +105,11 @@ __device__ __forceinline__ void storeFragmentSwizzled(const float (&fragment)[N 
 // both K-major. `accumulate` = 0 overwrites D.
 template <int N, class Element> struct WgmmaSS;
 
+// D[64 x N] (+)= A[64 x 16] * B[16 x N], both operands in shared memory,
+// both MN-major (transposed): A's 64 rows and B's N columns are the
+// contiguous dimension.
+template <int N, class Element> struct WgmmaSSMN;
+
 // D[64 x N] (+)= A[64 x 16] * B[16 x N], A from registers (4 x 2 packed
 // 16-bit values per thread), B MN-major in shared memory (transposed).
 template <int N, class Element> struct WgmmaRS;

@@ -24,12 +24,7 @@ struct Case {
 
 std::string specText(int headDim, const std::string &element, const std::string &mask,
                      int64_t qHeads, int64_t kvHeads) {
-  std::ostringstream spec;
-  spec << "attn.kernel @test problem = #attn.problem<q_heads = " << qHeads
-       << ", kv_heads = " << kvHeads << ", head_dim = " << headDim
-       << ", element_type = " << element << "> mask = " << mask
-       << " normalizer = #attn.softmax\n";
-  return spec.str();
+  return harness::softmaxSpecText("test", headDim, element, mask, qHeads, kvHeads);
 }
 
 // With `withWorkspace`, the call gets the forward workspace, which it must

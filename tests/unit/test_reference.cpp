@@ -2,6 +2,7 @@
 // something computed another way: numbers worked out by hand, closed forms
 // (means, logs), or a structurally different evaluation of the same maths.
 
+#include "ReferenceTestTensors.h"
 #include "attn/Reference/ReferenceAttention.h"
 
 #include <catch2/catch.hpp>
@@ -9,42 +10,13 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <random>
 #include <stdexcept>
 #include <vector>
 
 using namespace attn::reference;
+using namespace attn::reference::test;
 
 namespace {
-
-/// A dense BSHD fp32 tensor owned by the test.
-struct Tensor {
-  int64_t shape[4];
-  std::vector<float> data;
-
-  Tensor(int64_t b, int64_t s, int64_t h, int64_t d)
-      : shape{b, s, h, d}, data(static_cast<size_t>(b * s * h * d), 0.0f) {}
-
-  float &at(int64_t b, int64_t s, int64_t h, int64_t d) {
-    return data[static_cast<size_t>(((b * shape[1] + s) * shape[2] + h) *
-                                        shape[3] +
-                                    d)];
-  }
-  HostTensor host() const {
-    return {data.data(),
-            {shape[1] * shape[2] * shape[3], shape[2] * shape[3], shape[3], 1}};
-  }
-};
-
-Tensor randomTensor(int64_t b, int64_t s, int64_t h, int64_t d,
-                    unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  Tensor t(b, s, h, d);
-  for (float &x : t.data)
-    x = dist(rng);
-  return t;
-}
 
 struct Output {
   std::vector<float> o, lse;
@@ -89,20 +61,6 @@ std::vector<int64_t> allowedKeys(const MaskSpec &mask, int64_t q,
 }
 
 using Keys = std::vector<int64_t>;
-
-Problem makeProblem(int64_t b, int64_t sq, int64_t sk, int64_t hq, int64_t hkv,
-                    int64_t d, double scale = 1.0, MaskSpec mask = {}) {
-  Problem p;
-  p.batch = b;
-  p.seqlenQ = sq;
-  p.seqlenK = sk;
-  p.qHeads = hq;
-  p.kvHeads = hkv;
-  p.headDim = d;
-  p.scale = scale;
-  p.mask = mask;
-  return p;
-}
 
 void requireSame(const Output &a, const Output &b, double eps = 1e-6) {
   REQUIRE(a.o.size() == b.o.size());
@@ -326,23 +284,14 @@ TEST_CASE("masked rows equal unmasked attention over the allowed keys",
 
 TEST_CASE("GQA equals MHA with duplicated K/V heads", "[reference][gqa]") {
   const int64_t b = 2, sq = 9, sk = 13, hq = 6, hkv = 2, d = 8;
-  const int64_t group = hq / hkv;
-  Tensor q = randomTensor(b, sq, hq, d, 20);
-  Tensor k = randomTensor(b, sk, hkv, d, 21);
-  Tensor v = randomTensor(b, sk, hkv, d, 22);
-  // Query head h reads kv head h / group: heads 0-2 -> 0, 3-5 -> 1.
-  Tensor kFull(b, sk, hq, d), vFull(b, sk, hq, d);
-  for (int64_t bi = 0; bi < b; ++bi)
-    for (int64_t s = 0; s < sk; ++s)
-      for (int64_t h = 0; h < hq; ++h)
-        for (int64_t i = 0; i < d; ++i) {
-          kFull.at(bi, s, h, i) = k.at(bi, s, h / group, i);
-          vFull.at(bi, s, h, i) = v.at(bi, s, h / group, i);
-        }
   MaskSpec mask{MaskKind::Causal, MaskAlignment::BottomRight};
-  Output gqa = run(makeProblem(b, sq, sk, hq, hkv, d, 0.35, mask), q, k, v);
-  Output mha = run(makeProblem(b, sq, sk, hq, hq, d, 0.35, mask), q, kFull,
-                   vFull);
+  Problem pGqa = makeProblem(b, sq, sk, hq, hkv, d, 0.35, mask);
+  Problem pMha = makeProblem(b, sq, sk, hq, hq, d, 0.35, mask);
+  auto [q, k, v] = randomForwardInputs(pGqa, 20);
+  // Query head h reads kv head h / 3: heads 0-2 -> 0, 3-5 -> 1.
+  Tensor kFull = repeatKvHeads(k, hq), vFull = repeatKvHeads(v, hq);
+  Output gqa = run(pGqa, q, k, v);
+  Output mha = run(pMha, q, kFull, vFull);
   requireSame(gqa, mha, 0.0); // Same arithmetic: bit-identical.
 
   // Wrong grouping (kv head h % hkv) must differ: the test can fail.
@@ -352,51 +301,30 @@ TEST_CASE("GQA equals MHA with duplicated K/V heads", "[reference][gqa]") {
       for (int64_t h = 0; h < hq; ++h)
         for (int64_t i = 0; i < d; ++i)
           kWrong.at(bi, s, h, i) = k.at(bi, s, h % hkv, i);
-  Output wrong = run(makeProblem(b, sq, sk, hq, hq, d, 0.35, mask), q, kWrong,
-                     vFull);
+  Output wrong = run(pMha, q, kWrong, vFull);
   CHECK(wrong.lse != gqa.lse);
 }
 
 TEST_CASE("strided inputs equal contiguous inputs", "[reference]") {
   const int64_t b = 2, sq = 6, sk = 10, h = 3, d = 12;
-  Tensor q = randomTensor(b, sq, h, d, 30);
-  Tensor k = randomTensor(b, sk, h, d, 31);
-  Tensor v = randomTensor(b, sk, h, d, 32);
   Problem p = makeProblem(b, sq, sk, h, h, d, 0.25,
                           {MaskKind::SlidingWindow, MaskAlignment::TopLeft, 4,
                            2});
+  auto [q, k, v] = randomForwardInputs(p, 30);
   Output contiguous = run(p, q, k, v);
 
   SECTION("BHSD physical layout with padding") {
     // Stored as [b][h][s][d + 3 pad], described through BSHD strides.
-    auto relayout = [](const Tensor &t, std::vector<float> &storage) {
-      const int64_t B = t.shape[0], S = t.shape[1], H = t.shape[2],
-                    D = t.shape[3], row = D + 3;
-      storage.assign(size_t(B * H * S * row), -99.0f);
-      for (int64_t bi = 0; bi < B; ++bi)
-        for (int64_t hi = 0; hi < H; ++hi)
-          for (int64_t s = 0; s < S; ++s)
-            for (int64_t i = 0; i < D; ++i)
-              storage[size_t(((bi * H + hi) * S + s) * row + i)] =
-                  const_cast<Tensor &>(t).at(bi, s, hi, i);
-      return HostTensor{storage.data(), {H * S * row, row, S * row, 1}};
-    };
     std::vector<float> qs, ks, vs;
-    Output strided = run(p, relayout(q, qs), relayout(k, ks), relayout(v, vs));
+    Output strided =
+        run(p, paddedBhsd(q, qs), paddedBhsd(k, ks), paddedBhsd(v, vs));
     requireSame(contiguous, strided, 0.0);
   }
   SECTION("non-unit head_dim stride") {
     // Every element followed by a junk element: stride 2 along head_dim.
-    auto spread = [](const Tensor &t, std::vector<float> &storage) {
-      storage.assign(t.data.size() * 2, 1.0e9f);
-      for (size_t i = 0; i < t.data.size(); ++i)
-        storage[2 * i] = t.data[i];
-      const int64_t S = t.shape[1], H = t.shape[2], D = t.shape[3];
-      return HostTensor{storage.data(),
-                        {2 * S * H * D, 2 * H * D, 2 * D, 2}};
-    };
     std::vector<float> qs, ks, vs;
-    Output strided = run(p, spread(q, qs), spread(k, ks), spread(v, vs));
+    Output strided = run(p, spreadHeadDim(q, qs), spreadHeadDim(k, ks),
+                         spreadHeadDim(v, vs));
     // The strided dot product sums in another order: tiny differences.
     requireSame(contiguous, strided, 1e-6);
   }
@@ -462,11 +390,9 @@ TEST_CASE("multi-threaded run matches a naive oracle", "[reference]") {
   // formula without the max shift (safe here: |scores| < 10).
   const int64_t b = 1, sq = 257, sk = 300, hq = 4, hkv = 2, d = 32;
   const double scale = 1.0 / std::sqrt(double(d));
-  Tensor q = randomTensor(b, sq, hq, d, 60);
-  Tensor k = randomTensor(b, sk, hkv, d, 61);
-  Tensor v = randomTensor(b, sk, hkv, d, 62);
   MaskSpec mask{MaskKind::Causal, MaskAlignment::BottomRight};
   Problem p = makeProblem(b, sq, sk, hq, hkv, d, scale, mask);
+  auto [q, k, v] = randomForwardInputs(p, 60);
   Output out = run(p, q, k, v);
   for (int64_t h = 0; h < hq; ++h)
     for (int64_t s = 0; s < sq; s += 8) {

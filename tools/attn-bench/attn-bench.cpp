@@ -40,6 +40,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "AttnHarness.h"
+#include "BackwardBench.h"
 #include "attn/Compiler/Compiler.h"
 #include "attn/Reference/LinearAttention.h"
 
@@ -66,6 +67,12 @@ cl::opt<bool> grid("grid", cl::desc("Run the peer-comparison grid"), cl::init(fa
 cl::opt<bool> linearGrid("linear-grid",
                          cl::desc("Run the linear attention / retention grid (see the header)"),
                          cl::init(false));
+cl::opt<bool> backwardGrid("backward-grid",
+                           cl::desc("Run the backward grid (head dims 64 and 128)"),
+                           cl::init(false));
+cl::opt<bool> backwardRun("backward", cl::desc("Time the spec's backward (with --check, check "
+                                               "its gradients first)"),
+                          cl::init(false));
 cl::opt<int64_t> batch("batch", cl::desc("Batch size"), cl::init(2));
 cl::opt<int64_t> seqlen("seqlen", cl::desc("Query sequence length"), cl::init(8192));
 cl::opt<int64_t> seqlenK("seqlen-k", cl::desc("Key sequence length (default: --seqlen)"),
@@ -524,19 +531,13 @@ int runGrid() {
            (launch.persistentBlocksPerSm ? " persistent" : "");
   };
   for (int headDim : {64, 128, 256}) {
-    int heads = 2048 / headDim;
     std::optional<attn::harness::ForwardProblem> data;
     for (bool causal : {false, true}) {
-      std::ostringstream spec;
-      spec << "attn.kernel @grid_d" << headDim << (causal ? "_causal" : "")
-           << " problem = #attn.problem<q_heads = " << heads << ", kv_heads = " << heads
-           << ", head_dim = " << headDim << ", element_type = bf16> mask = "
-           << (causal ? "#attn.causal<bottom_right>" : "#attn.no_mask")
-           << " normalizer = #attn.softmax\n";
+      const std::string spec = attn::harness::gridSpecText(headDim, causal);
       for (int64_t s : {512, 1024, 2048, 4096, 8192, 16384}) {
         attn::harness::Shape shape{16384 / s, s, s, false};
         // Planned for the point's shape, as the JIT plans for a given one.
-        Loaded heuristic = load(spec.str(), "grid.mlir", {shape.batch, s, s}, "");
+        Loaded heuristic = load(spec, "grid.mlir", {shape.batch, s, s}, "");
         if (!data)
           data.emplace(heuristic.compiled.launch, attn::harness::Shape{1, 16384, 16384, false}, 11);
         attn::AttnForwardArgs args = gridArgs(*data, shape.batch, s);
@@ -554,7 +555,7 @@ int runGrid() {
           std::fflush(stdout);
           continue;
         }
-        Loaded tuned = load(spec.str(), "grid.mlir", {shape.batch, s, s}, tuningDatabase);
+        Loaded tuned = load(spec, "grid.mlir", {shape.batch, s, s}, tuningDatabase);
         attn::DeviceBuffer workspace =
             attachForwardWorkspace({&heuristic.compiled.launch, &tuned.compiled.launch}, args);
         std::vector<double> heuristicMs, tunedMs;
@@ -717,8 +718,9 @@ int runLinearGrid() {
 int main(int argc, char **argv) {
   InitLLVM initLLVM(argc, argv);
   cl::ParseCommandLineOptions(argc, argv, "attn-bench: run and time attnc kernels\n");
-  if (!grid && !linearGrid && specFile.empty()) {
-    errs() << "attn-bench: give a spec file, --grid or --linear-grid (see --help)\n";
+  if (!grid && !linearGrid && !backwardGrid && specFile.empty()) {
+    errs() << "attn-bench: give a spec file, --grid, --linear-grid or --backward-grid (see "
+              "--help)\n";
     return 1;
   }
   std::string reason = attn::harness::gpuUnavailableReason();
@@ -728,6 +730,17 @@ int main(int argc, char **argv) {
   }
   try {
     attn::ensureContext();
+    if (backwardGrid)
+      return attn::bench::runBackwardGrid(warmup, repeats);
+    if (backwardRun) {
+      auto buffer = MemoryBuffer::getFile(specFile);
+      if (!buffer) {
+        errs() << "attn-bench: cannot read " << specFile << "\n";
+        return 1;
+      }
+      return attn::bench::runBackwardSpec((*buffer)->getBuffer().str(), specFile, batch, seqlen,
+                                          seqlenK ? seqlenK : seqlen, check, warmup, repeats);
+    }
     return grid ? runGrid() : linearGrid ? runLinearGrid() : runSpec();
   } catch (const attn::Error &error) {
     errs() << "attn-bench: " << error.what() << "\n";

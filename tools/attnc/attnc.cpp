@@ -2,7 +2,7 @@
 //
 //   attnc spec.mlir -o out.ptx [--emit=mlir|cuda|ptx|cubin|metadata]
 //         [--arch=sm_90a] [--tile=block_n=64,stages=3] [--print-ir-after-all]
-//         [--kernel=name]
+//         [--kernel=name] [--backward]
 //   attnc cache stats|list|clear [--cache-dir=DIR]
 //   attnc cache warm spec.mlir... [--cache-dir=DIR] [--arch=...] [--tile=...]
 //
@@ -17,6 +17,7 @@
 #include "attn/Compiler/Compiler.h"
 #include "attn/Compiler/Jit.h"
 #include "attn/Compiler/KernelConfig.h"
+#include "attn/Transforms/Passes.h"
 #include "attn/runtime/LaunchMetadata.h"
 
 #include "mlir/IR/Diagnostics.h"
@@ -77,6 +78,10 @@ cl::opt<std::string> tuningDatabase(
     cl::sub(cacheCommand));
 cl::opt<bool> printIrAfterAll("print-ir-after-all", cl::desc("Print the IR after each pass"),
                               cl::init(false));
+cl::opt<bool> backward("backward",
+                       cl::desc("Emit the backward module (dQ, dK, dV) instead of the forward; "
+                                "--tile then overrides the backward plan"),
+                       cl::init(false));
 cl::opt<std::string> kernelName("kernel",
                                 cl::desc("The kernel to emit when the spec holds several"),
                                 cl::init(""));
@@ -112,6 +117,51 @@ mlir::FailureOr<mlir::attn::KernelOp> selectKernel(mlir::ModuleOp module) {
          << "the spec holds " << kernels.size() << " kernels; choose one with --kernel=<name>";
 }
 
+/// The -o file, or null after reporting why it cannot be opened.
+std::unique_ptr<ToolOutputFile> openOutput() {
+  std::string errorMessage;
+  std::unique_ptr<ToolOutputFile> output = mlir::openOutputFile(outputFilename, &errorMessage);
+  if (!output)
+    errs() << "attnc: " << errorMessage << "\n";
+  return output;
+}
+
+/// --backward: the backward module of the selected kernel. Its plan is the
+/// backward heuristic's under --tile (the forward's tuning does not apply);
+/// --emit=mlir prints the kernel with that plan as `attn.backward_tile`.
+int compileBackward(mlir::ModuleOp module, const attn::CompileOptions &options) {
+  mlir::FailureOr<mlir::attn::KernelOp> kernel = selectKernel(module);
+  if (mlir::failed(kernel))
+    return 1;
+  std::unique_ptr<ToolOutputFile> output = openOutput();
+  if (!output)
+    return 1;
+  if (emitKind == EmitKind::Cuda) {
+    mlir::FailureOr<std::string> source = attn::emitBackwardSource(*kernel, options);
+    if (mlir::failed(source))
+      return 1;
+    output->os() << *source;
+  } else {
+    mlir::FailureOr<attn::CompiledKernel> compiled = attn::compileBackwardKernel(
+        *kernel, options, emitKind == EmitKind::Cubin ? attn::BinaryKind::Cubin
+                                                      : attn::BinaryKind::Ptx);
+    if (mlir::failed(compiled))
+      return 1;
+    if (emitKind == EmitKind::Metadata) {
+      output->os() << attn::serializeLaunchConfig(compiled->launch);
+    } else if (emitKind == EmitKind::Mlir) {
+      mlir::FailureOr<attn::TileConfig> tile = attn::backwardTileConfigFor(*kernel, options);
+      (*kernel)->setAttr("attn.backward_tile",
+                         mlir::attn::getTilePlanAttr((*kernel).getContext(), *tile));
+      module.print(output->os());
+    } else {
+      output->os().write(compiled->binary.data(), compiled->binary.size());
+    }
+  }
+  output->keep();
+  return 0;
+}
+
 int compile(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
   mlir::OwningOpRef<mlir::ModuleOp> module = mlir::parseSourceFile<mlir::ModuleOp>(sourceMgr,
                                                                                     &context);
@@ -125,15 +175,14 @@ int compile(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
   options.tuningShape = shape;
   options.planOnly = emitKind == EmitKind::Mlir || emitKind == EmitKind::Metadata;
   options.printIrAfterEachPass = printIrAfterAll;
+  if (backward)
+    return compileBackward(*module, options);
   if (mlir::failed(attn::runCompilePipeline(*module, options)))
     return 1;
 
-  std::string errorMessage;
-  std::unique_ptr<ToolOutputFile> output = mlir::openOutputFile(outputFilename, &errorMessage);
-  if (!output) {
-    errs() << "attnc: " << errorMessage << "\n";
+  std::unique_ptr<ToolOutputFile> output = openOutput();
+  if (!output)
     return 1;
-  }
 
   if (emitKind == EmitKind::Mlir) {
     module->print(output->os());

@@ -38,9 +38,8 @@ void setStrides(TensorView &view, bool headMajor) {
   view.strides[3] = 1;
 }
 
-int64_t offsetOf(const TensorView &view, int64_t b, int64_t s, int64_t h, int64_t d) {
-  return b * view.strides[0] + s * view.strides[1] + h * view.strides[2] + d * view.strides[3];
-}
+
+} // namespace
 
 HostDeviceTensor makeTensor(DType dtype, int64_t batch, int64_t seqlen, int64_t heads,
                             int64_t headDim, bool headMajor, std::mt19937_64 *random) {
@@ -75,7 +74,27 @@ HostDeviceTensor makeTensor(DType dtype, int64_t batch, int64_t seqlen, int64_t 
   return tensor;
 }
 
-} // namespace
+
+int64_t offsetOf(const TensorView &view, int64_t b, int64_t s, int64_t h, int64_t d) {
+  return b * view.strides[0] + s * view.strides[1] + h * view.strides[2] + d * view.strides[3];
+}
+
+std::vector<float> downloadBSHD(const HostDeviceTensor &tensor) {
+  const TensorView &view = tensor.view;
+  const int64_t count = view.numElements();
+  std::vector<float> values(count);
+  if (count == 0)
+    return values;
+  std::vector<uint16_t> bits(tensor.buffer.size() / sizeof(uint16_t));
+  tensor.buffer.copyToHost(bits.data(), bits.size() * sizeof(uint16_t));
+  int64_t index = 0;
+  for (int64_t b = 0; b < view.shape[0]; ++b)
+    for (int64_t s = 0; s < view.shape[1]; ++s)
+      for (int64_t h = 0; h < view.shape[2]; ++h)
+        for (int64_t d = 0; d < view.shape[3]; ++d, ++index)
+          values[index] = fromBits(view.dtype, bits[offsetOf(view, b, s, h, d)]);
+  return values;
+}
 
 ForwardProblem::ForwardProblem(const AttnLaunchConfig &config, const Shape &shape, uint64_t seed)
     : shapeValue(shape) {
@@ -330,6 +349,23 @@ DeviceBuffer attachForwardWorkspace(std::initializer_list<const AttnLaunchConfig
   args.workspace = workspace.data();
   args.workspaceBytes = workspace.size();
   return workspace;
+}
+
+std::string softmaxSpecText(const std::string &name, int headDim, const std::string &element,
+                            const std::string &mask, int64_t qHeads, int64_t kvHeads) {
+  std::ostringstream spec;
+  spec << "attn.kernel @" << name << " problem = #attn.problem<q_heads = " << qHeads
+       << ", kv_heads = " << kvHeads << ", head_dim = " << headDim
+       << ", element_type = " << element << "> mask = " << mask
+       << " normalizer = #attn.softmax\n";
+  return spec.str();
+}
+
+std::string gridSpecText(int headDim, bool causal) {
+  const int heads = 2048 / headDim;
+  return softmaxSpecText("grid_d" + std::to_string(headDim) + (causal ? "_causal" : ""), headDim,
+                         "bf16", causal ? "#attn.causal<bottom_right>" : "#attn.no_mask", heads,
+                         heads);
 }
 
 bool specHasCausalMask(const std::string &specText) {

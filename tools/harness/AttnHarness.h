@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,18 @@ private:
   void *pointer = nullptr;
   size_t bytes = 0;
 };
+
+/// A [batch, seqlen, heads, headDim] tensor of `dtype` on the device, BSHD
+/// or head-major; with `random`, filled with standard-normal values rounded
+/// to the type, whose exact fp32 copies `host` holds (contiguous BSHD).
+HostDeviceTensor makeTensor(DType dtype, int64_t batch, int64_t seqlen, int64_t heads,
+                            int64_t headDim, bool headMajor, std::mt19937_64 *random);
+
+/// Element offset of (b, s, h, d) in a view.
+int64_t offsetOf(const TensorView &view, int64_t b, int64_t s, int64_t h, int64_t d);
+
+/// A 16-bit device tensor's values as contiguous BSHD fp32.
+std::vector<float> downloadBSHD(const HostDeviceTensor &tensor);
 
 /// Inputs and outputs of one forward problem, allocated for `config`.
 class ForwardProblem {
@@ -160,6 +173,15 @@ double medianLaunchMs(KernelFunction &kernel, const AttnLaunchConfig &config,
 /// last round), held by the returned buffer; none when none needs one.
 DeviceBuffer attachForwardWorkspace(std::initializer_list<const AttnLaunchConfig *> launches,
                                     AttnForwardArgs &args);
+
+/// The spec text of a softmax kernel with a built-in mask (`mask` is an
+/// attribute, e.g. "#attn.causal<bottom_right>"), named @`name`.
+std::string softmaxSpecText(const std::string &name, int headDim, const std::string &element,
+                            const std::string &mask, int64_t qHeads, int64_t kvHeads);
+
+/// The peer grid's spec at a head dim: H x D = 2048, bf16, causal aligned
+/// bottom-right or no mask, named @grid_d<D>[_causal].
+std::string gridSpecText(int headDim, bool causal);
 
 /// Whether a spec's built-in mask is causal (forwardFlops then halves).
 bool specHasCausalMask(const std::string &specText);

@@ -340,6 +340,22 @@ void emitUserMods(const UserMods &mods, std::ostringstream &out) {
   out << "  }\n};\n";
 }
 
+/// namespace attn_plan's `using Mask = ...;` for a mask policy.
+void emitMaskPolicy(const MaskPolicy &mask, std::ostringstream &out) {
+  switch (mask.kind) {
+  case MaskPolicyKind::None:
+    out << "using Mask = attn_dev::NoMask;\n";
+    break;
+  case MaskPolicyKind::Causal:
+    out << "using Mask = attn_dev::CausalMask;\n";
+    break;
+  case MaskPolicyKind::SlidingWindow:
+    out << "using Mask = attn_dev::SlidingWindowMask<" << mask.windowLeft << "LL, "
+        << mask.windowRight << "LL>;\n";
+    break;
+  }
+  out << "constexpr bool kMaskBottomRight = " << (mask.bottomRight ? "true" : "false") << ";\n";
+}
 } // namespace
 
 std::string expandTemplate(std::string_view rootFile, std::string &error) {
@@ -352,7 +368,9 @@ std::string expandTemplate(std::string_view rootFile, std::string &error) {
 std::string emitWgmmaWrapper(int n, ElementKind element, WgmmaForm form) {
   const int accumulators = n / 2;
   const bool fromRegisters = form == WgmmaForm::RS;
-  const char *name = fromRegisters ? "WgmmaRS" : "WgmmaSS";
+  const char *name = fromRegisters ? "WgmmaRS" : (form == WgmmaForm::SSMN ? "WgmmaSSMN" : "WgmmaSS");
+  // The transpose immediates of A and B (shared-memory operands only).
+  const char *transpose = form == WgmmaForm::SSMN ? "1, 1" : "0, 0";
   std::ostringstream out;
   out << "template <> struct " << name << "<" << n << ", " << elementTag(element) << "> {\n";
   if (fromRegisters)
@@ -376,7 +394,8 @@ std::string emitWgmmaWrapper(int n, ElementKind element, WgmmaForm form) {
     out << "{%" << accumulators << ", %" << accumulators + 1 << ", %" << accumulators + 2 << ", %"
         << accumulators + 3 << "}, %" << accumulators + 4 << ", p, 1, 1, 1;\\n\"\n";
   else
-    out << "%" << accumulators << ", %" << accumulators + 1 << ", p, 1, 1, 0, 0;\\n\"\n";
+    out << "%" << accumulators << ", %" << accumulators + 1 << ", p, 1, 1, " << transpose
+        << ";\\n\"\n";
   out << "                 \"}\\n\"\n                 : ";
   for (int i = 0; i < accumulators; ++i)
     out << (i ? ", " : "") << "\"+f\"(d[" << i << "])";
@@ -424,22 +443,9 @@ std::string emitForwardKernelSource(const ForwardKernelConfig &config) {
 
   out << "// ---- plan\nnamespace attn_plan {\n"
       << "using Element = attn_dev::" << elementTag(config.element) << ";\n";
-  switch (config.mask.kind) {
-  case MaskPolicyKind::None:
-    out << "using Mask = attn_dev::NoMask;\n";
-    break;
-  case MaskPolicyKind::Causal:
-    out << "using Mask = attn_dev::CausalMask;\n";
-    break;
-  case MaskPolicyKind::SlidingWindow:
-    out << "using Mask = attn_dev::SlidingWindowMask<" << config.mask.windowLeft << "LL, "
-        << config.mask.windowRight << "LL>;\n";
-    break;
-  }
+  emitMaskPolicy(config.mask, out);
   emitUserMods(config.mods, out);
-  out << "constexpr bool kMaskBottomRight = " << (config.mask.bottomRight ? "true" : "false")
-      << ";\n"
-      << "constexpr int kHeadDim = " << config.headDim << ";\n"
+  out << "constexpr int kHeadDim = " << config.headDim << ";\n"
       << "constexpr int kBlockM = " << config.tile.blockM << ";\n"
       << "constexpr int kBlockN = " << config.tile.blockN << ";\n"
       << "constexpr int kStages = " << config.tile.stages << ";\n"
@@ -462,6 +468,51 @@ std::string emitForwardKernelSource(const ForwardKernelConfig &config) {
       << "} // namespace attn_plan\n\n";
 
   out << expandTemplate("attn_fwd_sm90.cuh", error);
+  if (!error.empty())
+    return "#error " + error + "\n";
+  return out.str();
+}
+
+std::string emitBackwardKernelSource(const BackwardKernelConfig &config) {
+  std::ostringstream out;
+  std::string error;
+  emitUnitPrologue(out, config.kernelName, "Backward softmax attention", {}, error);
+
+  // Sᵀ and dPᵀ (N = block_m), dV and dK (N = head dim), dQ's pieces.
+  const int consumers = config.tile.consumerWarpgroups;
+  const bool dqSplitsRows = config.tile.blockM == 64 * consumers;
+  const int dqColumns = dqSplitsRows ? config.headDim : config.headDim / consumers;
+  out << "// ---- WGMMA shapes of this plan\nnamespace attn_dev {\n"
+      << emitWgmmaWrapper(config.tile.blockM, config.element, WgmmaForm::SS)
+      << emitWgmmaWrapper(config.headDim, config.element, WgmmaForm::RS)
+      << emitWgmmaWrapper(dqColumns, config.element, WgmmaForm::SSMN)
+      << "} // namespace attn_dev\n\n";
+
+  const BackwardSharedMemoryOffsets &smem = config.smem;
+  out << "// ---- plan\nnamespace attn_plan {\n"
+      << "using Element = attn_dev::" << elementTag(config.element) << ";\n";
+  emitMaskPolicy(config.mask, out);
+  out << "constexpr int kHeadDim = " << config.headDim << ";\n"
+      << "constexpr int kBlockM = " << config.tile.blockM << ";\n"
+      << "constexpr int kBlockN = " << config.tile.blockN << ";\n"
+      << "constexpr int kStages = " << config.tile.stages << ";\n"
+      << "constexpr int kConsumerWarpgroups = " << consumers << ";\n"
+      << "constexpr int kConsumerRegisters = " << config.tile.consumerRegisters << ";\n"
+      << "constexpr int kProducerRegisters = " << config.tile.producerRegisters << ";\n"
+      << "constexpr unsigned kSmemK = " << smem.k << ";\n"
+      << "constexpr unsigned kSmemV = " << smem.v << ";\n"
+      << "constexpr unsigned kSmemQ = " << smem.q << ";\n"
+      << "constexpr unsigned kSmemDo = " << smem.dO << ";\n"
+      << "constexpr unsigned kSmemLse = " << smem.lse << ";\n"
+      << "constexpr unsigned kSmemDelta = " << smem.delta << ";\n"
+      << "constexpr unsigned kSmemDs = " << smem.ds << ";\n"
+      << "constexpr unsigned kSmemDqStaging = " << smem.dqStaging << ";\n"
+      << "constexpr int kDqStagingBuffers = " << smem.dqStagingBuffers << ";\n"
+      << "constexpr int kBarrierCount = " << smem.barrierCount << ";\n"
+      << "constexpr unsigned kSmemBarriers = " << smem.barriers << ";\n"
+      << "constexpr unsigned kSmemTotal = " << smem.total << ";\n"
+      << "} // namespace attn_plan\n\n";
+  out << expandTemplate("attn_bwd_sm90.cuh", error);
   if (!error.empty())
     return "#error " + error + "\n";
   return out.str();

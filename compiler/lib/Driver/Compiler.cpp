@@ -150,6 +150,73 @@ mlir::FailureOr<CompiledKernel> compileEmittedKernel(mlir::attn::KernelOp op,
   return kernel;
 }
 
+mlir::FailureOr<TileConfig> backwardTileConfigFor(mlir::attn::KernelOp op,
+                                                  const CompileOptions &options) {
+  const TileProblem problem{static_cast<int>(op.getProblem().getHeadDim()), 2};
+  TileConfig tile = backwardTileConfig(problem);
+  if (!options.tileOverride.empty()) {
+    TileOverride override;
+    if (std::optional<std::string> error = parseTileOverride(options.tileOverride, override))
+      return op.emitOpError("invalid backward tile override '")
+             << options.tileOverride << "': " << *error;
+    tile = applyLinearTileOverride(tile, override);
+  }
+  return tile;
+}
+
+namespace {
+/// The emitter's configuration of a kernel's backward under `options`.
+mlir::FailureOr<codegen::BackwardKernelConfig> backwardConfigFor(mlir::attn::KernelOp op,
+                                                                 const CompileOptions &options) {
+  mlir::FailureOr<TileConfig> tile = backwardTileConfigFor(op, options);
+  if (mlir::failed(tile))
+    return mlir::failure();
+  return mlir::attn::buildBackwardKernelConfig(op, *tile);
+}
+} // namespace
+
+mlir::FailureOr<std::string> emitBackwardSource(mlir::attn::KernelOp op,
+                                                const CompileOptions &options) {
+  mlir::FailureOr<codegen::BackwardKernelConfig> config = backwardConfigFor(op, options);
+  if (mlir::failed(config))
+    return mlir::failure();
+  return codegen::emitBackwardKernelSource(*config);
+}
+
+mlir::FailureOr<CompiledKernel> compileBackwardKernel(mlir::attn::KernelOp op,
+                                                      const CompileOptions &options,
+                                                      BinaryKind kind) {
+  mlir::FailureOr<codegen::BackwardKernelConfig> config = backwardConfigFor(op, options);
+  if (mlir::failed(config))
+    return mlir::failure();
+  const TileConfig *tile = &config->tile;
+  CompiledKernel kernel;
+  kernel.name = op.getSymName().str();
+  kernel.cudaSource = codegen::emitBackwardKernelSource(*config);
+  backend::NvrtcResult result =
+      backend::compileCuda(kernel.cudaSource, kernel.name + "_bwd.cu", options.arch,
+                           kind == BinaryKind::Ptx ? backend::NvrtcOutput::Ptx
+                                                   : backend::NvrtcOutput::Cubin);
+  if (!result.succeeded)
+    return op.emitOpError("NVRTC failed to compile the emitted backward kernel:\n") << result.log;
+  kernel.binary = std::move(result.binary);
+  kernel.kind = kind;
+  mlir::attn::ProblemAttr problem = op.getProblem();
+  AttnLaunchConfig &launch = kernel.launch;
+  launch.headDim = problem.getHeadDim();
+  launch.qHeads = problem.getQHeads();
+  launch.kvHeads = problem.getKvHeads();
+  launch.dtype = problem.getElementType().isBF16() ? DType::BF16 : DType::F16;
+  launch.scale = static_cast<float>(problem.getEffectiveScale());
+  launch.blockM = tile->blockM;
+  launch.blockN = tile->blockN;
+  launch.threadsPerBlock = tile->threadsPerBlock();
+  launch.sharedMemoryBytes = static_cast<int>(config->smem.total + kSmemBaseAlignSlack);
+  launch.kernelName = ATTN_BWD_KERNEL_NAME;
+  launch.backward = 1;
+  return kernel;
+}
+
 namespace detail {
 
 void prepareSpecContext(mlir::MLIRContext &context) {
@@ -246,6 +313,16 @@ CompiledKernel compileSpec(const std::string &specText, const std::string &buffe
   mlir::FailureOr<CompiledKernel> kernel = compileEmittedKernel(op, options, kind);
   if (mlir::failed(kernel))
     spec.diagnostics.fail("compiling " + bufferName + " failed");
+  return std::move(*kernel);
+}
+
+CompiledKernel compileBackwardSpec(const std::string &specText, const std::string &bufferName,
+                                   const CompileOptions &options, BinaryKind kind) {
+  ParsedSpec spec(specText, bufferName);
+  mlir::attn::KernelOp op = detail::singleKernel(*spec.module);
+  mlir::FailureOr<CompiledKernel> kernel = compileBackwardKernel(op, options, kind);
+  if (mlir::failed(kernel))
+    spec.diagnostics.fail("compiling the backward of " + bufferName + " failed");
   return std::move(*kernel);
 }
 

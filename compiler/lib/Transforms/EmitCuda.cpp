@@ -8,6 +8,7 @@
 #include "attn/Compiler/KernelConfig.h"
 #include "attn/IR/AttnOps.h"
 #include "attn/Transforms/Passes.h"
+#include "attn/Transforms/SmemAllocator.h"
 #include "attn_params.h"
 
 #include "mlir/Dialect/EmitC/IR/EmitC.h"
@@ -310,6 +311,53 @@ LogicalResult readBufferOffsets(KernelOp op, SmemPlanAttr smem,
   return success();
 }
 } // namespace
+
+FailureOr<::attn::codegen::BackwardKernelConfig>
+buildBackwardKernelConfig(KernelOp op, const ::attn::TileConfig &tile) {
+  if (!isa<SoftmaxAttr>(op.getNormalizer()))
+    return op.emitOpError("has no backward: only the softmax normalizer has one (the linear "
+                          "family's is a later step)");
+  Attribute mask = op.getMask();
+  if (!isa<NoMaskAttr, CausalAttr, SlidingWindowAttr>(mask))
+    return op.emitOpError("mask ") << mask << " has no backward kernel template";
+  if (!op.getMaskMod().empty() || op.getMaskModFnAttr())
+    return op.emitOpError("has no backward: a mask_mod's backward is not supported yet (built-in "
+                          "masks are)");
+  if (!op.getScoreMod().empty() || op.getScoreModFnAttr())
+    return op.emitOpError("has no backward: the compiler does not differentiate score_mod yet");
+  ProblemAttr problem = op.getProblem();
+  const ::attn::TileProblem tileProblem{static_cast<int>(problem.getHeadDim()), 2};
+  if (std::optional<std::string> violation = ::attn::checkBackwardTileLegality(tileProblem, tile))
+    return op.emitOpError("backward plan is illegal: ") << *violation;
+
+  ::attn::codegen::BackwardKernelConfig config;
+  config.kernelName = op.getSymName().str();
+  config.element = problem.getElementType().isBF16() ? ::attn::codegen::ElementKind::BF16
+                                                     : ::attn::codegen::ElementKind::F16;
+  config.headDim = problem.getHeadDim();
+  config.tile = tile;
+  config.mask = maskPolicyFor(mask);
+  const int stagingBuffers = ::attn::backwardDqStagingBuffers(tileProblem, tile);
+  const ::attn::SmemLayout layout = ::attn::allocateSharedMemory(
+      ::attn::backwardKernelSmemRequests(tileProblem, tile, stagingBuffers));
+  ::attn::codegen::BackwardSharedMemoryOffsets &smem = config.smem;
+  const std::pair<const char *, int64_t *> buffers[] = {
+      {"k", &smem.k},     {"v", &smem.v},   {"q", &smem.q},
+      {"do", &smem.dO},   {"lse", &smem.lse}, {"delta", &smem.delta},
+      {"ds", &smem.ds},   {"dq_staging", &smem.dqStaging}, {"barriers", &smem.barriers}};
+  for (auto [name, offset] : buffers) {
+    auto placed = llvm::find_if(layout.buffers, [&](const ::attn::SmemPlacement &buffer) {
+      return buffer.name == name;
+    });
+    if (placed == layout.buffers.end())
+      return op.emitOpError("backward shared-memory plan has no '") << name << "' buffer";
+    *offset = placed->offset;
+  }
+  smem.total = layout.total;
+  smem.dqStagingBuffers = stagingBuffers;
+  smem.barrierCount = ::attn::backwardBarrierCount(tile, stagingBuffers);
+  return config;
+}
 
 FailureOr<::attn::codegen::ForwardKernelConfig> buildForwardKernelConfig(KernelOp op) {
   if (!isa<SoftmaxAttr>(op.getNormalizer()))

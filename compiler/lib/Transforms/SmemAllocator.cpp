@@ -105,6 +105,46 @@ std::vector<SmemRequest> forwardKernelSmemRequests(const TileProblem &problem,
   return requests;
 }
 
+std::vector<SmemRequest> backwardKernelSmemRequests(const TileProblem &problem,
+                                                    const TileConfig &config,
+                                                    int dqStagingBuffers) {
+  constexpr int64_t kTileAlign = 1024;
+  constexpr int64_t kSwizzle = 128;
+  const int64_t row = int64_t(problem.headDim) * problem.elementBytes;
+  const int64_t kvBytes = alignTo(int64_t(config.blockN) * row, kTileAlign);
+  const int64_t querySlot = alignTo(int64_t(config.blockM) * row, kTileAlign);
+  const int64_t stages = config.stages;
+  const int64_t statBytes = int64_t(config.blockM) * 4;
+  const int64_t dsTile =
+      alignTo(int64_t(config.blockN) * config.blockM * problem.elementBytes, kTileAlign);
+  const int64_t stagingSlots = int64_t(config.consumerWarpgroups) * dqStagingBuffers;
+  const int64_t barriers = backwardBarrierCount(config, dqStagingBuffers);
+  std::vector<SmemRequest> requests;
+  requests.push_back({"k", kvBytes, kTileAlign, kSwizzle, 1, kPhaseSetup, kPhaseEnd});
+  requests.push_back({"v", kvBytes, kTileAlign, kSwizzle, 1, kPhaseSetup, kPhaseEnd});
+  requests.push_back({"q", stages * querySlot, kTileAlign, kSwizzle, stages, kPhaseSetup, kPhaseEnd});
+  requests.push_back({"do", stages * querySlot, kTileAlign, kSwizzle, stages, kPhaseSetup, kPhaseEnd});
+  requests.push_back({"lse", stages * statBytes, 16, 0, stages, kPhaseSetup, kPhaseEnd});
+  requests.push_back({"delta", stages * statBytes, 16, 0, stages, kPhaseSetup, kPhaseEnd});
+  requests.push_back({"ds", 2 * dsTile, kTileAlign, kSwizzle, 2, kPhaseSetup, kPhaseEnd});
+  requests.push_back({"dq_staging",
+                      int64_t(dqStagingBuffers) * config.blockM * problem.headDim * 4, 16, 0,
+                      stagingSlots, kPhaseSetup, kPhaseEnd});
+  requests.push_back({"barriers", 8 * barriers, 8, 0, barriers, kPhaseSetup, kPhaseEnd});
+  return requests;
+}
+
+int backwardDqStagingBuffers(const TileProblem &problem, const TileConfig &config) {
+  const int64_t doubled =
+      allocateSharedMemory(backwardKernelSmemRequests(problem, config, 2)).total +
+      kSmemBaseAlignSlack;
+  return doubled <= kMaxSharedMemoryPerBlock ? 2 : 1;
+}
+
+int64_t backwardBarrierCount(const TileConfig &config, int dqStagingBuffers) {
+  return 1 + 2 * int64_t(config.stages) + 2 * int64_t(config.consumerWarpgroups) * dqStagingBuffers;
+}
+
 std::vector<SmemRequest> linearKernelSmemRequests(const TileProblem &problem,
                                                   const TileConfig &config) {
   constexpr int64_t kTileAlign = 1024;

@@ -469,3 +469,86 @@ std::optional<std::string> checkLinearTileLegality(const TileProblem &problem,
 }
 
 } // namespace attn
+
+namespace attn {
+
+TileConfig backwardTileConfig(const TileProblem &problem) {
+  TileConfig config;
+  config.consumerWarpgroups = 2;
+  config.blockN = 2 * kWgmmaM;
+  // Head dim 64 takes 128 query rows a step (each consumer's dQ piece is 64
+  // rows), 128 takes 64 (its pieces are 64 columns): either way every
+  // product of the step is m64n64 or wider and the consumers fit 240
+  // registers.
+  config.blockM = problem.headDim == 64 ? 2 * kWgmmaM : kWgmmaM;
+  config.stages = 2;
+  config.consumerRegisters = 240;
+  config.producerRegisters = 24;
+  config.softmaxChains = 1;
+  config.persistentBlocksPerSm = 0;
+  return config;
+}
+
+int64_t estimateBackwardConsumerRegisters(const TileProblem &problem, const TileConfig &config) {
+  const bool dqSplitsRows = config.blockM == kWgmmaM * config.consumerWarpgroups;
+  const int64_t dqColumns =
+      dqSplitsRows ? problem.headDim : problem.headDim / std::max(config.consumerWarpgroups, 1);
+  // Sᵀ and dPᵀ in fp32 are dead once packed; the packed pair (block_m / 2)
+  // lives on beside dQ's piece until the step's products complete.
+  return problem.headDim + std::max<int64_t>(config.blockM, config.blockM / 2 + dqColumns / 2) +
+         24;
+}
+
+std::optional<std::string> checkBackwardTileLegality(const TileProblem &problem,
+                                                     const TileConfig &config) {
+  std::ostringstream os;
+  const int consumers = config.consumerWarpgroups;
+  if (problem.headDim != 64 && problem.headDim != 128)
+    os << "backward: head_dim " << problem.headDim
+       << " has no backward kernel yet (64 and 128 have): its dK and dV accumulators alone take "
+       << problem.headDim << " registers a thread";
+  else if (consumers < 1 || consumers > 2)
+    os << "warpgroups: the backward takes 1 or 2 consumer warpgroups, got " << consumers;
+  else if (config.blockN != kWgmmaM * consumers)
+    os << "WGMMA shape: backward block_n (" << config.blockN
+       << ") must be 64 keys per consumer warpgroup (" << kWgmmaM * consumers << ")";
+  else if (config.blockM != kWgmmaM && config.blockM != kWgmmaM * consumers)
+    os << "WGMMA shape: backward block_m (" << config.blockM << ") must be 64 or "
+       << kWgmmaM * consumers << " (64 per consumer warpgroup)";
+  else if (config.blockM == kWgmmaM && (problem.headDim / consumers) % 64 != 0)
+    os << "WGMMA shape: with block_m 64 each consumer's dQ piece is head_dim / "
+       << consumers << " = " << problem.headDim / consumers
+       << " columns, which must be a multiple of 64";
+  else if (config.producerWarpgroups != 1)
+    os << "warpgroups: the backward has one producer warpgroup, got " << config.producerWarpgroups;
+  else if (config.stages < 1 || config.stages > 4)
+    os << "pipeline: backward stages must be 1 to 4, got " << config.stages;
+  else if (config.persistentBlocksPerSm != 0)
+    os << "schedule: the backward runs one block per key tile (persistent_blocks_per_sm 0)";
+  else if (int64_t need = estimateBackwardConsumerRegisters(problem, config);
+           need > config.consumerRegisters)
+    os << "register budget: a backward consumer thread needs about " << need
+       << " registers (dK, dV, Sᵀ, dPᵀ, dQ), budget " << config.consumerRegisters;
+  else if (config.consumerRegisters % 8 != 0 || config.consumerRegisters < 24 ||
+           config.consumerRegisters > 256 || config.producerRegisters % 8 != 0 ||
+           config.producerRegisters < 24 || config.producerRegisters > 256)
+    os << "register budget: consumer_registers (" << config.consumerRegisters
+       << ") and producer_registers (" << config.producerRegisters
+       << ") must be multiples of 8 in [24, 256] (setmaxnreg)";
+  else if (int64_t total = int64_t(kThreadsPerWarpgroup) *
+                           (config.producerRegisters + consumers * config.consumerRegisters);
+           total > kRegistersPerBlock)
+    os << "register budget: " << total << " registers a block exceed " << kRegistersPerBlock;
+  else if (int64_t bytes =
+               allocateSharedMemory(backwardKernelSmemRequests(problem, config, 1)).total +
+               kSmemBaseAlignSlack;
+           bytes > kMaxSharedMemoryPerBlock)
+    os << "shared-memory capacity: backward block_m " << config.blockM << ", block_n "
+       << config.blockN << ", stages " << config.stages << ", head_dim " << problem.headDim
+       << " needs " << bytes << " bytes, limit " << kMaxSharedMemoryPerBlock;
+  else
+    return std::nullopt;
+  return os.str();
+}
+
+} // namespace attn

@@ -10,16 +10,11 @@
 
 #include "attn/Reference/ReferenceAttention.h"
 
+#include "ReferenceRows.h"
+
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <exception>
 #include <limits>
-#include <mutex>
-#include <stdexcept>
-#include <string>
-#include <system_error>
-#include <thread>
 #include <vector>
 
 namespace attn::reference {
@@ -46,64 +41,23 @@ bool maskAllows(const MaskSpec &mask, int64_t q, int64_t k, int64_t seqlenQ,
 
 namespace {
 
-[[noreturn]] void invalid(const std::string &what) {
-  throw std::invalid_argument("reference attention: " + what);
-}
+constexpr const char *kWho = "reference attention";
 
 void validate(const Problem &p, const HostTensor &q, const HostTensor &k,
               const HostTensor &v, const float *o, const float *lse) {
-  if (p.batch < 0 || p.seqlenQ < 0 || p.seqlenK < 0)
-    invalid("batch and sequence lengths must be non-negative");
-  if (p.qHeads <= 0 || p.kvHeads <= 0)
-    invalid("head counts must be positive");
-  if (p.headDim <= 0)
-    invalid("headDim must be positive");
-  if (p.qHeads % p.kvHeads != 0)
-    invalid("kvHeads (" + std::to_string(p.kvHeads) +
-            ") must divide qHeads (" + std::to_string(p.qHeads) + ")");
-  if (!std::isfinite(p.scale))
-    invalid("scale must be finite");
-  if (p.mask.kind != MaskKind::None && p.mask.kind != MaskKind::Causal &&
-      p.mask.kind != MaskKind::SlidingWindow)
-    invalid("unknown mask kind");
-
+  detail::validateProblem(p, kWho);
   const bool hasQueries = p.batch > 0 && p.seqlenQ > 0;
   const bool hasKeys = p.batch > 0 && p.seqlenK > 0;
   if (hasQueries && !q.data)
-    invalid("q is null");
+    detail::throwInvalid(kWho, "q is null");
   if (hasKeys && (!k.data || !v.data))
-    invalid("k or v is null");
+    detail::throwInvalid(kWho, "k or v is null");
   if (hasQueries && (!o || !lse))
-    invalid("o or lse is null");
+    detail::throwInvalid(kWho, "o or lse is null");
 }
 
-/// Dot product in double. The contiguous case keeps four partial sums so the
-/// loop is not one long dependency chain.
-double dot(const float *a, int64_t strideA, const float *b, int64_t strideB,
-           int64_t n) {
-  if (strideA == 1 && strideB == 1) {
-    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-      s0 += double(a[i]) * double(b[i]);
-      s1 += double(a[i + 1]) * double(b[i + 1]);
-      s2 += double(a[i + 2]) * double(b[i + 2]);
-      s3 += double(a[i + 3]) * double(b[i + 3]);
-    }
-    for (; i < n; ++i)
-      s0 += double(a[i]) * double(b[i]);
-    return (s0 + s1) + (s2 + s3);
-  }
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i)
-    sum += double(a[i * strideA]) * double(b[i * strideB]);
-  return sum;
-}
-
-const float *rowPointer(const HostTensor &t, int64_t b, int64_t s,
-                        int64_t h) {
-  return t.data + b * t.strides[0] + s * t.strides[1] + h * t.strides[2];
-}
+using detail::dot;
+using detail::rowPointer;
 
 /// Per-thread scratch: one row of scores and one row of output accumulators.
 struct Scratch {
@@ -173,64 +127,28 @@ void forward(const Problem &problem, const HostTensor &q, const HostTensor &k,
   if (problem.batch == 0 || problem.seqlenQ == 0)
     return;
 
-  // Work items are blocks of rows of one (batch, head) pair.
-  constexpr int64_t kRowsPerItem = 16;
-  const int64_t blocksPerHead =
-      (problem.seqlenQ + kRowsPerItem - 1) / kRowsPerItem;
-  const int64_t numItems = problem.batch * problem.qHeads * blocksPerHead;
-
-  std::atomic<int64_t> nextItem{0};
-  // The first exception of a maskMod or scoreMod, rethrown once every
-  // thread has stopped (escaping a helper thread would terminate).
-  std::mutex failureMutex;
-  std::exception_ptr failure;
-  auto worker = [&]() {
-    try {
-      Scratch scratch;
-      scratch.scores.resize(static_cast<size_t>(problem.seqlenK));
-      scratch.accum.resize(static_cast<size_t>(problem.headDim));
-      for (int64_t item = nextItem++; item < numItems; item = nextItem++) {
-        int64_t block = item % blocksPerHead;
-        int64_t head = (item / blocksPerHead) % problem.qHeads;
-        int64_t batch = item / (blocksPerHead * problem.qHeads);
-        int64_t rowEnd =
-            std::min(problem.seqlenQ, (block + 1) * kRowsPerItem);
-        for (int64_t row = block * kRowsPerItem; row < rowEnd; ++row)
-          if (!problem.rows || problem.rows(batch, head, row))
-            computeRow(problem, q, k, v, batch, head, row, scratch, o, lse);
-      }
-    } catch (...) {
-      nextItem = numItems;
-      std::lock_guard<std::mutex> lock(failureMutex);
-      if (!failure)
-        failure = std::current_exception();
-    }
-  };
-
-  // Threads only pay off for problems of a few million multiply-adds.
   const double work = double(problem.batch) * problem.qHeads *
                       problem.seqlenQ * std::max<int64_t>(problem.seqlenK, 1) *
                       problem.headDim;
-  unsigned numThreads = std::max(1u, std::thread::hardware_concurrency());
-  if (work < 4e6)
-    numThreads = 1;
-  numThreads = static_cast<unsigned>(
-      std::min<int64_t>(numThreads, numItems));
-
-  std::vector<std::thread> helpers;
-  for (unsigned i = 1; i < numThreads; ++i) {
-    // Fewer helpers is fine: the atomic counter shares out whatever is left.
-    try {
-      helpers.emplace_back(worker);
-    } catch (const std::system_error &) {
-      break;
-    }
-  }
-  worker();
-  for (std::thread &t : helpers)
-    t.join();
-  if (failure)
-    std::rethrow_exception(failure);
+  // Work items are blocks of rows of one (batch, head) pair. The first
+  // exception of a maskMod or scoreMod is rethrown once every thread has
+  // stopped.
+  constexpr int64_t kRowsPerItem = 16;
+  detail::parallelForBlocks(
+      problem.batch, problem.qHeads, problem.seqlenQ, kRowsPerItem,
+      detail::maxThreadsFor(work),
+      [&]() {
+        Scratch scratch;
+        scratch.scores.resize(static_cast<size_t>(problem.seqlenK));
+        scratch.accum.resize(static_cast<size_t>(problem.headDim));
+        return scratch;
+      },
+      [&](int64_t batch, int64_t head, int64_t rowBegin, int64_t rowEnd,
+          Scratch &scratch) {
+        for (int64_t row = rowBegin; row < rowEnd; ++row)
+          if (!problem.rows || problem.rows(batch, head, row))
+            computeRow(problem, q, k, v, batch, head, row, scratch, o, lse);
+      });
 }
 
 } // namespace attn::reference

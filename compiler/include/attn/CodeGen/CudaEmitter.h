@@ -122,6 +122,31 @@ struct ForwardKernelConfig {
 // The complete translation unit for the forward softmax kernel.
 std::string emitForwardKernelSource(const ForwardKernelConfig &config);
 
+// Byte offsets of the backward kernel's buffers (attn-plan-smem's backward
+// plan): the K and V tiles, rings of `stages` Q, dO, log-sum-exp and delta
+// slots, two dSᵀ tiles, dQ's fp32 staging and the mbarriers.
+struct BackwardSharedMemoryOffsets {
+  int64_t k = 0, v = 0, q = 0, dO = 0, lse = 0, delta = 0, ds = 0, dqStaging = 0, barriers = 0,
+          total = 0;
+  int64_t dqStagingBuffers = 1; // per consumer warpgroup
+  int64_t barrierCount = 0;
+};
+
+// The backward softmax kernels (templates/attn_bwd_sm90.cuh): tile.blockM
+// query rows a step, tile.blockN keys a block (64 per consumer warpgroup).
+struct BackwardKernelConfig {
+  std::string kernelName; // for the header comment only
+  ElementKind element = ElementKind::BF16;
+  int headDim = 128;
+  TileConfig tile;
+  MaskPolicy mask;
+  BackwardSharedMemoryOffsets smem;
+};
+
+// The complete translation unit for the backward: the preprocess, the main
+// kernel and dQ's conversion.
+std::string emitBackwardKernelSource(const BackwardKernelConfig &config);
+
 // Linear attention and retention (templates/attn_linear_sm90.cuh): one
 // block per (64 value columns, query head, batch) walks the chunks of the
 // sequence, carrying the state.
@@ -155,8 +180,9 @@ std::string emitLinearKernelSource(const LinearKernelConfig &config);
 
 // The WGMMA wrapper specializations for m64nNk16 with fp32 accumulation.
 // SS: both operands from shared memory, K-major (Q Kᵀ). RS: A from
-// registers, B MN-major (P V).
-enum class WgmmaForm { SS, RS };
+// registers, B MN-major (P V). SSMN: both from shared memory, MN-major
+// (the backward's dS K).
+enum class WgmmaForm { SS, RS, SSMN };
 std::string emitWgmmaWrapper(int n, ElementKind element, WgmmaForm form);
 
 // Inlines `#include "..."` directives that name embedded template files,

@@ -72,6 +72,29 @@ mlir::FailureOr<CompiledKernel> compileEmittedKernel(mlir::attn::KernelOp op,
 /// The launch metadata of a planned kernel.
 AttnLaunchConfig launchConfigFor(mlir::attn::KernelOp op);
 
+/// The backward plan of a kernel: backwardTileConfig, under
+/// options.tileOverride (block_n and consumer_warpgroups follow each other,
+/// 64 keys per consumer). Emits an error on the op for a malformed override.
+mlir::FailureOr<TileConfig> backwardTileConfigFor(mlir::attn::KernelOp op,
+                                                  const CompileOptions &options);
+
+/// Plans, emits and compiles the backward module of a kernel (the
+/// preprocess, main and conversion kernels of templates/attn_bwd_sm90.cuh)
+/// with NVRTC. The op needs no forward plan. Errors become diagnostics on
+/// the op.
+mlir::FailureOr<CompiledKernel> compileBackwardKernel(mlir::attn::KernelOp op,
+                                                      const CompileOptions &options,
+                                                      BinaryKind kind);
+
+/// The backward's CUDA source for a kernel, without NVRTC.
+mlir::FailureOr<std::string> emitBackwardSource(mlir::attn::KernelOp op,
+                                                const CompileOptions &options);
+
+/// Host convenience: compileSpec for the backward of the spec's kernel.
+CompiledKernel compileBackwardSpec(const std::string &specText, const std::string &bufferName,
+                                   const CompileOptions &options = {},
+                                   BinaryKind kind = BinaryKind::Ptx);
+
 /// Host convenience: parses `specText` (a module with one attn.kernel),
 /// compiles it to PTX and returns the kernel. Throws attn::Error carrying the
 /// rendered diagnostics (buffer:line:col) on any failure.

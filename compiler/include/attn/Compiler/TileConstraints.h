@@ -255,6 +255,30 @@ TileConfig applyLinearTileOverride(const TileConfig &base, const TileOverride &o
 std::optional<std::string> checkLinearTileLegality(const TileProblem &problem,
                                                    const TileConfig &config);
 
+/// The backward softmax kernel's plan (templates/attn_bwd_sm90.cuh):
+/// block_n keys a block, one 64-key slice per consumer warpgroup, block_m
+/// query rows a step, a ring of `stages` (Q, dO) slots:
+///   head_dim  64: block_m 128, block_n 128, 2 consumers, 2 stages;
+///   head_dim 128: block_m  64, block_n 128, 2 consumers, 2 stages;
+/// 240 registers a consumer thread, 24 a producer's; one block per (key
+/// tile, kv head, batch). Head dim 256 has no backward plan yet
+/// (checkBackwardTileLegality says why).
+TileConfig backwardTileConfig(const TileProblem &problem);
+
+/// The backward's constraints: block_n = 64 x consumer warpgroups, block_m
+/// 64 (dQ split by columns) or 64 x consumer warpgroups (by rows), head dim
+/// 64 or 128, 1 to 4 stages, the register budget (dK and dV accumulators,
+/// Sᵀ and dPᵀ, dQ's piece) and the buffers within shared memory. Returns
+/// the first violation, prefixed like checkTileLegality's, or nullopt.
+std::optional<std::string> checkBackwardTileLegality(const TileProblem &problem,
+                                                     const TileConfig &config);
+
+/// Registers one backward consumer thread needs: dK and dV (head_dim / 2
+/// fp32 each), then the larger of Sᵀ and dPᵀ (block_m / 2 each) and their
+/// packed forms (block_m / 4 each) beside dQ's piece, and 24 for addresses
+/// and loop state.
+int64_t estimateBackwardConsumerRegisters(const TileProblem &problem, const TileConfig &config);
+
 /// Every value of each tunable field the generator tries; together with
 /// checkTileLegality they define the tuning space.
 struct TileSearchSpace {

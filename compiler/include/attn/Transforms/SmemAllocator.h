@@ -86,6 +86,25 @@ std::vector<SmemRequest> forwardKernelSmemRequests(const TileProblem &problem,
 std::vector<SmemRequest> linearKernelSmemRequests(const TileProblem &problem,
                                                   const TileConfig &config);
 
+/// The backward kernel's buffers, all live for the whole kernel, in
+/// allocation order: "k", "v" (block_n x head_dim), "q", "do" (rings of
+/// `stages` slots of block_m x head_dim), "lse", "delta" (stages x block_m
+/// fp32), "ds" (two block_n x block_m tiles of dSᵀ), "dq_staging"
+/// (`dqStagingBuffers` x block_m x head_dim fp32, a piece per consumer
+/// warpgroup and buffer), "barriers" (backwardBarrierCount).
+std::vector<SmemRequest> backwardKernelSmemRequests(const TileProblem &problem,
+                                                    const TileConfig &config,
+                                                    int dqStagingBuffers);
+
+/// How many dQ staging buffers each backward consumer gets: two (the
+/// consumer stages a piece while the last one's reduction is in flight)
+/// where they fit in shared memory, else one.
+int backwardDqStagingBuffers(const TileProblem &problem, const TileConfig &config);
+
+/// The backward kernel's mbarriers: kv_full, full and empty per stage, a
+/// dq_full and a dq_empty per consumer and staging buffer.
+int64_t backwardBarrierCount(const TileConfig &config, int dqStagingBuffers);
+
 } // namespace attn
 
 #endif // ATTN_TRANSFORMS_SMEMALLOCATOR_H

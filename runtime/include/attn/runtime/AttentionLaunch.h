@@ -87,6 +87,11 @@ struct AttnLaunchConfig {
   /// causal or not, normalized by the key sum (the state includes it), gated
   /// (a per-token log-decay is passed at launch).
   int linearFamily = 0;
+  /// 1 for the backward module of a softmax kernel (the preprocess, main
+  /// and conversion kernels, launched with AttnBackwardArgs; kernelName is
+  /// ATTN_BWD_KERNEL_NAME; blockM and blockN are the backward plan's query
+  /// rows a step and keys a block).
+  int backward = 0;
   int causal = 1;
   int normalize = 0;
   int gated = 0;
@@ -452,5 +457,8 @@ void launchDecode(KernelFunction &kernel, const AttnLaunchConfig &config,
                   const AttnDecodeArgs &args, CUstream stream);
 
 } // namespace attn
+
+// The umbrella includes the backward's launch too.
+#include "attn/runtime/BackwardLaunch.h"
 
 #endif // ATTN_RUNTIME_ATTENTIONLAUNCH_H

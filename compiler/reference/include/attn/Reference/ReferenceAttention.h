@@ -1,8 +1,8 @@
 //===- ReferenceAttention.h - CPU oracle for attention ----------*- C++ -*-===//
 //
-// A deliberately simple, independent implementation of forward softmax
-// attention used to check the GPU kernels: fp32 inputs, fp64 arithmetic, an
-// exact two-pass softmax per row.
+// A deliberately simple, independent implementation of softmax attention
+// used to check the GPU kernels: forward() and its gradients, backward().
+// fp32 inputs, fp64 arithmetic, an exact two-pass softmax per row.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTN_REFERENCE_REFERENCEATTENTION_H
@@ -76,6 +76,25 @@ struct HostTensor {
 /// propagates (o and lse are then partly written).
 void forward(const Problem &problem, const HostTensor &q, const HostTensor &k,
              const HostTensor &v, float *o, float *lse);
+
+/// Gradients of forward(). Given dO [B, Sq, Hq, D], writes dq [B, Sq, Hq, D]
+/// and dk, dv [B, Sk, Hkv, D], all contiguous fp32 and fully overwritten.
+/// With P the softmax of row i over its allowed keys (scores
+/// s_ij = scale * q_i.k_j), dP_ij = dO_i.v_j and Delta_i = sum_j P_ij dP_ij
+/// (= dO_i.o_i): dS_ij = P_ij (dP_ij - Delta_i), dq_i = scale sum_j dS_ij k_j,
+/// dk_j = scale sum_i dS_ij q_i, dv_j = sum_i P_ij dO_i. The softmax is
+/// recomputed here in double (no o or lse is taken), so the result depends
+/// on no kernel. Under GQA the dk and dv of a kv head sum over the query
+/// heads that read it. Masked pairs, and rows with no allowed key, contribute
+/// nothing. The result does not depend on the thread count.
+/// Throws std::invalid_argument for what forward() rejects, for null dO, dq,
+/// dk or dv of a non-empty tensor, when problem.scoreMod is set (its
+/// derivative is not implemented) and when problem.rows is set (dk and dv
+/// depend on every row, so there is nothing to sample). An exception of
+/// maskMod propagates (the outputs are then partly written).
+void backward(const Problem &problem, const HostTensor &q, const HostTensor &k,
+              const HostTensor &v, const HostTensor &dO, float *dq, float *dk,
+              float *dv);
 
 } // namespace attn::reference
 

@@ -1,0 +1,263 @@
+//===- BackwardLaunch.cpp - Backward attention kernel launch --------------===//
+
+#include "attn/runtime/BackwardLaunch.h"
+
+#include "LaunchChecks.h"
+
+#include "attn/runtime/TensorMap.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+
+namespace attn {
+
+using namespace detail;
+
+namespace {
+constexpr unsigned kBoxCols = 64; // 128-byte rows of a 16-bit type
+constexpr uint64_t kWorkspaceAlign = 256;
+
+uint64_t alignUp(uint64_t value, uint64_t align) { return (value + align - 1) / align * align; }
+
+/// The batch and sequence bounds of a call: the tensors' own, or for packed
+/// sequences their count and the longest lengths.
+struct BackwardShape {
+  int64_t batch, seqlenQ, seqlenK;
+};
+
+BackwardShape backwardShape(const AttnBackwardArgs &args) {
+  if (args.packed.active())
+    return {args.packed.batch, args.packed.maxSeqlenQ, args.packed.maxSeqlenK};
+  return {args.q.batch(), args.q.seqlen(), args.k.seqlen()};
+}
+
+/// The workspace's parts, in order, each 256-byte aligned.
+struct WorkspaceLayout {
+  uint64_t lseLog2 = 0, delta = 0, dqAccum = 0, semaphores = 0, total = 0;
+};
+
+WorkspaceLayout workspaceLayout(const AttnLaunchConfig &config, const BackwardShape &shape) {
+  const uint64_t rows = uint64_t(shape.batch) * uint64_t(config.qHeads) *
+                        uint64_t(attn_abi::bwdPaddedQueries(shape.seqlenQ, config.blockM));
+  const uint64_t queryBlocks = rows / uint64_t(config.blockM);
+  WorkspaceLayout layout;
+  layout.lseLog2 = 0;
+  layout.delta = alignUp(rows * sizeof(float), kWorkspaceAlign);
+  layout.dqAccum = layout.delta + alignUp(rows * sizeof(float), kWorkspaceAlign);
+  layout.semaphores =
+      layout.dqAccum + alignUp(rows * uint64_t(config.headDim) * sizeof(float), kWorkspaceAlign);
+  layout.total = layout.semaphores + alignUp(queryBlocks * sizeof(int32_t), kWorkspaceAlign);
+  return layout;
+}
+
+/// Elements of lse: [B, Hq, Sq], or [Hq, total_q] for packed sequences.
+uint64_t lseElements(const AttnLaunchConfig &config, const AttnBackwardArgs &args) {
+  const uint64_t rows = uint64_t(args.q.seqlen()) * uint64_t(config.qHeads);
+  return args.packed.active() ? rows : rows * uint64_t(args.q.batch());
+}
+
+/// A gradient or dO must have the shape of the tensor it belongs to.
+void requireSameShape(const TensorView &view, const char *name, const TensorView &like,
+                      const char *likeName) {
+  for (int dim = 0; dim < 4; ++dim)
+    if (view.shape[dim] != like.shape[dim])
+      fail(name, "shape " + shapeString(view) + " does not match " + likeName + "'s " +
+                     shapeString(like));
+}
+
+/// The grid dimensions a backward call launches, checked against the
+/// hardware's limits: (key tiles, kv heads, batch) for the main kernel,
+/// (query blocks, q heads, batch) for the row kernels.
+struct BackwardGrids {
+  Dim3 main, rows;
+};
+
+BackwardGrids backwardGrids(const AttnLaunchConfig &config, const BackwardShape &shape) {
+  const int64_t keyTiles = (shape.seqlenK + config.blockN - 1) / config.blockN;
+  const int64_t queryBlocks = (shape.seqlenQ + config.blockM - 1) / config.blockM;
+  if (shape.batch > 65535)
+    fail("q", "batch " + std::to_string(shape.batch) +
+                  " exceeds the backward grid's 65535 (the grid's z dimension)");
+  BackwardGrids grids;
+  grids.main = Dim3{static_cast<unsigned>(keyTiles), static_cast<unsigned>(config.kvHeads),
+                    static_cast<unsigned>(shape.batch)};
+  grids.rows = Dim3{static_cast<unsigned>(queryBlocks), static_cast<unsigned>(config.qHeads),
+                    static_cast<unsigned>(shape.batch)};
+  return grids;
+}
+} // namespace
+
+void validateBackwardArgs(const AttnLaunchConfig &config, const AttnBackwardArgs &args) {
+  validateLaunchConfig(config);
+  if (!config.backward)
+    fail("config", config.linearFamily
+                       ? "the kernel is linear attention or retention, which has no backward yet"
+                       : "the kernel is a forward module: compile the spec's backward "
+                         "(attnc --backward, Compiler::compileBackward) and launch that");
+  validateAgainstConfig(args.q, "q", config, config.qHeads, "query");
+  validateAgainstConfig(args.k, "k", config, config.kvHeads, "kv");
+  validateAgainstConfig(args.v, "v", config, config.kvHeads, "kv");
+  validateAgainstConfig(args.o, "o", config, config.qHeads, "query");
+  validateAgainstConfig(args.dO, "dO", config, config.qHeads, "query");
+  validateAgainstConfig(args.dq, "dq", config, config.qHeads, "query");
+  validateAgainstConfig(args.dk, "dk", config, config.kvHeads, "kv");
+  validateAgainstConfig(args.dv, "dv", config, config.kvHeads, "kv");
+  requireSameShape(args.o, "o", args.q, "q");
+  requireSameShape(args.dO, "dO", args.q, "q");
+  requireSameShape(args.dq, "dq", args.q, "q");
+  requireSameShape(args.v, "v", args.k, "k");
+  requireSameShape(args.dk, "dk", args.k, "k");
+  requireSameShape(args.dv, "dv", args.k, "k");
+  if (args.k.batch() != args.q.batch())
+    fail("k", "batch " + std::to_string(args.k.batch()) + " does not match q's batch " +
+                  std::to_string(args.q.batch()));
+  requireIntRange(args.q.batch(), "q", "batch");
+  requireForwardSeqlen(args.q.seqlen(), "q");
+  requireForwardSeqlen(args.k.seqlen(), "k");
+  // Q, K, V and dO go through TMA; O, dq, dk and dv through pointers with
+  // the same rules (the row kernels read and write whole 4-byte pairs).
+  validateTmaOperands(args.q, args.k, args.v, args.o);
+  validateTmaOperand(args.dO, "dO");
+  validateTmaOperand(args.dq, "dq");
+  validateTmaOperand(args.dk, "dk");
+  validateTmaOperand(args.dv, "dv");
+  if (args.packed.active())
+    validatePackedSequences(args.packed, args.q, args.k);
+
+  if (!args.lse && lseElements(config, args) != 0)
+    fail("lse", "pointer is null");
+  if (reinterpret_cast<uintptr_t>(args.lse) % alignof(float) != 0)
+    fail("lse", "pointer must be 4-byte aligned");
+
+  const BackwardShape shape = backwardShape(args);
+  backwardGrids(config, shape);
+  const uint64_t needed = workspaceLayout(config, shape).total;
+  if (shape.batch > 0 && (shape.seqlenQ > 0 || shape.seqlenK > 0)) {
+    if (!args.workspace)
+      fail("workspace", "pointer is null; the backward needs " + std::to_string(needed) +
+                            " bytes (backwardWorkspaceBytes)");
+    if (args.workspaceBytes < needed)
+      fail("workspace", std::to_string(args.workspaceBytes) + " bytes, but this call needs " +
+                            std::to_string(needed) + " (backwardWorkspaceBytes)");
+    if (reinterpret_cast<uintptr_t>(args.workspace) % kWorkspaceAlign != 0)
+      fail("workspace", "pointer must be 256-byte aligned");
+  }
+}
+
+uint64_t backwardWorkspaceBytes(const AttnLaunchConfig &config, const AttnBackwardArgs &args) {
+  // Every check but the workspace's own.
+  AttnBackwardArgs shapes = args;
+  shapes.workspace = nullptr;
+  shapes.workspaceBytes = 0;
+  shapes.deterministic = false;
+  validateLaunchConfig(config);
+  const BackwardShape shape = backwardShape(shapes);
+  if (shape.batch < 0 || shape.seqlenQ < 0 || shape.seqlenK < 0)
+    fail("q", "negative extents in shape " + shapeString(args.q));
+  return workspaceLayout(config, shape).total;
+}
+
+attn_abi::AttnBwdParams makeBackwardParams(const AttnLaunchConfig &config,
+                                           const AttnBackwardArgs &args) {
+  validateBackwardArgs(config, args);
+  attn_abi::AttnBwdParams params{};
+  params.q_map = encodeBSHDTensorMap(args.q, config.blockM, kBoxCols, "q");
+  params.k_map = encodeBSHDTensorMap(args.k, config.blockN, kBoxCols, "k");
+  params.v_map = encodeBSHDTensorMap(args.v, config.blockN, kBoxCols, "v");
+  params.do_map = encodeBSHDTensorMap(args.dO, config.blockM, kBoxCols, "dO");
+  params.o = args.o.data;
+  params.d_o = args.dO.data;
+  params.dq = args.dq.data;
+  params.dk = args.dk.data;
+  params.dv = args.dv.data;
+  auto copyStrides = [](const TensorView &view, long long (&strides)[3]) {
+    strides[0] = view.strides[0];
+    strides[1] = view.strides[1];
+    strides[2] = view.strides[2];
+  };
+  copyStrides(args.o, params.o_strides);
+  copyStrides(args.dO, params.do_strides);
+  copyStrides(args.dq, params.dq_strides);
+  copyStrides(args.dk, params.dk_strides);
+  copyStrides(args.dv, params.dv_strides);
+  params.lse = args.lse;
+  const BackwardShape shape = backwardShape(args);
+  const WorkspaceLayout layout = workspaceLayout(config, shape);
+  char *workspace = static_cast<char *>(args.workspace);
+  params.lse_log2 = reinterpret_cast<float *>(workspace + layout.lseLog2);
+  params.delta = reinterpret_cast<float *>(workspace + layout.delta);
+  params.dq_accum = reinterpret_cast<float *>(workspace + layout.dqAccum);
+  params.dq_semaphores = reinterpret_cast<int *>(workspace + layout.semaphores);
+  params.deterministic = args.deterministic ? 1 : 0;
+  params.batch = static_cast<int>(shape.batch);
+  params.seqlen_q = static_cast<int>(shape.seqlenQ);
+  params.seqlen_k = static_cast<int>(shape.seqlenK);
+  params.q_heads = config.qHeads;
+  params.kv_heads = config.kvHeads;
+  constexpr double kLog2e = 1.4426950408889634074;
+  params.scale = config.scale;
+  params.scale_log2 = static_cast<float>(double(config.scale) * kLog2e);
+  if (args.packed.active()) {
+    params.cu_seqlens_q = args.packed.cuSeqlensQ;
+    params.cu_seqlens_k = args.packed.cuSeqlensK;
+    params.total_q = static_cast<int>(args.q.seqlen());
+    params.total_k = static_cast<int>(args.k.seqlen());
+  }
+  return params;
+}
+
+BackwardFunctions loadBackwardFunctions(const Module &module, const AttnLaunchConfig &config) {
+  BackwardFunctions functions;
+  functions.preprocess = module.function(ATTN_BWD_PREPROCESS_KERNEL_NAME);
+  functions.main = module.function(config.kernelName);
+  functions.convert = module.function(ATTN_BWD_CONVERT_KERNEL_NAME);
+  functions.main.setMaxDynamicSharedMemory(config.sharedMemoryBytes);
+  return functions;
+}
+
+void launchBackward(const Module &module, const AttnLaunchConfig &config,
+                    const AttnBackwardArgs &args, CUstream stream) {
+  BackwardFunctions functions = loadBackwardFunctions(module, config);
+  launchBackward(functions, config, args, stream);
+}
+
+void launchBackward(BackwardFunctions &functions, const AttnLaunchConfig &config,
+                    const AttnBackwardArgs &args, CUstream stream) {
+  validateBackwardArgs(config, args);
+  const BackwardShape shape = backwardShape(args);
+  if (shape.batch == 0 || (shape.seqlenQ == 0 && shape.seqlenK == 0))
+    return;
+  // A host pointer or a view past its allocation would surface later as an
+  // illegal address, a sticky error that poisons the context.
+  const int device = currentDevice();
+  const std::pair<const TensorView *, const char *> views[] = {
+      {&args.q, "q"},   {&args.k, "k"},   {&args.v, "v"},   {&args.o, "o"},
+      {&args.dO, "dO"}, {&args.dq, "dq"}, {&args.dk, "dk"}, {&args.dv, "dv"}};
+  for (auto [view, name] : views)
+    if (view->numElements() != 0)
+      requireDeviceMemory(view->data, viewExtentBytes(*view), name, device);
+  if (uint64_t elements = lseElements(config, args))
+    requireDeviceMemory(args.lse, elements * sizeof(float), "lse", device);
+  if (args.packed.active()) {
+    const uint64_t offsetBytes = uint64_t(args.packed.batch + 1) * sizeof(int32_t);
+    requireDeviceMemory(args.packed.cuSeqlensQ, offsetBytes, "packed.cuSeqlensQ", device);
+    requireDeviceMemory(args.packed.cuSeqlensK, offsetBytes, "packed.cuSeqlensK", device);
+  }
+  requireDeviceMemory(args.workspace, workspaceLayout(config, shape).total, "workspace", device);
+
+  attn_abi::AttnBwdParams params = makeBackwardParams(config, args);
+  void *kernelArgs[] = {&params};
+  const BackwardGrids grids = backwardGrids(config, shape);
+  const Dim3 rowBlock{ATTN_BWD_ROW_THREADS, 1, 1};
+  if (grids.rows.x > 0)
+    functions.preprocess.launch(grids.rows, rowBlock, 0, stream, kernelArgs);
+  if (grids.main.x > 0)
+    functions.main.launch(grids.main,
+                          Dim3{static_cast<unsigned>(config.threadsPerBlock), 1, 1},
+                          config.sharedMemoryBytes, stream, kernelArgs);
+  if (grids.rows.x > 0)
+    functions.convert.launch(grids.rows, rowBlock, 0, stream, kernelArgs);
+}
+
+} // namespace attn

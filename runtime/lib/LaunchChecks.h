@@ -1,0 +1,55 @@
+//===- LaunchChecks.h - Argument checks shared by the launches --*- C++ -*-===//
+//
+// The checks every kernel launch makes of its arguments (forward, backward,
+// linear): views against the compiled plan, device memory, integer ranges.
+// Each throws attn::Error whose message starts with the argument's name.
+// Internal to the runtime library.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTN_RUNTIME_LIB_LAUNCHCHECKS_H
+#define ATTN_RUNTIME_LIB_LAUNCHCHECKS_H
+
+#include "attn/runtime/AttentionLaunch.h"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace attn::detail {
+
+[[noreturn]] void fail(std::string_view name, const std::string &what);
+
+/// "[b, s, h, d]".
+std::string shapeString(const TensorView &view);
+
+std::string hexAddress(uintptr_t address);
+
+/// Bytes from the first to one past the last element a view can touch.
+uint64_t viewExtentBytes(const TensorView &view);
+
+/// Checks with the driver that `ptr` is memory of `device` (or managed) and
+/// that its allocation holds `extentBytes` from it.
+void requireDeviceMemory(const void *ptr, uint64_t extentBytes, std::string_view name,
+                         int device);
+
+/// Checks what the plan fixes: dtype, head_dim and head count.
+void validateAgainstConfig(const TensorView &view, const char *name,
+                           const AttnLaunchConfig &config, int heads, const char *headKind);
+
+/// Fails when `value` exceeds the int range of the kernel ABI.
+void requireIntRange(int64_t value, const char *name, const char *what);
+
+/// The forward kernels' sequence bound, which the compiler's proofs about
+/// mask regions rely on (attn_abi::kMaxSeqlen); the backward takes the
+/// forward's shapes and keeps the bound.
+void requireForwardSeqlen(int64_t value, const char *name);
+
+/// What can be checked of packed sequences without reading the offsets:
+/// both arrays present and aligned, a positive count, q and k of batch 1
+/// holding the longest lengths.
+void validatePackedSequences(const PackedSequences &packed, const TensorView &q,
+                             const TensorView &k);
+
+} // namespace attn::detail
+
+#endif // ATTN_RUNTIME_LIB_LAUNCHCHECKS_H

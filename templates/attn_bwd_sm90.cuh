@@ -1,0 +1,560 @@
+// Backward softmax attention for sm_90a: dQ, dK and dV from dO, the
+// forward's inputs and its log-sum-exp.
+//
+// Three kernels in one unit. The preprocess (bwd/row_kernels.cuh) turns the
+// forward's log-sum-exp into base 2, computes delta = rowsum(dO * O) and
+// clears dQ's fp32 accumulator; the main kernel below walks, for one key
+// tile of BLOCK_N keys and one kv head, the query blocks of BLOCK_M rows
+// that may see the tile, for every query head of the kv head's group; the
+// conversion scales the accumulator into dQ.
+//
+// Main kernel: warpgroup 0 is the producer, one thread of which loads the K
+// and V tiles once and streams a ring of (Q, dO, log-sum-exp, delta) stages
+// with TMA and bulk copies, completing on mbarriers. Warpgroups 1..C are
+// consumers, each owning 64 keys of the tile: per query block it computes
+// Sᵀ = K Qᵀ and dPᵀ = V dOᵀ on WGMMA from shared memory, Pᵀ and
+// dSᵀ = Pᵀ (dPᵀ - delta) in registers, then accumulates dV += Pᵀ dO and
+// dK += dSᵀ Q in registers (A from the packed fragments), and stores dSᵀ to
+// shared memory, where all consumers' slices form dS for dQ = dS K: each
+// consumer computes one piece of the query block's dQ (64 rows when the
+// block has a slice per consumer, else head_dim / C columns) and stages it
+// in shared memory, from where warp 1 of warpgroup 0 adds it to the fp32
+// accumulator in global memory with one bulk reduction
+// (cp.reduce.async.bulk add.f32). With p.deterministic the additions of the
+// blocks to one query block run in key-tile order (a counter per query
+// block, waited on by the writer warp, not the consumers), so dQ is bitwise
+// reproducible; dK and dV always are: one block
+// owns a key tile of a kv head for all its query heads. The epilogue scales
+// dK by the softmax scale and stores dK and dV.
+//
+// Everything the compiler decided arrives through namespace attn_plan,
+// emitted ahead of this file: element type, head dim, tile sizes, stages,
+// register split, mask policy and the shared-memory offsets of every buffer.
+#pragma once
+
+#include "device/sequence.cuh"
+
+namespace attn_bwd {
+
+using namespace attn_dev;
+using Element = attn_plan::Element;
+using Mask = attn_plan::Mask;
+
+constexpr int kHeadDim = attn_plan::kHeadDim;
+constexpr int kBlockM = attn_plan::kBlockM; // query rows a step
+constexpr int kBlockN = attn_plan::kBlockN; // keys a block
+constexpr int kStages = attn_plan::kStages;
+constexpr int kConsumers = attn_plan::kConsumerWarpgroups;
+constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
+constexpr int kWarpsPerWarpgroup = kWarpgroupThreads / 32;
+
+constexpr int kElementBytes = 2;
+// TMA boxes and swizzle atoms are 64 elements (128 bytes) wide: a tile of
+// head_dim columns is head_dim / 64 column blocks of its rows.
+constexpr int kColumnBlock = 64;
+constexpr int kColumnBlocks = kHeadDim / kColumnBlock;
+constexpr u32 kRowBytes = kColumnBlock * kElementBytes;
+constexpr u32 kAtomBytes = 8 * kRowBytes;
+constexpr u32 kQTileBytes = kBlockM * kHeadDim * kElementBytes;
+constexpr u32 kKvTileBytes = kBlockN * kHeadDim * kElementBytes;
+constexpr u32 kRowStatBytes = kBlockM * 4;
+constexpr u32 kDsTileBytes = kBlockN * kBlockM * kElementBytes;
+
+static_assert(kBlockN == 64 * kConsumers, "one 64-key WGMMA slice per consumer warpgroup");
+static_assert(kHeadDim % kColumnBlock == 0, "head dim must be a multiple of 64");
+static_assert(kBlockM % 64 == 0 && kBlockM <= 256, "BLOCK_M is the N of Sᵀ's WGMMA");
+
+// dQ of a query block splits into one piece per consumer: its rows when the
+// block has 64 per consumer, else its columns.
+constexpr bool kDqSplitsRows = kBlockM == 64 * kConsumers;
+static_assert(kDqSplitsRows || kBlockM == 64, "dQ pieces are 64 rows, or all 64 rows");
+constexpr int kDqColumns = kDqSplitsRows ? kHeadDim : kHeadDim / kConsumers;
+static_assert(kDqColumns % kColumnBlock == 0, "a dQ piece spans whole 64-column blocks");
+constexpr int kDqPieceFloats = 64 * kDqColumns;
+
+constexpr int kScoreRegs = kBlockM / 2;   // Sᵀ, dPᵀ: 64 keys x BLOCK_M fp32
+constexpr int kPackedRegs = kBlockM / 4;  // Pᵀ, dSᵀ: 64 keys x BLOCK_M packed 16-bit
+constexpr int kGradRegs = kHeadDim / 2;   // dK, dV: 64 keys x head_dim fp32
+constexpr int kDqRegs = kDqColumns / 2;   // a dQ piece: 64 x kDqColumns fp32
+// With 64 query rows a step, Sᵀ's exponentials overlap dPᵀ's product and
+// dV's product dSᵀ's computation; with 128, Sᵀ, dPᵀ and P's packed copy
+// together would not fit the registers beside dK and dV, so both products
+// complete first.
+constexpr bool kExponentialsBesideDp = kBlockM <= 64;
+static_assert(kDqRegs % 4 == 0, "dQ staging stores four floats at a time");
+
+// dQ pieces are staged in a ring of kDqBuffers per consumer (two where
+// shared memory holds them), so that a consumer goes on while the writer
+// warp's reduction of its last piece is in flight.
+constexpr int kDqBuffers = attn_plan::kDqStagingBuffers;
+
+// Shared-memory barriers: [kv_full, full[S], empty[S], dq_full[C][B],
+// dq_empty[C][B]]. A stage holds one query block's Q, dO, log-sum-exp and
+// delta; a dQ buffer one consumer's piece.
+struct Barriers {
+  u32 base;
+  __device__ u32 kvFull() const { return base; }
+  __device__ u32 full(int stage) const { return base + 8 * (1 + stage); }
+  __device__ u32 empty(int stage) const { return base + 8 * (1 + kStages + stage); }
+  __device__ u32 dqFull(int consumer, int buffer) const {
+    return base + 8 * (1 + 2 * kStages + consumer * kDqBuffers + buffer);
+  }
+  __device__ u32 dqEmpty(int consumer, int buffer) const {
+    return dqFull(consumer, buffer) + 8 * kConsumers * kDqBuffers;
+  }
+};
+static_assert(attn_plan::kBarrierCount == 1 + 2 * kStages + 2 * kConsumers * kDqBuffers,
+              "the plan's barriers buffer holds every barrier");
+
+// Each consumer warp releases a stage once (lane 0, after its WGMMAs that
+// read the stage have completed), and marks its rows of a dQ piece staged.
+constexpr int kReleaseArrivals = kConsumers * kWarpsPerWarpgroup;
+
+// The named barrier (0 is __syncthreads) at which all consumers' dS slices
+// are written.
+constexpr int kDsWrittenBarrier = 1;
+
+// Roles: warpgroup 0's warp 0 loads, its warp 1 writes dQ; warpgroups 1..C
+// compute.
+enum ProducerWarp { kLoadWarp = 0, kDqWriterWarp = 1 };
+
+__device__ __forceinline__ Sequence sequenceOf(const attn_abi::AttnBwdParams &p, int batch) {
+  return attn_dev::sequenceOf(p, batch, attn_plan::kMaskBottomRight);
+}
+
+// The block's unit of work: key tile `keyTile` of kv head `kvHead` in batch
+// `batch`, and the query blocks [queryBlockBegin, queryBlockEnd) whose rows
+// may see one of its keys, walked for each of the group's query heads.
+struct KeyBlock {
+  int keyTile;
+  int kvHead;
+  int batch;
+  int group;
+  Sequence sequence;
+  int queryBlockBegin;
+  int queryBlockEnd;
+
+  __device__ bool empty() const { return keyTile * kBlockN >= sequence.seqlenK; }
+  __device__ int queryBlocks() const { return queryBlockEnd - queryBlockBegin; }
+  __device__ int steps() const { return group * queryBlocks(); }
+  __device__ int headOf(int step) const { return kvHead * group + step / queryBlocks(); }
+  __device__ int queryBlockOf(int step) const { return queryBlockBegin + step % queryBlocks(); }
+};
+
+__device__ __forceinline__ KeyBlock keyBlockOf(const attn_abi::AttnBwdParams &p) {
+  KeyBlock block;
+  block.keyTile = static_cast<int>(blockIdx.x);
+  block.kvHead = static_cast<int>(blockIdx.y);
+  block.batch = static_cast<int>(blockIdx.z);
+  block.group = p.q_heads / p.kv_heads;
+  block.sequence = sequenceOf(p, block.batch);
+  block.queryBlockBegin = block.queryBlockEnd = 0;
+  if (block.empty())
+    return block;
+  const i64 keyFirst = static_cast<i64>(block.keyTile) * kBlockN;
+  const i64 keyLast = minI64(keyFirst + kBlockN, block.sequence.seqlenK) - 1;
+  const i64 seqlenQ = block.sequence.seqlenQ;
+  const i64 queryBegin = minI64(Mask::queryBegin(keyFirst, block.sequence.shift), seqlenQ);
+  const i64 queryEnd =
+      maxI64(minI64(Mask::queryEnd(keyLast, block.sequence.shift, seqlenQ), seqlenQ), 0);
+  block.queryBlockBegin = static_cast<int>(queryBegin / kBlockM);
+  block.queryBlockEnd = queryEnd > queryBegin ? static_cast<int>((queryEnd + kBlockM - 1) / kBlockM)
+                                              : block.queryBlockBegin;
+  return block;
+}
+
+// The first key tile whose block visits query block `queryBlock`: the key
+// tiles that visit a query block are a contiguous run from it (for every
+// built-in mask), which orders the deterministic dQ additions.
+__device__ __forceinline__ int firstKeyTileOf(const Sequence &sequence, int queryBlock) {
+  return static_cast<int>(Mask::keyBegin(static_cast<i64>(queryBlock) * kBlockM, sequence.shift) /
+                          kBlockN);
+}
+
+// Where a (batch, query head)'s rows start in the workspace's per-row arrays.
+__device__ __forceinline__ i64 rowStatsBase(const attn_abi::AttnBwdParams &p, int batch,
+                                            int head) {
+  return (static_cast<i64>(batch) * p.q_heads + head) *
+         attn_abi::bwdPaddedQueries(p.seqlen_q, kBlockM);
+}
+
+// ---------------------------------------------------------------------------
+// Producer: one thread issues every load.
+
+__device__ __forceinline__ void loadRows(u32 destination, int rows, const TensorMapBlob *map,
+                                         u32 barrier, int row, int head, int batch) {
+#pragma unroll
+  for (int block = 0; block < kColumnBlocks; ++block)
+    tmaLoad4d(destination + block * rows * kRowBytes, map, barrier, block * kColumnBlock, row, head,
+              batch);
+}
+
+__device__ __forceinline__ u32 stageQ(u32 smemBase, int stage) {
+  return smemBase + attn_plan::kSmemQ + stage * kQTileBytes;
+}
+__device__ __forceinline__ u32 stageDo(u32 smemBase, int stage) {
+  return smemBase + attn_plan::kSmemDo + stage * kQTileBytes;
+}
+__device__ __forceinline__ u32 stageLse(u32 smemBase, int stage) {
+  return smemBase + attn_plan::kSmemLse + stage * kRowStatBytes;
+}
+__device__ __forceinline__ u32 stageDelta(u32 smemBase, int stage) {
+  return smemBase + attn_plan::kSmemDelta + stage * kRowStatBytes;
+}
+
+__device__ void produce(const attn_abi::AttnBwdParams &p, u32 smemBase, const Barriers &barriers,
+                        const KeyBlock &block) {
+  prefetchTensorMap(&p.q_map);
+  prefetchTensorMap(&p.k_map);
+  prefetchTensorMap(&p.v_map);
+  prefetchTensorMap(&p.do_map);
+  const Sequence &sequence = block.sequence;
+  const int keyRow = sequence.rowK + block.keyTile * kBlockN;
+  mbarrierArriveExpectTx(barriers.kvFull(), 2 * kKvTileBytes);
+  loadRows(smemBase + attn_plan::kSmemK, kBlockN, &p.k_map, barriers.kvFull(), keyRow, block.kvHead,
+           sequence.mapBatch);
+  loadRows(smemBase + attn_plan::kSmemV, kBlockN, &p.v_map, barriers.kvFull(), keyRow, block.kvHead,
+           sequence.mapBatch);
+
+  const int steps = block.steps();
+  for (int step = 0; step < steps; ++step) {
+    const RingSlot slot = ringSlot<kStages>(step);
+    if (step >= kStages)
+      mbarrierWait(barriers.empty(slot.stage), slot.phase ^ 1);
+    const int head = block.headOf(step), queryBlock = block.queryBlockOf(step);
+    const int queryRow = sequence.rowQ + queryBlock * kBlockM;
+    const u32 full = barriers.full(slot.stage);
+    mbarrierArriveExpectTx(full, 2 * kQTileBytes + 2 * kRowStatBytes);
+    loadRows(stageQ(smemBase, slot.stage), kBlockM, &p.q_map, full, queryRow, head,
+             sequence.mapBatch);
+    loadRows(stageDo(smemBase, slot.stage), kBlockM, &p.do_map, full, queryRow, head,
+             sequence.mapBatch);
+    const i64 stats = rowStatsBase(p, block.batch, head) + static_cast<i64>(queryBlock) * kBlockM;
+    bulkLoad(stageLse(smemBase, slot.stage), p.lse_log2 + stats, kRowStatBytes, full);
+    bulkLoad(stageDelta(smemBase, slot.stage), p.delta + stats, kRowStatBytes, full);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Consumer pieces.
+
+// D[64 keys x BLOCK_M] = A[64 x head_dim] Bᵀ, issued as one WGMMA group: A is
+// this consumer's slice of the K or V tile, B the stage's Q or dO, both
+// K-major; each k-step of 16 columns advances 32 bytes inside a row.
+__device__ __forceinline__ void issueKeyRowProduct(float (&d)[kScoreRegs], u32 slice, u32 tile) {
+  wgmmaFence();
+#pragma unroll
+  for (int step = 0; step < kHeadDim / 16; ++step) {
+    const u32 block = step / 4, inRow = (step % 4) * 32;
+    const u64 a = swizzled128Descriptor(slice + block * kBlockN * kRowBytes + inRow, 16, kAtomBytes);
+    const u64 b = swizzled128Descriptor(tile + block * kBlockM * kRowBytes + inRow, 16, kAtomBytes);
+    WgmmaSS<kBlockM, Element>::mma(d, a, b, step > 0);
+  }
+  wgmmaCommitGroup();
+}
+
+// This consumer's dQ piece = dS K over all BLOCK_N keys: A is dSᵀ in shared
+// memory read MN-major (the piece's 64 query columns), B the K tile read
+// MN-major (the piece's columns); each k-step of 16 keys advances 16 rows.
+__device__ __forceinline__ void issueDqProduct(float (&dq)[kDqRegs], u32 dsTile, u32 kTile,
+                                               int consumer) {
+  const int aBlock = kDqSplitsRows ? consumer : 0;
+  const int bBlock = kDqSplitsRows ? 0 : consumer * kDqColumns / kColumnBlock;
+  const u32 aBase = dsTile + aBlock * kBlockN * kRowBytes;
+  const u32 bBase = kTile + bBlock * kBlockN * kRowBytes;
+  wgmmaFence();
+#pragma unroll
+  for (int step = 0; step < kBlockN / 16; ++step) {
+    const u64 a = swizzled128Descriptor(aBase + step * 16 * kRowBytes, kBlockN * kRowBytes, kAtomBytes);
+    const u64 b = swizzled128Descriptor(bBase + step * 16 * kRowBytes, kBlockN * kRowBytes, kAtomBytes);
+    WgmmaSSMN<kDqColumns, Element>::mma(dq, a, b, step > 0);
+  }
+  wgmmaCommitGroup();
+}
+
+// Two adjacent fp32 words of shared memory.
+__device__ __forceinline__ void loadSharedPair(u32 address, float &first, float &second) {
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(first), "=f"(second) : "r"(address));
+}
+
+// Turns Sᵀ into Pᵀ = exp2(scale_log2 Sᵀ - lse_log2), per query column,
+// with P = 0 for the pairs the mask or the key length excludes (`partial`:
+// the slice's tile is not kept whole). A row without keys has lse_log2 =
+// +inf, so its P is 0.
+__device__ __forceinline__ void probabilitiesOf(float (&scores)[kScoreRegs], u32 lse,
+                                                float scaleLog2, bool partial,
+                                                const Sequence &sequence, int key0, int query0,
+                                                int lane) {
+#pragma unroll
+  for (int group = 0; group < kBlockM / 8; ++group) {
+    const int column = group * 8 + 2 * (lane & 3);
+    float rowLse[2];
+    loadSharedPair(lse + column * 4, rowLse[0], rowLse[1]);
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int i = group * 4 + half * 2 + e;
+        float probability = fastExp2(scores[i] * scaleLog2 - rowLse[e]);
+        if (partial) {
+          const int key = key0 + 8 * half, query = query0 + column + e;
+          const bool keep = key < sequence.seqlenK && Mask::allows(query, key, sequence.shift);
+          probability = keep ? probability : 0.f;
+        }
+        scores[i] = probability;
+      }
+  }
+}
+
+// Turns dPᵀ into dSᵀ = Pᵀ (dPᵀ - delta), per query column.
+__device__ __forceinline__ void scoreGradientsOf(float (&gradients)[kScoreRegs],
+                                                 const float (&probabilities)[kScoreRegs],
+                                                 u32 delta, int lane) {
+#pragma unroll
+  for (int group = 0; group < kBlockM / 8; ++group) {
+    float rowDelta[2];
+    loadSharedPair(delta + (group * 8 + 2 * (lane & 3)) * 4, rowDelta[0], rowDelta[1]);
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int i = group * 4 + half * 2 + e;
+        gradients[i] = probabilities[i] * (gradients[i] - rowDelta[e]);
+      }
+  }
+}
+
+__device__ __forceinline__ void packFragments(const float (&values)[kScoreRegs],
+                                              u32 (&packed)[kPackedRegs]) {
+#pragma unroll
+  for (int i = 0; i < kPackedRegs; ++i)
+    packed[i] = packPair<Element>(values[2 * i], values[2 * i + 1]);
+}
+
+// The dQ accumulator of a query block: pieces of kDqPieceFloats in
+// fragment order, [kDqRegs / 4][128 threads][4], so that both the staging
+// stores and the bulk reduction move whole contiguous lines.
+__device__ __forceinline__ float *dqAccumBlock(const attn_abi::AttnBwdParams &p, int batch,
+                                               int head, int queryBlock) {
+  return p.dq_accum +
+         (rowStatsBase(p, batch, head) + static_cast<i64>(queryBlock) * kBlockM) * kHeadDim;
+}
+
+__device__ __forceinline__ u32 dqStaging(u32 smemBase, int consumer, int buffer) {
+  return smemBase + attn_plan::kSmemDqStaging + (consumer * kDqBuffers + buffer) * kDqPieceFloats * 4;
+}
+
+// Stages a consumer's dQ piece for the writer warp, once the writer has
+// read the buffer's previous piece: whole 16-byte lines, then a fence for
+// the copy engine and one arrival per warp.
+__device__ __forceinline__ void stageDqPiece(u32 smemBase, const Barriers &barriers,
+                                             const float (&dq)[kDqRegs], int step, int consumer,
+                                             int thread) {
+  const RingSlot slot = ringSlot<kDqBuffers>(step);
+  if (step >= kDqBuffers)
+    mbarrierWait(barriers.dqEmpty(consumer, slot.stage), slot.phase ^ 1);
+  const u32 staging = dqStaging(smemBase, consumer, slot.stage);
+#pragma unroll
+  for (int j = 0; j < kDqRegs / 4; ++j)
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(staging +
+                                                                  (j * kWarpgroupThreads + thread) * 16),
+                 "f"(dq[4 * j]), "f"(dq[4 * j + 1]), "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3])
+                 : "memory");
+  fenceSharedForAsyncProxy();
+  mbarrierArriveForWarp(barriers.dqFull(consumer, slot.stage), thread % 32);
+}
+
+// The writer warp's lane 0: adds each staged dQ piece to the accumulator in
+// global memory with one bulk reduction, in the consumers' order, and gives
+// the buffer back once the copy engine has read it. Deterministic: a piece
+// waits for the blocks of the earlier key tiles that visit its query block
+// (a counter per query block, C additions a block) and completes before it
+// counts itself.
+__device__ void writeDq(const attn_abi::AttnBwdParams &p, u32 smemBase, const Barriers &barriers,
+                        const KeyBlock &block) {
+  const i64 queryBlocks = attn_abi::bwdPaddedQueries(p.seqlen_q, kBlockM) / kBlockM;
+  const int steps = block.steps();
+  for (int step = 0; step < steps; ++step) {
+    const int head = block.headOf(step), queryBlock = block.queryBlockOf(step);
+    const RingSlot slot = ringSlot<kDqBuffers>(step);
+    int *counter = nullptr;
+    int target = 0;
+    if (p.deterministic) {
+      counter = p.dq_semaphores +
+                (static_cast<i64>(block.batch) * p.q_heads + head) * queryBlocks + queryBlock;
+      target = (block.keyTile - firstKeyTileOf(block.sequence, queryBlock)) * kConsumers;
+    }
+    float *accumulator = dqAccumBlock(p, block.batch, head, queryBlock);
+    for (int consumer = 0; consumer < kConsumers; ++consumer) {
+      mbarrierWait(barriers.dqFull(consumer, slot.stage), slot.phase);
+      if (counter) {
+        int seen;
+        do {
+          asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+        } while (seen < target);
+      }
+      bulkReduceAddF32(accumulator + consumer * kDqPieceFloats,
+                       dqStaging(smemBase, consumer, slot.stage), kDqPieceFloats * 4);
+      tmaStoreCommit();
+      if (counter) {
+        bulkWaitComplete();
+        asm volatile("fence.acq_rel.gpu;" ::: "memory");
+        asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(counter) : "memory");
+      } else {
+        tmaStoreWaitRead();
+      }
+      mbarrierArrive(barriers.dqEmpty(consumer, slot.stage));
+    }
+  }
+  bulkWaitComplete();
+}
+
+// Stores this thread's rows of a dK or dV slice (scaled by `factor`), those
+// inside the sequence's keys: pairs of adjacent columns, 4 bytes a store.
+__device__ __forceinline__ void storeKeyGradients(void *tensor, const long long (&strides)[3],
+                                                  const float (&values)[kGradRegs], float factor,
+                                                  const KeyBlock &block, int key0, int lane) {
+  unsigned char *base = static_cast<unsigned char *>(tensor);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int key = key0 + 8 * half;
+    if (key >= block.sequence.seqlenK)
+      continue;
+    const i64 row = static_cast<i64>(block.sequence.rowK) + key;
+    const i64 rowElement = block.sequence.mapBatch * strides[0] + row * strides[1] +
+                           static_cast<i64>(block.kvHead) * strides[2];
+#pragma unroll
+    for (int group = 0; group < kHeadDim / 8; ++group) {
+      const int i = group * 4 + half * 2;
+      const i64 element = rowElement + group * 8 + 2 * (lane & 3);
+      const u32 packed = packPair<Element>(values[i] * factor, values[i + 1] * factor);
+      asm volatile("st.global.b32 [%0], %1;" ::"l"(base + element * kElementBytes), "r"(packed)
+                   : "memory");
+    }
+  }
+}
+
+__device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Barriers &barriers,
+                        const KeyBlock &block, int consumer) {
+  const int thread = threadIdx.x % kWarpgroupThreads;
+  const int warp = thread / 32, lane = thread % 32;
+  const Sequence &sequence = block.sequence;
+  const u32 kTile = smemBase + attn_plan::kSmemK, vTile = smemBase + attn_plan::kSmemV;
+  const u32 kSlice = kTile + consumer * 64 * kRowBytes, vSlice = vTile + consumer * 64 * kRowBytes;
+  const int sliceFirst = block.keyTile * kBlockN + consumer * 64;
+  const int sliceLast = sliceFirst + 63;
+  // This thread's keys: rows key0 and key0 + 8 of the fragments.
+  const int key0 = sliceFirst + warp * 16 + lane / 4;
+
+  float dK[kGradRegs], dV[kGradRegs];
+#pragma unroll
+  for (int i = 0; i < kGradRegs; ++i)
+    dK[i] = dV[i] = 0.f;
+
+  mbarrierWait(barriers.kvFull(), 0);
+  const int steps = block.steps();
+  for (int step = 0; step < steps; ++step) {
+    const RingSlot slot = ringSlot<kStages>(step);
+    const int head = block.headOf(step), queryBlock = block.queryBlockOf(step);
+    const int query0 = queryBlock * kBlockM;
+    const u32 qTile = stageQ(smemBase, slot.stage), doTile = stageDo(smemBase, slot.stage);
+    mbarrierWait(barriers.full(slot.stage), slot.phase);
+
+    float scores[kScoreRegs], gradients[kScoreRegs];
+    issueKeyRowProduct(scores, kSlice, qTile);
+    issueKeyRowProduct(gradients, vSlice, doTile);
+    const bool partial =
+        sliceLast >= sequence.seqlenK ||
+        !Mask::coversTile(query0, query0 + kBlockM - 1, sliceFirst, sliceLast, sequence.shift);
+    u32 probabilities[kPackedRegs], scoreGradients[kPackedRegs];
+    if constexpr (kExponentialsBesideDp) {
+      // Sᵀ and dPᵀ as two groups: the exponentials run while dPᵀ is on the
+      // tensor cores, and dV's product while dSᵀ is computed.
+      wgmmaWaitGroup<1>();
+      fenceRegisters(scores);
+      probabilitiesOf(scores, stageLse(smemBase, slot.stage), p.scale_log2, partial, sequence,
+                      key0, query0, lane);
+      packFragments(scores, probabilities);
+      issueRegisterProduct<kHeadDim, kBlockM, Element>(dV, probabilities, doTile);
+      wgmmaWaitGroup<1>();
+      fenceRegisters(gradients);
+      scoreGradientsOf(gradients, scores, stageDelta(smemBase, slot.stage), lane);
+    } else {
+      wgmmaWaitGroup<0>();
+      fenceRegisters(scores);
+      fenceRegisters(gradients);
+      probabilitiesOf(scores, stageLse(smemBase, slot.stage), p.scale_log2, partial, sequence,
+                      key0, query0, lane);
+      scoreGradientsOf(gradients, scores, stageDelta(smemBase, slot.stage), lane);
+      packFragments(scores, probabilities);
+      issueRegisterProduct<kHeadDim, kBlockM, Element>(dV, probabilities, doTile);
+    }
+    packFragments(gradients, scoreGradients);
+    issueRegisterProduct<kHeadDim, kBlockM, Element>(dK, scoreGradients, qTile);
+
+    // dSᵀ of every slice, for dQ: two buffers, so that a consumer may write
+    // the next step's while another still reads this one (the barrier below
+    // is passed only once every consumer finished the step before).
+    const u32 dsTile = smemBase + attn_plan::kSmemDs + (step & 1) * kDsTileBytes;
+    storeFragmentSwizzled<Element, kBlockM>(gradients, dsTile, kBlockN,
+                                            consumer * kWarpsPerWarpgroup + warp, lane);
+    fenceSharedForAsyncProxy();
+    namedBarrierSync(kDsWrittenBarrier, kConsumers * kWarpgroupThreads);
+    float dq[kDqRegs];
+    issueDqProduct(dq, dsTile, kTile, consumer);
+    wgmmaWaitGroup<0>();
+    fenceRegisters(dV);
+    fenceRegisters(dK);
+    fenceRegisters(dq);
+    fenceRegisters(probabilities);
+    fenceRegisters(scoreGradients);
+    mbarrierArriveForWarp(barriers.empty(slot.stage), lane);
+    stageDqPiece(smemBase, barriers, dq, step, consumer, thread);
+  }
+
+  storeKeyGradients(p.dk, p.dk_strides, dK, p.scale, block, key0, lane);
+  storeKeyGradients(p.dv, p.dv_strides, dV, 1.f, block, key0, lane);
+}
+
+} // namespace attn_bwd
+
+extern "C" __global__ void __launch_bounds__(attn_bwd::kThreads, 1)
+    attn_bwd_kernel(const __grid_constant__ attn_abi::AttnBwdParams p) {
+  using namespace attn_bwd;
+  const u32 smemBase = alignedDynamicShared();
+  const Barriers barriers{smemBase + attn_plan::kSmemBarriers};
+  const KeyBlock block = keyBlockOf(p);
+  // A key tile past its sequence's keys has no gradient to write.
+  if (block.empty())
+    return;
+
+  if (threadIdx.x == 0) {
+    mbarrierInit(barriers.kvFull(), 1);
+    for (int stage = 0; stage < kStages; ++stage) {
+      mbarrierInit(barriers.full(stage), 1);
+      mbarrierInit(barriers.empty(stage), kReleaseArrivals);
+    }
+    for (int consumer = 0; consumer < kConsumers; ++consumer)
+      for (int buffer = 0; buffer < kDqBuffers; ++buffer) {
+        mbarrierInit(barriers.dqFull(consumer, buffer), kWarpsPerWarpgroup);
+        mbarrierInit(barriers.dqEmpty(consumer, buffer), 1);
+      }
+    fenceBarrierInit();
+  }
+  __syncthreads();
+
+  const int warpgroup = threadIdx.x / kWarpgroupThreads;
+  if (warpgroup == 0) {
+    releaseRegisters<attn_plan::kProducerRegisters>();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (warp == kLoadWarp && lane == 0)
+      produce(p, smemBase, barriers, block);
+    else if (warp == kDqWriterWarp && lane == 0)
+      writeDq(p, smemBase, barriers, block);
+  } else {
+    claimRegisters<attn_plan::kConsumerRegisters>();
+    consume(p, smemBase, barriers, block, warpgroup - 1);
+  }
+}
+
+#include "bwd/row_kernels.cuh"

@@ -1,0 +1,115 @@
+// The backward's two row kernels around the main kernel (attn_bwd_sm90.cuh):
+// the preprocess, which prepares the per-row inputs in the workspace, and
+// the conversion of dQ's fp32 accumulator. Grid (query blocks, q_heads,
+// batch) of ATTN_BWD_ROW_THREADS threads each.
+#pragma once
+
+namespace attn_bwd {
+
+constexpr int kRowWarps = ATTN_BWD_ROW_THREADS / 32;
+// Each lane of a row's warp reads head_dim / 32 elements: 2 to 8.
+constexpr int kLaneElements = kHeadDim / 32;
+static_assert(kLaneElements % 2 == 0 && kLaneElements <= 8, "whole 16-bit pairs a lane");
+
+// Element offset of (row, head) in a BSHD tensor with element strides
+// [batch, row, head].
+__device__ __forceinline__ i64 rowElement(const long long (&strides)[3], const Sequence &sequence,
+                                          int query, int head) {
+  return sequence.mapBatch * strides[0] + (static_cast<i64>(sequence.rowQ) + query) * strides[1] +
+         static_cast<i64>(head) * strides[2];
+}
+
+// A lane's kLaneElements consecutive elements of a row as fp32.
+__device__ __forceinline__ void loadLaneElements(const void *tensor, i64 element,
+                                                 float (&values)[kLaneElements]) {
+  const u32 *words = reinterpret_cast<const u32 *>(static_cast<const unsigned char *>(tensor) +
+                                                   element * kElementBytes);
+#pragma unroll
+  for (int i = 0; i < kLaneElements / 2; ++i)
+    unpackPair<Element>(__ldg(words + i), values[2 * i], values[2 * i + 1]);
+}
+
+} // namespace attn_bwd
+
+// delta = rowsum(dO * O) and the log-sum-exp in base 2 (+inf for rows
+// without keys and for the padding), per query row of the workspace; clears
+// the block's dQ accumulator and, for the deterministic mode, its counter.
+extern "C" __global__ void __launch_bounds__(ATTN_BWD_ROW_THREADS)
+    attn_bwd_preprocess_kernel(const __grid_constant__ attn_abi::AttnBwdParams p) {
+  using namespace attn_bwd;
+  const int queryBlock = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+  const Sequence sequence = sequenceOf(p, batch);
+  const i64 stats = rowStatsBase(p, batch, head) + static_cast<i64>(queryBlock) * kBlockM;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int row = warp; row < kBlockM; row += kRowWarps) {
+    const int query = queryBlock * kBlockM + row;
+    float sum = 0.f, lseLog2 = __int_as_float(0x7f800000);
+    if (query < sequence.seqlenQ) {
+      float output[kLaneElements], outputGradient[kLaneElements];
+      loadLaneElements(p.o, rowElement(p.o_strides, sequence, query, head) + lane * kLaneElements,
+                       output);
+      loadLaneElements(p.d_o,
+                       rowElement(p.do_strides, sequence, query, head) + lane * kLaneElements,
+                       outputGradient);
+#pragma unroll
+      for (int i = 0; i < kLaneElements; ++i)
+        sum += output[i] * outputGradient[i];
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2)
+        sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+      const i64 lseIndex = p.cu_seqlens_q
+                               ? static_cast<i64>(head) * p.total_q + sequence.rowQ + query
+                               : (static_cast<i64>(batch) * p.q_heads + head) * p.seqlen_q + query;
+      const float lse = __ldg(p.lse + lseIndex);
+      if (lse != negativeInfinity())
+        lseLog2 = lse * kLog2e;
+    }
+    if (lane == 0) {
+      p.lse_log2[stats + row] = lseLog2;
+      p.delta[stats + row] = sum;
+    }
+  }
+  float4 *accumulator = reinterpret_cast<float4 *>(dqAccumBlock(p, batch, head, queryBlock));
+  for (int i = threadIdx.x; i < kBlockM * kHeadDim / 4; i += ATTN_BWD_ROW_THREADS)
+    accumulator[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (p.deterministic && threadIdx.x == 0) {
+    const i64 queryBlocks = attn_abi::bwdPaddedQueries(p.seqlen_q, kBlockM) / kBlockM;
+    p.dq_semaphores[(static_cast<i64>(batch) * p.q_heads + head) * queryBlocks + queryBlock] = 0;
+  }
+}
+
+namespace attn_bwd {
+// Where element (row, column) of a query block's dQ lies in its accumulator
+// (addDqPiece's fragment order): the piece, then the fragment register i of
+// thread t (warp w, lane l) of the m64 accumulator holding it.
+__device__ __forceinline__ int dqAccumIndex(int row, int column) {
+  const int piece = kDqSplitsRows ? row / 64 : column / kDqColumns;
+  const int pieceRow = row % 64, pieceColumn = column % kDqColumns;
+  const int warp = pieceRow / 16, half = (pieceRow % 16) / 8;
+  const int lane = (pieceRow % 8) * 4 + (pieceColumn % 8) / 2;
+  const int i = (pieceColumn / 8) * 4 + half * 2 + pieceColumn % 2;
+  return piece * kDqPieceFloats + (i / 4) * kWarpgroupThreads * 4 +
+         (warp * 32 + lane) * 4 + i % 4;
+}
+} // namespace attn_bwd
+
+// dQ = scale * the accumulator, rounded to the element type, for the rows
+// inside the sequence: a pair of adjacent columns a thread and step.
+extern "C" __global__ void __launch_bounds__(ATTN_BWD_ROW_THREADS)
+    attn_bwd_convert_kernel(const __grid_constant__ attn_abi::AttnBwdParams p) {
+  using namespace attn_bwd;
+  const int queryBlock = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+  const Sequence sequence = sequenceOf(p, batch);
+  const float *accumulator = dqAccumBlock(p, batch, head, queryBlock);
+  const int rows = min(kBlockM, sequence.seqlenQ - queryBlock * kBlockM);
+  unsigned char *dq = static_cast<unsigned char *>(p.dq);
+  for (int pair = threadIdx.x; pair < rows * kHeadDim / 2; pair += ATTN_BWD_ROW_THREADS) {
+    const int row = pair / (kHeadDim / 2), column = 2 * (pair % (kHeadDim / 2));
+    const float2 value =
+        *reinterpret_cast<const float2 *>(accumulator + dqAccumIndex(row, column));
+    const i64 element =
+        rowElement(p.dq_strides, sequence, queryBlock * kBlockM + row, head) + column;
+    *reinterpret_cast<u32 *>(dq + element * kElementBytes) =
+        packPair<Element>(value.x * p.scale, value.y * p.scale);
+  }
+}

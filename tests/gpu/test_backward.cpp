@@ -1,0 +1,185 @@
+// The backward kernels against the CPU reference's gradients (double) on
+// awkward shapes: lengths that are not tile multiples, Sq != Sk both ways
+// (fully masked rows under bottom-right alignment), GQA and MQA (dK and dV
+// summed over a group), head-major strides, every mask of the backward,
+// both element types, both modes; and the deterministic mode's bitwise
+// reproducibility.
+#include <catch2/catch.hpp>
+
+#include "AttnHarness.h"
+#include "BackwardHarness.h"
+#include "LoadedKernel.h"
+#include "attn/Compiler/Compiler.h"
+
+#include <cstring>
+#include <map>
+#include <sstream>
+
+using namespace attn;
+using attn::gputest::LoadedKernel;
+using attn::gputest::loadKernel;
+
+namespace {
+
+struct Case {
+  int64_t qHeads, kvHeads;
+  harness::Shape shape;
+};
+
+std::string specText(int headDim, const std::string &element, const std::string &mask,
+                     int64_t qHeads, int64_t kvHeads) {
+  return harness::softmaxSpecText("test", headDim, element, mask, qHeads, kvHeads);
+}
+
+/// A spec's backward module, compiled and loaded once per run.
+struct LoadedBackward {
+  CompiledKernel compiled;
+  Module module;
+  BackwardFunctions functions;
+};
+
+LoadedBackward &loadBackward(const std::string &spec, const CompileOptions &options = {}) {
+  static std::map<std::string, LoadedBackward> cache;
+  const std::string key = options.tileOverride + "\n" + spec;
+  auto found = cache.find(key);
+  if (found != cache.end())
+    return found->second;
+  ensureContext();
+  LoadedBackward loaded;
+  loaded.compiled = compileBackwardSpec(spec, "test.mlir", options);
+  loaded.module = Module::loadPtx(
+      std::string_view(loaded.compiled.binary.data(), loaded.compiled.binary.size()));
+  loaded.functions = loadBackwardFunctions(loaded.module, loaded.compiled.launch);
+  return cache.emplace(key, std::move(loaded)).first->second;
+}
+
+/// Runs the forward, then the backward, of `spec` on random inputs and
+/// compares the gradients with the reference's.
+void checkBackward(const std::string &spec, const Case &testCase, uint64_t seed,
+                   bool deterministic, const CompileOptions &backwardOptions = {}) {
+  LoadedKernel &forward = loadKernel(spec);
+  LoadedBackward &backward = loadBackward(spec, backwardOptions);
+  harness::ForwardProblem data(forward.compiled.launch, testCase.shape, seed);
+  AttnForwardArgs forwardArgs = data.args();
+  launchForward(forward.function, forward.compiled.launch, forwardArgs, nullptr);
+  harness::BackwardProblem gradients(backward.compiled.launch, data, seed + 1000);
+  gradients.poisonGradients();
+  launchBackward(backward.functions, backward.compiled.launch,
+                 gradients.args(data, deterministic), nullptr);
+  ATTN_CU_CHECK(cuCtxSynchronize);
+
+  reference::Problem problem = referenceProblemFromSpec(
+      spec, testCase.shape.batch, testCase.shape.seqlenQ, testCase.shape.seqlenK);
+  const harness::ReferenceGradients expected =
+      harness::computeReferenceGradients(problem, data, gradients);
+  const harness::GradientComparison result =
+      harness::compareGradients(problem, expected, gradients, backward.compiled.launch.dtype);
+  INFO("spec: " << spec << "B=" << testCase.shape.batch << " Sq=" << testCase.shape.seqlenQ
+                << " Sk=" << testCase.shape.seqlenK << " Hq=" << testCase.qHeads
+                << " Hkv=" << testCase.kvHeads << " headMajor=" << testCase.shape.headMajor
+                << " deterministic=" << deterministic);
+  for (auto [error, name] : {std::make_pair(&result.dq, "dq"), std::make_pair(&result.dk, "dk"),
+                             std::make_pair(&result.dv, "dv")}) {
+    INFO(name << ": rel-L2 " << error->relativeL2 << ", max error / RMS "
+              << error->maxErrorOverRms << "; first violation: " << error->firstViolation);
+    CHECK(error->nonFinite == 0);
+    CHECK(error->zeroRowMismatches == 0);
+    CHECK(error->toleranceViolations == 0);
+  }
+}
+
+const std::vector<Case> &awkwardCases() {
+  static const std::vector<Case> cases = {
+      {2, 1, {2, 1, 1, false}},      // one query, one key
+      {8, 1, {1, 77, 300, false}},   // GQA 8:1, Sq < Sk
+      {2, 2, {2, 300, 77, false}},   // Sq > Sk: bottom-right rows with no key
+      {4, 1, {1, 200, 333, true}},   // MQA, head-major strides
+      {2, 1, {1, 513, 513, false}},  // one past a tile multiple
+  };
+  return cases;
+}
+
+const char *kMasks[] = {"#attn.no_mask", "#attn.causal<top_left>", "#attn.causal<bottom_right>",
+                        "#attn.sliding_window<left = 100, right = 20>",
+                        "#attn.sliding_window<left = 0, right = 300, align = top_left>"};
+
+} // namespace
+
+TEST_CASE("backward kernels match the reference on awkward shapes", "[gpu][backward]") {
+  const int headDim = GENERATE(64, 128);
+  const std::string element = GENERATE(std::string("bf16"), std::string("f16"));
+  const std::string mask = GENERATE(from_range(std::begin(kMasks), std::end(kMasks)));
+  uint64_t seed = 1;
+  for (const Case &testCase : awkwardCases())
+    checkBackward(specText(headDim, element, mask, testCase.qHeads, testCase.kvHeads), testCase,
+                  seed++, /*deterministic=*/seed % 2 == 0);
+}
+
+TEST_CASE("backward plans with one consumer or one stage match the reference",
+          "[gpu][backward]") {
+  // block_n 64 (one consumer warpgroup): head dim 128 then splits dQ by
+  // rows as head dim 64 does with two.
+  const int headDim = GENERATE(64, 128);
+  const std::string overrideText =
+      GENERATE(std::string("consumer_warpgroups=1,block_m=64,consumer_registers=256"), std::string("stages=1"));
+  CompileOptions options;
+  options.tileOverride = overrideText;
+  checkBackward(specText(headDim, "bf16", kMasks[1], 4, 2), {4, 2, {2, 190, 190, false}}, 7,
+                false, options);
+}
+
+TEST_CASE("the deterministic backward is bitwise reproducible", "[gpu][backward]") {
+  const int headDim = GENERATE(64, 128);
+  const std::string spec = specText(headDim, "bf16", kMasks[0], 8, 1);
+  LoadedKernel &forward = loadKernel(spec);
+  LoadedBackward &backward = loadBackward(spec);
+  // Many key tiles meet every query block, and 8 query heads share a kv
+  // head: the order of dQ's additions is what varies between runs.
+  harness::ForwardProblem data(forward.compiled.launch, {1, 1024, 2048, false}, 5);
+  AttnForwardArgs forwardArgs = data.args();
+  launchForward(forward.function, forward.compiled.launch, forwardArgs, nullptr);
+  harness::BackwardProblem gradients(backward.compiled.launch, data, 6);
+  std::vector<float> first[3];
+  for (int run = 0; run < 5; ++run) {
+    gradients.poisonGradients();
+    launchBackward(backward.functions, backward.compiled.launch,
+                   gradients.args(data, /*deterministic=*/true), nullptr);
+    ATTN_CU_CHECK(cuCtxSynchronize);
+    const std::vector<float> now[3] = {harness::downloadBSHD(gradients.dq),
+                                       harness::downloadBSHD(gradients.dk),
+                                       harness::downloadBSHD(gradients.dv)};
+    for (int tensor = 0; tensor < 3; ++tensor) {
+      if (run == 0)
+        first[tensor] = now[tensor];
+      else
+        CHECK(std::memcmp(now[tensor].data(), first[tensor].data(),
+                          now[tensor].size() * sizeof(float)) == 0);
+    }
+  }
+}
+
+TEST_CASE("backward arguments are checked before anything is launched", "[gpu][backward]") {
+  const std::string spec = specText(128, "bf16", kMasks[1], 4, 2);
+  LoadedKernel &forward = loadKernel(spec);
+  LoadedBackward &backward = loadBackward(spec);
+  harness::ForwardProblem data(forward.compiled.launch, {1, 128, 128, false}, 3);
+  harness::BackwardProblem gradients(backward.compiled.launch, data, 4);
+  const AttnLaunchConfig &launch = backward.compiled.launch;
+
+  AttnBackwardArgs args = gradients.args(data);
+  args.dk = gradients.dq.view; // query heads where kv heads belong
+  CHECK_THROWS_WITH(launchBackward(backward.functions, launch, args, nullptr),
+                    Catch::StartsWith("dk: 4 heads"));
+  args = gradients.args(data);
+  args.workspaceBytes = 64;
+  CHECK_THROWS_WITH(launchBackward(backward.functions, launch, args, nullptr),
+                    Catch::StartsWith("workspace: 64 bytes"));
+  args = gradients.args(data);
+  args.lse = nullptr;
+  CHECK_THROWS_WITH(launchBackward(backward.functions, launch, args, nullptr),
+                    Catch::StartsWith("lse: pointer is null"));
+  // The forward module is not a backward one.
+  CHECK_THROWS_WITH(launchBackward(backward.functions, forward.compiled.launch,
+                                   gradients.args(data), nullptr),
+                    Catch::StartsWith("config: the kernel is a forward module"));
+}

@@ -1,0 +1,133 @@
+//===- BackwardBench.cpp - attn-bench's backward measurements -------------===//
+
+#include "BackwardBench.h"
+
+#include "AttnHarness.h"
+#include "BackwardHarness.h"
+#include "attn/Compiler/Compiler.h"
+
+#include <cstdio>
+#include <optional>
+#include <sstream>
+
+namespace attn::bench {
+
+namespace {
+
+/// A spec's forward and backward modules, loaded.
+struct LoadedPair {
+  CompiledKernel forward, backward;
+  Module forwardModule, backwardModule;
+  KernelFunction forwardFunction;
+  BackwardFunctions backwardFunctions;
+};
+
+LoadedPair loadPair(const std::string &spec, const std::string &name, int64_t batch,
+                    int64_t seqlen, int64_t seqlenK) {
+  CompileOptions options;
+  options.tuningShape = std::to_string(batch) + "," + std::to_string(seqlen) + "," +
+                        std::to_string(seqlenK);
+  LoadedPair pair;
+  pair.forward = compileSpec(spec, name, options);
+  pair.backward = compileBackwardSpec(spec, name);
+  pair.forwardModule = Module::loadPtx(
+      std::string_view(pair.forward.binary.data(), pair.forward.binary.size()));
+  pair.backwardModule = Module::loadPtx(
+      std::string_view(pair.backward.binary.data(), pair.backward.binary.size()));
+  pair.forwardFunction = pair.forwardModule.function(pair.forward.launch.kernelName);
+  pair.backwardFunctions = loadBackwardFunctions(pair.backwardModule, pair.backward.launch);
+  return pair;
+}
+
+/// Median times of the forward, the backward and the deterministic backward.
+struct PairTimes {
+  double forwardMs, backwardMs, deterministicMs;
+};
+
+PairTimes timePair(LoadedPair &pair, harness::ForwardProblem &data,
+                   harness::BackwardProblem &gradients, int warmup, int repeats) {
+  AttnForwardArgs forwardArgs = data.args();
+  DeviceBuffer workspace = harness::attachForwardWorkspace({&pair.forward.launch}, forwardArgs);
+  PairTimes times;
+  times.forwardMs = harness::medianLaunchMs(pair.forwardFunction, pair.forward.launch,
+                                            forwardArgs, warmup, repeats);
+  for (bool deterministic : {false, true}) {
+    const AttnBackwardArgs args = gradients.args(data, deterministic);
+    const double ms = harness::medianMs(
+        [&] { launchBackward(pair.backwardFunctions, pair.backward.launch, args, nullptr); },
+        warmup, repeats);
+    (deterministic ? times.deterministicMs : times.backwardMs) = ms;
+  }
+  return times;
+}
+
+} // namespace
+
+int runBackwardGrid(int warmup, int repeats) {
+  std::printf("| head dim | seqlen | causal | attnc bwd TFLOP/s | bwd ms | deterministic TFLOP/s "
+              "| determinism cost | fwd ms | fwd+bwd ms |\n"
+              "|---|---|---|---|---|---|---|---|---|\n");
+  for (int headDim : {64, 128}) {
+    for (bool causal : {false, true}) {
+      const std::string spec = harness::gridSpecText(headDim, causal);
+      for (int64_t s : {1024, 2048, 4096, 8192, 16384}) {
+        const harness::Shape shape{16384 / s, s, s, false};
+        LoadedPair pair = loadPair(spec, "grid.mlir", shape.batch, s, s);
+        harness::ForwardProblem data(pair.forward.launch, shape, 11);
+        AttnForwardArgs forwardArgs = data.args();
+        launchForward(pair.forwardFunction, pair.forward.launch, forwardArgs, nullptr);
+        harness::BackwardProblem gradients(pair.backward.launch, data, 12);
+        const PairTimes times = timePair(pair, data, gradients, warmup, repeats);
+        const double flops = harness::backwardFlops(pair.backward.launch, shape, causal);
+        std::printf("| %d | %lld | %s | %.1f | %.3f | %.1f | %+.1f %% | %.3f | %.3f |\n", headDim,
+                    (long long)s, causal ? "yes" : "no", flops / times.backwardMs / 1e9,
+                    times.backwardMs, flops / times.deterministicMs / 1e9,
+                    100 * (times.deterministicMs / times.backwardMs - 1), times.forwardMs,
+                    times.forwardMs + times.backwardMs);
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
+}
+
+int runBackwardSpec(const std::string &spec, const std::string &name, int64_t batch,
+                    int64_t seqlen, int64_t seqlenK, bool check, int warmup, int repeats) {
+  LoadedPair pair = loadPair(spec, name, batch, seqlen, seqlenK);
+  const harness::Shape shape{batch, seqlen, seqlenK, false};
+  harness::ForwardProblem data(pair.forward.launch, shape, 2026);
+  AttnForwardArgs forwardArgs = data.args();
+  launchForward(pair.forwardFunction, pair.forward.launch, forwardArgs, nullptr);
+  harness::BackwardProblem gradients(pair.backward.launch, data, 2027);
+  const AttnLaunchConfig &launch = pair.backward.launch;
+  std::printf("backward of @%s: B=%lld Sq=%lld Sk=%lld Hq=%d Hkv=%d D=%d %s, %d query rows a "
+              "step, %d keys a block, %d threads, %d bytes smem\n",
+              pair.backward.name.c_str(), (long long)batch, (long long)seqlen,
+              (long long)seqlenK, launch.qHeads, launch.kvHeads, launch.headDim,
+              dtypeName(launch.dtype), launch.blockM, launch.blockN, launch.threadsPerBlock,
+              launch.sharedMemoryBytes);
+  bool passed = true;
+  if (check) {
+    gradients.poisonGradients();
+    launchBackward(pair.backwardFunctions, launch, gradients.args(data), nullptr);
+    ATTN_CU_CHECK(cuCtxSynchronize);
+    reference::Problem problem = referenceProblemFromSpec(spec, batch, seqlen, seqlenK);
+    const harness::GradientComparison result = harness::compareGradients(
+        problem, harness::computeReferenceGradients(problem, data, gradients), gradients,
+        launch.dtype);
+    passed = result.passed();
+    std::printf("check against the CPU reference: rel-L2 dq %.3g, dk %.3g, dv %.3g: %s\n",
+                result.dq.relativeL2, result.dk.relativeL2, result.dv.relativeL2,
+                passed ? "PASS" : "FAIL");
+  }
+  const PairTimes times = timePair(pair, data, gradients, warmup, repeats);
+  const double flops =
+      harness::backwardFlops(launch, shape, harness::specHasCausalMask(spec));
+  std::printf("backward %.3f ms (median of %d), %.1f TFLOP/s; deterministic %.3f ms; forward "
+              "%.3f ms\n",
+              times.backwardMs, repeats, flops / times.backwardMs / 1e9, times.deterministicMs,
+              times.forwardMs);
+  return passed ? 0 : 1;
+}
+
+} // namespace attn::bench

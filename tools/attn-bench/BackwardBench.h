@@ -1,0 +1,23 @@
+//===- BackwardBench.h - attn-bench's backward measurements -----*- C++ -*-===//
+#ifndef ATTN_TOOLS_ATTNBENCH_BACKWARDBENCH_H
+#define ATTN_TOOLS_ATTNBENCH_BACKWARDBENCH_H
+
+#include <string>
+
+namespace attn::bench {
+
+/// `attn-bench --backward-grid`: the backward at head dims 64 and 128 (256
+/// has no backward plan yet), seqlen 1024 to 16384, causal and not, B x S =
+/// 16384, H x D = 2048: TFLOP/s (2.5 x the forward's FLOPs over the
+/// backward's time), the deterministic mode's, and the forward + backward
+/// step beside the forward alone.
+int runBackwardGrid(int warmup, int repeats);
+
+/// `attn-bench spec.mlir --backward`: one spec's backward at (batch,
+/// seqlen, seqlenK), optionally checked against the CPU reference first.
+int runBackwardSpec(const std::string &spec, const std::string &name, int64_t batch,
+                    int64_t seqlen, int64_t seqlenK, bool check, int warmup, int repeats);
+
+} // namespace attn::bench
+
+#endif // ATTN_TOOLS_ATTNBENCH_BACKWARDBENCH_H

@@ -1,0 +1,162 @@
+//===- BackwardHarness.cpp - Run a backward kernel against the reference ---===//
+
+#include "BackwardHarness.h"
+
+#include <cmath>
+#include <sstream>
+
+namespace attn::harness {
+
+BackwardProblem::BackwardProblem(const AttnLaunchConfig &config, const ForwardProblem &forward,
+                                 uint64_t seed) {
+  std::mt19937_64 random(seed);
+  const Shape &shape = forward.shape();
+  dO = makeTensor(config.dtype, shape.batch, shape.seqlenQ, config.qHeads, config.headDim,
+                  shape.headMajor, &random);
+  dq = makeTensor(config.dtype, shape.batch, shape.seqlenQ, config.qHeads, config.headDim,
+                  shape.headMajor, nullptr);
+  dk = makeTensor(config.dtype, shape.batch, shape.seqlenK, config.kvHeads, config.headDim,
+                  shape.headMajor, nullptr);
+  dv = makeTensor(config.dtype, shape.batch, shape.seqlenK, config.kvHeads, config.headDim,
+                  shape.headMajor, nullptr);
+  AttnBackwardArgs sizing = args(forward);
+  workspace = DeviceBuffer(std::max<uint64_t>(backwardWorkspaceBytes(config, sizing), 256));
+}
+
+AttnBackwardArgs BackwardProblem::args(const ForwardProblem &forward, bool deterministic) const {
+  AttnBackwardArgs args;
+  args.q = forward.q.view;
+  args.k = forward.k.view;
+  args.v = forward.v.view;
+  args.o = forward.o.view;
+  args.lse = static_cast<const float *>(forward.lse.data());
+  args.dO = dO.view;
+  args.dq = dq.view;
+  args.dk = dk.view;
+  args.dv = dv.view;
+  args.workspace = workspace.data();
+  args.workspaceBytes = workspace.size();
+  args.deterministic = deterministic;
+  return args;
+}
+
+void BackwardProblem::poisonGradients() {
+  for (HostDeviceTensor *tensor : {&dq, &dk, &dv})
+    tensor->buffer.fill(0xFF); // NaN in bf16 and f16
+  workspace.fill32(0x7FC00000u);
+}
+
+ReferenceGradients computeReferenceGradients(const reference::Problem &problem,
+                                             const ForwardProblem &forward,
+                                             const BackwardProblem &backward) {
+  const int64_t b = problem.batch, sq = problem.seqlenQ, sk = problem.seqlenK;
+  const int64_t hq = problem.qHeads, hk = problem.kvHeads, d = problem.headDim;
+  auto packed = [](const std::vector<float> &data, int64_t s, int64_t h, int64_t dim) {
+    return reference::HostTensor{data.data(), {s * h * dim, h * dim, dim, 1}};
+  };
+  ReferenceGradients gradients;
+  gradients.dq.assign(b * sq * hq * d, 0.f);
+  gradients.dk.assign(b * sk * hk * d, 0.f);
+  gradients.dv.assign(b * sk * hk * d, 0.f);
+  reference::backward(problem, packed(forward.q.host, sq, hq, d), packed(forward.k.host, sk, hk, d),
+                      packed(forward.v.host, sk, hk, d), packed(backward.dO.host, sq, hq, d),
+                      gradients.dq.data(), gradients.dk.data(), gradients.dv.data());
+  return gradients;
+}
+
+namespace {
+// Gradient tolerance. The kernel rounds P and dS to the element type
+// before the products that make dV, dK and dQ (relative 2^-8 for bf16,
+// 2^-11 for f16, per term), and its delta reads the forward's rounded O;
+// the terms' errors are independent, so a sum of n of them errs by about
+// 2^-8 sqrt(n) times a term, a small fraction of the sum's RMS: measured
+// on an H200 (2026-11-27) at relative L2 2.7e-3 (bf16) and 3.4e-4 (f16),
+// the largest element error 0.077 (bf16) and 0.008 (f16) of the RMS. Hence
+// an element may err by 0.1 of the tensor's RMS plus 2^-6 of its own value
+// (bf16), or 0.015 and 2^-9 (f16), and by an absolute 1e-4 (2e-5): a
+// gradient that is zero in exact arithmetic (a row that sees one key)
+// comes out as rounding noise. Gradients are rounded once more on output
+// (2^-9 / 2^-12 relative), well inside that. A wrong index or a missing
+// term errs by about the RMS itself.
+struct GradientTolerance {
+  double ofRms, relative, absolute;
+};
+GradientTolerance gradientToleranceFor(DType dtype) {
+  if (dtype == DType::BF16)
+    return {0.1, 1.0 / 64, 1e-4};
+  return {0.015, 1.0 / 512, 2e-5};
+}
+
+/// `masked` flags the rows (BSHD order) no pair reaches, which must come
+/// out exactly zero.
+GradientError compareGradient(const std::vector<float> &reference, const HostDeviceTensor &device,
+                              const std::vector<char> &masked, DType dtype, const char *name) {
+  GradientError error;
+  const std::vector<float> gpu = downloadBSHD(device);
+  double sumSquares = 0, errorSquares = 0;
+  for (float value : reference)
+    sumSquares += double(value) * value;
+  const double rms = reference.empty() ? 0 : std::sqrt(sumSquares / reference.size());
+  const GradientTolerance tolerance = gradientToleranceFor(dtype);
+  const int64_t rowLength = device.view.shape[3];
+  for (size_t row = 0; row * rowLength < gpu.size(); ++row) {
+    bool gpuZero = true;
+    for (int64_t column = 0; column < rowLength; ++column) {
+      const size_t i = row * rowLength + column;
+      const double expected = reference[i], got = gpu[i];
+      gpuZero &= got == 0;
+      if (!std::isfinite(got)) {
+        ++error.nonFinite;
+        continue;
+      }
+      const double difference = std::fabs(got - expected);
+      errorSquares += difference * difference;
+      if (rms > 0)
+        error.maxErrorOverRms = std::max(error.maxErrorOverRms, difference / rms);
+      if (difference >
+          tolerance.absolute + tolerance.ofRms * rms + tolerance.relative * std::fabs(expected)) {
+        if (error.toleranceViolations++ == 0) {
+          std::ostringstream os;
+          os << name << "[" << i << "] (row " << row << ", column " << column << "): got " << got
+             << ", reference " << expected << ", RMS " << rms;
+          error.firstViolation = os.str();
+        }
+      }
+    }
+    if (masked[row] && !gpuZero)
+      ++error.zeroRowMismatches;
+  }
+  error.relativeL2 = sumSquares > 0 ? std::sqrt(errorSquares / sumSquares) : std::sqrt(errorSquares);
+  return error;
+}
+} // namespace
+
+GradientComparison compareGradients(const reference::Problem &problem,
+                                    const ReferenceGradients &reference,
+                                    const BackwardProblem &backward, DType dtype) {
+  // The rows no pair reaches: queries without a key, keys no query of the
+  // kv head's group sees.
+  const int64_t group = problem.qHeads / problem.kvHeads;
+  std::vector<char> maskedQueries(problem.batch * problem.seqlenQ * problem.qHeads, 1);
+  std::vector<char> maskedKeys(problem.batch * problem.seqlenK * problem.kvHeads, 1);
+  for (int64_t b = 0; b < problem.batch; ++b)
+    for (int64_t h = 0; h < problem.qHeads; ++h)
+      for (int64_t q = 0; q < problem.seqlenQ; ++q)
+        for (int64_t k = 0; k < problem.seqlenK; ++k)
+          if (reference::maskAllows(problem.mask, q, k, problem.seqlenQ, problem.seqlenK) &&
+              (!problem.maskMod || problem.maskMod(b, h, q, k))) {
+            maskedQueries[(b * problem.seqlenQ + q) * problem.qHeads + h] = 0;
+            maskedKeys[(b * problem.seqlenK + k) * problem.kvHeads + h / group] = 0;
+          }
+  GradientComparison comparison;
+  comparison.dq = compareGradient(reference.dq, backward.dq, maskedQueries, dtype, "dq");
+  comparison.dk = compareGradient(reference.dk, backward.dk, maskedKeys, dtype, "dk");
+  comparison.dv = compareGradient(reference.dv, backward.dv, maskedKeys, dtype, "dv");
+  return comparison;
+}
+
+double backwardFlops(const AttnLaunchConfig &config, const Shape &shape, bool causal) {
+  return 2.5 * forwardFlops(config, shape, causal);
+}
+
+} // namespace attn::harness

@@ -1,0 +1,70 @@
+//===- BackwardHarness.h - Run a backward kernel against the reference -*- C++ -*-===//
+//
+// Shared by the GPU tests and attn-bench: dO and the gradients on the
+// device beside a forward problem, the workspace, the CPU reference's
+// gradients and their comparison. Needs no MLIR.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTN_HARNESS_BACKWARDHARNESS_H
+#define ATTN_HARNESS_BACKWARDHARNESS_H
+
+#include "AttnHarness.h"
+
+namespace attn::harness {
+
+/// dO (random), dq, dk and dv of one backward call over `forward`'s q, k,
+/// v, o and lse, in the same layout, and the workspace `config` (a
+/// backward config) needs.
+class BackwardProblem {
+public:
+  BackwardProblem(const AttnLaunchConfig &config, const ForwardProblem &forward, uint64_t seed);
+
+  /// The call's arguments: `forward`'s tensors (its o and lse as the
+  /// forward kernel wrote them) and this problem's.
+  AttnBackwardArgs args(const ForwardProblem &forward, bool deterministic = false) const;
+  /// Fills dq, dk and dv with NaN, so that an element the kernels skipped
+  /// is caught.
+  void poisonGradients();
+
+  HostDeviceTensor dO, dq, dk, dv;
+  DeviceBuffer workspace;
+};
+
+/// The reference's dq [B, Sq, Hq, D], dk and dv [B, Sk, Hkv, D], contiguous.
+struct ReferenceGradients {
+  std::vector<float> dq, dk, dv;
+};
+ReferenceGradients computeReferenceGradients(const reference::Problem &problem,
+                                             const ForwardProblem &forward,
+                                             const BackwardProblem &backward);
+
+/// One gradient against the reference: relative L2 error, the largest
+/// element error relative to the reference's RMS, elements past the
+/// tolerance, non-finite elements, and rows no pair reaches (masked) that
+/// the kernel did not leave exactly zero.
+struct GradientError {
+  double relativeL2 = 0, maxErrorOverRms = 0;
+  int64_t toleranceViolations = 0, nonFinite = 0, zeroRowMismatches = 0;
+  std::string firstViolation;
+  bool passed() const {
+    return toleranceViolations == 0 && nonFinite == 0 && zeroRowMismatches == 0;
+  }
+};
+struct GradientComparison {
+  GradientError dq, dk, dv;
+  bool passed() const { return dq.passed() && dk.passed() && dv.passed(); }
+};
+
+/// Compares the device gradients with `reference` under the element type's
+/// gradient tolerance (see the derivation in the .cpp); `problem`'s masks
+/// say which rows must be exactly zero.
+GradientComparison compareGradients(const reference::Problem &problem,
+                                    const ReferenceGradients &reference,
+                                    const BackwardProblem &backward, DType dtype);
+
+/// The backward's floating-point operations: 2.5 times the forward's.
+double backwardFlops(const AttnLaunchConfig &config, const Shape &shape, bool causal);
+
+} // namespace attn::harness
+
+#endif // ATTN_HARNESS_BACKWARDHARNESS_H
