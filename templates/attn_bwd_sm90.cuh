@@ -124,31 +124,45 @@ __device__ __forceinline__ Sequence sequenceOf(const attn_abi::AttnBwdParams &p,
 
 // The block's unit of work: key tile `keyTile` of kv head `kvHead` in batch
 // `batch`, and the query blocks [queryBlockBegin, queryBlockEnd) whose rows
-// may see one of its keys, walked for each of the group's query heads.
+// may see one of its keys, walked for each of the group's query heads from
+// the block `rotation` past the first (then round).
 struct KeyBlock {
   int keyTile;
   int kvHead;
   int batch;
   int group;
   Sequence sequence;
+  int keyTiles; // of the sequence
   int queryBlockBegin;
   int queryBlockEnd;
+  int rotation;
+  int rotationStride; // query blocks between two key tiles' starts
+  bool rotated;       // the deterministic mode's rotation (additionTurn) is on
 
   __device__ bool empty() const { return keyTile * kBlockN >= sequence.seqlenK; }
   __device__ int queryBlocks() const { return queryBlockEnd - queryBlockBegin; }
   __device__ int steps() const { return group * queryBlocks(); }
   __device__ int headOf(int step) const { return kvHead * group + step / queryBlocks(); }
-  __device__ int queryBlockOf(int step) const { return queryBlockBegin + step % queryBlocks(); }
+  __device__ int queryBlockOf(int step) const {
+    const int offset = step % queryBlocks() + rotation;
+    return queryBlockBegin + (offset < queryBlocks() ? offset : offset - queryBlocks());
+  }
 };
 
 __device__ __forceinline__ KeyBlock keyBlockOf(const attn_abi::AttnBwdParams &p) {
   KeyBlock block;
-  block.keyTile = static_cast<int>(blockIdx.x);
+  // The deterministic mode's orders wait on higher key tiles (additionTurn),
+  // so its grid starts those first: a block waits only for blocks started
+  // before it, whatever else the GPU runs.
+  block.keyTile = static_cast<int>(p.deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
   block.kvHead = static_cast<int>(blockIdx.y);
   block.batch = static_cast<int>(blockIdx.z);
   block.group = p.q_heads / p.kv_heads;
   block.sequence = sequenceOf(p, block.batch);
-  block.queryBlockBegin = block.queryBlockEnd = 0;
+  block.keyTiles = (block.sequence.seqlenK + kBlockN - 1) / kBlockN;
+  block.queryBlockBegin = block.queryBlockEnd = block.rotation = 0;
+  block.rotated = false;
+  block.rotationStride = 1;
   if (block.empty())
     return block;
   const i64 keyFirst = static_cast<i64>(block.keyTile) * kBlockN;
@@ -160,15 +174,46 @@ __device__ __forceinline__ KeyBlock keyBlockOf(const attn_abi::AttnBwdParams &p)
   block.queryBlockBegin = static_cast<int>(queryBegin / kBlockM);
   block.queryBlockEnd = queryEnd > queryBegin ? static_cast<int>((queryEnd + kBlockM - 1) / kBlockM)
                                               : block.queryBlockBegin;
+  // Deterministic and unmasked: key tile n starts its walk at query block
+  // n floor(M / N) (of M blocks and N tiles), so that blocks walking in step
+  // meet each query block in the order of their additions (additionTurn).
+  // That order waits round the key tiles, so it needs them all running at
+  // once (at most resident_blocks of them); otherwise, and with fewer query
+  // blocks than key tiles, every walk starts at 0 and the last tile adds
+  // first.
+  if (p.deterministic && Mask::kEveryQueryVisitsEveryKey &&
+      block.queryBlocks() >= block.keyTiles && block.keyTiles <= p.resident_blocks) {
+    block.rotated = true;
+    block.rotationStride = block.queryBlocks() / block.keyTiles;
+    block.rotation = block.keyTile * block.rotationStride;
+  }
   return block;
 }
 
-// The first key tile whose block visits query block `queryBlock`: the key
-// tiles that visit a query block are a contiguous run from it (for every
-// built-in mask), which orders the deterministic dQ additions.
-__device__ __forceinline__ int firstKeyTileOf(const Sequence &sequence, int queryBlock) {
-  return static_cast<int>(Mask::keyBegin(static_cast<i64>(queryBlock) * kBlockM, sequence.shift) /
-                          kBlockN);
+// The deterministic mode's order of the key tiles' additions to a query
+// block: this block's place in it (its turn). The key tiles that visit a
+// query block are a contiguous run (for every built-in mask), and blocks
+// walking in step reach it in this order, so an addition rarely waits:
+// masked walks start later the higher the key tile, so the last tile of the
+// run adds first, then the one before; unmasked walks are rotated
+// (KeyBlock::rotation: tile n starts at query block n k), so the tile whose
+// walk started at or last before the query block adds first, then the tiles
+// before it, round; without the rotation, the last tile first. Consumer 0
+// computes it (the 24-register writer warp spilled doing so).
+__device__ __forceinline__ int additionTurn(const KeyBlock &block, int queryBlock) {
+  if constexpr (Mask::kEveryQueryVisitsEveryKey) {
+    if (!block.rotated)
+      return block.keyTiles - 1 - block.keyTile;
+    const int first = min(block.keyTiles - 1, queryBlock / block.rotationStride);
+    const int turn = first - block.keyTile;
+    return turn < 0 ? turn + block.keyTiles : turn;
+  } else {
+    const Sequence &sequence = block.sequence;
+    const i64 lastRow = minI64(static_cast<i64>(queryBlock + 1) * kBlockM, sequence.seqlenQ) - 1;
+    const int last =
+        static_cast<int>((Mask::keyEnd(lastRow, sequence.shift, sequence.seqlenK) - 1) / kBlockN);
+    return last - block.keyTile;
+  }
 }
 
 // Where a (batch, query head)'s rows start in the workspace's per-row arrays.
@@ -344,12 +389,18 @@ __device__ __forceinline__ u32 dqStaging(u32 smemBase, int consumer, int buffer)
   return smemBase + attn_plan::kSmemDqStaging + (consumer * kDqBuffers + buffer) * kDqPieceFloats * 4;
 }
 
+// The deterministic mode's turn (additionTurn) of the piece in dQ buffer
+// `buffer`, an int32 word consumer 0 writes beside its piece.
+__device__ __forceinline__ u32 dqTurn(u32 smemBase, int buffer) {
+  return smemBase + attn_plan::kSmemDqTurns + buffer * 4;
+}
+
 // Stages a consumer's dQ piece for the writer warp, once the writer has
 // read the buffer's previous piece: whole 16-byte lines, then a fence for
 // the copy engine and one arrival per warp.
 __device__ __forceinline__ void stageDqPiece(u32 smemBase, const Barriers &barriers,
                                              const float (&dq)[kDqRegs], int step, int consumer,
-                                             int thread) {
+                                             int thread, int turn) {
   const RingSlot slot = ringSlot<kDqBuffers>(step);
   if (step >= kDqBuffers)
     mbarrierWait(barriers.dqEmpty(consumer, slot.stage), slot.phase ^ 1);
@@ -360,16 +411,19 @@ __device__ __forceinline__ void stageDqPiece(u32 smemBase, const Barriers &barri
                                                                   (j * kWarpgroupThreads + thread) * 16),
                  "f"(dq[4 * j]), "f"(dq[4 * j + 1]), "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3])
                  : "memory");
+  if (consumer == 0 && thread == 0)
+    asm volatile("st.shared.b32 [%0], %1;" ::"r"(dqTurn(smemBase, slot.stage)), "r"(turn)
+                 : "memory");
   fenceSharedForAsyncProxy();
   mbarrierArriveForWarp(barriers.dqFull(consumer, slot.stage), thread % 32);
 }
 
-// The writer warp's lane 0: adds each staged dQ piece to the accumulator in
-// global memory with one bulk reduction, in the consumers' order, and gives
-// the buffer back once the copy engine has read it. Deterministic: a piece
-// waits for the blocks of the earlier key tiles that visit its query block
-// (a counter per query block, C additions a block) and completes before it
-// counts itself.
+// The writer warp's lane 0: adds each step's staged dQ pieces to the
+// accumulator in global memory, one bulk reduction a piece, and gives the
+// buffers back once the copy engine has read them. Deterministic: a step's
+// additions wait for those of the key tiles before it in the query block's
+// order (additionTurn, which consumer 0 stages beside its piece; a counter
+// per query block) and complete before they count themselves.
 __device__ void writeDq(const attn_abi::AttnBwdParams &p, u32 smemBase, const Barriers &barriers,
                         const KeyBlock &block) {
   const i64 queryBlocks = attn_abi::bwdPaddedQueries(p.seqlen_q, kBlockM) / kBlockM;
@@ -377,34 +431,32 @@ __device__ void writeDq(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
   for (int step = 0; step < steps; ++step) {
     const int head = block.headOf(step), queryBlock = block.queryBlockOf(step);
     const RingSlot slot = ringSlot<kDqBuffers>(step);
+    for (int consumer = 0; consumer < kConsumers; ++consumer)
+      mbarrierWait(barriers.dqFull(consumer, slot.stage), slot.phase);
     int *counter = nullptr;
-    int target = 0;
     if (p.deterministic) {
       counter = p.dq_semaphores +
                 (static_cast<i64>(block.batch) * p.q_heads + head) * queryBlocks + queryBlock;
-      target = (block.keyTile - firstKeyTileOf(block.sequence, queryBlock)) * kConsumers;
+      const int target = loadShared<int>(dqTurn(smemBase, slot.stage));
+      int seen;
+      do {
+        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+      } while (seen < target);
     }
     float *accumulator = dqAccumBlock(p, block.batch, head, queryBlock);
-    for (int consumer = 0; consumer < kConsumers; ++consumer) {
-      mbarrierWait(barriers.dqFull(consumer, slot.stage), slot.phase);
-      if (counter) {
-        int seen;
-        do {
-          asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
-        } while (seen < target);
-      }
+    for (int consumer = 0; consumer < kConsumers; ++consumer)
       bulkReduceAddF32(accumulator + consumer * kDqPieceFloats,
                        dqStaging(smemBase, consumer, slot.stage), kDqPieceFloats * 4);
-      tmaStoreCommit();
-      if (counter) {
-        bulkWaitComplete();
-        asm volatile("fence.acq_rel.gpu;" ::: "memory");
-        asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(counter) : "memory");
-      } else {
-        tmaStoreWaitRead();
-      }
-      mbarrierArrive(barriers.dqEmpty(consumer, slot.stage));
+    tmaStoreCommit();
+    if (counter) {
+      bulkWaitComplete();
+      asm volatile("fence.acq_rel.gpu;" ::: "memory");
+      asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(counter) : "memory");
+    } else {
+      tmaStoreWaitRead();
     }
+    for (int consumer = 0; consumer < kConsumers; ++consumer)
+      mbarrierArrive(barriers.dqEmpty(consumer, slot.stage));
   }
   bulkWaitComplete();
 }
@@ -509,7 +561,9 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
     fenceRegisters(probabilities);
     fenceRegisters(scoreGradients);
     mbarrierArriveForWarp(barriers.empty(slot.stage), lane);
-    stageDqPiece(smemBase, barriers, dq, step, consumer, thread);
+    const int turn =
+        p.deterministic && consumer == 0 && thread == 0 ? additionTurn(block, queryBlock) : 0;
+    stageDqPiece(smemBase, barriers, dq, step, consumer, thread, turn);
   }
 
   storeKeyGradients(p.dk, p.dk_strides, dK, p.scale, block, key0, lane);

@@ -156,6 +156,10 @@ struct AttnBwdParams {
   float *dq_accum;
   int *dq_semaphores;
   int deterministic;
+  // Blocks of the main kernel the GPU runs at once (its multiprocessors):
+  // the deterministic mode's rotated order needs a (batch, kv head)'s key
+  // tiles resident together.
+  int resident_blocks;
   int batch;
   int seqlen_q;
   int seqlen_k;

@@ -595,17 +595,6 @@ ForwardTail forwardTailOf(const AttnLaunchConfig &config, const AttnForwardArgs 
 }
 
 /// Multiprocessors of a device, asked of the driver once per device.
-int multiprocessorsOf(int device) {
-  static std::mutex mutex;
-  static std::unordered_map<int, int> counts;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto found = counts.find(device);
-  if (found != counts.end())
-    return found->second;
-  int count = queryDevice(device).multiprocessorCount;
-  counts.emplace(device, count);
-  return count;
-}
 
 } // namespace
 

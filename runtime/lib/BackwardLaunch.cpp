@@ -190,6 +190,9 @@ attn_abi::AttnBwdParams makeBackwardParams(const AttnLaunchConfig &config,
   params.dq_accum = reinterpret_cast<float *>(workspace + layout.dqAccum);
   params.dq_semaphores = reinterpret_cast<int *>(workspace + layout.semaphores);
   params.deterministic = args.deterministic ? 1 : 0;
+  // One block per multiprocessor: the plan's shared memory takes more than
+  // half of one.
+  params.resident_blocks = multiprocessorsOf(currentDevice());
   params.batch = static_cast<int>(shape.batch);
   params.seqlen_q = static_cast<int>(shape.seqlenQ);
   params.seqlen_k = static_cast<int>(shape.seqlenK);

@@ -3,6 +3,8 @@
 #include "LaunchChecks.h"
 
 #include <climits>
+#include <mutex>
+#include <unordered_map>
 #include <sstream>
 
 namespace attn::detail {
@@ -111,6 +113,18 @@ void validatePackedSequences(const PackedSequences &packed, const TensorView &q,
   if (packed.maxSeqlenK < 0 || packed.maxSeqlenK > k.seqlen())
     fail("packed.maxSeqlenK", std::to_string(packed.maxSeqlenK) + " must lie in [0, k's " +
                                   std::to_string(k.seqlen()) + " packed rows]");
+}
+
+int multiprocessorsOf(int device) {
+  static std::mutex mutex;
+  static std::unordered_map<int, int> counts;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = counts.find(device);
+  if (found != counts.end())
+    return found->second;
+  int count = queryDevice(device).multiprocessorCount;
+  counts.emplace(device, count);
+  return count;
 }
 
 } // namespace attn::detail

@@ -1,7 +1,8 @@
 //===- LaunchChecks.h - Argument checks shared by the launches --*- C++ -*-===//
 //
 // The checks every kernel launch makes of its arguments (forward, backward,
-// linear): views against the compiled plan, device memory, integer ranges.
+// linear): views against the compiled plan, device memory, integer ranges;
+// and the device's multiprocessor count, which grids are sized by.
 // Each throws attn::Error whose message starts with the argument's name.
 // Internal to the runtime library.
 //
@@ -43,6 +44,9 @@ void requireIntRange(int64_t value, const char *name, const char *what);
 /// mask regions rely on (attn_abi::kMaxSeqlen); the backward takes the
 /// forward's shapes and keeps the bound.
 void requireForwardSeqlen(int64_t value, const char *name);
+
+/// The multiprocessors of a device, asked of the driver once per device.
+int multiprocessorsOf(int device);
 
 /// What can be checked of packed sequences without reading the offsets:
 /// both arrays present and aligned, a positive count, q and k of batch 1

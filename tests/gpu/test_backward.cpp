@@ -13,6 +13,7 @@
 
 #include <cstring>
 #include <map>
+#include <tuple>
 #include <sstream>
 
 using namespace attn;
@@ -129,13 +130,18 @@ TEST_CASE("backward plans with one consumer or one stage match the reference",
 }
 
 TEST_CASE("the deterministic backward is bitwise reproducible", "[gpu][backward]") {
+  // Many key tiles meet every query block, and 8 query heads share a kv
+  // head: the order of dQ's additions is what varies between runs. Each of
+  // the mode's orders: rotated walks (Sq = Sk, no mask), walks from the
+  // first query block (Sq < Sk), masked walks.
   const int headDim = GENERATE(64, 128);
-  const std::string spec = specText(headDim, "bf16", kMasks[0], 8, 1);
+  const auto [mask, seqlenQ, seqlenK] =
+      GENERATE(std::make_tuple(kMasks[0], 1024, 1024), std::make_tuple(kMasks[0], 1024, 2048),
+               std::make_tuple(kMasks[2], 1500, 1024));
+  const std::string spec = specText(headDim, "bf16", mask, 8, 1);
   LoadedKernel &forward = loadKernel(spec);
   LoadedBackward &backward = loadBackward(spec);
-  // Many key tiles meet every query block, and 8 query heads share a kv
-  // head: the order of dQ's additions is what varies between runs.
-  harness::ForwardProblem data(forward.compiled.launch, {1, 1024, 2048, false}, 5);
+  harness::ForwardProblem data(forward.compiled.launch, {1, seqlenQ, seqlenK, false}, 5);
   AttnForwardArgs forwardArgs = data.args();
   launchForward(forward.function, forward.compiled.launch, forwardArgs, nullptr);
   harness::BackwardProblem gradients(backward.compiled.launch, data, 6);
@@ -182,4 +188,13 @@ TEST_CASE("backward arguments are checked before anything is launched", "[gpu][b
   CHECK_THROWS_WITH(launchBackward(backward.functions, forward.compiled.launch,
                                    gradients.args(data), nullptr),
                     Catch::StartsWith("config: the kernel is a forward module"));
+}
+
+TEST_CASE("backward on small shapes, for the sanitizers", "[gpu][backward][sanitize]") {
+  // Both head dims' default plans, both modes, a causal mask with rows
+  // that see no key and a GQA group, kept small for compute-sanitizer.
+  const int headDim = GENERATE(64, 128);
+  const bool deterministic = GENERATE(false, true);
+  checkBackward(specText(headDim, "bf16", kMasks[2], 4, 2), {4, 2, {2, 150, 130, false}}, 9,
+                deterministic);
 }

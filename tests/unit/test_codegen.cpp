@@ -47,6 +47,46 @@ TEST_CASE("every head dim and element type assembles for sm_90a without spills",
   CHECK(report.registers(kernel.launch.kernelName) > 0);
 }
 
+TEST_CASE("every backward kernel assembles for sm_90a without spills", "[codegen][backward]") {
+  const int headDim = GENERATE(64, 128);
+  const std::string element = GENERATE(std::string("bf16"), std::string("f16"));
+  const std::string mask =
+      GENERATE(std::string("#attn.no_mask"), std::string("#attn.causal<bottom_right>"),
+               std::string("#attn.sliding_window<left = 64, right = 8>"));
+  attn::CompiledKernel kernel = attn::compileBackwardSpec(spec(headDim, element, mask), "k.mlir");
+  std::string ptx(kernel.binary.begin(), kernel.binary.end());
+  CHECK(ptx.find("wgmma.mma_async") != std::string::npos);
+  CHECK(ptx.find("cp.async.bulk.tensor") != std::string::npos);
+  CHECK(ptx.find("cp.reduce.async.bulk") != std::string::npos);
+  CHECK(ptx.find("setmaxnreg") != std::string::npos);
+  for (const char *entry : {".entry attn_bwd_kernel", ".entry attn_bwd_preprocess_kernel",
+                            ".entry attn_bwd_convert_kernel"})
+    CHECK(ptx.find(entry) != std::string::npos);
+  CHECK(kernel.launch.backward == 1);
+
+  attn::test::PtxasReport report = attn::test::assembleWithPtxas(kernel.binary);
+  INFO(report.text);
+  REQUIRE(report.status == 0);
+  CHECK(report.spillFree());
+}
+
+TEST_CASE("a spec without a backward template is refused with its location", "[codegen][backward]") {
+  const std::string headDim256 = spec(256, "bf16", "#attn.no_mask");
+  CHECK_THROWS_WITH(attn::compileBackwardSpec(headDim256, "k.mlir"),
+                    Catch::Contains("k.mlir:1:1: error: 'attn.kernel' op backward plan is illegal: "
+                                    "backward: head_dim 256 has no backward kernel yet"));
+  const std::string linear =
+      "attn.kernel @r problem = #attn.problem<q_heads = 4, kv_heads = 4, head_dim = 128, "
+      "element_type = bf16> mask = #attn.causal<top_left> normalizer = #attn.retention\n";
+  CHECK_THROWS_WITH(attn::compileBackwardSpec(linear, "r.mlir"),
+                    Catch::Contains("has no backward: only the softmax normalizer has one"));
+  attn::CompileOptions options;
+  options.tileOverride = "block_m=96";
+  CHECK_THROWS_WITH(attn::compileBackwardSpec(spec(128, "bf16", "#attn.no_mask"), "k.mlir",
+                                              options),
+                    Catch::Contains("WGMMA shape: backward block_m (96) must be 64 or 128"));
+}
+
 TEST_CASE("every linear-family kernel assembles for sm_90a without spills", "[codegen][linear]") {
   // Two consumer warpgroups per SM, as two blocks of one value slice or one
   // block of two, need at most 168 registers a thread. Both plans of head

@@ -7,7 +7,11 @@ the one attn-bench prints (B*S = 16384, H*D = 2048, bf16 forward), so both
 tables come from one run on the GPU machine.
 
 TFLOP/s = 4*B*H*S*S*D / time, halved for causal; the time is the median of
---repeats timed runs (CUDA events) after --warmup runs.
+--repeats timed runs (CUDA events) after --warmup runs. With --backward the
+table is the backward's: 2.5 times those FLOPs over the time of forward and
+backward from a random dO less the forward's (dQ, dK and dV), the way
+attn-bench --backward-grid counts (its grid: --head-dims 64,128
+--seqlens 1024,2048,4096,8192,16384).
 """
 import argparse
 import statistics
@@ -28,6 +32,8 @@ def parse_args():
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--peers", default="cudnn,flash,flex")
     parser.add_argument("--csv", help="also write the rows to this CSV file")
+    parser.add_argument("--backward", action="store_true",
+                        help="time the backward (dQ, dK, dV) instead of the forward")
     return parser.parse_args()
 
 
@@ -77,6 +83,22 @@ def make_flex(q, k, v, causal):
     return lambda: compiled(q, k, v, block_mask=block_mask)
 
 
+def backward_ms(make, q, k, v, warmup, repeats):
+    """The backward's time: forward and backward from a random dO, less the
+    forward alone (both medians)."""
+    q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
+    forward = make(q, k, v)
+    grad = torch.randn_like(q)
+
+    def step():
+        forward().backward(grad)
+
+    def forward_only():
+        with torch.no_grad():
+            forward()
+    return median_ms(step, warmup, repeats) - median_ms(forward_only, warmup, repeats)
+
+
 def main():
     args = parse_args()
     if not torch.cuda.is_available():
@@ -84,7 +106,8 @@ def main():
         return 0
     peers = args.peers.split(",")
     rows = []
-    print(f"# peers on {torch.cuda.get_device_name()} (torch {torch.__version__}), bf16 forward")
+    direction = "backward" if args.backward else "forward"
+    print(f"# peers on {torch.cuda.get_device_name()} (torch {torch.__version__}), bf16 {direction}")
     print("| head dim | seqlen | causal | " + " | ".join(peers) + " |")
     print("|---|---|---|" + "---|" * len(peers))
     for head_dim in map(int, args.head_dims.split(",")):
@@ -99,15 +122,21 @@ def main():
                 for peer in peers:
                     try:
                         if peer == "cudnn":
-                            fn = make_sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v, causal)
+                            make = lambda q, k, v: make_sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v,
+                                                             causal)
                         elif peer == "flash":
-                            fn = make_sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, causal)
+                            make = lambda q, k, v: make_sdpa(SDPBackend.FLASH_ATTENTION, q, k, v,
+                                                             causal)
                         elif peer == "flex":
-                            fn = make_flex(q, k, v, causal)
+                            make = lambda q, k, v: make_flex(q, k, v, causal)
                         else:
                             raise ValueError(f"unknown peer {peer}")
-                        ms = median_ms(fn, args.warmup, args.repeats)
-                        figures.append(flops / ms / 1e9)
+                        if args.backward:
+                            ms = backward_ms(make, q, k, v, args.warmup, args.repeats)
+                            figures.append(2.5 * flops / ms / 1e9)
+                        else:
+                            ms = median_ms(make(q, k, v), args.warmup, args.repeats)
+                            figures.append(flops / ms / 1e9)
                     except Exception as error:  # a peer that cannot run this shape
                         print(f"# {peer} d={head_dim} s={seqlen} causal={causal}: {error}",
                               file=sys.stderr)

@@ -508,6 +508,7 @@ std::string emitBackwardKernelSource(const BackwardKernelConfig &config) {
       << "constexpr unsigned kSmemDs = " << smem.ds << ";\n"
       << "constexpr unsigned kSmemDqStaging = " << smem.dqStaging << ";\n"
       << "constexpr int kDqStagingBuffers = " << smem.dqStagingBuffers << ";\n"
+      << "constexpr unsigned kSmemDqTurns = " << smem.dqTurns << ";\n"
       << "constexpr int kBarrierCount = " << smem.barrierCount << ";\n"
       << "constexpr unsigned kSmemBarriers = " << smem.barriers << ";\n"
       << "constexpr unsigned kSmemTotal = " << smem.total << ";\n"

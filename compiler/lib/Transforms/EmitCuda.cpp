@@ -344,7 +344,8 @@ buildBackwardKernelConfig(KernelOp op, const ::attn::TileConfig &tile) {
   const std::pair<const char *, int64_t *> buffers[] = {
       {"k", &smem.k},     {"v", &smem.v},   {"q", &smem.q},
       {"do", &smem.dO},   {"lse", &smem.lse}, {"delta", &smem.delta},
-      {"ds", &smem.ds},   {"dq_staging", &smem.dqStaging}, {"barriers", &smem.barriers}};
+      {"ds", &smem.ds},   {"dq_staging", &smem.dqStaging}, {"dq_turns", &smem.dqTurns},
+      {"barriers", &smem.barriers}};
   for (auto [name, offset] : buffers) {
     auto placed = llvm::find_if(layout.buffers, [&](const ::attn::SmemPlacement &buffer) {
       return buffer.name == name;

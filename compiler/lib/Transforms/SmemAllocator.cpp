@@ -130,6 +130,8 @@ std::vector<SmemRequest> backwardKernelSmemRequests(const TileProblem &problem,
   requests.push_back({"dq_staging",
                       int64_t(dqStagingBuffers) * config.blockM * problem.headDim * 4, 16, 0,
                       stagingSlots, kPhaseSetup, kPhaseEnd});
+  requests.push_back({"dq_turns", 4 * int64_t(dqStagingBuffers), 4, 0, dqStagingBuffers,
+                      kPhaseSetup, kPhaseEnd});
   requests.push_back({"barriers", 8 * barriers, 8, 0, barriers, kPhaseSetup, kPhaseEnd});
   return requests;
 }

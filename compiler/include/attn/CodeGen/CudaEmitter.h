@@ -126,8 +126,8 @@ std::string emitForwardKernelSource(const ForwardKernelConfig &config);
 // plan): the K and V tiles, rings of `stages` Q, dO, log-sum-exp and delta
 // slots, two dSᵀ tiles, dQ's fp32 staging and the mbarriers.
 struct BackwardSharedMemoryOffsets {
-  int64_t k = 0, v = 0, q = 0, dO = 0, lse = 0, delta = 0, ds = 0, dqStaging = 0, barriers = 0,
-          total = 0;
+  int64_t k = 0, v = 0, q = 0, dO = 0, lse = 0, delta = 0, ds = 0, dqStaging = 0, dqTurns = 0,
+          barriers = 0, total = 0;
   int64_t dqStagingBuffers = 1; // per consumer warpgroup
   int64_t barrierCount = 0;
 };

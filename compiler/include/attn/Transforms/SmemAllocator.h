@@ -91,7 +91,9 @@ std::vector<SmemRequest> linearKernelSmemRequests(const TileProblem &problem,
 /// `stages` slots of block_m x head_dim), "lse", "delta" (stages x block_m
 /// fp32), "ds" (two block_n x block_m tiles of dSᵀ), "dq_staging"
 /// (`dqStagingBuffers` x block_m x head_dim fp32, a piece per consumer
-/// warpgroup and buffer), "barriers" (backwardBarrierCount).
+/// warpgroup and buffer), "dq_turns" (an int32 per staging buffer: the
+/// deterministic mode's order of the piece's addition), "barriers"
+/// (backwardBarrierCount).
 std::vector<SmemRequest> backwardKernelSmemRequests(const TileProblem &problem,
                                                     const TileConfig &config,
                                                     int dqStagingBuffers);
