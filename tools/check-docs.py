@@ -74,7 +74,7 @@ extern void *qPtr, *kPtr, *vPtr, *oPtr, *slopesPtr, *docIdsPtr, *biasPtr;
 extern float *lsePtr, *lse;
 extern int64_t batch, seqQ, seqK;
 extern CUstream stream;
-extern attn::TensorView q, k, v, o;
+extern attn::TensorView q, k, v, o, dO, dq, dk, dv;
 extern attn::Spec spec;
 extern attn::Compiler compiler;
 extern attn::Kernel kernel;

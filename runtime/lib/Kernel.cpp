@@ -16,7 +16,8 @@ struct Kernel::Loaded {
   CUcontext context;
   Module module;
   KernelFunction function;
-  LinearFunctions linear; // linear-family kernels only
+  LinearFunctions linear;     // linear-family kernels only
+  BackwardFunctions backward; // backward modules only
   AutomaticWorkOrders workOrders;
 };
 
@@ -148,6 +149,8 @@ Kernel::Loaded &Kernel::loadedForCurrentContext() const {
   loaded->function.setMaxDynamicSharedMemory(kernel.launch.sharedMemoryBytes);
   if (kernel.launch.linearFamily)
     loaded->linear = loadLinearFunctions(module, kernel.launch);
+  if (kernel.launch.backward)
+    loaded->backward = loadBackwardFunctions(module, kernel.launch);
   loaded->module = std::move(module);
   state->loaded.push_back(std::move(loaded));
   return *state->loaded.back();
@@ -203,6 +206,17 @@ void Kernel::runLinear(const AttnLinearArgs &args, CUstream stream) const {
   if (args.q.batch() == 0 || args.q.seqlen() == 0)
     return;
   launchLinear(loadedForCurrentContext().linear, config, args, stream);
+}
+
+void Kernel::runBackward(const AttnBackwardArgs &args, CUstream stream) const {
+  const AttnLaunchConfig &config = launchConfig();
+  // Argument errors first: they need no driver, and name what to fix.
+  validateBackwardArgs(config, args);
+  launchBackward(loadedForCurrentContext().backward, config, args, stream);
+}
+
+uint64_t Kernel::backwardWorkspaceBytes(const AttnBackwardArgs &args) const {
+  return ::attn::backwardWorkspaceBytes(launchConfig(), args);
 }
 
 void Kernel::decode(const AttnDecodeArgs &args, CUstream stream) const {

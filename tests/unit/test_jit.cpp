@@ -472,6 +472,75 @@ TEST_CASE("JIT: variants with regions and captures compile like attnc's", "[jit]
 // Kernel before the device
 //===----------------------------------------------------------------------===//
 
+TEST_CASE("JIT: the backward of a spec is compiled and cached beside its forward",
+          "[jit][cache][backward]") {
+  TempDir dir;
+  Compiler first(optionsWithCache(dir.path));
+  Compiler::TrainingKernels kernels = first.compileForTraining(causalSpec());
+  CHECK(first.stats().compiles == 2);
+  CHECK(first.diskCache()->stats().entries == 2);
+  const AttnLaunchConfig &launch = kernels.backward.launchConfig();
+  CHECK(launch.backward == 1);
+  CHECK(launch.kernelName == ATTN_BWD_KERNEL_NAME);
+  CHECK(kernels.forward.launchConfig().backward == 0);
+  CHECK_THAT(kernels.backward.image().ptx, Contains(".entry attn_bwd_kernel") &&
+                                               Contains(".entry attn_bwd_preprocess_kernel") &&
+                                               Contains(".entry attn_bwd_convert_kernel"));
+  // What attnc --backward makes of the shipped example.
+  CompiledKernel reference =
+      compileBackwardSpec(exampleText("causal_hd128"), "causal_hd128.mlir");
+  CHECK(sameLaunch(launch, reference.launch));
+  CHECK(kernels.backward.image().ptx ==
+        std::string(reference.binary.begin(), reference.binary.end()));
+
+  SECTION("the same Compiler answers from memory, from the text too") {
+    Kernel again = first.compileBackward(exampleText("causal_hd128"), "causal_hd128.mlir");
+    CHECK(&again.image() == &kernels.backward.image());
+    CHECK(first.stats().compiles == 2);
+  }
+  SECTION("another Compiler answers from disk") {
+    Compiler second(optionsWithCache(dir.path));
+    Kernel fromDisk = second.compileBackward(causalSpec());
+    CHECK(second.stats().diskHits == 1);
+    CHECK(second.stats().compiles == 0);
+    CHECK(fromDisk.image().ptx == kernels.backward.image().ptx);
+    CHECK(sameLaunch(fromDisk.launchConfig(), launch));
+  }
+  SECTION("a spec without a backward is refused with the diagnostic") {
+    const Spec wide = SpecBuilder("wide").heads(4, 4).headDim(256).dtype(DType::BF16).causal();
+    CHECK_THROWS_WITH(first.compileBackward(wide),
+                      Contains("head_dim 256 has no backward kernel yet"));
+  }
+  SECTION("backward arguments are checked before the driver is needed") {
+    auto fake = [](uintptr_t address) { return reinterpret_cast<void *>(address); };
+    AttnBackwardArgs args;
+    args.q = contiguousBSHD(fake(0x10000000), DType::BF16, 1, 64, 16, 128);
+    args.k = contiguousBSHD(fake(0x20000000), DType::BF16, 1, 64, 4, 128);
+    args.v = args.k;
+    args.o = args.q;
+    args.dO = args.q;
+    args.dq = args.q;
+    args.dk = args.k;
+    args.dv = args.k;
+    args.lse = static_cast<const float *>(fake(0x50000000));
+    args.dO.dtype = DType::F16;
+    CHECK_THROWS_WITH(kernels.backward.runBackward(args),
+                      StartsWith("dO: dtype f16 does not match the kernel's bf16"));
+    args.dO.dtype = DType::BF16;
+    CHECK_THROWS_WITH(kernels.backward.runBackward(args),
+                      StartsWith("workspace: pointer is null; the backward needs"));
+    args.workspace = fake(0x60000000);
+    args.workspaceBytes = kernels.backward.backwardWorkspaceBytes(args);
+    // 64 padded rows of 16 heads: base-2 log-sum-exp, delta, dQ's
+    // accumulator (128 fp32 a row) and a counter per query block.
+    CHECK(args.workspaceBytes == 64 * 16 * 4 * 2 + 64 * 16 * 128 * 4 + 256);
+    args.dk = args.q;
+    CHECK_THROWS_WITH(kernels.backward.runBackward(args), StartsWith("dk: 16 heads"));
+    CHECK_THROWS_WITH(kernels.forward.runBackward(args),
+                      StartsWith("config: the kernel is a forward module"));
+  }
+}
+
 TEST_CASE("Kernel: argument errors come first and need no GPU", "[jit][kernel]") {
   TempDir dir;
   Compiler compiler(optionsWithCache(dir.path));

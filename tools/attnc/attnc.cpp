@@ -137,10 +137,10 @@ int compileBackward(mlir::ModuleOp module, const attn::CompileOptions &options) 
   if (!output)
     return 1;
   if (emitKind == EmitKind::Cuda) {
-    mlir::FailureOr<std::string> source = attn::emitBackwardSource(*kernel, options);
-    if (mlir::failed(source))
+    mlir::FailureOr<attn::PlannedBackward> planned = attn::planBackward(*kernel, options);
+    if (mlir::failed(planned))
       return 1;
-    output->os() << *source;
+    output->os() << planned->cudaSource;
   } else {
     mlir::FailureOr<attn::CompiledKernel> compiled = attn::compileBackwardKernel(
         *kernel, options, emitKind == EmitKind::Cubin ? attn::BinaryKind::Cubin

@@ -8,7 +8,8 @@
 namespace attn::harness {
 
 BackwardProblem::BackwardProblem(const AttnLaunchConfig &config, const ForwardProblem &forward,
-                                 uint64_t seed) {
+                                 uint64_t seed, const PackedSequences &packedSequences)
+    : packed(packedSequences) {
   std::mt19937_64 random(seed);
   const Shape &shape = forward.shape();
   dO = makeTensor(config.dtype, shape.batch, shape.seqlenQ, config.qHeads, config.headDim,
@@ -19,7 +20,7 @@ BackwardProblem::BackwardProblem(const AttnLaunchConfig &config, const ForwardPr
                   shape.headMajor, nullptr);
   dv = makeTensor(config.dtype, shape.batch, shape.seqlenK, config.kvHeads, config.headDim,
                   shape.headMajor, nullptr);
-  AttnBackwardArgs sizing = args(forward);
+  const AttnBackwardArgs sizing = args(forward);
   workspace = DeviceBuffer(std::max<uint64_t>(backwardWorkspaceBytes(config, sizing), 256));
 }
 
@@ -37,6 +38,7 @@ AttnBackwardArgs BackwardProblem::args(const ForwardProblem &forward, bool deter
   args.workspace = workspace.data();
   args.workspaceBytes = workspace.size();
   args.deterministic = deterministic;
+  args.packed = packed;
   return args;
 }
 
@@ -131,28 +133,36 @@ GradientError compareGradient(const std::vector<float> &reference, const HostDev
 }
 } // namespace
 
-GradientComparison compareGradients(const reference::Problem &problem,
-                                    const ReferenceGradients &reference,
-                                    const BackwardProblem &backward, DType dtype) {
-  // The rows no pair reaches: queries without a key, keys no query of the
-  // kv head's group sees.
+MaskedRows maskedRowsOf(const reference::Problem &problem) {
   const int64_t group = problem.qHeads / problem.kvHeads;
-  std::vector<char> maskedQueries(problem.batch * problem.seqlenQ * problem.qHeads, 1);
-  std::vector<char> maskedKeys(problem.batch * problem.seqlenK * problem.kvHeads, 1);
+  MaskedRows masked;
+  masked.queries.assign(problem.batch * problem.seqlenQ * problem.qHeads, 1);
+  masked.keys.assign(problem.batch * problem.seqlenK * problem.kvHeads, 1);
   for (int64_t b = 0; b < problem.batch; ++b)
     for (int64_t h = 0; h < problem.qHeads; ++h)
       for (int64_t q = 0; q < problem.seqlenQ; ++q)
         for (int64_t k = 0; k < problem.seqlenK; ++k)
           if (reference::maskAllows(problem.mask, q, k, problem.seqlenQ, problem.seqlenK) &&
               (!problem.maskMod || problem.maskMod(b, h, q, k))) {
-            maskedQueries[(b * problem.seqlenQ + q) * problem.qHeads + h] = 0;
-            maskedKeys[(b * problem.seqlenK + k) * problem.kvHeads + h / group] = 0;
+            masked.queries[(b * problem.seqlenQ + q) * problem.qHeads + h] = 0;
+            masked.keys[(b * problem.seqlenK + k) * problem.kvHeads + h / group] = 0;
           }
+  return masked;
+}
+
+GradientComparison compareGradients(const MaskedRows &masked, const ReferenceGradients &reference,
+                                    const BackwardProblem &backward, DType dtype) {
   GradientComparison comparison;
-  comparison.dq = compareGradient(reference.dq, backward.dq, maskedQueries, dtype, "dq");
-  comparison.dk = compareGradient(reference.dk, backward.dk, maskedKeys, dtype, "dk");
-  comparison.dv = compareGradient(reference.dv, backward.dv, maskedKeys, dtype, "dv");
+  comparison.dq = compareGradient(reference.dq, backward.dq, masked.queries, dtype, "dq");
+  comparison.dk = compareGradient(reference.dk, backward.dk, masked.keys, dtype, "dk");
+  comparison.dv = compareGradient(reference.dv, backward.dv, masked.keys, dtype, "dv");
   return comparison;
+}
+
+GradientComparison compareGradients(const reference::Problem &problem,
+                                    const ReferenceGradients &reference,
+                                    const BackwardProblem &backward, DType dtype) {
+  return compareGradients(maskedRowsOf(problem), reference, backward, dtype);
 }
 
 double backwardFlops(const AttnLaunchConfig &config, const Shape &shape, bool causal) {

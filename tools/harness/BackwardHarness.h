@@ -14,10 +14,11 @@ namespace attn::harness {
 
 /// dO (random), dq, dk and dv of one backward call over `forward`'s q, k,
 /// v, o and lse, in the same layout, and the workspace `config` (a
-/// backward config) needs.
+/// backward config) needs; with `packed`, for those packed sequences.
 class BackwardProblem {
 public:
-  BackwardProblem(const AttnLaunchConfig &config, const ForwardProblem &forward, uint64_t seed);
+  BackwardProblem(const AttnLaunchConfig &config, const ForwardProblem &forward, uint64_t seed,
+                  const PackedSequences &packed = {});
 
   /// The call's arguments: `forward`'s tensors (its o and lse as the
   /// forward kernel wrote them) and this problem's.
@@ -28,6 +29,7 @@ public:
 
   HostDeviceTensor dO, dq, dk, dv;
   DeviceBuffer workspace;
+  PackedSequences packed;
 };
 
 /// The reference's dq [B, Sq, Hq, D], dk and dv [B, Sk, Hkv, D], contiguous.
@@ -55,9 +57,20 @@ struct GradientComparison {
   bool passed() const { return dq.passed() && dk.passed() && dv.passed(); }
 };
 
+/// The rows no pair reaches under `problem`'s masks, flagged in BSHD row
+/// order: queries without a key, keys no query of their kv head's group
+/// sees. Their gradients must be exactly zero.
+struct MaskedRows {
+  std::vector<char> queries, keys;
+};
+MaskedRows maskedRowsOf(const reference::Problem &problem);
+
 /// Compares the device gradients with `reference` under the element type's
-/// gradient tolerance (see the derivation in the .cpp); `problem`'s masks
-/// say which rows must be exactly zero.
+/// gradient tolerance (see the derivation in the .cpp); `masked` says which
+/// rows must be exactly zero.
+GradientComparison compareGradients(const MaskedRows &masked, const ReferenceGradients &reference,
+                                    const BackwardProblem &backward, DType dtype);
+/// The same with the masked rows of `problem`.
 GradientComparison compareGradients(const reference::Problem &problem,
                                     const ReferenceGradients &reference,
                                     const BackwardProblem &backward, DType dtype);

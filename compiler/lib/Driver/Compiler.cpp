@@ -164,45 +164,20 @@ mlir::FailureOr<TileConfig> backwardTileConfigFor(mlir::attn::KernelOp op,
   return tile;
 }
 
-namespace {
-/// The emitter's configuration of a kernel's backward under `options`.
-mlir::FailureOr<codegen::BackwardKernelConfig> backwardConfigFor(mlir::attn::KernelOp op,
-                                                                 const CompileOptions &options) {
+mlir::FailureOr<PlannedBackward> planBackward(mlir::attn::KernelOp op,
+                                              const CompileOptions &options) {
   mlir::FailureOr<TileConfig> tile = backwardTileConfigFor(op, options);
   if (mlir::failed(tile))
     return mlir::failure();
-  return mlir::attn::buildBackwardKernelConfig(op, *tile);
-}
-} // namespace
-
-mlir::FailureOr<std::string> emitBackwardSource(mlir::attn::KernelOp op,
-                                                const CompileOptions &options) {
-  mlir::FailureOr<codegen::BackwardKernelConfig> config = backwardConfigFor(op, options);
+  mlir::FailureOr<codegen::BackwardKernelConfig> config =
+      mlir::attn::buildBackwardKernelConfig(op, *tile);
   if (mlir::failed(config))
     return mlir::failure();
-  return codegen::emitBackwardKernelSource(*config);
-}
-
-mlir::FailureOr<CompiledKernel> compileBackwardKernel(mlir::attn::KernelOp op,
-                                                      const CompileOptions &options,
-                                                      BinaryKind kind) {
-  mlir::FailureOr<codegen::BackwardKernelConfig> config = backwardConfigFor(op, options);
-  if (mlir::failed(config))
-    return mlir::failure();
-  const TileConfig *tile = &config->tile;
-  CompiledKernel kernel;
-  kernel.name = op.getSymName().str();
-  kernel.cudaSource = codegen::emitBackwardKernelSource(*config);
-  backend::NvrtcResult result =
-      backend::compileCuda(kernel.cudaSource, kernel.name + "_bwd.cu", options.arch,
-                           kind == BinaryKind::Ptx ? backend::NvrtcOutput::Ptx
-                                                   : backend::NvrtcOutput::Cubin);
-  if (!result.succeeded)
-    return op.emitOpError("NVRTC failed to compile the emitted backward kernel:\n") << result.log;
-  kernel.binary = std::move(result.binary);
-  kernel.kind = kind;
+  PlannedBackward planned;
+  planned.tile = *tile;
+  planned.cudaSource = codegen::emitBackwardKernelSource(*config);
   mlir::attn::ProblemAttr problem = op.getProblem();
-  AttnLaunchConfig &launch = kernel.launch;
+  AttnLaunchConfig &launch = planned.launch;
   launch.headDim = problem.getHeadDim();
   launch.qHeads = problem.getQHeads();
   launch.kvHeads = problem.getKvHeads();
@@ -214,6 +189,27 @@ mlir::FailureOr<CompiledKernel> compileBackwardKernel(mlir::attn::KernelOp op,
   launch.sharedMemoryBytes = static_cast<int>(config->smem.total + kSmemBaseAlignSlack);
   launch.kernelName = ATTN_BWD_KERNEL_NAME;
   launch.backward = 1;
+  return planned;
+}
+
+mlir::FailureOr<CompiledKernel> compileBackwardKernel(mlir::attn::KernelOp op,
+                                                      const CompileOptions &options,
+                                                      BinaryKind kind) {
+  mlir::FailureOr<PlannedBackward> planned = planBackward(op, options);
+  if (mlir::failed(planned))
+    return mlir::failure();
+  CompiledKernel kernel;
+  kernel.name = op.getSymName().str();
+  kernel.cudaSource = std::move(planned->cudaSource);
+  backend::NvrtcResult result =
+      backend::compileCuda(kernel.cudaSource, kernel.name + ".cu", options.arch,
+                           kind == BinaryKind::Ptx ? backend::NvrtcOutput::Ptx
+                                                   : backend::NvrtcOutput::Cubin);
+  if (!result.succeeded)
+    return op.emitOpError("NVRTC failed to compile the emitted backward kernel:\n") << result.log;
+  kernel.binary = std::move(result.binary);
+  kernel.kind = kind;
+  kernel.launch = planned->launch;
   return kernel;
 }
 

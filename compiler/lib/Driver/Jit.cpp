@@ -137,6 +137,29 @@ struct Compiler::Impl {
     return planned;
   }
 
+  /// The backward's plan and emitted unit of the module's kernel. The
+  /// caller holds irMutex.
+  PlannedKernel planBackwardKernel(mlir::ModuleOp module, mlir::attn::KernelOp op,
+                             detail::DiagnosticCapture &diagnostics, const std::string &what) {
+    CompileOptions backwardOptions;
+    backwardOptions.arch = options.arch;
+    backwardOptions.tileOverride = options.tileOverride;
+    if (mlir::failed(mlir::verify(module)))
+      diagnostics.fail(what);
+    mlir::FailureOr<PlannedBackward> backward = ::attn::planBackward(op, backwardOptions);
+    if (mlir::failed(backward))
+      diagnostics.fail(what);
+    PlannedKernel planned;
+    planned.name = op.getSymName().str();
+    llvm::raw_string_ostream irStream(planned.plannedIr);
+    op->print(irStream, mlir::OpPrintingFlags().useLocalScope());
+    irStream << "\nbackward " << formatTileOverride(backward->tile);
+    irStream.flush();
+    planned.launch = backward->launch;
+    planned.cudaSource = std::move(backward->cudaSource);
+    return planned;
+  }
+
   std::string contentKey(const PlannedKernel &planned) const {
     Sha256 hash;
     hash.updateField("attnc-kernel-key 1");
@@ -242,6 +265,31 @@ struct Compiler::Impl {
     });
   }
 
+  Kernel compileSpecBackward(const Spec &spec) {
+    spec.validate();
+    return compileRequest(requestPrefix('B', "") + spec.fingerprint(), [&] {
+      std::lock_guard<std::mutex> lock(irMutex);
+      detail::DiagnosticCapture diagnostics(context);
+      std::string what = "spec @" + spec.name + " has no backward";
+      mlir::attn::KernelOp op;
+      mlir::OwningOpRef<mlir::ModuleOp> module = buildSpecModule(context, spec, diagnostics, what, op);
+      return planBackwardKernel(*module, op, diagnostics, what);
+    });
+  }
+
+  Kernel compileTextBackward(std::string_view specText, std::string_view bufferName) {
+    std::string text(specText);
+    return compileRequest(requestPrefix('b', "") + text, [&] {
+      std::lock_guard<std::mutex> lock(irMutex);
+      detail::DiagnosticCapture diagnostics(context);
+      std::string name(bufferName);
+      mlir::OwningOpRef<mlir::ModuleOp> module =
+          detail::parseSpecModule(context, diagnostics, text, name);
+      mlir::attn::KernelOp op = detail::singleKernel(*module);
+      return planBackwardKernel(*module, op, diagnostics, "compiling the backward of " + name + " failed");
+    });
+  }
+
   Kernel compileText(std::string_view specText, std::string_view bufferName,
                      const std::string &tuningShape) {
     std::string text(specText);
@@ -283,6 +331,21 @@ Kernel Compiler::compile(const Spec &spec, const TuningShape &shape) {
 Kernel Compiler::compile(std::string_view specText, std::string_view bufferName,
                          const TuningShape &shape) {
   return impl->compileText(specText, bufferName, tuningShapeText(shape));
+}
+
+Kernel Compiler::compileBackward(const Spec &spec) { return impl->compileSpecBackward(spec); }
+
+Kernel Compiler::compileBackward(std::string_view specText, std::string_view bufferName) {
+  return impl->compileTextBackward(specText, bufferName);
+}
+
+Compiler::TrainingKernels Compiler::compileForTraining(const Spec &spec) {
+  return {compile(spec), compileBackward(spec)};
+}
+
+Compiler::TrainingKernels Compiler::compileForTraining(std::string_view specText,
+                                                       std::string_view bufferName) {
+  return {compile(specText, bufferName), compileBackward(specText, bufferName)};
 }
 
 std::string Compiler::printSpec(const Spec &spec) { return printSpecText(spec); }

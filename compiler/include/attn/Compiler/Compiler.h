@@ -78,17 +78,22 @@ AttnLaunchConfig launchConfigFor(mlir::attn::KernelOp op);
 mlir::FailureOr<TileConfig> backwardTileConfigFor(mlir::attn::KernelOp op,
                                                   const CompileOptions &options);
 
-/// Plans, emits and compiles the backward module of a kernel (the
-/// preprocess, main and conversion kernels of templates/attn_bwd_sm90.cuh)
-/// with NVRTC. The op needs no forward plan. Errors become diagnostics on
-/// the op.
+/// A kernel's backward, planned and emitted: the CUDA unit of its three
+/// kernels (templates/attn_bwd_sm90.cuh), the launch metadata and the plan.
+struct PlannedBackward {
+  std::string cudaSource;
+  AttnLaunchConfig launch;
+  TileConfig tile;
+};
+/// Plans (backwardTileConfigFor) and emits the backward of a kernel; the op
+/// needs no forward plan. Errors become diagnostics on the op.
+mlir::FailureOr<PlannedBackward> planBackward(mlir::attn::KernelOp op,
+                                              const CompileOptions &options);
+
+/// planBackward, then NVRTC.
 mlir::FailureOr<CompiledKernel> compileBackwardKernel(mlir::attn::KernelOp op,
                                                       const CompileOptions &options,
                                                       BinaryKind kind);
-
-/// The backward's CUDA source for a kernel, without NVRTC.
-mlir::FailureOr<std::string> emitBackwardSource(mlir::attn::KernelOp op,
-                                                const CompileOptions &options);
 
 /// Host convenience: compileSpec for the backward of the spec's kernel.
 CompiledKernel compileBackwardSpec(const std::string &specText, const std::string &bufferName,

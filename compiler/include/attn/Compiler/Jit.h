@@ -79,6 +79,24 @@ public:
   Kernel compile(std::string_view specText, std::string_view bufferName,
                  const TuningShape &shape);
 
+  /// The backward module of a spec (Kernel::runBackward launches it), from
+  /// the same caches as compile(): memory, disk, then NVRTC. Its plan is
+  /// the backward's heuristic (backwardTileConfig) under
+  /// JitOptions::tileOverride. Throws attn::Error for a spec without a
+  /// backward (a normalizer other than softmax, a mask_mod or score_mod,
+  /// head dim 256) with the diagnostic.
+  Kernel compileBackward(const Spec &spec);
+  Kernel compileBackward(std::string_view specText, std::string_view bufferName = "spec");
+
+  /// A training step's two kernels of one spec: the forward (compile()) and
+  /// its backward (compileBackward()), each cached on its own.
+  struct TrainingKernels {
+    Kernel forward, backward;
+  };
+  TrainingKernels compileForTraining(const Spec &spec);
+  TrainingKernels compileForTraining(std::string_view specText,
+                                     std::string_view bufferName = "spec");
+
   /// The `attn.kernel` op a Spec builds, printed as MLIR (what attnc would
   /// read). Throws attn::Error like compile().
   std::string printSpec(const Spec &spec);

@@ -82,6 +82,15 @@ public:
   /// The one-token recurrent step of the same spec (AttnDecodeArgs).
   void decode(const AttnDecodeArgs &args, CUstream stream = nullptr) const;
 
+  /// The backward (launchConfig().backward: a module compiled with
+  /// Compiler::compileBackward or `attnc --backward`): dq, dk and dv from
+  /// the forward's inputs, its o and lse, and dO (AttnBackwardArgs), with a
+  /// workspace of backwardWorkspaceBytes(args). Throws attn::Error naming
+  /// the argument; nothing is launched after a failed check.
+  void runBackward(const AttnBackwardArgs &args, CUstream stream = nullptr) const;
+  /// The workspace a runBackward call with these shapes needs.
+  uint64_t backwardWorkspaceBytes(const AttnBackwardArgs &args) const;
+
   /// The masks' tile coverage for these arguments' shapes and captures
   /// (attn::buildTileCoverage with this kernel's module): pass it as
   /// args.tileCoverage to later runs with the same shapes and captures.
