@@ -15,7 +15,6 @@ namespace attn {
 using namespace detail;
 
 namespace {
-constexpr unsigned kBoxCols = 64; // 128-byte rows of a 16-bit type
 constexpr uint64_t kWorkspaceAlign = 256;
 
 uint64_t alignUp(uint64_t value, uint64_t align) { return (value + align - 1) / align * align; }
@@ -162,10 +161,10 @@ attn_abi::AttnBwdParams makeBackwardParams(const AttnLaunchConfig &config,
                                            const AttnBackwardArgs &args) {
   validateBackwardArgs(config, args);
   attn_abi::AttnBwdParams params{};
-  params.q_map = encodeBSHDTensorMap(args.q, config.blockM, kBoxCols, "q");
-  params.k_map = encodeBSHDTensorMap(args.k, config.blockN, kBoxCols, "k");
-  params.v_map = encodeBSHDTensorMap(args.v, config.blockN, kBoxCols, "v");
-  params.do_map = encodeBSHDTensorMap(args.dO, config.blockM, kBoxCols, "dO");
+  params.q_map = encodeBSHDTensorMap(args.q, config.blockM, kTmaBoxCols, "q");
+  params.k_map = encodeBSHDTensorMap(args.k, config.blockN, kTmaBoxCols, "k");
+  params.v_map = encodeBSHDTensorMap(args.v, config.blockN, kTmaBoxCols, "v");
+  params.do_map = encodeBSHDTensorMap(args.dO, config.blockM, kTmaBoxCols, "dO");
   params.o = args.o.data;
   params.d_o = args.dO.data;
   params.dq = args.dq.data;

@@ -6,6 +6,8 @@
 #include <mutex>
 #include <unordered_map>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 namespace attn::detail {
 
@@ -125,6 +127,54 @@ int multiprocessorsOf(int device) {
   int count = queryDevice(device).multiprocessorCount;
   counts.emplace(device, count);
   return count;
+}
+
+LogicalShape logicalShape(const AttnForwardArgs &args) {
+  if (args.packed.active())
+    return {args.packed.batch, args.packed.maxSeqlenQ, args.packed.maxSeqlenK};
+  return {args.q.batch(), args.q.seqlen(), args.k.seqlen()};
+}
+
+void requireWorkspace(const void *workspace, uint64_t bytes, uint64_t needed,
+                      const std::string &use, const char *sizeFunction) {
+  if (bytes < needed)
+    fail("workspace", std::to_string(bytes) + " bytes are too few for " + use + ": " +
+                          std::to_string(needed) + " needed (" + sizeFunction + ")");
+  if (reinterpret_cast<uintptr_t>(workspace) % alignof(float) != 0)
+    fail("workspace", "pointer must be 4-byte aligned");
+  requireDeviceMemory(workspace, needed, "workspace", currentDevice());
+}
+
+namespace {
+/// The linear family's fp32 side buffers with their sizes in bytes.
+struct LinearBuffer {
+  const void *pointer;
+  uint64_t bytes;
+  const char *name;
+};
+
+std::vector<LinearBuffer> linearBuffers(const AttnLaunchConfig &config, const AttnLinearArgs &args) {
+  uint64_t heads = uint64_t(args.q.batch()) * uint64_t(config.qHeads);
+  uint64_t state = heads * uint64_t(config.headDim) * uint64_t(config.headDim) * sizeof(float);
+  uint64_t keySum = heads * uint64_t(config.headDim) * sizeof(float);
+  uint64_t decay = heads * uint64_t(args.q.seqlen()) * sizeof(float);
+  return {{args.initialState, state, "initialState"},
+          {args.finalState, state, "finalState"},
+          {args.initialKeySum, keySum, "initialKeySum"},
+          {args.finalKeySum, keySum, "finalKeySum"},
+          {args.logDecay, decay, "logDecay"}};
+}
+} // namespace
+
+void validateLinearDevicePointers(const AttnLaunchConfig &config, const AttnLinearArgs &args) {
+  int device = currentDevice();
+  for (auto [view, name] : {std::make_pair(&args.q, "q"), std::make_pair(&args.k, "k"),
+                            std::make_pair(&args.v, "v"), std::make_pair(&args.o, "o")})
+    if (view->numElements() != 0)
+      requireDeviceMemory(view->data, viewExtentBytes(*view), name, device);
+  for (const LinearBuffer &buffer : linearBuffers(config, args))
+    if (buffer.pointer && buffer.bytes != 0)
+      requireDeviceMemory(buffer.pointer, buffer.bytes, buffer.name, device);
 }
 
 } // namespace attn::detail

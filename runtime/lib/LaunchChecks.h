@@ -4,6 +4,8 @@
 // linear): views against the compiled plan, device memory, integer ranges;
 // and the device's multiprocessor count, which grids are sized by.
 // Each throws attn::Error whose message starts with the argument's name.
+// Also what the launch files share besides checks: the TMA box width, a
+// forward call's logical shape and its parameter block.
 // Internal to the runtime library.
 //
 //===----------------------------------------------------------------------===//
@@ -53,6 +55,32 @@ int multiprocessorsOf(int device);
 /// holding the longest lengths.
 void validatePackedSequences(const PackedSequences &packed, const TensorView &q,
                              const TensorView &k);
+
+/// Checks a workspace of `bytes` that `needed` bytes of it serve `use`
+/// (sized by `sizeFunction`): enough bytes, 4-byte alignment, device memory.
+void requireWorkspace(const void *workspace, uint64_t bytes, uint64_t needed,
+                      const std::string &use, const char *sizeFunction);
+
+/// Checks with the driver the device memory of a linear-family call: its
+/// views and the fp32 side buffers it passes.
+void validateLinearDevicePointers(const AttnLaunchConfig &config, const AttnLinearArgs &args);
+
+/// Columns of a TMA box of Q, K, V or O: 128-byte rows of a 16-bit type.
+constexpr unsigned kTmaBoxCols = 64;
+
+/// The batch and sequence lengths a call has for its grid, its captures and
+/// its tile coverage: the tensors' own, or for packed sequences their count
+/// and the longest lengths.
+struct LogicalShape {
+  int64_t batch, seqlenQ, seqlenK;
+};
+
+LogicalShape logicalShape(const AttnForwardArgs &args);
+
+/// The parameter block of arguments validateForwardArgs has accepted
+/// (defined in ForwardLaunch.cpp; the prepasses encode through it too).
+attn_abi::AttnFwdParams encodeForwardParams(const AttnLaunchConfig &config,
+                                            const AttnForwardArgs &args);
 
 } // namespace attn::detail
 

@@ -1,0 +1,589 @@
+//===- ForwardLaunch.cpp - Forward attention kernel launch ----------------===//
+
+#include "attn/runtime/AttentionLaunch.h"
+
+#include "LaunchChecks.h"
+
+#include "attn/runtime/TensorMap.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace attn {
+
+using namespace detail;
+
+namespace {
+constexpr unsigned kOutputBoxRows = 64; // one consumer warpgroup's WGMMA slice
+
+const char *symbolicDimSpelling(CaptureDim::Kind kind) {
+  switch (kind) {
+  case CaptureDim::Kind::Fixed:
+    return "fixed";
+  case CaptureDim::Kind::Any:
+    return "?";
+  case CaptureDim::Kind::Batch:
+    return "batch";
+  case CaptureDim::Kind::QHeads:
+    return "q_heads";
+  case CaptureDim::Kind::KvHeads:
+    return "kv_heads";
+  case CaptureDim::Kind::SeqlenQ:
+    return "seqlen_q";
+  case CaptureDim::Kind::SeqlenK:
+    return "seqlen_k";
+  }
+  return "<invalid capture dim>";
+}
+
+/// False for a value cast into the enum from outside its enumerators.
+bool isKnownKind(CaptureDim::Kind kind) {
+  switch (kind) {
+  case CaptureDim::Kind::Fixed:
+  case CaptureDim::Kind::Any:
+  case CaptureDim::Kind::Batch:
+  case CaptureDim::Kind::QHeads:
+  case CaptureDim::Kind::KvHeads:
+  case CaptureDim::Kind::SeqlenQ:
+  case CaptureDim::Kind::SeqlenK:
+    return true;
+  }
+  return false;
+}
+
+std::string captureLabel(const std::string &name) {
+  return "capture '" + name + "'";
+}
+
+template <typename Range, typename Format>
+std::string bracketed(const Range &items, Format format) {
+  std::string text = "[";
+  for (const auto &item : items) {
+    if (text.size() > 1)
+      text += ", ";
+    text += format(item);
+  }
+  return text + "]";
+}
+
+std::string declaredShapeString(const CaptureDecl &decl) {
+  return bracketed(decl.dims, captureDimSpelling);
+}
+
+std::string captureShapeString(const CaptureView &view) {
+  return bracketed(view.shape, [](int64_t size) { return std::to_string(size); });
+}
+
+/// Bytes of a capture's contiguous elements. A shape that needs more than
+/// int64 bytes is refused rather than wrapped, so the device-memory check
+/// cannot be fooled by an overflowed size.
+int64_t captureBytes(const CaptureView &view, const std::string &label) {
+  for (int64_t size : view.shape)
+    if (size == 0)
+      return 0;
+  int64_t bytes = static_cast<int64_t>(dtypeSize(view.dtype));
+  for (int64_t size : view.shape)
+    if (size < 0 || __builtin_mul_overflow(bytes, size, &bytes))
+      fail(label, "shape " + captureShapeString(view) +
+                      " does not fit in 2^63 bytes");
+  return bytes;
+}
+
+void validateCaptureDecls(const std::vector<CaptureDecl> &captures) {
+  if (captures.size() > size_t(attn_abi::kMaxCaptures))
+    fail("config", std::to_string(captures.size()) +
+                       " captured buffers exceed the kernel ABI's limit of " +
+                       std::to_string(attn_abi::kMaxCaptures));
+  for (size_t index = 0; index < captures.size(); ++index) {
+    const CaptureDecl &decl = captures[index];
+    if (!isCaptureName(decl.name))
+      fail("config", "capture " + std::to_string(index) + ": name '" +
+                         decl.name + "' is not an identifier");
+    // Messages name captures, so a repeated name would be ambiguous.
+    std::string label = captureLabel(decl.name) + ": ";
+    for (size_t earlier = 0; earlier < index; ++earlier)
+      if (captures[earlier].name == decl.name)
+        fail("config", label + "declared twice (captures " +
+                           std::to_string(earlier) + " and " +
+                           std::to_string(index) + ")");
+    if (decl.dtype != DType::F32 && decl.dtype != DType::I32)
+      fail("config", label + "dtype must be f32 or i32, got " +
+                         dtypeName(decl.dtype));
+    if (decl.dims.empty() || decl.dims.size() > size_t(attn_abi::kMaxCaptureRank))
+      fail("config", label + "rank must be 1 to " +
+                         std::to_string(attn_abi::kMaxCaptureRank) + ", got " +
+                         std::to_string(decl.dims.size()));
+    for (size_t dim = 0; dim < decl.dims.size(); ++dim) {
+      const CaptureDim &declared = decl.dims[dim];
+      if (!isKnownKind(declared.kind))
+        fail("config", label + "dim " + std::to_string(dim) +
+                           " has an invalid kind " +
+                           std::to_string(static_cast<int>(declared.kind)));
+      if (declared.kind == CaptureDim::Kind::Fixed && declared.size <= 0)
+        fail("config", label + "dim " + std::to_string(dim) +
+                           " has fixed size " + std::to_string(declared.size) +
+                           "; fixed sizes must be positive");
+    }
+  }
+}
+
+/// Elements of lse: [B, Hq, Sq], or [Hq, total_q] for packed sequences.
+uint64_t lseElementCount(const AttnLaunchConfig &config, const AttnForwardArgs &args) {
+  uint64_t rows = uint64_t(args.q.seqlen()) * uint64_t(config.qHeads);
+  return args.packed.active() ? rows : rows * uint64_t(args.q.batch());
+}
+
+/// The extent a declared dim requires of this launch.
+int64_t requiredExtent(const CaptureDim &dim, const AttnLaunchConfig &config,
+                       const AttnForwardArgs &args) {
+  LogicalShape shape = logicalShape(args);
+  return requiredCaptureExtent(dim, shape.batch, config.qHeads, config.kvHeads, shape.seqlenQ,
+                               shape.seqlenK);
+}
+
+void validateCapture(const CaptureDecl &decl, const CaptureView &view,
+                     const AttnLaunchConfig &config,
+                     const AttnForwardArgs &args) {
+  std::string label = captureLabel(decl.name);
+  if (view.dtype != decl.dtype)
+    fail(label, std::string("dtype ") + dtypeName(view.dtype) +
+                    " does not match the declared " + dtypeName(decl.dtype));
+  if (view.shape.size() != decl.dims.size())
+    fail(label, "shape " + captureShapeString(view) + " has rank " +
+                    std::to_string(view.shape.size()) +
+                    ", but the kernel declares rank " +
+                    std::to_string(decl.dims.size()) + ": " +
+                    declaredShapeString(decl));
+  for (size_t dim = 0; dim < decl.dims.size(); ++dim) {
+    const CaptureDim &declared = decl.dims[dim];
+    int64_t actual = view.shape[dim];
+    if (declared.kind == CaptureDim::Kind::Any) {
+      if (actual < 0)
+        fail(label, "dim " + std::to_string(dim) +
+                        " must be non-negative, got " + std::to_string(actual));
+      continue;
+    }
+    int64_t expected = requiredExtent(declared, config, args);
+    if (actual != expected)
+      fail(label, "dim " + std::to_string(dim) + " is " +
+                      std::to_string(actual) + ", expected " +
+                      std::to_string(expected) +
+                      (declared.kind == CaptureDim::Kind::Fixed
+                           ? std::string()
+                           : std::string(" (") + symbolicDimSpelling(declared.kind) +
+                                 ")"));
+  }
+  if (captureBytes(view, label) != 0 && !view.data)
+    fail(label, "data pointer is null");
+  // The kernel loads whole 4-byte elements.
+  if (reinterpret_cast<uintptr_t>(view.data) % dtypeSize(decl.dtype) != 0)
+    fail(label, "data pointer must be " +
+                    std::to_string(dtypeSize(decl.dtype)) + "-byte aligned");
+}
+
+void validateCaptures(const AttnLaunchConfig &config,
+                      const AttnForwardArgs &args) {
+  const std::vector<CaptureDecl> &decls = config.captures;
+  if (args.captures.size() != decls.size()) {
+    std::string declared = "no captured buffers";
+    if (!decls.empty()) {
+      std::string names;
+      for (const CaptureDecl &decl : decls)
+        names += (names.empty() ? "" : ", ") + decl.name;
+      declared = std::to_string(decls.size()) +
+                 (decls.size() == 1 ? " captured buffer (" : " captured buffers (") +
+                 names + ")";
+    }
+    fail("captures", "the kernel declares " + declared + ", got " +
+                         std::to_string(args.captures.size()));
+  }
+  for (size_t index = 0; index < decls.size(); ++index)
+    validateCapture(decls[index], args.captures[index], config, args);
+}
+} // namespace
+
+int64_t requiredCaptureExtent(const CaptureDim &dim, int64_t batch, int64_t qHeads,
+                              int64_t kvHeads, int64_t seqlenQ, int64_t seqlenK) {
+  switch (dim.kind) {
+  case CaptureDim::Kind::Fixed:
+    return dim.size;
+  case CaptureDim::Kind::Batch:
+    return batch;
+  case CaptureDim::Kind::QHeads:
+    return qHeads;
+  case CaptureDim::Kind::KvHeads:
+    return kvHeads;
+  case CaptureDim::Kind::SeqlenQ:
+    return seqlenQ;
+  case CaptureDim::Kind::SeqlenK:
+    return seqlenK;
+  case CaptureDim::Kind::Any:
+    break;
+  }
+  return -1; // Any has no required extent; validated configs have no others.
+}
+
+std::string captureDimSpelling(const CaptureDim &dim) {
+  if (dim.kind == CaptureDim::Kind::Fixed)
+    return std::to_string(dim.size);
+  return symbolicDimSpelling(dim.kind);
+}
+
+bool isCaptureName(std::string_view name) {
+  auto isLetter = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+  };
+  if (name.empty() || !isLetter(name.front()))
+    return false;
+  for (char c : name)
+    if (!isLetter(c) && !(c >= '0' && c <= '9'))
+      return false;
+  return true;
+}
+
+void validateLaunchConfig(const AttnLaunchConfig &config) {
+  auto requirePositive = [](int value, const char *field) {
+    if (value <= 0)
+      fail("config", std::string(field) + " must be positive, got " +
+                         std::to_string(value));
+  };
+  requirePositive(config.headDim, "headDim");
+  requirePositive(config.qHeads, "qHeads");
+  requirePositive(config.kvHeads, "kvHeads");
+  requirePositive(config.blockM, "blockM");
+  requirePositive(config.blockN, "blockN");
+  requirePositive(config.threadsPerBlock, "threadsPerBlock");
+  if (config.sharedMemoryBytes < 0)
+    fail("config", "sharedMemoryBytes must be non-negative");
+  if (config.persistentBlocksPerSm < 0)
+    fail("config", "persistentBlocksPerSm must be non-negative");
+  if (config.qHeads % config.kvHeads != 0)
+    fail("config", "qHeads (" + std::to_string(config.qHeads) +
+                       ") must be a multiple of kvHeads (" +
+                       std::to_string(config.kvHeads) + ")");
+  if (config.dtype != DType::BF16 && config.dtype != DType::F16)
+    fail("config", std::string("dtype must be bf16 or f16, got ") +
+                       dtypeName(config.dtype));
+  if (!std::isfinite(config.scale))
+    fail("config", "scale must be finite");
+  validateCaptureDecls(config.captures);
+}
+
+void validateForwardArgs(const AttnLaunchConfig &config,
+                         const AttnForwardArgs &args) {
+  validateLaunchConfig(config);
+  if (config.linearFamily)
+    fail("config", "the kernel is linear attention or retention: launch it with "
+                   "AttnLinearArgs (Kernel::runLinear)");
+  validateAgainstConfig(args.q, "q", config, config.qHeads, "query");
+  validateAgainstConfig(args.k, "k", config, config.kvHeads, "kv");
+  validateAgainstConfig(args.v, "v", config, config.kvHeads, "kv");
+  validateAgainstConfig(args.o, "o", config, config.qHeads, "query");
+
+  for (int dim = 0; dim < 2; ++dim) {
+    if (args.o.shape[dim] != args.q.shape[dim])
+      fail("o", "shape " + shapeString(args.o) + " does not match q's " +
+                    shapeString(args.q));
+    if (args.v.shape[dim] != args.k.shape[dim])
+      fail("v", "shape " + shapeString(args.v) + " does not match k's " +
+                    shapeString(args.k));
+  }
+  if (args.k.batch() != args.q.batch())
+    fail("k", "batch " + std::to_string(args.k.batch()) +
+                  " does not match q's batch " +
+                  std::to_string(args.q.batch()));
+
+  requireIntRange(args.q.batch(), "q", "batch");
+  requireForwardSeqlen(args.q.seqlen(), "q");
+  requireForwardSeqlen(args.k.seqlen(), "k");
+
+  // Layout: Q, K, V and O all go through TMA, so one set of rules covers
+  // all four.
+  validateTmaOperands(args.q, args.k, args.v, args.o);
+
+  if (args.packed.active())
+    validatePackedSequences(args.packed, args.q, args.k);
+  const LogicalShape shape = logicalShape(args);
+  forwardWorkTiles(config, static_cast<int>(shape.batch), static_cast<int>(shape.seqlenQ));
+
+  if (!args.lse && lseElementCount(config, args) != 0)
+    fail("lse", "pointer is null");
+  if (reinterpret_cast<uintptr_t>(args.lse) % alignof(float) != 0)
+    fail("lse", "pointer must be 4-byte aligned");
+
+  validateCaptures(config, args);
+  if (args.tileKeyBits && !args.tileCoverage)
+    fail("tileKeyBits", "stores the partial tiles of a tile coverage: pass that coverage as "
+                        "tileCoverage too");
+  // The kernel copies a tile's words into shared memory with a bulk copy,
+  // whose source must be 16-byte aligned (the words begin 256 bytes in).
+  if (reinterpret_cast<uintptr_t>(args.tileKeyBits) % 16 != 0)
+    fail("tileKeyBits", "pointer must be 16-byte aligned");
+}
+
+void validateDevicePointers(const AttnLaunchConfig &config,
+                            const AttnForwardArgs &args) {
+  // A host pointer, another device's memory or a view past its allocation
+  // would otherwise surface later as an illegal address: a sticky error that
+  // poisons the context.
+  int device = currentDevice();
+  for (auto [view, name] : {std::make_pair(&args.q, "q"),
+                            std::make_pair(&args.k, "k"),
+                            std::make_pair(&args.v, "v"),
+                            std::make_pair(&args.o, "o")})
+    if (view->numElements() != 0)
+      requireDeviceMemory(view->data, viewExtentBytes(*view), name, device);
+  uint64_t lseElements = lseElementCount(config, args);
+  if (lseElements != 0)
+    requireDeviceMemory(args.lse, lseElements * sizeof(float), "lse", device);
+  if (args.packed.active()) {
+    uint64_t offsetBytes = uint64_t(args.packed.batch + 1) * sizeof(int32_t);
+    requireDeviceMemory(args.packed.cuSeqlensQ, offsetBytes, "packed.cuSeqlensQ", device);
+    requireDeviceMemory(args.packed.cuSeqlensK, offsetBytes, "packed.cuSeqlensK", device);
+  }
+  if (args.tileCoverage)
+    requireDeviceMemory(args.tileCoverage, tileCoverageBytes(config, args), "tileCoverage",
+                        device);
+  if (args.tileKeyBits)
+    requireDeviceMemory(args.tileKeyBits, tileKeyBitsSlotBytes(config, args), "tileKeyBits",
+                        device);
+  if (args.workOrder)
+    requireDeviceMemory(args.workOrder, workOrderBytes(config, args), "workOrder", device);
+  for (size_t index = 0; index < args.captures.size(); ++index) {
+    const CaptureView &capture = args.captures[index];
+    // The kernel bounds its reads by the extents alone, so the allocation
+    // must hold every element they cover.
+    std::string label = index < config.captures.size()
+                            ? captureLabel(config.captures[index].name)
+                            : "capture " + std::to_string(index);
+    int64_t bytes = captureBytes(capture, label);
+    if (bytes != 0)
+      requireDeviceMemory(capture.data, uint64_t(bytes), label, device);
+  }
+}
+
+namespace {
+
+/// How many partial tiles' words the allocation holding the key bits
+/// `buffer` has room for from `words` on (INT_MAX where the driver does not
+/// say). Asked of the buffer's start: `words` may lie at its allocation's end.
+int tileKeySlotLimit(const AttnLaunchConfig &config, const void *buffer, const char *words) {
+  PointerInfo info = queryPointer(buffer);
+  if (info.rangeBytes == 0)
+    return INT_MAX;
+  const auto address = reinterpret_cast<uintptr_t>(words);
+  const uintptr_t end = info.rangeStart + info.rangeBytes;
+  if (address >= end)
+    return 0;
+  const uint64_t tiles =
+      (end - address) / uint64_t(attn_abi::tileKeyBitsPerTile(config.blockM, config.blockN));
+  return static_cast<int>(std::min<uint64_t>(tiles, INT_MAX));
+}
+} // namespace
+
+attn_abi::AttnFwdParams detail::encodeForwardParams(const AttnLaunchConfig &config,
+                                                    const AttnForwardArgs &args) {
+  attn_abi::AttnFwdParams params{};
+  params.q_map = encodeBSHDTensorMap(args.q, config.blockM, kTmaBoxCols, "q");
+  params.k_map = encodeBSHDTensorMap(args.k, config.blockN, kTmaBoxCols, "k");
+  params.v_map = encodeBSHDTensorMap(args.v, config.blockN, kTmaBoxCols, "v");
+  // Each consumer warpgroup stores its own 64 rows of O.
+  params.o_map = encodeBSHDTensorMap(args.o, kOutputBoxRows, kTmaBoxCols, "o");
+  params.lse = args.lse;
+  const LogicalShape shape = logicalShape(args);
+  params.batch = static_cast<int>(shape.batch);
+  params.seqlen_q = static_cast<int>(shape.seqlenQ);
+  params.seqlen_k = static_cast<int>(shape.seqlenK);
+  if (args.packed.active()) {
+    params.cu_seqlens_q = args.packed.cuSeqlensQ;
+    params.cu_seqlens_k = args.packed.cuSeqlensK;
+    params.total_q = static_cast<int>(args.q.seqlen());
+    params.total_k = static_cast<int>(args.k.seqlen());
+  }
+  // A packed sequence's last partial slice of O, and a split tail tile's
+  // rows, are stored by the threads.
+  params.o = args.o.data;
+  params.o_batch_stride = args.o.strides[0];
+  params.o_row_stride = args.o.strides[1];
+  params.o_head_stride = args.o.strides[2];
+  params.q_heads = config.qHeads;
+  params.kv_heads = config.kvHeads;
+  // The kernel exponentiates with exp2, so fold log2(e) into the scale.
+  constexpr double kLog2e = 1.4426950408889634074;
+  params.scale_log2 = static_cast<float>(double(config.scale) * kLog2e);
+  fillCaptureArgs(args, params);
+  params.tile_coverage = const_cast<unsigned char *>(args.tileCoverage);
+  params.tile_key_bits = static_cast<unsigned *>(const_cast<void *>(args.tileKeyBits));
+  if (args.tileKeyBits) {
+    char *words = static_cast<char *>(const_cast<void *>(args.tileKeyBits)) +
+                  tileKeyBitsSlotBytes(config, args);
+    params.tile_key_words = reinterpret_cast<unsigned *>(words);
+    params.tile_key_slot_limit = tileKeySlotLimit(config, args.tileKeyBits, words);
+  }
+  params.work_order = args.workOrder;
+  return params;
+}
+
+attn_abi::AttnFwdParams makeForwardParams(const AttnLaunchConfig &config,
+                                          const AttnForwardArgs &args) {
+  validateForwardArgs(config, args);
+  return encodeForwardParams(config, args);
+}
+
+void fillCaptureArgs(const AttnForwardArgs &args,
+                     attn_abi::AttnFwdParams &params) {
+  if (args.captures.size() > size_t(attn_abi::kMaxCaptures))
+    fail("captures", std::to_string(args.captures.size()) +
+                         " captured buffers exceed the kernel ABI's limit of " +
+                         std::to_string(attn_abi::kMaxCaptures));
+  for (size_t index = 0; index < size_t(attn_abi::kMaxCaptures); ++index) {
+    attn_abi::CaptureArg &entry = params.captures[index];
+    // Extents of 1 keep every index of an unused entry or dim in bounds at 0.
+    entry.data = nullptr;
+    for (long long &extent : entry.extents)
+      extent = 1;
+    if (index >= args.captures.size())
+      continue;
+    const CaptureView &capture = args.captures[index];
+    if (capture.shape.size() > size_t(attn_abi::kMaxCaptureRank))
+      fail("capture " + std::to_string(index),
+           "rank " + std::to_string(capture.shape.size()) +
+               " exceeds the kernel ABI's limit of " +
+               std::to_string(attn_abi::kMaxCaptureRank));
+    entry.data = capture.data;
+    for (size_t dim = 0; dim < capture.shape.size(); ++dim)
+      entry.extents[dim] = capture.shape[dim];
+  }
+}
+
+namespace {
+
+/// Where a tail split's counters and pieces lie in the forward workspace.
+struct ForwardScratch {
+  uint64_t counterBytes = 0, pieceBytes = 0;
+  uint64_t bytes() const { return counterBytes + pieceBytes; }
+};
+
+ForwardScratch forwardScratch(const AttnLaunchConfig &config, const ForwardTailSplit &split,
+                              int gridBlocks) {
+  ForwardScratch scratch;
+  if (split.tiles == 0)
+    return scratch;
+  // attn_params.h: a counter per tail tile and consumer warp; per block two
+  // slots of a piece per consumer warp.
+  constexpr uint64_t kWarpThreads = 32, kWarpgroupWarps = 4;
+  const uint64_t consumerWarps =
+      (uint64_t(config.threadsPerBlock) / (kWarpThreads * kWarpgroupWarps) - 1) * kWarpgroupWarps;
+  scratch.counterBytes = (uint64_t(split.tiles) * consumerWarps * sizeof(int32_t) + 15) & ~15ull;
+  scratch.pieceBytes = 2 * uint64_t(gridBlocks) * consumerWarps *
+                       uint64_t(attn_abi::tailPieceWarpFloats(config.headDim)) * sizeof(float);
+  return scratch;
+}
+
+/// The tail split a call takes on a grid of `gridBlocks`, and where it lies
+/// in the workspace: none for packed sequences or a work order.
+struct ForwardTail {
+  ForwardTailSplit split;
+  ForwardScratch scratch;
+};
+
+ForwardTail forwardTailOf(const AttnLaunchConfig &config, const AttnForwardArgs &args,
+                          const LogicalShape &shape, int gridBlocks) {
+  ForwardTail tail;
+  if (args.packed.active() || args.workOrder)
+    return tail;
+  tail.split = forwardTailSplitFor(config, static_cast<int>(shape.batch),
+                                   static_cast<int>(shape.seqlenQ),
+                                   static_cast<int>(shape.seqlenK), gridBlocks);
+  tail.scratch = forwardScratch(config, tail.split, gridBlocks);
+  return tail;
+}
+
+} // namespace
+
+void launchForward(KernelFunction &kernel, const AttnLaunchConfig &config,
+                   const AttnForwardArgs &args, CUstream stream) {
+  validateForwardArgs(config, args);
+  const LogicalShape shape = logicalShape(args);
+  if (args.q.batch() == 0 || args.q.seqlen() == 0 || shape.batch == 0 || shape.seqlenQ == 0)
+    return;
+
+  validateDevicePointers(config, args);
+
+  attn_abi::AttnFwdParams params = encodeForwardParams(config, args);
+  kernel.setMaxDynamicSharedMemory(config.sharedMemoryBytes);
+  Dim3 grid = forwardGrid(config, static_cast<int>(shape.batch), static_cast<int>(shape.seqlenQ),
+                          multiprocessorsOf(currentDevice()));
+  const ForwardTail tail = args.workspace
+                               ? forwardTailOf(config, args, shape, static_cast<int>(grid.x))
+                               : ForwardTail{};
+  if (tail.scratch.bytes() > 0) {
+    requireWorkspace(args.workspace, args.workspaceBytes, tail.scratch.bytes(),
+                     "the split of " + std::to_string(tail.split.tiles) + " tail tiles",
+                     "forwardWorkspaceBytes");
+    unsigned char *base = static_cast<unsigned char *>(args.workspace);
+    params.tail_tiles = tail.split.tiles;
+    params.tail_counters = reinterpret_cast<int *>(base);
+    params.tail_partials = reinterpret_cast<float *>(base + tail.scratch.counterBytes);
+    ATTN_CU_CHECK_CTX("workspace: zeroing the tail split's counters", cuMemsetD32Async,
+                      reinterpret_cast<CUdeviceptr>(base), 0,
+                      tail.scratch.counterBytes / sizeof(int32_t), stream);
+  }
+  Dim3 block{static_cast<unsigned>(config.threadsPerBlock), 1, 1};
+  void *kernelArgs[] = {&params};
+  kernel.launch(grid, block, config.sharedMemoryBytes, stream, kernelArgs);
+}
+
+uint64_t forwardWorkspaceBytes(const AttnLaunchConfig &config, const AttnForwardArgs &args) {
+  validateForwardArgs(config, args);
+  const LogicalShape shape = logicalShape(args);
+  if (shape.batch == 0 || shape.seqlenQ == 0)
+    return 0;
+  const Dim3 grid = forwardGrid(config, static_cast<int>(shape.batch),
+                                static_cast<int>(shape.seqlenQ), multiprocessorsOf(currentDevice()));
+  return forwardTailOf(config, args, shape, static_cast<int>(grid.x)).scratch.bytes();
+}
+
+PackedSequenceOffsets uploadPackedSequences(const std::vector<int64_t> &seqlensQ,
+                                            const std::vector<int64_t> &seqlensK) {
+  if (seqlensQ.empty())
+    fail("seqlensQ", "packed sequences need at least one sequence");
+  if (seqlensK.size() != seqlensQ.size())
+    fail("seqlensK", "has " + std::to_string(seqlensK.size()) + " lengths, but seqlensQ has " +
+                         std::to_string(seqlensQ.size()));
+  PackedSequenceOffsets packed;
+  std::vector<int32_t> offsets;
+  offsets.reserve(2 * (seqlensQ.size() + 1));
+  for (auto [lengths, name, total, longest] :
+       {std::make_tuple(&seqlensQ, "seqlensQ", &packed.totalQ, &packed.sequences.maxSeqlenQ),
+        std::make_tuple(&seqlensK, "seqlensK", &packed.totalK, &packed.sequences.maxSeqlenK)}) {
+    offsets.push_back(0);
+    for (size_t index = 0; index < lengths->size(); ++index) {
+      int64_t length = (*lengths)[index];
+      std::string at = std::string(name) + "[" + std::to_string(index) + "]";
+      if (length < 0)
+        fail(at, "length " + std::to_string(length) + " is negative");
+      *total += length;
+      if (*total > INT_MAX)
+        fail(at, "the packed rows up to here, " + std::to_string(*total) +
+                     ", exceed the int range of the kernel ABI");
+      *longest = std::max(*longest, length);
+      offsets.push_back(static_cast<int32_t>(*total));
+    }
+  }
+  packed.offsets = DeviceBuffer(offsets.size() * sizeof(int32_t));
+  packed.offsets.upload(offsets);
+  const int32_t *device = static_cast<const int32_t *>(packed.offsets.data());
+  packed.sequences.cuSeqlensQ = device;
+  packed.sequences.cuSeqlensK = device + seqlensQ.size() + 1;
+  packed.sequences.batch = static_cast<int64_t>(seqlensQ.size());
+  return packed;
+}
+
+} // namespace attn
