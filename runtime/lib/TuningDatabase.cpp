@@ -4,6 +4,7 @@
 
 #include "attn/runtime/DiskCache.h"
 #include "attn/runtime/Error.h"
+#include "attn/runtime/Hash.h"
 
 #include "FileUtil.h"
 
@@ -199,6 +200,13 @@ std::optional<std::string> parseTuningShape(const std::string &text, TuningShape
 std::string formatTuningShape(const TuningShape &shape) {
   return std::to_string(shape.batch) + "," + std::to_string(shape.seqlenQ) + "," +
          std::to_string(shape.seqlenK);
+}
+
+std::string backwardTuningHash(const std::string &specHash) {
+  Sha256 hash;
+  hash.updateField("attnc-tuning-key backward 1");
+  hash.updateField(specHash);
+  return Sha256::toHex(hash.finish());
 }
 
 TuningDatabase::TuningDatabase(std::string path) : filePath(std::move(path)) {}

@@ -1,6 +1,7 @@
 // The tuning database and the tuner's candidate generator without a GPU or
 // MLIR: shape buckets, the shape syntax, records (merge, lookup, malformed
-// lines, processes writing at once) and the legality of every candidate.
+// lines, processes writing at once, backward records apart from forward
+// ones) and the legality of every candidate, forward and backward.
 
 #include "attn/Compiler/TileConstraints.h"
 #include "attn/runtime/Error.h"
@@ -315,6 +316,65 @@ TEST_CASE("tuning database: lookup picks the nearest bucket, or the largest with
   // Never tuned for this arch or spec.
   CHECK_FALSE(db.lookup(spec, "sm_80", std::nullopt));
   CHECK_FALSE(db.lookup(hashOf('c'), "sm_90a", bucket(32, 8192, 8192)));
+}
+
+TEST_CASE("tuning database: backward records live apart from the forward's", "[tuning][db]") {
+  // attn-tune --backward records under the backward key of the spec's
+  // hash; nothing else tells the two kinds of record apart.
+  const std::string spec = hashOf('a');
+  const std::string backward = backwardTuningHash(spec);
+  CHECK(backward.size() == 64);
+  CHECK(backward.find_first_not_of("0123456789abcdef") == std::string::npos);
+  CHECK(backward == backwardTuningHash(spec));
+  CHECK(backward != spec);
+  CHECK(backwardTuningHash(hashOf('b')) != backward);
+  // Not an involution: a backward key is no spec hash of another record.
+  CHECK(backwardTuningHash(backward) != spec);
+
+  TempDir dir;
+  TuningDatabase db(dir.path + "/tuning.tsv");
+  // The same bucket and arch; the backward record is the faster.
+  db.record(makeRecord(spec, bucket(32, 8192, 8192), 2.0, "block_n=160"));
+  db.record(makeRecord(backward, bucket(32, 8192, 8192), 1.0, "block_n=64"));
+  REQUIRE(db.records().size() == 2);
+
+  for (const std::optional<ShapeBucket> &b :
+       {std::optional<ShapeBucket>(bucket(32, 8192, 8192)),
+        std::optional<ShapeBucket>(bucket(1, 512, 512)), std::optional<ShapeBucket>()}) {
+    std::optional<TuningRecord> forwardPlan = db.lookup(spec, "sm_90a", b);
+    std::optional<TuningRecord> backwardPlan = db.lookup(backward, "sm_90a", b);
+    REQUIRE(forwardPlan);
+    REQUIRE(backwardPlan);
+    CHECK(forwardPlan->config == "block_n=160");
+    CHECK(backwardPlan->config == "block_n=64");
+  }
+
+  // A spec tuned in one direction only has no record in the other.
+  TuningDatabase onlyBackward(dir.path + "/backward.tsv");
+  onlyBackward.record(makeRecord(backward, bucket(32, 8192, 8192), 1.0, "block_n=64"));
+  CHECK_FALSE(onlyBackward.lookup(spec, "sm_90a", bucket(32, 8192, 8192)));
+  CHECK_FALSE(onlyBackward.lookup(spec, "sm_90a", std::nullopt));
+  TuningDatabase onlyForward(dir.path + "/forward.tsv");
+  onlyForward.record(makeRecord(spec, bucket(32, 8192, 8192), 1.0, "block_n=160"));
+  CHECK_FALSE(onlyForward.lookup(backward, "sm_90a", bucket(32, 8192, 8192)));
+  CHECK_FALSE(onlyForward.lookup(backward, "sm_90a", std::nullopt));
+
+  // A file written before backward records existed reads as before, and a
+  // backward record merges into it with no change to the format.
+  const std::string old = dir.path + "/old.tsv";
+  writeFile(old, std::string(kHeaderLine) + spec +
+                     "\tsm_90a\tbh32_q8192_k8192\tblock_n=160\t2\t500\tNVIDIA H100 80GB "
+                     "HBM3\t1700000000\n");
+  TuningDatabase oldDb(old);
+  size_t skipped = 1;
+  REQUIRE(oldDb.records(&skipped).size() == 1);
+  CHECK(skipped == 0);
+  CHECK_FALSE(oldDb.lookup(backward, "sm_90a", std::nullopt));
+  oldDb.record(makeRecord(backward, bucket(32, 8192, 8192), 1.0, "block_n=64"));
+  CHECK(oldDb.records(&skipped).size() == 2);
+  CHECK(skipped == 0);
+  CHECK(readFile(old).rfind(kHeaderLine, 0) == 0);
+  CHECK(oldDb.lookup(spec, "sm_90a", std::nullopt)->config == "block_n=160");
 }
 
 TEST_CASE("tuning database: malformed lines are skipped, counted and dropped by the next writer",
@@ -673,4 +733,64 @@ TEST_CASE("tile candidates: a space of illegal values has none", "[tuning][candi
   space = TileSearchSpace();
   space.consumerWarpgroups = {3};
   CHECK(enumerateTileCandidates(TileProblem{256, 2, true}, space).empty());
+}
+
+TEST_CASE("backward tile candidates: every legal point of the backward's space, the default "
+          "plan among them",
+          "[tuning][candidates][backward]") {
+  const int headDim = GENERATE(64, 128);
+  INFO("head_dim " << headDim);
+  const TileProblem problem{headDim, 2};
+  const std::vector<TileConfig> candidates = enumerateBackwardTileCandidates(problem);
+  const TileConfig heuristic = backwardTileConfig(problem);
+  std::set<std::string> seen;
+  for (const TileConfig &config : candidates) {
+    const std::string text = formatTileOverride(config);
+    INFO("candidate " << text);
+    CHECK_FALSE(checkBackwardTileLegality(problem, config));
+    CHECK(estimateBackwardConsumerRegisters(problem, config) <= config.consumerRegisters);
+    CHECK(config.blockN == kWgmmaM * config.consumerWarpgroups);
+    CHECK(config.softmaxChains == 1);
+    CHECK(config.persistentBlocksPerSm == 0);
+    CHECK(seen.insert(text).second);
+    // What attn-tune --backward records is what backwardTileConfigFor
+    // rebuilds (the override over the default plan).
+    TileOverride parsed;
+    REQUIRE_FALSE(parseTileOverride(text, parsed));
+    CHECK(applyLinearTileOverride(heuristic, parsed) == config);
+  }
+  CHECK(std::find(candidates.begin(), candidates.end(), heuristic) != candidates.end());
+
+  // The space by brute force: consumers 1 or 2, block_n 64 per consumer,
+  // block_m 64 or 64 per consumer, 1 to 4 stages, 240 registers (and 256
+  // with one consumer); the candidates are its legal points.
+  size_t legal = 0, total = 0;
+  for (int consumers : {1, 2})
+    for (int blockM : {64, 128})
+      for (int stages : {1, 2, 3, 4})
+        for (int registers : {240, 256}) {
+          if ((consumers == 1 && blockM != 64) || (consumers == 2 && registers != 240))
+            continue;
+          TileConfig config = heuristic;
+          config.consumerWarpgroups = consumers;
+          config.blockN = 64 * consumers;
+          config.blockM = blockM;
+          config.stages = stages;
+          config.consumerRegisters = registers;
+          ++total;
+          legal += !checkBackwardTileLegality(problem, config);
+        }
+  CHECK(total == 16);
+  CHECK(candidates.size() == legal);
+  // Pinned. Head dim 64: 10 (two consumers split its 64 dQ columns into
+  // 32-column pieces, too narrow, and with 128-row tiles fit 2 stages);
+  // head dim 128: 7 (one consumer needs 248 registers, two with 128-row
+  // tiles 280, and 64-row tiles fit 3 stages).
+  CHECK(candidates.size() == (headDim == 64 ? 10u : 7u));
+}
+
+TEST_CASE("backward tile candidates: none without a backward kernel", "[tuning][candidates][backward]") {
+  const TileProblem problem{256, 2};
+  CHECK(checkBackwardTileLegality(problem, backwardTileConfig(problem)));
+  CHECK(enumerateBackwardTileCandidates(problem).empty());
 }

@@ -1,6 +1,7 @@
 // attn-tile consulting the tuning database, end to end through the driver:
 // the spec's tuning key, a tuned plan found by shape bucket, and the
-// heuristic when there is no usable record. Needs MLIR and NVRTC, no GPU.
+// heuristic when there is no usable record; the backward's plan likewise
+// from the backward's own records. Needs MLIR and NVRTC, no GPU.
 
 #include "attn/Compiler/Compiler.h"
 #include "attn/Compiler/TileConstraints.h"
@@ -66,6 +67,39 @@ TuningShape shapeOf(int64_t batch, int64_t seqlenQ, int64_t seqlenK) {
   return shape;
 }
 
+/// A spec parsed in a context of its own, its diagnostics collected:
+/// warnings apart from errors.
+struct ParsedSpec {
+  explicit ParsedSpec(const std::string &text)
+      : context(specRegistry()), handler(&context, [this](mlir::Diagnostic &diagnostic) {
+          (diagnostic.getSeverity() == mlir::DiagnosticSeverity::Warning ? warnings : errors)
+              .push_back(diagnostic.str());
+          return mlir::success();
+        }) {
+    context.loadAllAvailableDialects();
+    module = mlir::parseSourceString<mlir::ModuleOp>(text, mlir::ParserConfig(&context));
+    REQUIRE(module);
+  }
+  static mlir::DialectRegistry specRegistry() {
+    mlir::DialectRegistry registry;
+    registerSpecDialects(registry);
+    return registry;
+  }
+  /// The spec's kernel. No assertion inside a walk: an exception must not
+  /// cross MLIR's frames.
+  mlir::attn::KernelOp kernel() {
+    mlir::attn::KernelOp found;
+    module->walk([&](mlir::attn::KernelOp op) { found = op; });
+    REQUIRE(found);
+    return found;
+  }
+
+  mlir::MLIRContext context;
+  std::vector<std::string> warnings, errors;
+  mlir::ScopedDiagnosticHandler handler;
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+};
+
 /// Plans the spec (attn-tile, attn-plan-smem) and returns the kernel's full
 /// tile plan, with the warnings attn-tile reported.
 struct Planned {
@@ -74,27 +108,14 @@ struct Planned {
 };
 Planned plan(const std::string &text, CompileOptions options) {
   options.planOnly = true;
-  mlir::DialectRegistry registry;
-  registerSpecDialects(registry);
-  mlir::MLIRContext context(registry);
-  context.loadAllAvailableDialects();
-  Planned result;
-  std::vector<std::string> errors;
-  mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic &diagnostic) {
-    (diagnostic.getSeverity() == mlir::DiagnosticSeverity::Warning ? result.warnings : errors)
-        .push_back(diagnostic.str());
-    return mlir::success();
-  });
-  mlir::OwningOpRef<mlir::ModuleOp> module =
-      mlir::parseSourceString<mlir::ModuleOp>(text, mlir::ParserConfig(&context));
-  REQUIRE(module);
-  bool planned = mlir::succeeded(runCompilePipeline(*module, options));
-  INFO(Catch::Detail::stringify(errors));
+  ParsedSpec spec(text);
+  bool planned = mlir::succeeded(runCompilePipeline(*spec.module, options));
+  INFO(Catch::Detail::stringify(spec.errors));
   REQUIRE(planned);
-  // No assertion inside the walk: an exception must not cross MLIR's frames.
-  mlir::attn::TilePlanAttr tile;
-  module->walk([&](mlir::attn::KernelOp op) { tile = op.getTileAttr(); });
+  mlir::attn::TilePlanAttr tile = spec.kernel().getTileAttr();
   REQUIRE(tile);
+  Planned result;
+  result.warnings = spec.warnings;
   result.config = mlir::attn::getTileConfig(tile);
   return result;
 }
@@ -258,54 +279,198 @@ TEST_CASE("attn-tile uses the tuned plan of the nearest bucket", "[tuning][tile]
   }
 }
 
-TEST_CASE("attn-tile falls back to the heuristic without a usable record", "[tuning][tile]") {
+namespace {
+/// backwardTileConfigFor on the spec's kernel, with the warnings it gave.
+Planned backwardPlan(const std::string &text, const CompileOptions &options) {
+  ParsedSpec spec(text);
+  mlir::FailureOr<TileConfig> config = backwardTileConfigFor(spec.kernel(), options);
+  INFO(Catch::Detail::stringify(spec.errors));
+  REQUIRE(mlir::succeeded(config));
+  return {*config, spec.warnings};
+}
+
+/// The backward's default plan at head dim 128 with some fields changed.
+TileConfig backwardConfig(int consumers, int blockM, int stages, int registers) {
+  TileConfig config = backwardTileConfig(TileProblem{128, 2});
+  config.consumerWarpgroups = consumers;
+  config.blockN = 64 * consumers;
+  config.blockM = blockM;
+  config.stages = stages;
+  config.consumerRegisters = registers;
+  return config;
+}
+} // namespace
+
+TEST_CASE("the backward's plan comes from the backward's records", "[tuning][backward]") {
+  TempDir dir;
+  const std::string path = dir.path + "/tuning.tsv";
+  const SpecTuningKey key = tuningKeyOfSpec(specText(), "t.mlir");
+  const TileConfig heuristic = backwardTileConfig(key.problem);
+  // Two tuned backward plans, neither the default one, both legal.
+  const TileConfig longPlan = backwardConfig(1, 64, 3, 256);
+  const TileConfig shortPlan = backwardConfig(2, 64, 1, 240);
+  for (const TileConfig &config : {longPlan, shortPlan}) {
+    REQUIRE_FALSE(checkBackwardTileLegality(key.problem, config));
+    REQUIRE(config != heuristic);
+  }
+  auto backwardRecord = [&](const TuningShape &shape, const TileConfig &config) {
+    TuningRecord record = recordFor(key, shape, formatTileOverride(config));
+    record.specHash = backwardTuningHash(key.specHash);
+    return record;
+  };
+  TuningDatabase db(path);
+  // bh32_q8192_k8192 and bh16_q512_k512.
+  db.record(backwardRecord(shapeOf(2, 8192, 8192), longPlan));
+  db.record(backwardRecord(shapeOf(1, 512, 512), shortPlan));
+
+  CompileOptions options;
+  options.tuningDatabase = path;
+
+  SECTION("the shape's bucket, the nearest one, the largest without a shape") {
+    options.tuningShape = "2,8192";
+    Planned planned = backwardPlan(specText(), options);
+    CHECK(planned.warnings.empty());
+    CHECK(planned.config == longPlan);
+    options.tuningShape = "1,300,400";
+    CHECK(backwardPlan(specText(), options).config == shortPlan);
+    options.tuningShape = "";
+    CHECK(backwardPlan(specText(), options).config == longPlan);
+  }
+  SECTION("through compileBackwardSpec (emission and NVRTC), under another name") {
+    options.tuningShape = "2,8192";
+    CompiledKernel kernel = compileBackwardSpec(specText("renamed"), "renamed.mlir", options);
+    CHECK(kernel.launch.backward == 1);
+    CHECK(kernel.launch.blockM == longPlan.blockM);
+    CHECK(kernel.launch.blockN == longPlan.blockN);
+    CHECK(kernel.launch.threadsPerBlock == longPlan.threadsPerBlock());
+  }
+  SECTION("a tile override applies over the tuned plan") {
+    options.tuningShape = "2,8192";
+    options.tileOverride = "stages=1";
+    TileConfig expected = longPlan;
+    expected.stages = 1;
+    CHECK(backwardPlan(specText(), options).config == expected);
+    // Two consumers cannot hold the one-consumer plan's 256 registers: the
+    // budget follows the consumers unless given.
+    options.tileOverride = "consumer_warpgroups=2";
+    Planned two = backwardPlan(specText(), options);
+    CHECK(two.config == backwardConfig(2, 64, 3, 240));
+    CHECK_FALSE(checkBackwardTileLegality(key.problem, two.config));
+    options.tileOverride = "consumer_warpgroups=1,consumer_registers=248";
+    CHECK(backwardPlan(specText(), options).config == backwardConfig(1, 64, 3, 248));
+  }
+  SECTION("a forward record is not a backward plan, and a backward one no forward plan") {
+    // The same buckets under the spec's own hash, with plans that would be
+    // legal backward plans: the backward's lookup must not see them.
+    std::string forwardOnly = dir.path + "/forward.tsv";
+    TuningDatabase(forwardOnly)
+        .record(recordFor(key, shapeOf(2, 8192, 8192), formatTileOverride(longPlan)));
+    TuningDatabase(forwardOnly)
+        .record(recordFor(key, shapeOf(1, 512, 512), formatTileOverride(shortPlan)));
+    options.tuningDatabase = forwardOnly;
+    for (const std::string shape : {"2,8192", "1,300,400", ""}) {
+      options.tuningShape = shape;
+      Planned planned = backwardPlan(specText(), options);
+      CHECK(planned.warnings.empty());
+      CHECK(planned.config == heuristic);
+    }
+    // attn-tile over the database of backward records plans the forward's
+    // heuristic, without a warning about them.
+    options.tuningDatabase = path;
+    options.tuningShape = "2,8192";
+    Planned forward = plan(specText(), options);
+    CHECK(forward.warnings.empty());
+    CHECK(forward.config == heuristicAt(key, 8192));
+  }
+  SECTION("another spec's backward records do not count") {
+    options.tuningShape = "2,8192";
+    CHECK(backwardPlan(specText("t", 16, "#attn.no_mask"), options).config == heuristic);
+    CHECK(backwardPlan(specText("t", 32), options).config == heuristic);
+  }
+  SECTION("no database: the default plan") {
+    options.tuningDatabase = "";
+    options.tuningShape = "2,8192";
+    CHECK(backwardPlan(specText(), options).config == heuristic);
+  }
+}
+
+TEST_CASE("attn-tile and the backward fall back to their heuristics without a usable record",
+          "[tuning][tile][backward]") {
+  // The forward's records are keyed by the spec's hash, the backward's by
+  // its backward key; either kind of unusable record warns the same way.
+  const bool backward = GENERATE(false, true);
+  INFO((backward ? "backward" : "forward"));
   TempDir dir;
   std::string path = dir.path + "/tuning.tsv";
   SpecTuningKey key = tuningKeyOfSpec(specText(), "t.mlir");
   CompileOptions options;
   options.tuningDatabase = path;
   options.tuningShape = "2,8192";
-  const TileConfig heuristic = heuristicAt(key, 8192);
-  REQUIRE(heuristic.blockN == 160);
+  const TileConfig heuristic =
+      backward ? backwardTileConfig(key.problem) : heuristicAt(key, 8192);
+  REQUIRE(heuristic.blockN == (backward ? 128 : 160));
+  const std::string fallback =
+      backward ? "using the backward's heuristic plan" : "using the heuristic plan";
+  auto planOf = [&] {
+    return backward ? backwardPlan(specText(), options) : plan(specText(), options);
+  };
+  auto compiledBlockN = [&] {
+    return (backward ? compileBackwardSpec : compileSpec)(specText(), "t.mlir", options,
+                                                          BinaryKind::Ptx)
+        .launch.blockN;
+  };
+  auto recordConfig = [&](const std::string &config) {
+    TuningRecord record = recordFor(key, shapeOf(2, 8192, 8192), config);
+    if (backward)
+      record.specHash = backwardTuningHash(key.specHash);
+    TuningDatabase(path).record(record);
+  };
 
   SECTION("a missing file") {
-    Planned planned = plan(specText(), options);
+    Planned planned = planOf();
     CHECK(planned.warnings.empty());
     CHECK(planned.config == heuristic);
-    CHECK(compileSpec(specText(), "t.mlir", options).launch.blockN == heuristic.blockN);
+    CHECK(compiledBlockN() == heuristic.blockN);
   }
   SECTION("an illegal record") {
+    // Forward: 8-key tiles; backward: one consumer at 240 registers (head
+    // dim 128 needs 248).
     TileConfig illegal = heuristic;
-    illegal.blockN = 8;
-    TuningDatabase(path).record(recordFor(key, shapeOf(2, 8192, 8192), formatTileOverride(illegal)));
-    Planned planned = plan(specText(), options);
+    if (backward) {
+      illegal.consumerWarpgroups = 1;
+      illegal.blockN = 64;
+    } else {
+      illegal.blockN = 8;
+    }
+    recordConfig(formatTileOverride(illegal));
+    Planned planned = planOf();
     CHECK(planned.config == heuristic);
     REQUIRE(planned.warnings.size() == 1);
-    CHECK_THAT(planned.warnings[0], Contains("is unusable") && Contains("block_n (8)") &&
-                                        Contains("bh32_q8192_k8192") &&
-                                        Contains("using the heuristic plan"));
-    CompiledKernel kernel;
-    REQUIRE_NOTHROW(kernel = compileSpec(specText(), "t.mlir", options));
-    CHECK(kernel.launch.blockN == heuristic.blockN);
+    CHECK_THAT(planned.warnings[0],
+               Contains("is unusable") &&
+                   Contains(backward ? "register budget" : "block_n (8)") &&
+                   Contains("bh32_q8192_k8192") && Contains(fallback));
+    int blockN = 0;
+    REQUIRE_NOTHROW(blockN = compiledBlockN());
+    CHECK(blockN == heuristic.blockN);
   }
   SECTION("a record that does not parse") {
-    TuningDatabase(path).record(recordFor(key, shapeOf(2, 8192, 8192), "block_q=64"));
-    Planned planned = plan(specText(), options);
+    recordConfig("block_q=64");
+    Planned planned = planOf();
     CHECK(planned.config == heuristic);
     REQUIRE(planned.warnings.size() == 1);
     CHECK_THAT(planned.warnings[0], Contains("unknown key 'block_q'"));
-    CHECK(compileSpec(specText(), "t.mlir", options).launch.blockN == heuristic.blockN);
+    CHECK(compiledBlockN() == heuristic.blockN);
   }
   SECTION("an unreadable database") {
     std::filesystem::create_directories(path); // a directory in its place
-    Planned planned = plan(specText(), options);
+    Planned planned = planOf();
     CHECK(planned.config == heuristic);
     REQUIRE(planned.warnings.size() == 1);
-    CHECK_THAT(planned.warnings[0], Contains(path) && Contains("using the heuristic plan"));
+    CHECK_THAT(planned.warnings[0], Contains(path) && Contains(fallback));
   }
   SECTION("a malformed shape fails") {
     options.tuningShape = "abc";
-    CHECK_THROWS_WITH(compileSpec(specText(), "t.mlir", options),
-                      Contains("invalid tuning-shape"));
+    CHECK_THROWS_WITH(compiledBlockN(), Contains("invalid tuning-shape"));
   }
 }

@@ -3,6 +3,7 @@
 #include "Tuner.h"
 
 #include "AttnHarness.h"
+#include "BackwardHarness.h"
 #include "attn/Compiler/Compiler.h"
 #include "attn/runtime/Error.h"
 #include "attn/runtime/Runtime.h"
@@ -14,6 +15,7 @@
 #include <ctime>
 #include <limits>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -36,26 +38,34 @@ TileConfig binaryConfig(TileConfig config) {
 }
 std::string binaryKey(const TileConfig &config) { return formatTileOverride(binaryConfig(config)); }
 
-/// One compiled binary and the candidates (indices into results) using it.
+/// One compiled binary (a forward or a backward module) and the candidates
+/// (indices into results) using it.
 struct Binary {
   TileConfig config;
+  bool backward = false;
   std::vector<size_t> members;
   CompiledKernel compiled;
   std::string error;
+  Module module;
+  /// The forward's kernel, or the backward's main kernel.
+  KernelFunction function;
+  /// The backward's three kernels.
+  BackwardFunctions backwardFunctions;
 };
 
 /// Compiles every binary on `threads` threads; `progress` after each.
-void compileAll(std::vector<Binary> &binaries, const TuneOptions &options) {
+void compileAll(const std::vector<Binary *> &binaries, const TuneOptions &options) {
   std::atomic<size_t> next{0}, done{0};
   std::mutex progressMutex;
   auto worker = [&] {
     for (size_t i = next++; i < binaries.size(); i = next++) {
-      Binary &binary = binaries[i];
+      Binary &binary = *binaries[i];
       CompileOptions compile;
       compile.arch = options.arch;
       compile.tileOverride = formatTileOverride(binary.config);
       try {
-        binary.compiled = compileSpec(options.specText, options.specName, compile, BinaryKind::Cubin);
+        binary.compiled = (binary.backward ? compileBackwardSpec : compileSpec)(
+            options.specText, options.specName, compile, BinaryKind::Cubin);
       } catch (const Error &error) {
         binary.error = error.what();
       }
@@ -77,6 +87,24 @@ void compileAll(std::vector<Binary> &binaries, const TuneOptions &options) {
     thread.join();
 }
 
+/// Loads a compiled binary's module and kernels; a failure becomes its error.
+void load(Binary &binary) {
+  if (!binary.error.empty())
+    return;
+  try {
+    binary.module =
+        Module::loadCubin(binary.compiled.binary.data(), binary.compiled.binary.size());
+    if (binary.backward) {
+      binary.backwardFunctions = loadBackwardFunctions(binary.module, binary.compiled.launch);
+      binary.function = binary.backwardFunctions.main;
+    } else {
+      binary.function = binary.module.function(binary.compiled.launch.kernelName);
+    }
+  } catch (const Error &error) {
+    binary.error = std::string("loading the cubin: ") + error.what();
+  }
+}
+
 /// A deterministic spread of rows plus the first and last two of every
 /// (batch, head): the edges are where tile boundaries and masks bite.
 reference::RowFilter sampleRows(const TuningShape &shape, int64_t qHeads, int64_t sampled) {
@@ -95,11 +123,13 @@ reference::RowFilter sampleRows(const TuningShape &shape, int64_t qHeads, int64_
   };
 }
 
-
-std::string describe(const TileConfig &c) {
+std::string describe(const TileConfig &c, bool backward) {
   std::ostringstream os;
-  os << c.blockM << "x" << c.blockN << " s" << c.stages << " c" << c.softmaxChains << " p"
-     << c.persistentBlocksPerSm;
+  os << c.blockM << "x" << c.blockN << " s" << c.stages;
+  if (backward)
+    os << " r" << c.consumerRegisters;
+  else
+    os << " c" << c.softmaxChains << " p" << c.persistentBlocksPerSm;
   return os.str();
 }
 } // namespace
@@ -154,12 +184,14 @@ TuningRecord TuneReport::bestRecord() const {
 }
 
 namespace {
-/// Checks and times every candidate at one shape.
-void measureShape(const TuneOptions &options, const SpecTuningKey &key,
-                  std::vector<Binary> &binaries, const std::vector<Module> &modules,
-                  std::vector<KernelFunction> &functions,
-                  const TuningShape &tuningShape, std::vector<CandidateResult> &results) {
-  // A binary that failed to compile or load fails all its candidates.
+/// A candidate's timed call: the median milliseconds of `repeats` calls
+/// after `warmup` untimed ones.
+using Timer = std::function<double(int warmup, int repeats)>;
+
+/// Fails the candidates of every binary that failed to compile or load;
+/// returns the first binary that loaded, or null.
+const Binary *failUnloaded(const std::vector<Binary> &binaries,
+                           std::vector<CandidateResult> &results) {
   const Binary *first = nullptr;
   for (const Binary &binary : binaries) {
     if (binary.error.empty()) {
@@ -171,76 +203,25 @@ void measureShape(const TuneOptions &options, const SpecTuningKey &key,
       results[member].message = binary.error;
     }
   }
-  if (!first)
-    return;
-  harness::Shape shape{tuningShape.batch, tuningShape.seqlenQ, tuningShape.seqlenK, false};
-  // Inputs depend on heads, head dim and dtype only, shared by all plans.
-  const AttnLaunchConfig &firstLaunch = first->compiled.launch;
-  harness::ForwardProblem data(firstLaunch, shape, 2026);
-  harness::addGeneratedCaptures(data, firstLaunch, shape, options.captures);
-  std::vector<HostCapture> hostCaptures;
-  for (const harness::HostDeviceCapture &capture : data.captures)
-    hostCaptures.push_back({capture.hostData(), capture.view.dtype, capture.view.shape});
-  reference::Problem problem = referenceProblemFromSpec(options.specText, shape.batch,
-                                                        shape.seqlenQ, shape.seqlenK, hostCaptures);
-  problem.rows = sampleRows(tuningShape, key.qHeads, options.sampledRows);
-  harness::ReferenceOutputs expected = harness::computeReference(problem, data);
-  bool causal = harness::specHasCausalMask(options.specText);
+  return first;
+}
 
-  // A candidate's launch (its binary's, with its grid policy) and arguments,
-  // with the forward workspace its calls need: it runs as a caller with a
-  // workspace runs it (the split of its persistent grid's last round).
-  // A kernel with a mask_mod runs in the order attn::Kernel::run gives it
-  // (the automatic work order of its plan's work tiles), built once per
-  // binary for the screen and the finalists.
-  std::vector<AutomaticWorkOrders> workOrders(binaries.size());
-  struct CandidateRun {
-    AttnLaunchConfig launch;
-    AttnForwardArgs args;
-    DeviceBuffer workspace;
-  };
-  auto candidateRun = [&](size_t b, size_t member) {
-    CandidateRun run{binaries[b].compiled.launch, data.args(), DeviceBuffer()};
-    run.launch.persistentBlocksPerSm = results[member].config.persistentBlocksPerSm;
-    run.workspace = harness::attachForwardWorkspace({&run.launch}, run.args);
-    run.args.workOrder = workOrders[b].orderFor(modules[b], run.launch, run.args, nullptr);
-    return run;
-  };
-
+/// Runs `measure(binary, member)` (check, then screen) for every candidate
+/// of a loaded binary, after reading its registers; an attn::Error it
+/// throws is a launch failure.
+void measureEach(const TuneOptions &options, std::vector<Binary> &binaries,
+                 std::vector<CandidateResult> &results,
+                 const std::function<void(size_t binary, size_t member)> &measure) {
   size_t done = 0;
-  double fastestScreen = std::numeric_limits<double>::infinity();
   for (size_t b = 0; b < binaries.size(); ++b) {
-    const Binary &binary = binaries[b];
-    for (size_t member : binary.members) {
+    for (size_t member : binaries[b].members) {
       CandidateResult &result = results[member];
-      if (binary.error.empty()) {
-        KernelFunction &function = functions[b];
+      if (binaries[b].error.empty()) {
+        KernelFunction &function = binaries[b].function;
         result.registers = function.attribute(CU_FUNC_ATTRIBUTE_NUM_REGS);
         result.localBytes = function.attribute(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES);
         try {
-          const CandidateRun run = candidateRun(b, member);
-          const AttnLaunchConfig &launch = run.launch;
-          const AttnForwardArgs &args = run.args;
-          data.poisonOutputs();
-          launchForward(function, launch, args, nullptr);
-          ATTN_CU_CHECK(cuCtxSynchronize);
-          harness::Comparison check =
-              harness::compareOutputs(problem, expected, data, launch.dtype);
-          result.maxAbsError = check.maxAbsError;
-          if (!check.passed()) {
-            result.status = CandidateStatus::WrongResult;
-            result.message = check.firstViolation;
-          } else {
-            // The checked launch warmed the kernel up. One timed launch
-            // already rules out the far-off plans (most of the space); the
-            // rest get the screen's median.
-            double first = harness::medianLaunchMs(function, launch, args, 0, 1);
-            result.milliseconds =
-                first > fastestScreen * (1 + 2.5 * options.finalistMargin)
-                    ? first
-                    : harness::medianLaunchMs(function, launch, args, 0, options.screenRepeats);
-            fastestScreen = std::min(fastestScreen, result.milliseconds);
-          }
+          measure(b, member);
         } catch (const Error &error) {
           result.status = CandidateStatus::LaunchFailed;
           result.message = error.what();
@@ -250,11 +231,30 @@ void measureShape(const TuneOptions &options, const SpecTuningKey &key,
         options.progress("measure", ++done, results.size());
     }
   }
+}
 
-  // Finalists: the screen's few launches rank the field; the close ones
-  // (and always the heuristic, the baseline) are timed again in rounds that
-  // visit every finalist once, so clock and temperature drift over the run
-  // reaches all of them alike. A finalist's time is its median round.
+/// Screens a candidate that passed its check (the checked call warmed it
+/// up): one timed call already rules out the far-off plans (most of the
+/// space); the rest get the screen's median.
+void screen(const TuneOptions &options, CandidateResult &result, const Timer &time,
+            double &fastestScreen) {
+  const double first = time(0, 1);
+  result.milliseconds = first > fastestScreen * (1 + 2.5 * options.finalistMargin)
+                            ? first
+                            : time(0, options.screenRepeats);
+  fastestScreen = std::min(fastestScreen, result.milliseconds);
+}
+
+/// Finalists: the screen's few launches rank the field; the close ones
+/// (and always the heuristic, the baseline) are timed again in rounds that
+/// visit every finalist once, so clock and temperature drift over the run
+/// reaches all of them alike. A finalist's time is its median round.
+/// `timerOf(binary, member)` prepares a finalist's call once for all rounds.
+/// Then every measured candidate's TFLOP/s for `flops` a call.
+void timeFinalists(const TuneOptions &options, const std::vector<Binary> &binaries,
+                   std::vector<CandidateResult> &results, double fastestScreen,
+                   const std::function<Timer(size_t binary, size_t member)> &timerOf,
+                   double flops) {
   std::vector<std::pair<size_t, size_t>> finalists; // (binary, result)
   for (size_t b = 0; b < binaries.size(); ++b)
     for (size_t member : binaries[b].members) {
@@ -274,19 +274,16 @@ void measureShape(const TuneOptions &options, const SpecTuningKey &key,
       std::iter_swap(finalists.begin() + (options.maxFinalists - 1), heuristic);
     finalists.resize(options.maxFinalists);
   }
-  // Each finalist's run, made once for all the rounds.
-  std::vector<CandidateRun> runs;
+  std::vector<Timer> timers;
   for (auto [b, member] : finalists)
-    runs.push_back(candidateRun(b, member));
+    timers.push_back(timerOf(b, member));
   std::vector<std::vector<double>> rounds(finalists.size());
   // Odd rounds run in reverse: under a power cap the clock sags during a
   // round, and a fixed order would hand the late slots the slow clock.
   for (int round = 0; round < options.rounds; ++round)
     for (size_t i = 0; i < finalists.size(); ++i) {
       size_t f = round % 2 ? finalists.size() - 1 - i : i;
-      const CandidateRun &run = runs[f];
-      rounds[f].push_back(harness::medianLaunchMs(functions[finalists[f].first], run.launch,
-                                                  run.args, options.warmup, options.repeats));
+      rounds[f].push_back(timers[f](options.warmup, options.repeats));
     }
   for (size_t f = 0; f < finalists.size(); ++f) {
     std::vector<double> &times = rounds[f];
@@ -297,10 +294,223 @@ void measureShape(const TuneOptions &options, const SpecTuningKey &key,
   }
   for (CandidateResult &result : results)
     if (result.status == CandidateStatus::Measured)
-      result.tflops = harness::forwardFlops(firstLaunch, shape, causal) /
-                      result.milliseconds / 1e9;
+      result.tflops = flops / result.milliseconds / 1e9;
+}
+
+/// The host copies of a problem's captures, for the reference.
+std::vector<HostCapture> hostCapturesOf(const harness::ForwardProblem &data) {
+  std::vector<HostCapture> captures;
+  for (const harness::HostDeviceCapture &capture : data.captures)
+    captures.push_back({capture.hostData(), capture.view.dtype, capture.view.shape});
+  return captures;
+}
+
+/// Checks and times every forward candidate at one shape.
+void measureForwardShape(const TuneOptions &options, const SpecTuningKey &key,
+                         std::vector<Binary> &binaries, const TuningShape &tuningShape,
+                         std::vector<CandidateResult> &results) {
+  const Binary *first = failUnloaded(binaries, results);
+  if (!first)
+    return;
+  harness::Shape shape{tuningShape.batch, tuningShape.seqlenQ, tuningShape.seqlenK, false};
+  // Inputs depend on heads, head dim and dtype only, shared by all plans.
+  const AttnLaunchConfig &firstLaunch = first->compiled.launch;
+  harness::ForwardProblem data(firstLaunch, shape, 2026);
+  harness::addGeneratedCaptures(data, firstLaunch, shape, options.captures);
+  reference::Problem problem = referenceProblemFromSpec(
+      options.specText, shape.batch, shape.seqlenQ, shape.seqlenK, hostCapturesOf(data));
+  problem.rows = sampleRows(tuningShape, key.qHeads, options.sampledRows);
+  harness::ReferenceOutputs expected = harness::computeReference(problem, data);
+  bool causal = harness::specHasCausalMask(options.specText);
+
+  // A candidate's launch (its binary's, with its grid policy) and arguments,
+  // with the forward workspace its calls need: it runs as a caller with a
+  // workspace runs it (the split of its persistent grid's last round).
+  // A kernel with a mask_mod runs in the order attn::Kernel::run gives it
+  // (the automatic work order of its plan's work tiles), built once per
+  // binary for the screen and the finalists.
+  std::vector<AutomaticWorkOrders> workOrders(binaries.size());
+  struct CandidateRun {
+    AttnLaunchConfig launch;
+    AttnForwardArgs args;
+    DeviceBuffer workspace;
+  };
+  auto candidateRun = [&](size_t b, size_t member) {
+    auto run = std::make_shared<CandidateRun>(
+        CandidateRun{binaries[b].compiled.launch, data.args(), DeviceBuffer()});
+    run->launch.persistentBlocksPerSm = results[member].config.persistentBlocksPerSm;
+    run->workspace = harness::attachForwardWorkspace({&run->launch}, run->args);
+    run->args.workOrder =
+        workOrders[b].orderFor(binaries[b].module, run->launch, run->args, nullptr);
+    return run;
+  };
+  auto timerWith = [&](size_t b, std::shared_ptr<CandidateRun> run) -> Timer {
+    KernelFunction *function = &binaries[b].function;
+    return [run, function](int warmup, int repeats) {
+      return harness::medianLaunchMs(*function, run->launch, run->args, warmup, repeats);
+    };
+  };
+  auto timerOf = [&](size_t b, size_t member) { return timerWith(b, candidateRun(b, member)); };
+
+  double fastestScreen = std::numeric_limits<double>::infinity();
+  measureEach(options, binaries, results, [&](size_t b, size_t member) {
+    CandidateResult &result = results[member];
+    const std::shared_ptr<CandidateRun> run = candidateRun(b, member);
+    data.poisonOutputs();
+    launchForward(binaries[b].function, run->launch, run->args, nullptr);
+    ATTN_CU_CHECK(cuCtxSynchronize);
+    harness::Comparison check =
+        harness::compareOutputs(problem, expected, data, run->launch.dtype);
+    result.maxAbsError = check.maxAbsError;
+    if (!check.passed()) {
+      result.status = CandidateStatus::WrongResult;
+      result.message = check.firstViolation;
+      return;
+    }
+    screen(options, result, timerWith(b, run), fastestScreen);
+  });
+  timeFinalists(options, binaries, results, fastestScreen, timerOf,
+                harness::forwardFlops(firstLaunch, shape, causal));
+}
+
+/// One backward problem on the device: the inputs, the forward's o and lse
+/// (its kernel run once), dO, the gradients, and a workspace that every
+/// candidate's plan fits (its size depends on block_m).
+struct BackwardData {
+  BackwardData(const TuneOptions &options, Binary &forward,
+               const std::vector<Binary> &binaries, const TuningShape &tuningShape,
+               const AttnLaunchConfig &backwardLaunch, uint64_t seed)
+      : shape{tuningShape.batch, tuningShape.seqlenQ, tuningShape.seqlenK, false},
+        data(forward.compiled.launch, shape, seed), gradients(backwardLaunch, data, seed + 1) {
+    const AttnLaunchConfig &forwardLaunch = forward.compiled.launch;
+    harness::addGeneratedCaptures(data, forwardLaunch, shape, options.captures);
+    AttnForwardArgs forwardArgs = data.args();
+    DeviceBuffer workspace = harness::attachForwardWorkspace({&forwardLaunch}, forwardArgs);
+    launchForward(forward.function, forwardLaunch, forwardArgs, nullptr);
+    ATTN_CU_CHECK(cuCtxSynchronize);
+    uint64_t bytes = gradients.workspace.size();
+    for (const Binary &binary : binaries)
+      if (binary.error.empty())
+        bytes = std::max(bytes, backwardWorkspaceBytes(binary.compiled.launch, args()));
+    if (bytes > gradients.workspace.size())
+      gradients.workspace = DeviceBuffer(bytes);
+  }
+  AttnBackwardArgs args() const { return gradients.args(data); }
+
+  harness::Shape shape;
+  harness::ForwardProblem data;
+  harness::BackwardProblem gradients;
+};
+
+/// Why a gradient check failed, gradient by gradient.
+std::string describeFailure(const harness::GradientComparison &check) {
+  std::ostringstream os;
+  for (auto [error, name] : {std::make_pair(&check.dq, "dq"), std::make_pair(&check.dk, "dk"),
+                             std::make_pair(&check.dv, "dv")}) {
+    if (error->passed())
+      continue;
+    os << (os.tellp() > 0 ? "; " : "") << name << ": " << error->toleranceViolations
+       << " past the tolerance, " << error->nonFinite << " not finite, "
+       << error->zeroRowMismatches << " unreached rows not zero";
+    if (!error->firstViolation.empty())
+      os << " (first: " << error->firstViolation << ")";
+  }
+  return os.str();
+}
+
+/// Checks and times every backward candidate at one shape, over the
+/// forward's o and lse. The gradients are checked against the CPU
+/// reference at the shape when backwardCheckBudget allows, else on the
+/// reduced problem backwardCheckShape gives; the timing is at the shape.
+void measureBackwardShape(const TuneOptions &options, const SpecTuningKey &key,
+                          Binary &forward, std::vector<Binary> &binaries,
+                          const TuningShape &tuningShape, TuningShape &checkedShape,
+                          std::vector<CandidateResult> &results) {
+  const Binary *first = failUnloaded(binaries, results);
+  if (!first)
+    return;
+  const AttnLaunchConfig &firstLaunch = first->compiled.launch;
+  BackwardData timing(options, forward, binaries, tuningShape, firstLaunch, 2026);
+  checkedShape = backwardCheckShape(tuningShape, key.qHeads, key.problem.headDim,
+                                    options.backwardCheckBudget);
+  const bool reduced = formatTuningShape(checkedShape) != formatTuningShape(tuningShape);
+  std::unique_ptr<BackwardData> reducedData;
+  if (reduced)
+    reducedData =
+        std::make_unique<BackwardData>(options, forward, binaries, checkedShape, firstLaunch, 2028);
+  BackwardData &checking = reduced ? *reducedData : timing;
+  const reference::Problem problem =
+      referenceProblemFromSpec(options.specText, checking.shape.batch, checking.shape.seqlenQ,
+                               checking.shape.seqlenK, hostCapturesOf(checking.data));
+  const harness::ReferenceGradients expected =
+      harness::computeReferenceGradients(problem, checking.data, checking.gradients);
+  const AttnBackwardArgs timingArgs = timing.args();
+  auto timerOf = [&](size_t b, size_t) -> Timer {
+    Binary *binary = &binaries[b];
+    return [binary, timingArgs](int warmup, int repeats) {
+      return harness::medianMs(
+          [&] {
+            launchBackward(binary->backwardFunctions, binary->compiled.launch, timingArgs,
+                           nullptr);
+          },
+          warmup, repeats);
+    };
+  };
+
+  double fastestScreen = std::numeric_limits<double>::infinity();
+  measureEach(options, binaries, results, [&](size_t b, size_t member) {
+    CandidateResult &result = results[member];
+    Binary &binary = binaries[b];
+    const AttnLaunchConfig &launch = binary.compiled.launch;
+    checking.gradients.poisonGradients();
+    launchBackward(binary.backwardFunctions, launch, checking.args(), nullptr);
+    ATTN_CU_CHECK(cuCtxSynchronize);
+    const harness::GradientComparison check =
+        harness::compareGradients(problem, expected, checking.gradients, launch.dtype);
+    result.maxAbsError = std::max(
+        {check.dq.maxErrorOverRms, check.dk.maxErrorOverRms, check.dv.maxErrorOverRms});
+    if (!check.passed()) {
+      result.status = CandidateStatus::WrongResult;
+      result.message = describeFailure(check);
+      return;
+    }
+    const Timer time = timerOf(b, member);
+    // Checked on the reduced problem: one untimed call at the shape.
+    if (reduced)
+      launchBackward(binary.backwardFunctions, launch, timingArgs, nullptr);
+    screen(options, result, time, fastestScreen);
+  });
+  timeFinalists(options, binaries, results, fastestScreen, timerOf,
+                harness::backwardFlops(firstLaunch, timing.shape,
+                                       harness::specHasCausalMask(options.specText)));
 }
 } // namespace
+
+TuningShape backwardCheckShape(const TuningShape &shape, int64_t qHeads, int64_t headDim,
+                               int64_t budget) {
+  auto work = [&](const TuningShape &s) {
+    return double(s.batch) * double(qHeads) * double(s.seqlenQ) * double(s.seqlenK) *
+           double(headDim);
+  };
+  if (work(shape) <= double(budget))
+    return shape;
+  TuningShape reduced = shape;
+  reduced.batch = 1;
+  if (work(reduced) > double(budget)) {
+    const double factor = std::sqrt(double(budget) / work(reduced));
+    reduced.seqlenQ = std::max<int64_t>(1, int64_t(double(shape.seqlenQ) * factor));
+    reduced.seqlenK = std::max<int64_t>(1, int64_t(double(shape.seqlenK) * factor));
+    // A length held at 1 (one query against very many keys) leaves the
+    // other to shrink alone.
+    auto fitting = [&](int64_t other) {
+      return std::max<int64_t>(
+          1, int64_t(double(budget) / (double(qHeads) * double(other) * double(headDim))));
+    };
+    reduced.seqlenK = std::min(reduced.seqlenK, fitting(reduced.seqlenQ));
+    reduced.seqlenQ = std::min(reduced.seqlenQ, fitting(reduced.seqlenK));
+  }
+  return reduced;
+}
 
 std::vector<TuneReport> tune(const TuneOptions &options, const ReportCallback &onReport) {
   Clock::time_point start = Clock::now();
@@ -313,19 +523,41 @@ std::vector<TuneReport> tune(const TuneOptions &options, const ReportCallback &o
                 "value columns); nothing to tune (attn-bench --segments times its sequence "
                 "split)");
 
-  // attn-tile's plan for each shape (the heuristic reads the key length):
-  // the baseline, always measured.
+  // attn-tile's plan for each shape (the heuristic reads the key length),
+  // or the backward's (one for all shapes): the baseline, always measured.
   auto heuristicFor = [&](const TuningShape &shape) {
+    if (options.backward)
+      return backwardTileConfig(key.problem);
     TileProblem problem = key.problem;
     problem.keyLength = shape.seqlenK;
     return defaultTileConfig(problem);
   };
-  const std::vector<TileConfig> space = enumerateTileCandidates(key.problem, options.space);
+  auto illegal = [&](const TileConfig &config) {
+    return options.backward ? checkBackwardTileLegality(key.problem, config)
+                            : checkTileLegality(key.problem, config);
+  };
+  std::vector<TileConfig> space;
+  if (options.backward) {
+    if (std::optional<std::string> why = illegal(backwardTileConfig(key.problem)))
+      throw Error("attn-tune: @" + options.specName + " has no backward plan: " + *why);
+    const TileSearchSpace &filter = options.space;
+    auto listed = [](const std::vector<int> &values, int value) {
+      return std::find(values.begin(), values.end(), value) != values.end();
+    };
+    for (const TileConfig &config : enumerateBackwardTileCandidates(key.problem))
+      if (listed(filter.consumerWarpgroups, config.consumerWarpgroups) &&
+          listed(filter.blockN, config.blockN) && listed(filter.stages, config.stages) &&
+          listed(filter.softmaxChains, config.softmaxChains) &&
+          listed(filter.persistentBlocksPerSm, config.persistentBlocksPerSm))
+        space.push_back(config);
+  } else {
+    space = enumerateTileCandidates(key.problem, options.space);
+  }
   std::vector<TileConfig> candidates = space;
   for (const TuningShape &shape : options.shapes) {
     TileConfig heuristic = heuristicFor(shape);
     if (std::find(candidates.begin(), candidates.end(), heuristic) == candidates.end() &&
-        !checkTileLegality(key.problem, heuristic))
+        !illegal(heuristic))
       candidates.push_back(heuristic);
   }
   if (candidates.empty())
@@ -340,29 +572,31 @@ std::vector<TuneReport> tune(const TuneOptions &options, const ReportCallback &o
     if (inserted) {
       binaries.push_back({});
       binaries.back().config = binaryConfig(candidates[i]);
+      binaries.back().backward = options.backward;
     }
     binaries[it->second].members.push_back(i);
   }
+  // The backward's o and lse come from the forward, attn-tile's heuristic
+  // plan without a shape, compiled along with the candidates.
+  Binary forward;
+  forward.config = key.heuristic;
+  std::vector<Binary *> jobs;
+  for (Binary &binary : binaries)
+    jobs.push_back(&binary);
+  if (options.backward)
+    jobs.push_back(&forward);
 
   Clock::time_point compileStart = Clock::now();
-  compileAll(binaries, options);
+  compileAll(jobs, options);
   double compileSeconds = secondsSince(compileStart);
 
   ensureContext();
   std::string device = queryDevice().name;
-  std::vector<Module> modules(binaries.size());
-  std::vector<KernelFunction> functions(binaries.size());
-  for (size_t b = 0; b < binaries.size(); ++b) {
-    if (!binaries[b].error.empty())
-      continue;
-    try {
-      modules[b] = Module::loadCubin(binaries[b].compiled.binary.data(),
-                                     binaries[b].compiled.binary.size());
-      functions[b] = modules[b].function(binaries[b].compiled.launch.kernelName);
-    } catch (const Error &error) {
-      binaries[b].error = std::string("loading the cubin: ") + error.what();
-    }
-  }
+  for (Binary *binary : jobs)
+    load(*binary);
+  if (options.backward && !forward.error.empty())
+    throw Error("attn-tune: the forward of @" + options.specName +
+                ", which gives the backward its o and lse, failed: " + forward.error);
   double setupSeconds = secondsSince(start);
 
   std::vector<TuneReport> reports;
@@ -370,10 +604,12 @@ std::vector<TuneReport> tune(const TuneOptions &options, const ReportCallback &o
     Clock::time_point measureStart = Clock::now();
     TuneReport report;
     report.specName = options.specName;
-    report.specHash = key.specHash;
+    report.specHash = options.backward ? backwardTuningHash(key.specHash) : key.specHash;
     report.arch = options.arch;
     report.device = device;
+    report.backward = options.backward;
     report.shape = shape;
+    report.checkedShape = shape;
     report.bucket = ShapeBucket::of(shape, key.qHeads);
     report.heuristic = heuristicFor(shape);
     report.binaries = binaries.size();
@@ -381,7 +617,10 @@ std::vector<TuneReport> tune(const TuneOptions &options, const ReportCallback &o
     std::vector<CandidateResult> results = blank;
     for (CandidateResult &result : results)
       result.heuristic = result.config == report.heuristic;
-    measureShape(options, key, binaries, modules, functions, shape, results);
+    if (options.backward)
+      measureBackwardShape(options, key, forward, binaries, shape, report.checkedShape, results);
+    else
+      measureForwardShape(options, key, binaries, shape, results);
     // Another shape's heuristic from outside the search space ran along
     // (its binary is shared) but is no candidate at this shape.
     results.erase(std::remove_if(results.begin(), results.end(),
@@ -419,15 +658,21 @@ std::string renderTable(const TuneReport &report, size_t top) {
   double heuristicMs = heuristic && heuristic->status == CandidateStatus::Measured
                            ? heuristic->milliseconds
                            : 0;
-  os << "| rank | block_m | block_n | stages | consumers | chains | persistent | regs | local B "
-        "| ms | TFLOP/s | vs heuristic |\n"
-     << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  // The backward has one softmax chain and a block per key tile, but two
+  // register budgets for one consumer.
+  os << "| rank | block_m | block_n | stages | consumers | "
+     << (report.backward ? "budget" : "chains | persistent")
+     << " | regs | local B | ms | TFLOP/s | vs heuristic |\n"
+     << (report.backward ? "" : "|---") << "|---|---|---|---|---|---|---|---|---|---|---|\n";
   auto row = [&](size_t rank, const CandidateResult &r) {
     const TileConfig &c = r.config;
     os << "| " << rank << (r.heuristic ? " (heuristic)" : "") << " | " << c.blockM << " | "
-       << c.blockN << " | " << c.stages << " | " << c.consumerWarpgroups << " | "
-       << c.softmaxChains << " | " << c.persistentBlocksPerSm << " | " << r.registers << " | "
-       << r.localBytes << " | ";
+       << c.blockN << " | " << c.stages << " | " << c.consumerWarpgroups << " | ";
+    if (report.backward)
+      os << c.consumerRegisters;
+    else
+      os << c.softmaxChains << " | " << c.persistentBlocksPerSm;
+    os << " | " << r.registers << " | " << r.localBytes << " | ";
     os.precision(3);
     os << r.milliseconds << " | ";
     os.precision(1);
@@ -447,7 +692,7 @@ std::string renderTable(const TuneReport &report, size_t top) {
     if (r.status != CandidateStatus::Measured) {
       ++failures[statusName(r.status)];
       if (firstFailure.empty())
-        firstFailure = describe(r.config) + ": " + r.message.substr(0, 300);
+        firstFailure = describe(r.config, report.backward) + ": " + r.message.substr(0, 300);
       continue;
     }
     ++measured;
@@ -466,6 +711,10 @@ std::string renderTable(const TuneReport &report, size_t top) {
      << " s, total " << report.totalSeconds << " s\n";
   if (!firstFailure.empty())
     os << "first failure: " << firstFailure << "\n";
+  if (report.backward && formatTuningShape(report.checkedShape) != formatTuningShape(report.shape))
+    os << "gradients checked at B=" << report.checkedShape.batch
+       << " Sq=" << report.checkedShape.seqlenQ << " Sk=" << report.checkedShape.seqlenK
+       << " (the reference's budget), timed at the shape\n";
   if (!heuristic)
     os << "the heuristic plan is outside the search space\n";
   return os.str();
@@ -480,8 +729,13 @@ std::string renderSvg(const TuneReport &report) {
   maxTflops *= 1.08;
   const double minN = 16, maxN = 272;
   auto xOf = [&](const TileConfig &c) {
-    // Stages and chains spread the points of one block_n apart.
-    double jitter = (c.stages - 2.5) * 2.2 + (c.softmaxChains == 1 ? -0.7 : c.softmaxChains == 2 ? 0 : 0.7);
+    // Stages and chains (backward: block_m and the register budget) spread
+    // the points of one block_n apart.
+    double jitter = (c.stages - 2.5) * 2.2;
+    if (report.backward)
+      jitter += (c.blockM > kWgmmaM ? 0.7 : 0) + (c.consumerRegisters > 240 ? -0.7 : 0);
+    else
+      jitter += c.softmaxChains == 1 ? -0.7 : c.softmaxChains == 2 ? 0 : 0.7;
     return left + (c.blockN + jitter - minN) / (maxN - minN) * (width - left - right);
   };
   auto yOf = [&](double tflops) { return height - bottom - tflops / maxTflops * (height - top - bottom); };
@@ -499,7 +753,7 @@ std::string renderSvg(const TuneReport &report) {
     return out;
   };
   os << "<text x=\"" << left << "\" y=\"24\" font-size=\"15\">attn-tune @" << escape(report.specName)
-     << ": B=" << report.shape.batch << " Sq=" << report.shape.seqlenQ << " Sk="
+     << (report.backward ? " (backward)" : "") << ": B=" << report.shape.batch << " Sq=" << report.shape.seqlenQ << " Sk="
      << report.shape.seqlenK << " on " << escape(report.device) << "</text>\n";
   // Axes, grid and ticks.
   for (int i = 0; i <= 5; ++i) {
@@ -518,7 +772,8 @@ std::string renderSvg(const TuneReport &report) {
      << "<line x1=\"" << left << "\" x2=\"" << left << "\" y1=\"" << top << "\" y2=\""
      << height - bottom << "\" stroke=\"black\"/>\n"
      << "<text x=\"" << (left + width - right) / 2 << "\" y=\"" << height - 18
-     << "\" text-anchor=\"middle\">block_n (points spread by stages and softmax chains)</text>\n"
+     << "\" text-anchor=\"middle\">block_n (points spread by stages and "
+     << (report.backward ? "block_m, registers" : "softmax chains") << ")</text>\n"
      << "<text transform=\"translate(18," << (top + height - bottom) / 2
      << ") rotate(-90)\" text-anchor=\"middle\">TFLOP/s</text>\n";
   // Points: colour = block_m, circle = a block per tile, square = persistent.
@@ -533,7 +788,7 @@ std::string renderSvg(const TuneReport &report) {
       os << " x=\"" << x - 3 << "\" y=\"" << y - 3 << "\" width=\"6\" height=\"6\"";
     else
       os << " cx=\"" << x << "\" cy=\"" << y << "\" r=\"3.2\"";
-    os << " fill=\"" << color << "\" fill-opacity=\"0.75\"><title>" << describe(c) << ": "
+    os << " fill=\"" << color << "\" fill-opacity=\"0.75\"><title>" << describe(c, report.backward) << ": "
        << r.tflops << " TFLOP/s</title>" << (c.persistentBlocksPerSm ? "</rect>\n" : "</circle>\n");
   }
   auto ring = [&](const CandidateResult *r, const char *stroke, const char *label) {
@@ -542,18 +797,24 @@ std::string renderSvg(const TuneReport &report) {
     double x = xOf(r->config), y = yOf(r->tflops);
     os << "<circle cx=\"" << x << "\" cy=\"" << y << "\" r=\"8\" fill=\"none\" stroke=\"" << stroke
        << "\" stroke-width=\"2\"/>\n<text x=\"" << x + 10 << "\" y=\"" << y - 10 << "\" fill=\""
-       << stroke << "\">" << label << " " << describe(r->config) << " (" << r->tflops
+       << stroke << "\">" << label << " " << describe(r->config, report.backward) << " (" << r->tflops
        << ")</text>\n";
   };
   ring(report.heuristicResult(), "#c00", "heuristic");
   ring(report.best(), "black", "best");
   // Legend.
   double lx = width - right + 20, ly = top + 10;
+  // Colour = consumer warpgroups (the forward's block_m is 64 per consumer).
   const char *names[] = {"block_m 64", "block_m 128", "block_m 192"};
-  for (int i = 0; i < 3; ++i)
+  const char *backwardNames[] = {"1 consumer", "2 consumers"};
+  for (int i = 0; i < (report.backward ? 2 : 3); ++i)
     os << "<circle cx=\"" << lx << "\" cy=\"" << ly + 20 * i << "\" r=\"4\" fill=\"" << colors[i]
-       << "\"/><text x=\"" << lx + 10 << "\" y=\"" << ly + 20 * i + 4 << "\">" << names[i]
-       << "</text>\n";
+       << "\"/><text x=\"" << lx + 10 << "\" y=\"" << ly + 20 * i + 4 << "\">"
+       << (report.backward ? backwardNames[i] : names[i]) << "</text>\n";
+  if (report.backward) {
+    os << "</svg>\n";
+    return os.str();
+  }
   os << "<circle cx=\"" << lx << "\" cy=\"" << ly + 70 << "\" r=\"4\" fill=\"#888\"/><text x=\""
      << lx + 10 << "\" y=\"" << ly + 74 << "\">a block per tile</text>\n"
      << "<rect x=\"" << lx - 4 << "\" y=\"" << ly + 86 << "\" width=\"8\" height=\"8\" fill=\"#888\"/>"

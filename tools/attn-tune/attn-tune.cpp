@@ -1,6 +1,6 @@
 //===- attn-tune.cpp - Find the fastest tile plan of a spec ---------------===//
 //
-//   attn-tune spec.mlir --shape=B,S[,Sk][;B,S...] [--capture NAME=GEN...]
+//   attn-tune spec.mlir --shape=B,S[,Sk][;B,S...] [--backward] [--capture NAME=GEN...]
 //       [--tuning-db=FILE|none] [--plot=FILE.svg] [--top=N] [--jobs=N]
 //
 // Compiles every legal tile plan of the spec on CPU threads, runs each on the
@@ -9,7 +9,11 @@
 // them ranked, records the fastest in the tuning database (which attnc and
 // the JIT consult) and draws every candidate's TFLOP/s as an SVG. Several
 // shapes (separated by ';') share one compilation; each gets its table, its
-// record and its plot (FILE-<bucket>.svg).
+// record and its plot (FILE-<bucket>.svg). With --backward the same for the
+// backward kernels (dQ, dK, dV) over the forward's o and lse: gradients
+// checked against the CPU reference (on a reduced problem for large
+// shapes), records under the spec's backward key, which attnc --backward
+// and compileBackwardSpec consult.
 //
 //===----------------------------------------------------------------------===//
 
@@ -39,6 +43,9 @@ cl::opt<std::string> shapeText("shape", cl::desc("Problem sizes to tune for"),
                                cl::value_desc("B,S or B,Sq,Sk[;...]"), cl::init("2,8192"));
 cl::list<std::string> captureOptions(
     "capture", cl::desc("NAME=GENERATOR[@D0xD1...]: a captured buffer (as attn-bench)"));
+cl::opt<bool> backward("backward",
+                       cl::desc("Tune the backward kernels (dQ, dK, dV) instead of the forward"),
+                       cl::init(false));
 cl::opt<int> warmup("warmup", cl::desc("Untimed launches per finalist round"), cl::init(2));
 cl::opt<int> repeats("repeats", cl::desc("Timed launches per finalist round (median)"),
                      cl::init(5));
@@ -52,8 +59,9 @@ cl::opt<std::string> tuningDatabase(
              "the kernel cache directory); 'none' records nothing"),
     cl::value_desc("file"), cl::init(""));
 cl::opt<std::string> plotFile("plot",
-                              cl::desc("SVG of every candidate (default: <spec>.tune.svg in the "
-                                       "current directory; 'none' for no plot)"),
+                              cl::desc("SVG of every candidate (default: <spec>.tune.svg, with "
+                                       "--backward <spec>.tune-backward.svg, in the current "
+                                       "directory; 'none' for no plot)"),
                               cl::value_desc("file"), cl::init(""));
 cl::list<int> onlyBlockN("block-n", cl::desc("Restrict the search to these block_n values"),
                          cl::CommaSeparated);
@@ -89,6 +97,7 @@ int main(int argc, char **argv) {
   attn::tune::TuneOptions options;
   options.specText = (*buffer)->getBuffer().str();
   options.specName = specFile;
+  options.backward = backward;
   std::stringstream shapes(shapeText);
   for (std::string item; std::getline(shapes, item, ';');) {
     attn::TuningShape shape;
@@ -121,7 +130,8 @@ int main(int argc, char **argv) {
     bool several = options.shapes.size() > 1;
     // Each shape is reported and recorded as soon as it is measured.
     attn::tune::tune(options, [&](const attn::tune::TuneReport &report) {
-      outs() << "\nattn-tune @" << specFile << " B=" << report.shape.batch
+      outs() << "\nattn-tune @" << specFile << (report.backward ? " (backward)" : "")
+             << " B=" << report.shape.batch
              << " Sq=" << report.shape.seqlenQ << " Sk=" << report.shape.seqlenK << " ("
              << report.bucket.str() << ") on " << report.device << "\n\n"
              << attn::tune::renderTable(report, top);
@@ -134,8 +144,10 @@ int main(int argc, char **argv) {
                << format("%.3f", heuristic->milliseconds / best->milliseconds) << "x)\n";
       allMeasured = allMeasured && best;
 
-      std::string plot = plotFile.empty() ? sys::path::stem(specFile).str() + ".tune.svg"
-                                          : plotFile.getValue();
+      std::string plot =
+          plotFile.empty()
+              ? sys::path::stem(specFile).str() + (backward ? ".tune-backward.svg" : ".tune.svg")
+              : plotFile.getValue();
       if (plot != "none") {
         if (several)
           plot = (sys::path::parent_path(plot).empty() ? std::string()
@@ -146,7 +158,8 @@ int main(int argc, char **argv) {
       }
       if (best && databasePath != "none" && !databasePath.empty()) {
         attn::TuningDatabase(databasePath).record(report.bestRecord());
-        outs() << "recorded in " << databasePath << " (spec " << report.specHash.substr(0, 12)
+        outs() << "recorded in " << databasePath << " ("
+               << (report.backward ? "backward key " : "spec ") << report.specHash.substr(0, 12)
                << ", " << report.bucket.str() << ")\n";
       }
       outs().flush();

@@ -9,6 +9,7 @@
 #include "attn/IR/AttnDialect.h"
 #include "attn/Transforms/Passes.h"
 #include "attn/runtime/Error.h"
+#include "attn/runtime/TuningDatabase.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -150,17 +151,62 @@ mlir::FailureOr<CompiledKernel> compileEmittedKernel(mlir::attn::KernelOp op,
   return kernel;
 }
 
+namespace {
+/// The backward plan the tuning database holds for the kernel (the record
+/// under backwardTuningHash nearest `bucket`, or the largest without one),
+/// else backwardTileConfig. An unreadable database or an unusable record
+/// warns and gives backwardTileConfig.
+TileConfig tunedOrDefaultBackwardConfig(mlir::attn::KernelOp op, const TileProblem &problem,
+                                        const CompileOptions &options,
+                                        const std::optional<ShapeBucket> &bucket) {
+  const TileConfig heuristic = backwardTileConfig(problem);
+  if (options.tuningDatabase.empty())
+    return heuristic;
+  std::string error;
+  std::optional<TuningRecord> record =
+      TuningDatabase(options.tuningDatabase)
+          .lookup(backwardTuningHash(mlir::attn::tuningSpecHash(op)), options.arch, bucket,
+                  &error);
+  if (!error.empty())
+    op.emitWarning() << error << "; using the backward's heuristic plan";
+  if (!record)
+    return heuristic;
+  TileOverride tuned;
+  std::optional<std::string> problemText = parseTileOverride(record->config, tuned);
+  const TileConfig config = applyLinearTileOverride(heuristic, tuned);
+  if (!problemText)
+    problemText = checkBackwardTileLegality(problem, config);
+  if (problemText) {
+    op.emitWarning() << "tuning database '" << options.tuningDatabase << "': backward record '"
+                     << record->config << "' for " << record->bucket.str() << " is unusable ("
+                     << *problemText << "); using the backward's heuristic plan";
+    return heuristic;
+  }
+  return config;
+}
+} // namespace
+
 mlir::FailureOr<TileConfig> backwardTileConfigFor(mlir::attn::KernelOp op,
                                                   const CompileOptions &options) {
   const TileProblem problem{static_cast<int>(op.getProblem().getHeadDim()), 2};
-  TileConfig tile = backwardTileConfig(problem);
-  if (!options.tileOverride.empty()) {
-    TileOverride override;
-    if (std::optional<std::string> error = parseTileOverride(options.tileOverride, override))
-      return op.emitOpError("invalid backward tile override '")
-             << options.tileOverride << "': " << *error;
-    tile = applyLinearTileOverride(tile, override);
+  TileOverride override;
+  if (std::optional<std::string> error = parseTileOverride(options.tileOverride, override))
+    return op.emitOpError("invalid backward tile override '")
+           << options.tileOverride << "': " << *error;
+  std::optional<ShapeBucket> bucket;
+  if (!options.tuningShape.empty()) {
+    TuningShape shape;
+    if (std::optional<std::string> error = parseTuningShape(options.tuningShape, shape))
+      return op.emitOpError("invalid tuning-shape: ") << *error;
+    bucket = ShapeBucket::of(shape, op.getProblem().getQHeads());
   }
+  TileConfig tile =
+      applyLinearTileOverride(tunedOrDefaultBackwardConfig(op, problem, options, bucket), override);
+  // A tuned plan of one consumer may take 256 registers, which two cannot:
+  // as in the forward's overrides, the count follows overridden consumers
+  // unless given.
+  if (override.consumerWarpgroups && !override.consumerRegisters)
+    tile.consumerRegisters = backwardTileConfig(problem).consumerRegisters;
   return tile;
 }
 

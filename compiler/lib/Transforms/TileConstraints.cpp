@@ -551,4 +551,32 @@ std::optional<std::string> checkBackwardTileLegality(const TileProblem &problem,
   return os.str();
 }
 
+std::vector<TileConfig> enumerateBackwardTileCandidates(const TileProblem &problem) {
+  std::vector<TileConfig> candidates;
+  for (int consumers : {1, 2}) {
+    // block_m 64 splits dQ's piece by columns, 64 x consumers by rows (the
+    // same with one consumer).
+    std::vector<int> rows{kWgmmaM};
+    if (consumers > 1)
+      rows.push_back(kWgmmaM * consumers);
+    // Two consumers at 256 registers leave the producer none (2 x 256 of
+    // 65536 / 128 = 512); one consumer has room for 256.
+    const std::vector<int> budgets =
+        consumers == 1 ? std::vector<int>{240, 256} : std::vector<int>{240};
+    for (int blockM : rows)
+      for (int stages = 1; stages <= 4; ++stages)
+        for (int registers : budgets) {
+          TileConfig config = backwardTileConfig(problem);
+          config.consumerWarpgroups = consumers;
+          config.blockN = kWgmmaM * consumers;
+          config.blockM = blockM;
+          config.stages = stages;
+          config.consumerRegisters = registers;
+          if (!checkBackwardTileLegality(problem, config))
+            candidates.push_back(config);
+        }
+  }
+  return candidates;
+}
+
 } // namespace attn

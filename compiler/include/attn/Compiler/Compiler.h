@@ -72,9 +72,14 @@ mlir::FailureOr<CompiledKernel> compileEmittedKernel(mlir::attn::KernelOp op,
 /// The launch metadata of a planned kernel.
 AttnLaunchConfig launchConfigFor(mlir::attn::KernelOp op);
 
-/// The backward plan of a kernel: backwardTileConfig, under
-/// options.tileOverride (block_n and consumer_warpgroups follow each other,
-/// 64 keys per consumer). Emits an error on the op for a malformed override.
+/// The backward plan of a kernel: the tuning database's backward record
+/// (options.tuningDatabase, keyed by backwardTuningHash of the spec's
+/// tuning hash) nearest options.tuningShape's bucket, or without a shape
+/// the largest tuned one; without a usable record backwardTileConfig (an
+/// unusable record or unreadable database warns). options.tileOverride
+/// applies on top (block_n and consumer_warpgroups follow each other, 64
+/// keys per consumer; overridden consumers take 240 registers unless
+/// given). Emits an error on the op for a malformed override or shape.
 mlir::FailureOr<TileConfig> backwardTileConfigFor(mlir::attn::KernelOp op,
                                                   const CompileOptions &options);
 

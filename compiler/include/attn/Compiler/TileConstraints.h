@@ -298,6 +298,16 @@ struct TileSearchSpace {
 std::vector<TileConfig> enumerateTileCandidates(
     const TileProblem &problem, const TileSearchSpace &space = {});
 
+/// Every legal backward plan for `problem` (checkBackwardTileLegality), in
+/// the order (consumer warpgroups, block_m, stages, consumer registers):
+/// 1 or 2 consumer warpgroups with block_n = 64 x consumers, block_m 64 or
+/// 64 x consumers, 1 to 4 stages, 240 consumer registers (and 256 with one
+/// consumer, where a block has registers to spare), one producer
+/// warpgroup at 24, one softmax chain, a block per key tile. Holds
+/// backwardTileConfig(problem) wherever the backward has a plan; empty for
+/// head dims without one (256).
+std::vector<TileConfig> enumerateBackwardTileCandidates(const TileProblem &problem);
+
 } // namespace attn
 
 #endif // ATTN_COMPILER_TILECONSTRAINTS_H

@@ -10,6 +10,8 @@
 //   spec_hash arch bucket config milliseconds tflops device unix_seconds
 //
 // `config` is a complete tile override (block_m=...,persistent_blocks_per_sm=...).
+// A backward plan (attn-tune --backward) is a record like any other, keyed
+// by backwardTuningHash(spec_hash).
 // A writer holds an advisory lock on `PATH.lock`, re-reads the file, merges
 // its record and replaces the file atomically (temporary file, fsync,
 // rename): two tuners writing at once both keep their records, and a reader
@@ -54,8 +56,18 @@ std::optional<std::string> parseTuningShape(const std::string &text, TuningShape
 /// "B,Sq,Sk", which parseTuningShape reads back.
 std::string formatTuningShape(const TuningShape &shape);
 
+/// The key of a spec's backward records: SHA-256 of a "backward" tag and
+/// the spec's tuning hash (`specHash`, attn-tile's, the forward records'
+/// key). attn-tune --backward records under it and the backward's plan
+/// lookup asks for it, so a forward lookup never meets a backward plan and
+/// a backward lookup never meets a forward one; the file format is the
+/// same, and programs that predate backward records keep them untouched.
+std::string backwardTuningHash(const std::string &specHash);
+
 struct TuningRecord {
-  std::string specHash; // 64 hex digits (attn-tile's tuning hash of the spec)
+  /// 64 hex digits: attn-tile's tuning hash of the spec for a forward plan,
+  /// backwardTuningHash of it for a backward plan.
+  std::string specHash;
   std::string arch;     // "sm_90a"
   ShapeBucket bucket;
   std::string config;   // a complete tile override
