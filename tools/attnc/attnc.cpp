@@ -126,9 +126,10 @@ std::unique_ptr<ToolOutputFile> openOutput() {
   return output;
 }
 
-/// --backward: the backward module of the selected kernel. Its plan is the
-/// backward heuristic's under --tile (the forward's tuning does not apply);
-/// --emit=mlir prints the kernel with that plan as `attn.backward_tile`.
+/// --backward: the backward module of the selected kernel, planned by
+/// attn-tile's backward option (its tuning records, under --tile) and
+/// attn-plan-smem; --emit=mlir prints the module with those plans
+/// (`backward_tile`, `backward_smem`).
 int compileBackward(mlir::ModuleOp module, const attn::CompileOptions &options) {
   mlir::FailureOr<mlir::attn::KernelOp> kernel = selectKernel(module);
   if (mlir::failed(kernel))
@@ -136,27 +137,24 @@ int compileBackward(mlir::ModuleOp module, const attn::CompileOptions &options) 
   std::unique_ptr<ToolOutputFile> output = openOutput();
   if (!output)
     return 1;
-  if (emitKind == EmitKind::Cuda) {
+  if (emitKind == EmitKind::Cuda || emitKind == EmitKind::Mlir ||
+      emitKind == EmitKind::Metadata) {
     mlir::FailureOr<attn::PlannedBackward> planned = attn::planBackward(*kernel, options);
     if (mlir::failed(planned))
       return 1;
-    output->os() << planned->cudaSource;
+    if (emitKind == EmitKind::Cuda)
+      output->os() << planned->cudaSource;
+    else if (emitKind == EmitKind::Mlir)
+      module.print(output->os());
+    else
+      output->os() << attn::serializeLaunchConfig(planned->launch);
   } else {
     mlir::FailureOr<attn::CompiledKernel> compiled = attn::compileBackwardKernel(
         *kernel, options, emitKind == EmitKind::Cubin ? attn::BinaryKind::Cubin
                                                       : attn::BinaryKind::Ptx);
     if (mlir::failed(compiled))
       return 1;
-    if (emitKind == EmitKind::Metadata) {
-      output->os() << attn::serializeLaunchConfig(compiled->launch);
-    } else if (emitKind == EmitKind::Mlir) {
-      mlir::FailureOr<attn::TileConfig> tile = attn::backwardTileConfigFor(*kernel, options);
-      (*kernel)->setAttr("attn.backward_tile",
-                         mlir::attn::getTilePlanAttr((*kernel).getContext(), *tile));
-      module.print(output->os());
-    } else {
-      output->os().write(compiled->binary.data(), compiled->binary.size());
-    }
+    output->os().write(compiled->binary.data(), compiled->binary.size());
   }
   output->keep();
   return 0;

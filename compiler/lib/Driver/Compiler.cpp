@@ -151,76 +151,32 @@ mlir::FailureOr<CompiledKernel> compileEmittedKernel(mlir::attn::KernelOp op,
   return kernel;
 }
 
-namespace {
-/// The backward plan the tuning database holds for the kernel (the record
-/// under backwardTuningHash nearest `bucket`, or the largest without one),
-/// else backwardTileConfig. An unreadable database or an unusable record
-/// warns and gives backwardTileConfig.
-TileConfig tunedOrDefaultBackwardConfig(mlir::attn::KernelOp op, const TileProblem &problem,
-                                        const CompileOptions &options,
-                                        const std::optional<ShapeBucket> &bucket) {
-  const TileConfig heuristic = backwardTileConfig(problem);
-  if (options.tuningDatabase.empty())
-    return heuristic;
-  std::string error;
-  std::optional<TuningRecord> record =
-      TuningDatabase(options.tuningDatabase)
-          .lookup(backwardTuningHash(mlir::attn::tuningSpecHash(op)), options.arch, bucket,
-                  &error);
-  if (!error.empty())
-    op.emitWarning() << error << "; using the backward's heuristic plan";
-  if (!record)
-    return heuristic;
-  TileOverride tuned;
-  std::optional<std::string> problemText = parseTileOverride(record->config, tuned);
-  const TileConfig config = applyLinearTileOverride(heuristic, tuned);
-  if (!problemText)
-    problemText = checkBackwardTileLegality(problem, config);
-  if (problemText) {
-    op.emitWarning() << "tuning database '" << options.tuningDatabase << "': backward record '"
-                     << record->config << "' for " << record->bucket.str() << " is unusable ("
-                     << *problemText << "); using the backward's heuristic plan";
-    return heuristic;
-  }
-  return config;
-}
-} // namespace
-
 mlir::FailureOr<TileConfig> backwardTileConfigFor(mlir::attn::KernelOp op,
                                                   const CompileOptions &options) {
-  const TileProblem problem{static_cast<int>(op.getProblem().getHeadDim()), 2};
-  TileOverride override;
-  if (std::optional<std::string> error = parseTileOverride(options.tileOverride, override))
-    return op.emitOpError("invalid backward tile override '")
-           << options.tileOverride << "': " << *error;
-  std::optional<ShapeBucket> bucket;
-  if (!options.tuningShape.empty()) {
-    TuningShape shape;
-    if (std::optional<std::string> error = parseTuningShape(options.tuningShape, shape))
-      return op.emitOpError("invalid tuning-shape: ") << *error;
-    bucket = ShapeBucket::of(shape, op.getProblem().getQHeads());
-  }
-  TileConfig tile =
-      applyLinearTileOverride(tunedOrDefaultBackwardConfig(op, problem, options, bucket), override);
-  // A tuned plan of one consumer may take 256 registers, which two cannot:
-  // as in the forward's overrides, the count follows overridden consumers
-  // unless given.
-  if (override.consumerWarpgroups && !override.consumerRegisters)
-    tile.consumerRegisters = backwardTileConfig(problem).consumerRegisters;
-  return tile;
+  return mlir::attn::backwardTilePlan(op, options.tileOverride, options.tuningDatabase,
+                                      options.tuningShape, options.arch);
 }
 
 mlir::FailureOr<PlannedBackward> planBackward(mlir::attn::KernelOp op,
                                               const CompileOptions &options) {
-  mlir::FailureOr<TileConfig> tile = backwardTileConfigFor(op, options);
-  if (mlir::failed(tile))
+  // attn-tile (with the backward) and attn-plan-smem over the op's module.
+  mlir::attn::AttnTileOptions tileOptions;
+  tileOptions.tuningDatabase = options.tuningDatabase;
+  tileOptions.tuningShape = options.tuningShape;
+  tileOptions.arch = options.arch;
+  tileOptions.backward = true;
+  tileOptions.backwardTileOverride = options.tileOverride;
+  auto module = op->getParentOfType<mlir::ModuleOp>();
+  mlir::PassManager pm(op.getContext());
+  mlir::attn::buildPlanPipeline(pm, tileOptions);
+  if (mlir::failed(pm.run(module)))
     return mlir::failure();
   mlir::FailureOr<codegen::BackwardKernelConfig> config =
-      mlir::attn::buildBackwardKernelConfig(op, *tile);
+      mlir::attn::buildBackwardKernelConfig(op);
   if (mlir::failed(config))
     return mlir::failure();
   PlannedBackward planned;
-  planned.tile = *tile;
+  planned.tile = config->tile;
   planned.cudaSource = codegen::emitBackwardKernelSource(*config);
   mlir::attn::ProblemAttr problem = op.getProblem();
   AttnLaunchConfig &launch = planned.launch;
@@ -229,10 +185,10 @@ mlir::FailureOr<PlannedBackward> planBackward(mlir::attn::KernelOp op,
   launch.kvHeads = problem.getKvHeads();
   launch.dtype = problem.getElementType().isBF16() ? DType::BF16 : DType::F16;
   launch.scale = static_cast<float>(problem.getEffectiveScale());
-  launch.blockM = tile->blockM;
-  launch.blockN = tile->blockN;
-  launch.threadsPerBlock = tile->threadsPerBlock();
-  launch.sharedMemoryBytes = static_cast<int>(config->smem.total + kSmemBaseAlignSlack);
+  launch.blockM = planned.tile.blockM;
+  launch.blockN = planned.tile.blockN;
+  launch.threadsPerBlock = planned.tile.threadsPerBlock();
+  launch.sharedMemoryBytes = op.getBackwardSmemAttr().getLaunchBytes();
   launch.kernelName = ATTN_BWD_KERNEL_NAME;
   launch.backward = 1;
   return planned;

@@ -144,6 +144,9 @@ struct Compiler::Impl {
     CompileOptions backwardOptions;
     backwardOptions.arch = options.arch;
     backwardOptions.tileOverride = options.tileOverride;
+    // The backward's records of the database (the largest tuned bucket: the
+    // JIT's backward takes no shape).
+    backwardOptions.tuningDatabase = *options.tuningDatabase;
     if (mlir::failed(mlir::verify(module)))
       diagnostics.fail(what);
     mlir::FailureOr<PlannedBackward> backward = ::attn::planBackward(op, backwardOptions);

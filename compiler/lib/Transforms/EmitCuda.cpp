@@ -312,51 +312,40 @@ LogicalResult readBufferOffsets(KernelOp op, SmemPlanAttr smem,
 }
 } // namespace
 
-FailureOr<::attn::codegen::BackwardKernelConfig>
-buildBackwardKernelConfig(KernelOp op, const ::attn::TileConfig &tile) {
-  if (!isa<SoftmaxAttr>(op.getNormalizer()))
-    return op.emitOpError("has no backward: only the softmax normalizer has one (the linear "
-                          "family's is a later step)");
-  Attribute mask = op.getMask();
-  if (!isa<NoMaskAttr, CausalAttr, SlidingWindowAttr>(mask))
-    return op.emitOpError("mask ") << mask << " has no backward kernel template";
-  if (!op.getMaskMod().empty() || op.getMaskModFnAttr())
-    return op.emitOpError("has no backward: a mask_mod's backward is not supported yet (built-in "
-                          "masks are)");
-  if (!op.getScoreMod().empty() || op.getScoreModFnAttr())
-    return op.emitOpError("has no backward: the compiler does not differentiate score_mod yet");
-  ProblemAttr problem = op.getProblem();
-  const ::attn::TileProblem tileProblem{static_cast<int>(problem.getHeadDim()), 2};
-  if (std::optional<std::string> violation = ::attn::checkBackwardTileLegality(tileProblem, tile))
-    return op.emitOpError("backward plan is illegal: ") << *violation;
-
+FailureOr<::attn::codegen::BackwardKernelConfig> buildBackwardKernelConfig(KernelOp op) {
+  TilePlanAttr tile = op.getBackwardTileAttr();
+  SmemPlanAttr smemPlan = op.getBackwardSmemAttr();
+  if (!tile || !smemPlan)
+    return op.emitOpError("needs `backward_tile` and `backward_smem` plans: run attn-tile with "
+                          "backward=true and attn-plan-smem first");
   ::attn::codegen::BackwardKernelConfig config;
   config.kernelName = op.getSymName().str();
+  ProblemAttr problem = op.getProblem();
   config.element = problem.getElementType().isBF16() ? ::attn::codegen::ElementKind::BF16
                                                      : ::attn::codegen::ElementKind::F16;
   config.headDim = problem.getHeadDim();
-  config.tile = tile;
-  config.mask = maskPolicyFor(mask);
-  const int stagingBuffers = ::attn::backwardDqStagingBuffers(tileProblem, tile);
-  const ::attn::SmemLayout layout = ::attn::allocateSharedMemory(
-      ::attn::backwardKernelSmemRequests(tileProblem, tile, stagingBuffers));
+  config.tile = getTileConfig(tile);
+  config.mask = maskPolicyFor(op.getMask());
   ::attn::codegen::BackwardSharedMemoryOffsets &smem = config.smem;
-  const std::pair<const char *, int64_t *> buffers[] = {
-      {"k", &smem.k},     {"v", &smem.v},   {"q", &smem.q},
-      {"do", &smem.dO},   {"lse", &smem.lse}, {"delta", &smem.delta},
-      {"ds", &smem.ds},   {"dq_staging", &smem.dqStaging}, {"dq_turns", &smem.dqTurns},
-      {"barriers", &smem.barriers}};
-  for (auto [name, offset] : buffers) {
-    auto placed = llvm::find_if(layout.buffers, [&](const ::attn::SmemPlacement &buffer) {
-      return buffer.name == name;
-    });
-    if (placed == layout.buffers.end())
-      return op.emitOpError("backward shared-memory plan has no '") << name << "' buffer";
-    *offset = placed->offset;
-  }
-  smem.total = layout.total;
-  smem.dqStagingBuffers = stagingBuffers;
-  smem.barrierCount = ::attn::backwardBarrierCount(tile, stagingBuffers);
+  if (failed(readBufferOffsets(op, smemPlan,
+                               {{"k", &smem.k},
+                                {"v", &smem.v},
+                                {"q", &smem.q},
+                                {"do", &smem.dO},
+                                {"lse", &smem.lse},
+                                {"delta", &smem.delta},
+                                {"ds", &smem.ds},
+                                {"dq_staging", &smem.dqStaging},
+                                {"dq_turns", &smem.dqTurns},
+                                {"barriers", &smem.barriers}})))
+    return failure();
+  smem.total = smemPlan.getTotal();
+  smem.dqStagingBuffers = smemPlan.lookupBuffer("dq_turns").getSlots();
+  smem.barrierCount = smemPlan.lookupBuffer("barriers").getSlots();
+  if (smem.barrierCount != ::attn::backwardBarrierCount(config.tile, smem.dqStagingBuffers))
+    return op.emitOpError("backward shared-memory plan holds ")
+           << smem.barrierCount << " barriers, the plan needs "
+           << ::attn::backwardBarrierCount(config.tile, smem.dqStagingBuffers);
   return config;
 }
 

@@ -22,12 +22,42 @@ using namespace mlir;
 using namespace mlir::attn;
 
 namespace {
+SmemPlanAttr smemPlanAttrOf(MLIRContext *ctx, const ::attn::SmemLayout &layout) {
+  SmallVector<Attribute> buffers;
+  for (const ::attn::SmemPlacement &buffer : layout.buffers)
+    buffers.push_back(SmemBufferAttr::get(ctx, buffer.name, buffer.offset, buffer.size,
+                                          buffer.align, buffer.swizzle, buffer.slots,
+                                          buffer.aliases));
+  return SmemPlanAttr::get(ctx, layout.total, ArrayAttr::get(ctx, buffers));
+}
+
+/// The backward's layout, for a kernel with a `backward_tile` plan (which
+/// attn-tile checked against the shared-memory capacity): dQ's staging
+/// doubled where it fits (backwardDqStagingBuffers).
+LogicalResult planBackwardSmem(KernelOp kernel) {
+  const ::attn::TileProblem problem = getTileProblem(kernel);
+  const ::attn::TileConfig config = getTileConfig(kernel.getBackwardTileAttr());
+  const ::attn::SmemLayout layout = ::attn::allocateSharedMemory(::attn::backwardKernelSmemRequests(
+      problem, config, ::attn::backwardDqStagingBuffers(problem, config)));
+  const int64_t launchBytes = layout.total + SmemPlanAttr::kBaseAlignSlack;
+  if (launchBytes > ::attn::kMaxSharedMemoryPerBlock)
+    return kernel.emitOpError() << "shared-memory capacity: the backward plan needs "
+                                << launchBytes << " bytes, limit "
+                                << ::attn::kMaxSharedMemoryPerBlock;
+  kernel.setBackwardSmemAttr(smemPlanAttrOf(kernel.getContext(), layout));
+  return success();
+}
+
 struct AttnPlanSmemPass : public mlir::attn::impl::AttnPlanSmemBase<AttnPlanSmemPass> {
   using Base::Base;
 
   void runOnOperation() override {
     bool failed = false;
     getOperation()->walk([&](KernelOp kernel) {
+      if (kernel.getBackwardTileAttr() && mlir::failed(planBackwardSmem(kernel))) {
+        failed = true;
+        return;
+      }
       TilePlanAttr tile = kernel.getTileAttr();
       if (!tile) {
         kernel.emitOpError()
@@ -67,14 +97,7 @@ struct AttnPlanSmemPass : public mlir::attn::impl::AttnPlanSmemBase<AttnPlanSmem
         return;
       }
 
-      MLIRContext *ctx = kernel.getContext();
-      SmallVector<Attribute> buffers;
-      for (const ::attn::SmemPlacement &buffer : layout.buffers)
-        buffers.push_back(SmemBufferAttr::get(
-            ctx, buffer.name, buffer.offset, buffer.size, buffer.align,
-            buffer.swizzle, buffer.slots, buffer.aliases));
-      kernel.setSmemAttr(
-          SmemPlanAttr::get(ctx, layout.total, ArrayAttr::get(ctx, buffers)));
+      kernel.setSmemAttr(smemPlanAttrOf(kernel.getContext(), layout));
     });
     if (failed)
       signalPassFailure();

@@ -33,6 +33,8 @@ std::string mlir::attn::tuningSpecHash(KernelOp kernel) {
   copy.setSymName("kernel");
   copy.removeTileAttr();
   copy.removeSmemAttr();
+  copy.removeBackwardTileAttr();
+  copy.removeBackwardSmemAttr();
   copy.removeMaskTileFormulaAttr();
   copy.removeMaskModFnAttr();
   copy.removeScoreModFnAttr();
@@ -51,6 +53,82 @@ std::string mlir::attn::tuningSpecHash(KernelOp kernel) {
   hash.updateField(text);
   hash.updateField(std::to_string(::attn::codegen::templatesFingerprint()));
   return ::attn::Sha256::toHex(hash.finish());
+}
+
+namespace {
+/// Why a kernel has no backward kernel template, or null.
+const char *whyNoBackward(KernelOp kernel) {
+  if (!isa<SoftmaxAttr>(kernel.getNormalizer()))
+    return "only the softmax normalizer has one (the linear family's is a later step)";
+  if (!isa<NoMaskAttr, CausalAttr, SlidingWindowAttr>(kernel.getMask()))
+    return "its mask has no backward kernel template";
+  if (!kernel.getMaskMod().empty() || kernel.getMaskModFnAttr())
+    return "a mask_mod's backward is not supported yet (built-in masks are)";
+  if (!kernel.getScoreMod().empty() || kernel.getScoreModFnAttr())
+    return "the compiler does not differentiate score_mod yet";
+  return nullptr;
+}
+
+/// The backward plan the tuning database holds for the kernel (the record
+/// under backwardTuningHash nearest `bucket`, or the largest without one),
+/// else backwardTileConfig. An unreadable database or an unusable record
+/// warns and gives backwardTileConfig.
+::attn::TileConfig tunedOrDefaultBackwardConfig(KernelOp op, const ::attn::TileProblem &problem,
+                                                StringRef tuningDatabase, StringRef arch,
+                                                const std::optional<::attn::ShapeBucket> &bucket) {
+  const ::attn::TileConfig heuristic = ::attn::backwardTileConfig(problem);
+  if (tuningDatabase.empty())
+    return heuristic;
+  std::string error;
+  std::optional<::attn::TuningRecord> record =
+      ::attn::TuningDatabase(tuningDatabase.str())
+          .lookup(::attn::backwardTuningHash(tuningSpecHash(op)), arch.str(), bucket, &error);
+  if (!error.empty())
+    op.emitWarning() << error << "; using the backward's heuristic plan";
+  if (!record)
+    return heuristic;
+  ::attn::TileOverride tuned;
+  std::optional<std::string> problemText = ::attn::parseTileOverride(record->config, tuned);
+  const ::attn::TileConfig config = ::attn::applyLinearTileOverride(heuristic, tuned);
+  if (!problemText)
+    problemText = ::attn::checkBackwardTileLegality(problem, config);
+  if (problemText) {
+    op.emitWarning() << "tuning database '" << tuningDatabase << "': backward record '"
+                     << record->config << "' for " << record->bucket.str() << " is unusable ("
+                     << *problemText << "); using the backward's heuristic plan";
+    return heuristic;
+  }
+  return config;
+}
+} // namespace
+
+FailureOr<::attn::TileConfig> mlir::attn::backwardTilePlan(KernelOp kernel, StringRef tileOverride,
+                                                           StringRef tuningDatabase,
+                                                           StringRef tuningShape, StringRef arch) {
+  if (const char *why = whyNoBackward(kernel))
+    return kernel.emitOpError("has no backward: ") << why;
+  const ::attn::TileProblem problem{static_cast<int>(kernel.getProblem().getHeadDim()), 2};
+  ::attn::TileOverride override;
+  if (std::optional<std::string> error = ::attn::parseTileOverride(tileOverride.str(), override))
+    return kernel.emitOpError("invalid backward tile override '")
+           << tileOverride << "': " << *error;
+  std::optional<::attn::ShapeBucket> bucket;
+  if (!tuningShape.empty()) {
+    ::attn::TuningShape shape;
+    if (std::optional<std::string> error = ::attn::parseTuningShape(tuningShape.str(), shape))
+      return kernel.emitOpError("invalid tuning-shape: ") << *error;
+    bucket = ::attn::ShapeBucket::of(shape, kernel.getProblem().getQHeads());
+  }
+  ::attn::TileConfig tile = ::attn::applyLinearTileOverride(
+      tunedOrDefaultBackwardConfig(kernel, problem, tuningDatabase, arch, bucket), override);
+  // A tuned plan of one consumer may take 256 registers, which two cannot:
+  // as in the forward's overrides, the count follows overridden consumers
+  // unless given.
+  if (override.consumerWarpgroups && !override.consumerRegisters)
+    tile.consumerRegisters = ::attn::backwardTileConfig(problem).consumerRegisters;
+  if (std::optional<std::string> violation = ::attn::checkBackwardTileLegality(problem, tile))
+    return kernel.emitOpError("backward plan is illegal: ") << *violation;
+  return tile;
 }
 
 namespace {
@@ -107,6 +185,15 @@ struct AttnTilePass : public mlir::attn::impl::AttnTileBase<AttnTilePass> {
         return;
       }
       kernel.setTileAttr(getTilePlanAttr(kernel.getContext(), config));
+      if (backward) {
+        FailureOr<::attn::TileConfig> backwardPlan =
+            backwardTilePlan(kernel, backwardTileOverride, tuningDatabase, tuningShape, arch);
+        if (::mlir::failed(backwardPlan)) {
+          failed = true;
+          return;
+        }
+        kernel.setBackwardTileAttr(getTilePlanAttr(kernel.getContext(), *backwardPlan));
+      }
     });
     if (failed)
       signalPassFailure();

@@ -90,8 +90,10 @@ struct PlannedBackward {
   AttnLaunchConfig launch;
   TileConfig tile;
 };
-/// Plans (backwardTileConfigFor) and emits the backward of a kernel; the op
-/// needs no forward plan. Errors become diagnostics on the op.
+/// Plans the backward of a kernel (attn-tile with its `backward` option,
+/// under options.tileOverride, then attn-plan-smem: the op gains
+/// `backward_tile` and `backward_smem`) and emits it. The op must sit in a
+/// module. Errors become diagnostics on the op.
 mlir::FailureOr<PlannedBackward> planBackward(mlir::attn::KernelOp op,
                                               const CompileOptions &options);
 

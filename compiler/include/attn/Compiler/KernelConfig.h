@@ -14,13 +14,10 @@ namespace mlir::attn {
 /// normalizer other than softmax, a plan without a required buffer).
 FailureOr<::attn::codegen::ForwardKernelConfig> buildForwardKernelConfig(KernelOp op);
 
-/// The backward's emitter configuration for a kernel and a backward plan
-/// (backwardTileConfig or a tuned one): its shared-memory layout from
-/// backwardKernelSmemRequests. Emits an error on the op and fails for a
-/// kernel without a backward kernel template (a normalizer other than
-/// softmax, a mask_mod or score_mod, head dim 256) or an illegal plan.
-FailureOr<::attn::codegen::BackwardKernelConfig>
-buildBackwardKernelConfig(KernelOp op, const ::attn::TileConfig &tile);
+/// The backward's emitter configuration for a kernel whose `backward_tile`
+/// and `backward_smem` plans are set (attn-tile with backward=true, then
+/// attn-plan-smem). Emits an error on the op and fails without them.
+FailureOr<::attn::codegen::BackwardKernelConfig> buildBackwardKernelConfig(KernelOp op);
 
 /// The discardable attribute that attn-emit-cuda sets on each kernel.
 inline constexpr llvm::StringLiteral kCudaSourceAttrName = "attn.cuda_source";

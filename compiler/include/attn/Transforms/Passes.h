@@ -69,6 +69,16 @@ std::optional<double> getScoreBound(Value value);
 /// then takes its tiles from a run-time coverage, with stored key bits.
 TileFormulaAttr classifyMaskMod(KernelOp op);
 
+/// The backward kernel's plan for `kernel`: the tuning database's backward
+/// record (the one under backwardTuningHash(tuningSpecHash) nearest
+/// `tuningShape`'s bucket, or the largest without a shape; an unusable one
+/// warns) else backwardTileConfig, under `tileOverride`, checked against
+/// the backward's constraints. Errors (a kernel with no backward, a
+/// malformed override or shape, an illegal plan) are emitted on the op.
+FailureOr<::attn::TileConfig> backwardTilePlan(KernelOp kernel, StringRef tileOverride,
+                                               StringRef tuningDatabase, StringRef tuningShape,
+                                               StringRef arch);
+
 /// Conversions between the plan attributes and the MLIR-free structs of
 /// attn/Compiler/TileConstraints.h.
 ::attn::TileProblem getTileProblem(KernelOp kernel);

@@ -54,6 +54,22 @@ def AttnTile : Pass<"attn-tile"> {
     Every plan is checked against the sm_90a constraints (WGMMA shapes,
     pipeline depth, warpgroups, register budget, shared-memory capacity,
     schedule); a violation is reported on the kernel and fails the pass.
+
+    With `backward`, the pass also records the backward kernel's plan as
+    `backward_tile` (a softmax kernel with built-in masks, head dim 64 or
+    128; any other is reported): `block_n` keys a block, one 64-key slice
+    per consumer warpgroup, `block_m` query rows a step, `stages` of the
+    (Q, dO) ring:
+
+    | head_dim | block_m | block_n | consumers (registers) | stages |
+    |----------|---------|---------|-----------------------|--------|
+    | 64       | 128     | 128     | 2 (240)               | 2      |
+    | 128      | 64      | 128     | 2 (240)               | 2      |
+
+    or the tuning database's backward record (`attn-tune --backward`; the
+    same `tuning-db`, `tuning-shape` and `arch`), under
+    `backward-tile-override` (whose `block_n` and `consumer_warpgroups`
+    follow each other), checked against the backward's constraints.
   }];
   let options = [
     Option<"tileOverride", "tile-override", "std::string", /*default=*/"\"\"",
@@ -66,6 +82,11 @@ def AttnTile : Pass<"attn-tile"> {
            "heuristic's key length; the database's bucket)">,
     Option<"arch", "arch", "std::string", /*default=*/"\"sm_90a\"",
            "Target architecture of the database lookup">,
+    Option<"backward", "backward", "bool", /*default=*/"false",
+           "Also plan the backward kernel (backward_tile)">,
+    Option<"backwardTileOverride", "backward-tile-override", "std::string",
+           /*default=*/"\"\"",
+           "Comma-separated key=value settings over the backward plan">,
   ];
   let dependentDialects = ["::mlir::attn::AttnDialect"];
 }
@@ -97,6 +118,15 @@ def AttnPlanSmem : Pass<"attn-plan-smem"> {
     overlap may share bytes (recorded with `aliases`). The pass fails when
     the layout plus 1024 bytes of base-alignment slack exceeds the 232448
     bytes of shared memory a block may use on sm_90a.
+
+    A kernel with a `backward_tile` plan also gets `backward_smem`, every
+    buffer live for the whole kernel: `k`, `v` (`block_n x head_dim`);
+    `q`, `do` (rings of `stages` slots of `block_m x head_dim`); `lse`,
+    `delta` (`stages x block_m` fp32); `ds` (two `block_n x block_m` tiles
+    of dSᵀ); `dq_staging` (a `block_m x head_dim` fp32 piece per consumer
+    and buffer, two buffers where they fit, else one); `dq_turns` (an int32
+    per buffer); `barriers` (kv_full, full and empty per stage, dq_full and
+    dq_empty per consumer and buffer).
   }];
   let dependentDialects = ["::mlir::attn::AttnDialect"];
 }

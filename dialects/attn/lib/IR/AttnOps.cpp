@@ -21,6 +21,7 @@ void KernelOp::build(OpBuilder &builder, OperationState &state, StringRef name,
                      NormalizerAttrInterface normalizer) {
   build(builder, state, builder.getStringAttr(name), problem, mask, normalizer,
         /*captures=*/ArrayAttr(), /*tile=*/TilePlanAttr(), /*smem=*/SmemPlanAttr(),
+        /*backward_tile=*/TilePlanAttr(), /*backward_smem=*/SmemPlanAttr(),
         /*mask_tile_formula=*/TileFormulaAttr(), /*mask_mod_fn=*/FlatSymbolRefAttr(),
         /*score_mod_fn=*/FlatSymbolRefAttr(), /*mask_mod_row_fns=*/ArrayAttr(),
         /*score_mod_row_fns=*/ArrayAttr(), /*score_mod_diagonal_fns=*/ArrayAttr(),

@@ -27,7 +27,9 @@ def Attn_KernelOp : Attn_Op<"kernel", [
 
     The planning passes add `tile` (`#attn.tile`) and `smem`
     (`#attn.smem_plan`) attributes, printed in the trailing
-    `attributes {...}` dictionary.
+    `attributes {...}` dictionary; asked for the backward (`attn-tile`'s
+    `backward` option), they add its plan as `backward_tile` and
+    `backward_smem` (a softmax kernel with built-in masks only).
 
     Two optional single-block regions are reserved for user code; each is
     printed only when non-empty and must end in `attn.yield`:
@@ -97,6 +99,8 @@ def Attn_KernelOp : Attn_Op<"kernel", [
     OptionalAttr<TypedArrayAttrBase<Attn_CaptureAttr, "captured buffers">>:$captures,
     OptionalAttr<Attn_TilePlanAttr>:$tile,
     OptionalAttr<Attn_SmemPlanAttr>:$smem,
+    OptionalAttr<Attn_TilePlanAttr>:$backward_tile,
+    OptionalAttr<Attn_SmemPlanAttr>:$backward_smem,
     OptionalAttr<Attn_TileFormulaAttr>:$mask_tile_formula,
     OptionalAttr<FlatSymbolRefAttr>:$mask_mod_fn,
     OptionalAttr<FlatSymbolRefAttr>:$score_mod_fn,
