@@ -98,7 +98,7 @@ struct TileProblem {
 };
 
 /// The widest score range (base 2) over which the kernel's softmax runs on a
-/// fixed base (templates/attn_fwd_sm90.cuh, kFixedSoftmaxBase, which the
+/// fixed base (templates/fwd/tile_scheduler.cuh, kFixedSoftmaxBase, which the
 /// compiler emits from this constant).
 constexpr int kMaxFixedSoftmaxRangeLog2 = 80;
 
@@ -162,7 +162,7 @@ constexpr int64_t kShortCausalMaxKeys = 512;
 
 /// The key length from which kernels masked by a built-in mask alone keep
 /// one block per work tile: below it the persistent grid (dealing tiles out
-/// in a snake, templates/attn_fwd_sm90.cuh) was measured 4 to 30 % faster
+/// in a snake, templates/fwd/tile_scheduler.cuh) was measured 4 to 30 % faster
 /// on causal kernels of head dims 64, 128 and 256 up to 4096 keys, 0.5 to
 /// 5 % at 8192, and 1 to 9 % on the causal score_mods and the sliding
 /// window at 8192; at 16384 it was mixed, -2 to +3 % (docs/benchmarks.md,
