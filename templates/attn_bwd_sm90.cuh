@@ -64,18 +64,26 @@ static_assert(kBlockN == 64 * kConsumers, "one 64-key WGMMA slice per consumer w
 static_assert(kHeadDim % kColumnBlock == 0, "head dim must be a multiple of 64");
 static_assert(kBlockM % 64 == 0 && kBlockM <= 256, "BLOCK_M is the N of Sᵀ's WGMMA");
 
-// dQ of a query block splits into one piece per consumer: its rows when the
-// block has 64 per consumer, else its columns.
+// Past head dim 128 the block walks its query blocks once per 128 columns
+// of dK and dV (attn_abi::bwdPasses): pass k accumulates columns
+// [128 k, 128 k + 128) of dK and dV and adds the same columns of dQ.
+constexpr int kPasses = attn_abi::bwdPasses(kHeadDim);
+constexpr int kPassColumns = kHeadDim / kPasses;
+static_assert(kPassColumns % kColumnBlock == 0 && kPassColumns <= 128,
+              "a pass spans whole 64-column blocks, at most 128 columns");
+
+// A pass's dQ of a query block splits into one piece per consumer: its rows
+// when the block has 64 per consumer, else its columns.
 constexpr bool kDqSplitsRows = kBlockM == 64 * kConsumers;
 static_assert(kDqSplitsRows || kBlockM == 64, "dQ pieces are 64 rows, or all 64 rows");
-constexpr int kDqColumns = kDqSplitsRows ? kHeadDim : kHeadDim / kConsumers;
+constexpr int kDqColumns = kDqSplitsRows ? kPassColumns : kPassColumns / kConsumers;
 static_assert(kDqColumns % kColumnBlock == 0, "a dQ piece spans whole 64-column blocks");
 constexpr int kDqPieceFloats = 64 * kDqColumns;
 
-constexpr int kScoreRegs = kBlockM / 2;   // Sᵀ, dPᵀ: 64 keys x BLOCK_M fp32
-constexpr int kPackedRegs = kBlockM / 4;  // Pᵀ, dSᵀ: 64 keys x BLOCK_M packed 16-bit
-constexpr int kGradRegs = kHeadDim / 2;   // dK, dV: 64 keys x head_dim fp32
-constexpr int kDqRegs = kDqColumns / 2;   // a dQ piece: 64 x kDqColumns fp32
+constexpr int kScoreRegs = kBlockM / 2;     // Sᵀ, dPᵀ: 64 keys x BLOCK_M fp32
+constexpr int kPackedRegs = kBlockM / 4;    // Pᵀ, dSᵀ: 64 keys x BLOCK_M packed 16-bit
+constexpr int kGradRegs = kPassColumns / 2; // dK, dV: 64 keys x a pass's columns fp32
+constexpr int kDqRegs = kDqColumns / 2;     // a dQ piece: 64 x kDqColumns fp32
 // With 64 query rows a step, Sᵀ's exponentials overlap dPᵀ's product and
 // dV's product dSᵀ's computation; with 128, Sᵀ, dPᵀ and P's packed copy
 // together would not fit the registers beside dK and dV, so both products
@@ -124,8 +132,8 @@ __device__ __forceinline__ Sequence sequenceOf(const attn_abi::AttnBwdParams &p,
 
 // The block's unit of work: key tile `keyTile` of kv head `kvHead` in batch
 // `batch`, and the query blocks [queryBlockBegin, queryBlockEnd) whose rows
-// may see one of its keys, walked for each of the group's query heads from
-// the block `rotation` past the first (then round).
+// may see one of its keys, walked for each pass and each of the group's
+// query heads from the block `rotation` past the first (then round).
 struct KeyBlock {
   int keyTile;
   int kvHead;
@@ -141,8 +149,19 @@ struct KeyBlock {
 
   __device__ bool empty() const { return keyTile * kBlockN >= sequence.seqlenK; }
   __device__ int queryBlocks() const { return queryBlockEnd - queryBlockBegin; }
-  __device__ int steps() const { return group * queryBlocks(); }
-  __device__ int headOf(int step) const { return kvHead * group + step / queryBlocks(); }
+  __device__ int stepsPerPass() const { return group * queryBlocks(); }
+  __device__ int steps() const { return kPasses * stepsPerPass(); }
+  __device__ int passOf(int step) const {
+    if constexpr (kPasses > 1)
+      return step / stepsPerPass();
+    else
+      return 0;
+  }
+  __device__ int headOf(int step) const {
+    if constexpr (kPasses > 1)
+      step %= stepsPerPass();
+    return kvHead * group + step / queryBlocks();
+  }
   __device__ int queryBlockOf(int step) const {
     const int offset = step % queryBlocks() + rotation;
     return queryBlockBegin + (offset < queryBlocks() ? offset : offset - queryBlocks());
@@ -298,13 +317,15 @@ __device__ __forceinline__ void issueKeyRowProduct(float (&d)[kScoreRegs], u32 s
   wgmmaCommitGroup();
 }
 
-// This consumer's dQ piece = dS K over all BLOCK_N keys: A is dSᵀ in shared
-// memory read MN-major (the piece's 64 query columns), B the K tile read
-// MN-major (the piece's columns); each k-step of 16 keys advances 16 rows.
+// This consumer's dQ piece of pass `pass` = dS K over all BLOCK_N keys: A is
+// dSᵀ in shared memory read MN-major (the piece's 64 query columns), B the
+// K tile read MN-major (the piece's columns); each k-step of 16 keys
+// advances 16 rows.
 __device__ __forceinline__ void issueDqProduct(float (&dq)[kDqRegs], u32 dsTile, u32 kTile,
-                                               int consumer) {
+                                               int consumer, int pass) {
   const int aBlock = kDqSplitsRows ? consumer : 0;
-  const int bBlock = kDqSplitsRows ? 0 : consumer * kDqColumns / kColumnBlock;
+  const int bBlock = (pass * kPassColumns + (kDqSplitsRows ? 0 : consumer * kDqColumns)) /
+                     kColumnBlock;
   const u32 aBase = dsTile + aBlock * kBlockN * kRowBytes;
   const u32 bBase = kTile + bBlock * kBlockN * kRowBytes;
   wgmmaFence();
@@ -376,9 +397,10 @@ __device__ __forceinline__ void packFragments(const float (&values)[kScoreRegs],
     packed[i] = packPair<Element>(values[2 * i], values[2 * i + 1]);
 }
 
-// The dQ accumulator of a query block: pieces of kDqPieceFloats in
-// fragment order, [kDqRegs / 4][128 threads][4], so that both the staging
-// stores and the bulk reduction move whole contiguous lines.
+// The dQ accumulator of a query block: pieces of kDqPieceFloats, pass by
+// pass and consumer by consumer, each in fragment order, [kDqRegs / 4][128
+// threads][4], so that both the staging stores and the bulk reduction move
+// whole contiguous lines.
 __device__ __forceinline__ float *dqAccumBlock(const attn_abi::AttnBwdParams &p, int batch,
                                                int head, int queryBlock) {
   return p.dq_accum +
@@ -435,8 +457,13 @@ __device__ void writeDq(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
       mbarrierWait(barriers.dqFull(consumer, slot.stage), slot.phase);
     int *counter = nullptr;
     if (p.deterministic) {
-      counter = p.dq_semaphores +
-                (static_cast<i64>(block.batch) * p.q_heads + head) * queryBlocks + queryBlock;
+      i64 counterIndex =
+          (static_cast<i64>(block.batch) * p.q_heads + head) * queryBlocks + queryBlock;
+      // Spelled out only where there are passes: the 24-register writer warp
+      // spilled for the folded form too.
+      if constexpr (kPasses > 1)
+        counterIndex = counterIndex * kPasses + block.passOf(step);
+      counter = p.dq_semaphores + counterIndex;
       const int target = loadShared<int>(dqTurn(smemBase, slot.stage));
       int seen;
       do {
@@ -444,6 +471,8 @@ __device__ void writeDq(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
       } while (seen < target);
     }
     float *accumulator = dqAccumBlock(p, block.batch, head, queryBlock);
+    if constexpr (kPasses > 1)
+      accumulator += block.passOf(step) * kConsumers * kDqPieceFloats;
     for (int consumer = 0; consumer < kConsumers; ++consumer)
       bulkReduceAddF32(accumulator + consumer * kDqPieceFloats,
                        dqStaging(smemBase, consumer, slot.stage), kDqPieceFloats * 4);
@@ -465,7 +494,8 @@ __device__ void writeDq(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
 // inside the sequence's keys: pairs of adjacent columns, 4 bytes a store.
 __device__ __forceinline__ void storeKeyGradients(void *tensor, const long long (&strides)[3],
                                                   const float (&values)[kGradRegs], float factor,
-                                                  const KeyBlock &block, int key0, int lane) {
+                                                  const KeyBlock &block, int key0, int lane,
+                                                  int firstColumn) {
   unsigned char *base = static_cast<unsigned char *>(tensor);
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -474,9 +504,9 @@ __device__ __forceinline__ void storeKeyGradients(void *tensor, const long long 
       continue;
     const i64 row = static_cast<i64>(block.sequence.rowK) + key;
     const i64 rowElement = block.sequence.mapBatch * strides[0] + row * strides[1] +
-                           static_cast<i64>(block.kvHead) * strides[2];
+                           static_cast<i64>(block.kvHead) * strides[2] + firstColumn;
 #pragma unroll
-    for (int group = 0; group < kHeadDim / 8; ++group) {
+    for (int group = 0; group < kPassColumns / 8; ++group) {
       const int i = group * 4 + half * 2;
       const i64 element = rowElement + group * 8 + 2 * (lane & 3);
       const u32 packed = packPair<Element>(values[i] * factor, values[i + 1] * factor);
@@ -484,6 +514,19 @@ __device__ __forceinline__ void storeKeyGradients(void *tensor, const long long 
                    : "memory");
     }
   }
+}
+
+// Stores a pass's columns of dK (scaled) and dV and clears the
+// accumulators for the next pass.
+__device__ __forceinline__ void storePassGradients(const attn_abi::AttnBwdParams &p,
+                                                   float (&dK)[kGradRegs], float (&dV)[kGradRegs],
+                                                   const KeyBlock &block, int key0, int lane,
+                                                   int pass) {
+  storeKeyGradients(p.dk, p.dk_strides, dK, p.scale, block, key0, lane, pass * kPassColumns);
+  storeKeyGradients(p.dv, p.dv_strides, dV, 1.f, block, key0, lane, pass * kPassColumns);
+#pragma unroll
+  for (int i = 0; i < kGradRegs; ++i)
+    dK[i] = dV[i] = 0.f;
 }
 
 __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Barriers &barriers,
@@ -507,9 +550,16 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
   const int steps = block.steps();
   for (int step = 0; step < steps; ++step) {
     const RingSlot slot = ringSlot<kStages>(step);
-    const int head = block.headOf(step), queryBlock = block.queryBlockOf(step);
+    const int queryBlock = block.queryBlockOf(step);
+    // A constant 0 without passes (computed, it cost the head-dim-64
+    // consumers an 8-byte spill).
+    int pass = 0;
+    if constexpr (kPasses > 1)
+      pass = block.passOf(step);
     const int query0 = queryBlock * kBlockM;
     const u32 qTile = stageQ(smemBase, slot.stage), doTile = stageDo(smemBase, slot.stage);
+    // The pass's columns of Q and dO, the B operands of dK's and dV's products.
+    const u32 passOffset = pass * (kPassColumns / kColumnBlock) * kBlockM * kRowBytes;
     mbarrierWait(barriers.full(slot.stage), slot.phase);
 
     float scores[kScoreRegs], gradients[kScoreRegs];
@@ -527,7 +577,8 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
       probabilitiesOf(scores, stageLse(smemBase, slot.stage), p.scale_log2, partial, sequence,
                       key0, query0, lane);
       packFragments(scores, probabilities);
-      issueRegisterProduct<kHeadDim, kBlockM, Element>(dV, probabilities, doTile);
+      issueRegisterProduct<kPassColumns, kBlockM, Element>(dV, probabilities,
+                                                             doTile + passOffset);
       wgmmaWaitGroup<1>();
       fenceRegisters(gradients);
       scoreGradientsOf(gradients, scores, stageDelta(smemBase, slot.stage), lane);
@@ -539,10 +590,11 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
                       key0, query0, lane);
       scoreGradientsOf(gradients, scores, stageDelta(smemBase, slot.stage), lane);
       packFragments(scores, probabilities);
-      issueRegisterProduct<kHeadDim, kBlockM, Element>(dV, probabilities, doTile);
+      issueRegisterProduct<kPassColumns, kBlockM, Element>(dV, probabilities,
+                                                             doTile + passOffset);
     }
     packFragments(gradients, scoreGradients);
-    issueRegisterProduct<kHeadDim, kBlockM, Element>(dK, scoreGradients, qTile);
+    issueRegisterProduct<kPassColumns, kBlockM, Element>(dK, scoreGradients, qTile + passOffset);
 
     // dSᵀ of every slice, for dQ: two buffers, so that a consumer may write
     // the next step's while another still reads this one (the barrier below
@@ -553,7 +605,7 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
     fenceSharedForAsyncProxy();
     namedBarrierSync(kDsWrittenBarrier, kConsumers * kWarpgroupThreads);
     float dq[kDqRegs];
-    issueDqProduct(dq, dsTile, kTile, consumer);
+    issueDqProduct(dq, dsTile, kTile, consumer, pass);
     wgmmaWaitGroup<0>();
     fenceRegisters(dV);
     fenceRegisters(dK);
@@ -564,10 +616,15 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
     const int turn =
         p.deterministic && consumer == 0 && thread == 0 ? additionTurn(block, queryBlock) : 0;
     stageDqPiece(smemBase, barriers, dq, step, consumer, thread, turn);
+    if (kPasses > 1 && step + 1 < steps && block.passOf(step + 1) != pass)
+      storePassGradients(p, dK, dV, block, key0, lane, pass);
   }
-
-  storeKeyGradients(p.dk, p.dk_strides, dK, p.scale, block, key0, lane);
-  storeKeyGradients(p.dv, p.dv_strides, dV, 1.f, block, key0, lane);
+  // A key tile no query sees walks no step: every pass's gradients are 0.
+  if constexpr (kPasses > 1)
+    if (steps == 0)
+      for (int pass = 0; pass + 1 < kPasses; ++pass)
+        storePassGradients(p, dK, dV, block, key0, lane, pass);
+  storePassGradients(p, dK, dV, block, key0, lane, kPasses - 1);
 }
 
 } // namespace attn_bwd

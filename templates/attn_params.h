@@ -174,6 +174,12 @@ struct AttnBwdParams {
   int total_k;
 };
 
+// The backward's passes over a head's query blocks: one per 128 columns of
+// dK and dV past head dim 128 (the accumulators of a wider head would not
+// fit a consumer's registers). Each pass recomputes Sᵀ and dPᵀ and adds its
+// columns of dQ; the deterministic mode counts each pass's additions apart.
+constexpr int bwdPasses(int headDim) { return headDim > 128 ? headDim / 128 : 1; }
+
 // Query positions of one (batch, query head) in the backward's workspace:
 // seqlen_q rounded up to whole query blocks.
 constexpr long long bwdPaddedQueries(long long seqlenQ, int blockM) {

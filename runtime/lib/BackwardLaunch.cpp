@@ -46,7 +46,9 @@ WorkspaceLayout workspaceLayout(const AttnLaunchConfig &config, const BackwardSh
   layout.dqAccum = layout.delta + alignUp(rows * sizeof(float), kWorkspaceAlign);
   layout.semaphores =
       layout.dqAccum + alignUp(rows * uint64_t(config.headDim) * sizeof(float), kWorkspaceAlign);
-  layout.total = layout.semaphores + alignUp(queryBlocks * sizeof(int32_t), kWorkspaceAlign);
+  // The deterministic mode's counters: one per query block and pass.
+  const uint64_t counters = queryBlocks * uint64_t(attn_abi::bwdPasses(config.headDim));
+  layout.total = layout.semaphores + alignUp(counters * sizeof(int32_t), kWorkspaceAlign);
   return layout;
 }
 

@@ -72,19 +72,24 @@ extern "C" __global__ void __launch_bounds__(ATTN_BWD_ROW_THREADS)
   float4 *accumulator = reinterpret_cast<float4 *>(dqAccumBlock(p, batch, head, queryBlock));
   for (int i = threadIdx.x; i < kBlockM * kHeadDim / 4; i += ATTN_BWD_ROW_THREADS)
     accumulator[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (p.deterministic && threadIdx.x == 0) {
+  if (p.deterministic && threadIdx.x < kPasses) {
     const i64 queryBlocks = attn_abi::bwdPaddedQueries(p.seqlen_q, kBlockM) / kBlockM;
-    p.dq_semaphores[(static_cast<i64>(batch) * p.q_heads + head) * queryBlocks + queryBlock] = 0;
+    p.dq_semaphores[((static_cast<i64>(batch) * p.q_heads + head) * queryBlocks + queryBlock) *
+                        kPasses +
+                    threadIdx.x] = 0;
   }
 }
 
 namespace attn_bwd {
 // Where element (row, column) of a query block's dQ lies in its accumulator
-// (addDqPiece's fragment order): the piece, then the fragment register i of
-// thread t (warp w, lane l) of the m64 accumulator holding it.
+// (stageDqPiece's fragment order): the pass and its piece, then the
+// fragment register i of thread t (warp w, lane l) of the m64 accumulator
+// holding it.
 __device__ __forceinline__ int dqAccumIndex(int row, int column) {
-  const int piece = kDqSplitsRows ? row / 64 : column / kDqColumns;
-  const int pieceRow = row % 64, pieceColumn = column % kDqColumns;
+  const int pass = column / kPassColumns, passColumn = column % kPassColumns;
+  const int piece =
+      pass * kConsumers + (kDqSplitsRows ? row / 64 : passColumn / kDqColumns);
+  const int pieceRow = row % 64, pieceColumn = passColumn % kDqColumns;
   const int warp = pieceRow / 16, half = (pieceRow % 16) / 8;
   const int lane = (pieceRow % 8) * 4 + (pieceColumn % 8) / 2;
   const int i = (pieceColumn / 8) * 4 + half * 2 + pieceColumn % 2;

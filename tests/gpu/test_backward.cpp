@@ -108,7 +108,7 @@ const char *kMasks[] = {"#attn.no_mask", "#attn.causal<top_left>", "#attn.causal
 } // namespace
 
 TEST_CASE("backward kernels match the reference on awkward shapes", "[gpu][backward]") {
-  const int headDim = GENERATE(64, 128);
+  const int headDim = GENERATE(64, 128, 256);
   const std::string element = GENERATE(std::string("bf16"), std::string("f16"));
   const std::string mask = GENERATE(from_range(std::begin(kMasks), std::end(kMasks)));
   uint64_t seed = 1;
@@ -135,7 +135,7 @@ TEST_CASE("the deterministic backward is bitwise reproducible", "[gpu][backward]
   // head: the order of dQ's additions is what varies between runs. Each of
   // the mode's orders: rotated walks (Sq = Sk, no mask), walks from the
   // first query block (Sq < Sk), masked walks.
-  const int headDim = GENERATE(64, 128);
+  const int headDim = GENERATE(64, 128, 256);
   const auto [mask, seqlenQ, seqlenK] =
       GENERATE(std::make_tuple(kMasks[0], 1024, 1024), std::make_tuple(kMasks[0], 1024, 2048),
                std::make_tuple(kMasks[2], 1500, 1024));
@@ -192,9 +192,9 @@ TEST_CASE("backward arguments are checked before anything is launched", "[gpu][b
 }
 
 TEST_CASE("backward on small shapes, for the sanitizers", "[gpu][backward][sanitize]") {
-  // Both head dims' default plans, both modes, a causal mask with rows
+  // Every head dim's default plan, both modes, a causal mask with rows
   // that see no key and a GQA group, kept small for compute-sanitizer.
-  const int headDim = GENERATE(64, 128);
+  const int headDim = GENERATE(64, 128, 256);
   const bool deterministic = GENERATE(false, true);
   checkBackward(specText(headDim, "bf16", kMasks[2], 4, 2), {4, 2, {2, 150, 130, false}}, 9,
                 deterministic);

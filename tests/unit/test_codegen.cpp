@@ -48,7 +48,7 @@ TEST_CASE("every head dim and element type assembles for sm_90a without spills",
 }
 
 TEST_CASE("every backward kernel assembles for sm_90a without spills", "[codegen][backward]") {
-  const int headDim = GENERATE(64, 128);
+  const int headDim = GENERATE(64, 128, 256);
   const std::string element = GENERATE(std::string("bf16"), std::string("f16"));
   const std::string mask =
       GENERATE(std::string("#attn.no_mask"), std::string("#attn.causal<bottom_right>"),
@@ -71,10 +71,13 @@ TEST_CASE("every backward kernel assembles for sm_90a without spills", "[codegen
 }
 
 TEST_CASE("a spec without a backward template is refused with its location", "[codegen][backward]") {
-  const std::string headDim256 = spec(256, "bf16", "#attn.no_mask");
-  CHECK_THROWS_WITH(attn::compileBackwardSpec(headDim256, "k.mlir"),
+  attn::CompileOptions twoConsumers;
+  twoConsumers.tileOverride = "consumer_warpgroups=2,consumer_registers=240,producer_registers=24";
+  CHECK_THROWS_WITH(attn::compileBackwardSpec(spec(256, "bf16", "#attn.no_mask"), "k.mlir",
+                                              twoConsumers),
                     Catch::Contains("k.mlir:1:1: error: 'attn.kernel' op backward plan is illegal: "
-                                    "backward: head_dim 256 has no backward kernel yet"));
+                                    "shared-memory capacity: backward block_m 64, block_n 128, "
+                                    "stages 1, head_dim 256 needs"));
   const std::string linear =
       "attn.kernel @r problem = #attn.problem<q_heads = 4, kv_heads = 4, head_dim = 128, "
       "element_type = bf16> mask = #attn.causal<top_left> normalizer = #attn.retention\n";

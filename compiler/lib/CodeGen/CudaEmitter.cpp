@@ -478,13 +478,15 @@ std::string emitBackwardKernelSource(const BackwardKernelConfig &config) {
   std::string error;
   emitUnitPrologue(out, config.kernelName, "Backward softmax attention", {}, error);
 
-  // Sᵀ and dPᵀ (N = block_m), dV and dK (N = head dim), dQ's pieces.
+  // Sᵀ and dPᵀ (N = block_m), dV and dK (N = a pass's columns), dQ's
+  // pieces (templates/attn_bwd_sm90.cuh derives the same widths).
   const int consumers = config.tile.consumerWarpgroups;
+  const int passColumns = config.headDim / attn_abi::bwdPasses(config.headDim);
   const bool dqSplitsRows = config.tile.blockM == 64 * consumers;
-  const int dqColumns = dqSplitsRows ? config.headDim : config.headDim / consumers;
+  const int dqColumns = dqSplitsRows ? passColumns : passColumns / consumers;
   out << "// ---- WGMMA shapes of this plan\nnamespace attn_dev {\n"
       << emitWgmmaWrapper(config.tile.blockM, config.element, WgmmaForm::SS)
-      << emitWgmmaWrapper(config.headDim, config.element, WgmmaForm::RS)
+      << emitWgmmaWrapper(passColumns, config.element, WgmmaForm::RS)
       << emitWgmmaWrapper(dqColumns, config.element, WgmmaForm::SSMN)
       << "} // namespace attn_dev\n\n";
 

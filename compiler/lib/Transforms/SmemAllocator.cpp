@@ -127,9 +127,10 @@ std::vector<SmemRequest> backwardKernelSmemRequests(const TileProblem &problem,
   requests.push_back({"lse", stages * statBytes, 16, 0, stages, kPhaseSetup, kPhaseEnd});
   requests.push_back({"delta", stages * statBytes, 16, 0, stages, kPhaseSetup, kPhaseEnd});
   requests.push_back({"ds", 2 * dsTile, kTileAlign, kSwizzle, 2, kPhaseSetup, kPhaseEnd});
-  requests.push_back({"dq_staging",
-                      int64_t(dqStagingBuffers) * config.blockM * problem.headDim * 4, 16, 0,
-                      stagingSlots, kPhaseSetup, kPhaseEnd});
+  // A pass's columns of dQ (attn_abi::bwdPasses), a piece per consumer.
+  const int64_t passColumns = problem.headDim / attn_abi::bwdPasses(problem.headDim);
+  requests.push_back({"dq_staging", int64_t(dqStagingBuffers) * config.blockM * passColumns * 4,
+                      16, 0, stagingSlots, kPhaseSetup, kPhaseEnd});
   requests.push_back({"dq_turns", 4 * int64_t(dqStagingBuffers), 4, 0, dqStagingBuffers,
                       kPhaseSetup, kPhaseEnd});
   requests.push_back({"barriers", 8 * barriers, 8, 0, barriers, kPhaseSetup, kPhaseEnd});

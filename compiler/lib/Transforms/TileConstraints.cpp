@@ -484,29 +484,43 @@ TileConfig backwardTileConfig(const TileProblem &problem) {
   config.stages = 2;
   config.consumerRegisters = 240;
   config.producerRegisters = 24;
+  if (attn_abi::bwdPasses(problem.headDim) > 1) {
+    // Head dim 256 walks its query blocks twice, 128 columns of dK and dV
+    // a pass: K, V, Q and dO tiles twice as wide leave shared memory for
+    // one consumer of 64 keys and one stage, at 256 registers. The producer
+    // warpgroup takes 40: its dQ writer's pass arithmetic spilled 8-16
+    // bytes at 24.
+    config.consumerWarpgroups = 1;
+    config.blockN = kWgmmaM;
+    config.blockM = kWgmmaM;
+    config.stages = 1;
+    config.consumerRegisters = 256;
+    config.producerRegisters = 40;
+  }
   config.softmaxChains = 1;
   config.persistentBlocksPerSm = 0;
   return config;
 }
 
 int64_t estimateBackwardConsumerRegisters(const TileProblem &problem, const TileConfig &config) {
+  const int64_t passColumns = problem.headDim / attn_abi::bwdPasses(problem.headDim);
   const bool dqSplitsRows = config.blockM == kWgmmaM * config.consumerWarpgroups;
   const int64_t dqColumns =
-      dqSplitsRows ? problem.headDim : problem.headDim / std::max(config.consumerWarpgroups, 1);
-  // Sᵀ and dPᵀ in fp32 are dead once packed; the packed pair (block_m / 2)
-  // lives on beside dQ's piece until the step's products complete.
-  return problem.headDim + std::max<int64_t>(config.blockM, config.blockM / 2 + dqColumns / 2) +
-         24;
+      dqSplitsRows ? passColumns : passColumns / std::max(config.consumerWarpgroups, 1);
+  // dK and dV hold a pass's columns. Sᵀ and dPᵀ in fp32 are dead once
+  // packed; the packed pair (block_m / 2) lives on beside dQ's piece until
+  // the step's products complete.
+  return passColumns + std::max<int64_t>(config.blockM, config.blockM / 2 + dqColumns / 2) + 24;
 }
 
 std::optional<std::string> checkBackwardTileLegality(const TileProblem &problem,
                                                      const TileConfig &config) {
   std::ostringstream os;
   const int consumers = config.consumerWarpgroups;
-  if (problem.headDim != 64 && problem.headDim != 128)
+  const int passColumns = problem.headDim / attn_abi::bwdPasses(problem.headDim);
+  if (problem.headDim != 64 && problem.headDim != 128 && problem.headDim != 256)
     os << "backward: head_dim " << problem.headDim
-       << " has no backward kernel yet (64 and 128 have): its dK and dV accumulators alone take "
-       << problem.headDim << " registers a thread";
+       << " has no backward kernel (64, 128 and 256 have)";
   else if (consumers < 1 || consumers > 2)
     os << "warpgroups: the backward takes 1 or 2 consumer warpgroups, got " << consumers;
   else if (config.blockN != kWgmmaM * consumers)
@@ -515,9 +529,9 @@ std::optional<std::string> checkBackwardTileLegality(const TileProblem &problem,
   else if (config.blockM != kWgmmaM && config.blockM != kWgmmaM * consumers)
     os << "WGMMA shape: backward block_m (" << config.blockM << ") must be 64 or "
        << kWgmmaM * consumers << " (64 per consumer warpgroup)";
-  else if (config.blockM == kWgmmaM && (problem.headDim / consumers) % 64 != 0)
-    os << "WGMMA shape: with block_m 64 each consumer's dQ piece is head_dim / "
-       << consumers << " = " << problem.headDim / consumers
+  else if (config.blockM == kWgmmaM && (passColumns / consumers) % 64 != 0)
+    os << "WGMMA shape: with block_m 64 each consumer's dQ piece is " << passColumns << " / "
+       << consumers << " = " << passColumns / consumers
        << " columns, which must be a multiple of 64";
   else if (config.producerWarpgroups != 1)
     os << "warpgroups: the backward has one producer warpgroup, got " << config.producerWarpgroups;

@@ -2,13 +2,6 @@
 // are reported on the kernel by attn-tile's backward option.
 // RUN: attn-opt --attn-tile=backward=true %s -split-input-file -verify-diagnostics
 
-// Head dim 256's dK and dV accumulators alone would fill a consumer's
-// registers.
-// expected-error @+1 {{backward plan is illegal: backward: head_dim 256 has no backward kernel yet (64 and 128 have): its dK and dV accumulators alone take 256 registers a thread}}
-attn.kernel @k problem = #attn.problem<q_heads = 8, kv_heads = 8, head_dim = 256, element_type = bf16> mask = #attn.no_mask normalizer = #attn.softmax
-
-// -----
-
 // expected-error @+1 {{has no backward: only the softmax normalizer has one (the linear family's is a later step)}}
 attn.kernel @k problem = #attn.problem<q_heads = 8, kv_heads = 8, head_dim = 128, element_type = bf16> mask = #attn.causal<top_left> normalizer = #attn.retention
 

@@ -258,23 +258,26 @@ std::optional<std::string> checkLinearTileLegality(const TileProblem &problem,
 /// The backward softmax kernel's plan (templates/attn_bwd_sm90.cuh):
 /// block_n keys a block, one 64-key slice per consumer warpgroup, block_m
 /// query rows a step, a ring of `stages` (Q, dO) slots:
-///   head_dim  64: block_m 128, block_n 128, 2 consumers, 2 stages;
-///   head_dim 128: block_m  64, block_n 128, 2 consumers, 2 stages;
-/// 240 registers a consumer thread, 24 a producer's; one block per (key
-/// tile, kv head, batch). Head dim 256 has no backward plan yet
-/// (checkBackwardTileLegality says why).
+///   head_dim  64: block_m 128, block_n 128, 2 consumers (240), 2 stages;
+///   head_dim 128: block_m  64, block_n 128, 2 consumers (240), 2 stages;
+///   head_dim 256: block_m  64, block_n  64, 1 consumer (256), 1 stage,
+///                 two passes over the query blocks of 128 columns of dK
+///                 and dV each (attn_abi::bwdPasses), 40 registers a
+///                 producer thread (24 at the others);
+/// one block per (key tile, kv head, batch).
 TileConfig backwardTileConfig(const TileProblem &problem);
 
 /// The backward's constraints: block_n = 64 x consumer warpgroups, block_m
 /// 64 (dQ split by columns) or 64 x consumer warpgroups (by rows), head dim
-/// 64 or 128, 1 to 4 stages, the register budget (dK and dV accumulators,
-/// Sᵀ and dPᵀ, dQ's piece) and the buffers within shared memory. Returns
+/// 64, 128 or 256, 1 to 4 stages, the register budget (dK and dV
+/// accumulators of a pass, Sᵀ and dPᵀ, dQ's piece) and the buffers within
+/// shared memory. Returns
 /// the first violation, prefixed like checkTileLegality's, or nullopt.
 std::optional<std::string> checkBackwardTileLegality(const TileProblem &problem,
                                                      const TileConfig &config);
 
-/// Registers one backward consumer thread needs: dK and dV (head_dim / 2
-/// fp32 each), then the larger of Sᵀ and dPᵀ (block_m / 2 each) and their
+/// Registers one backward consumer thread needs: dK and dV (a pass's
+/// columns / 2 fp32 each), then the larger of Sᵀ and dPᵀ (block_m / 2 each) and their
 /// packed forms (block_m / 4 each) beside dQ's piece, and 24 for addresses
 /// and loop state.
 int64_t estimateBackwardConsumerRegisters(const TileProblem &problem, const TileConfig &config);

@@ -56,15 +56,18 @@ def AttnTile : Pass<"attn-tile"> {
     schedule); a violation is reported on the kernel and fails the pass.
 
     With `backward`, the pass also records the backward kernel's plan as
-    `backward_tile` (a softmax kernel with built-in masks, head dim 64 or
-    128; any other is reported): `block_n` keys a block, one 64-key slice
-    per consumer warpgroup, `block_m` query rows a step, `stages` of the
-    (Q, dO) ring:
+    `backward_tile` (a softmax kernel with built-in masks; any other is
+    reported): `block_n` keys a block, one 64-key slice per consumer
+    warpgroup, `block_m` query rows a step, `stages` of the (Q, dO) ring:
 
     | head_dim | block_m | block_n | consumers (registers) | stages |
     |----------|---------|---------|-----------------------|--------|
     | 64       | 128     | 128     | 2 (240)               | 2      |
     | 128      | 64      | 128     | 2 (240)               | 2      |
+    | 256      | 64      | 64      | 1 (256; producer 40)  | 1      |
+
+    (head dim 256 walks the query blocks twice, 128 columns of dK and dV
+    each time)
 
     or the tuning database's backward record (`attn-tune --backward`; the
     same `tuning-db`, `tuning-shape` and `arch`), under
