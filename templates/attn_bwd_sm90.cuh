@@ -20,12 +20,14 @@
 // block has a slice per consumer, else head_dim / C columns) and stages it
 // in shared memory, from where warp 1 of warpgroup 0 adds it to the fp32
 // accumulator in global memory with one bulk reduction
-// (cp.reduce.async.bulk add.f32). With p.deterministic the additions of the
-// blocks to one query block run in key-tile order (a counter per query
-// block, waited on by the writer warp, not the consumers), so dQ is bitwise
-// reproducible; dK and dV always are: one block
-// owns a key tile of a kv head for all its query heads. The epilogue scales
-// dK by the softmax scale and stores dK and dV.
+// (cp.reduce.async.bulk add.f32). Past head dim 128 the walk runs once per
+// 128 columns of dK and dV (a pass), recomputing Sᵀ and dPᵀ.
+//
+// With p.deterministic each query block takes the key tiles' additions in
+// one order (additionTurn; a counter per query block and pass, waited on by
+// the writer warp, not the consumers), so dQ is bitwise reproducible; dK and
+// dV always are: one block owns a key tile of a kv head for all its query
+// heads. The epilogue scales dK by the softmax scale and stores dK and dV.
 //
 // Everything the compiler decided arrives through namespace attn_plan,
 // emitted ahead of this file: element type, head dim, tile sizes, stages,
