@@ -70,7 +70,7 @@ static_assert(kBlockM % 64 == 0 && kBlockM <= 256, "BLOCK_M is the N of Sᵀ's W
 // of dK and dV (attn_abi::bwdPasses): pass k accumulates columns
 // [128 k, 128 k + 128) of dK and dV and adds the same columns of dQ.
 constexpr int kPasses = attn_abi::bwdPasses(kHeadDim);
-constexpr int kPassColumns = kHeadDim / kPasses;
+constexpr int kPassColumns = attn_abi::bwdPassColumns(kHeadDim);
 static_assert(kPassColumns % kColumnBlock == 0 && kPassColumns <= 128,
               "a pass spans whole 64-column blocks, at most 128 columns");
 
@@ -247,13 +247,7 @@ __device__ __forceinline__ i64 rowStatsBase(const attn_abi::AttnBwdParams &p, in
 // ---------------------------------------------------------------------------
 // Producer: one thread issues every load.
 
-__device__ __forceinline__ void loadRows(u32 destination, int rows, const TensorMapBlob *map,
-                                         u32 barrier, int row, int head, int batch) {
-#pragma unroll
-  for (int block = 0; block < kColumnBlocks; ++block)
-    tmaLoad4d(destination + block * rows * kRowBytes, map, barrier, block * kColumnBlock, row, head,
-              batch);
-}
+static_assert(kRowBytes == 128 && kColumnBlock == 64, "tmaLoadColumnBlocks' layout");
 
 __device__ __forceinline__ u32 stageQ(u32 smemBase, int stage) {
   return smemBase + attn_plan::kSmemQ + stage * kQTileBytes;
@@ -277,10 +271,10 @@ __device__ void produce(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
   const Sequence &sequence = block.sequence;
   const int keyRow = sequence.rowK + block.keyTile * kBlockN;
   mbarrierArriveExpectTx(barriers.kvFull(), 2 * kKvTileBytes);
-  loadRows(smemBase + attn_plan::kSmemK, kBlockN, &p.k_map, barriers.kvFull(), keyRow, block.kvHead,
-           sequence.mapBatch);
-  loadRows(smemBase + attn_plan::kSmemV, kBlockN, &p.v_map, barriers.kvFull(), keyRow, block.kvHead,
-           sequence.mapBatch);
+  tmaLoadColumnBlocks<kColumnBlocks>(smemBase + attn_plan::kSmemK, kBlockN, &p.k_map,
+                                     barriers.kvFull(), keyRow, block.kvHead, sequence.mapBatch);
+  tmaLoadColumnBlocks<kColumnBlocks>(smemBase + attn_plan::kSmemV, kBlockN, &p.v_map,
+                                     barriers.kvFull(), keyRow, block.kvHead, sequence.mapBatch);
 
   const int steps = block.steps();
   for (int step = 0; step < steps; ++step) {
@@ -291,10 +285,10 @@ __device__ void produce(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
     const int queryRow = sequence.rowQ + queryBlock * kBlockM;
     const u32 full = barriers.full(slot.stage);
     mbarrierArriveExpectTx(full, 2 * kQTileBytes + 2 * kRowStatBytes);
-    loadRows(stageQ(smemBase, slot.stage), kBlockM, &p.q_map, full, queryRow, head,
-             sequence.mapBatch);
-    loadRows(stageDo(smemBase, slot.stage), kBlockM, &p.do_map, full, queryRow, head,
-             sequence.mapBatch);
+    tmaLoadColumnBlocks<kColumnBlocks>(stageQ(smemBase, slot.stage), kBlockM, &p.q_map, full,
+                                       queryRow, head, sequence.mapBatch);
+    tmaLoadColumnBlocks<kColumnBlocks>(stageDo(smemBase, slot.stage), kBlockM, &p.do_map, full,
+                                       queryRow, head, sequence.mapBatch);
     const i64 stats = rowStatsBase(p, block.batch, head) + static_cast<i64>(queryBlock) * kBlockM;
     bulkLoad(stageLse(smemBase, slot.stage), p.lse_log2 + stats, kRowStatBytes, full);
     bulkLoad(stageDelta(smemBase, slot.stage), p.delta + stats, kRowStatBytes, full);

@@ -250,9 +250,8 @@ __device__ __forceinline__ float writeChunkDecay(TokenDecays tokens, float walke
 
 __device__ __forceinline__ void loadRows(u32 destination, const TensorMapBlob *map, u32 barrier,
                                          int row, int head, int batch) {
-#pragma unroll
-  for (int block = 0; block < kKeyBlocks; ++block)
-    tmaLoad4d(destination + block * kChunk * kRowBytes, map, barrier, block * 64, row, head, batch);
+  static_assert(kRowBytes == 128, "tmaLoadColumnBlocks' layout");
+  tmaLoadColumnBlocks<kKeyBlocks>(destination, kChunk, map, barrier, row, head, batch);
 }
 
 __device__ void produce(const attn_abi::AttnLinearParams &p, u32 smem, unsigned char *smemPointer,

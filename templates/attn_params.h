@@ -179,6 +179,8 @@ struct AttnBwdParams {
 // fit a consumer's registers). Each pass recomputes Sᵀ and dPᵀ and adds its
 // columns of dQ; the deterministic mode counts each pass's additions apart.
 constexpr int bwdPasses(int headDim) { return headDim > 128 ? headDim / 128 : 1; }
+// The columns of dK, dV and dQ one pass covers.
+constexpr int bwdPassColumns(int headDim) { return headDim / bwdPasses(headDim); }
 
 // Query positions of one (batch, query head) in the backward's workspace:
 // seqlen_q rounded up to whole query blocks.

@@ -21,6 +21,19 @@ __device__ __forceinline__ void tmaLoad4d(u32 destination, const void *tensorMap
                : "memory");
 }
 
+// Loads `rows` rows of a BSHD tile ColumnBlocks 64-element column blocks
+// wide, one TMA box (of 128-byte rows) per block, the blocks `rows` rows
+// apart in shared memory from `destination`: how the kernels lay out a Q,
+// K, V or dO tile for WGMMA's 128-byte swizzle.
+template <int ColumnBlocks>
+__device__ __forceinline__ void tmaLoadColumnBlocks(u32 destination, u32 rows,
+                                                    const void *tensorMap, u32 barrier, int row,
+                                                    int head, int batch) {
+#pragma unroll
+  for (int block = 0; block < ColumnBlocks; ++block)
+    tmaLoad4d(destination + block * rows * 128, tensorMap, barrier, block * 64, row, head, batch);
+}
+
 // Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from
 // global to shared memory, completing on `barrier` like tmaLoad4d.
 __device__ __forceinline__ void bulkLoad(u32 destination, const void *source, u32 bytes,

@@ -9,10 +9,8 @@ namespace attn_kernel {
 
 __device__ __forceinline__ void loadTile(u32 destination, u32 rows, const TensorMapBlob *map,
                                          u32 barrier, int row, int head, int batch) {
-#pragma unroll
-  for (int block = 0; block < kColumnBlocks; ++block)
-    tmaLoad4d(destination + block * rows * kRowBytes, map, barrier, block * kColumnBlock, row, head,
-              batch);
+  static_assert(kRowBytes == 128 && kColumnBlock == 64, "tmaLoadColumnBlocks' layout");
+  tmaLoadColumnBlocks<kColumnBlocks>(destination, rows, map, barrier, row, head, batch);
 }
 
 // The block's work tiles and the key tiles each visits, in the order the

@@ -26,6 +26,19 @@ struct LoadedKernel {
   KernelFunction function;
 };
 
+/// The built-in masks the GPU tests run every kernel under: none, causal in
+/// both alignments, and two sliding windows (one aligned top-left).
+inline const char *const kBuiltInMasks[] = {
+    "#attn.no_mask", "#attn.causal<top_left>", "#attn.causal<bottom_right>",
+    "#attn.sliding_window<left = 100, right = 20>",
+    "#attn.sliding_window<left = 0, right = 300, align = top_left>"};
+
+/// A softmax spec named @test with a built-in mask.
+inline std::string specText(int headDim, const std::string &element, const std::string &mask,
+                            int64_t qHeads, int64_t kvHeads) {
+  return harness::softmaxSpecText("test", headDim, element, mask, qHeads, kvHeads);
+}
+
 inline LoadedKernel &loadKernel(const std::string &spec, const CompileOptions &options = {}) {
   static std::map<std::string, LoadedKernel> cache;
   std::string key = options.tileOverride + "\n" + options.tuningShape + "\n" + spec;

@@ -20,6 +20,7 @@
 using namespace attn;
 using attn::gputest::LoadedKernel;
 using attn::gputest::loadKernel;
+using attn::gputest::specText;
 
 namespace {
 
@@ -27,11 +28,6 @@ struct Case {
   int64_t qHeads, kvHeads;
   harness::Shape shape;
 };
-
-std::string specText(int headDim, const std::string &element, const std::string &mask,
-                     int64_t qHeads, int64_t kvHeads) {
-  return harness::softmaxSpecText("test", headDim, element, mask, qHeads, kvHeads);
-}
 
 /// A spec's backward module, compiled and loaded once per run.
 struct LoadedBackward {
@@ -53,6 +49,19 @@ LoadedBackward &loadBackward(const std::string &spec, const CompileOptions &opti
       std::string_view(loaded.compiled.binary.data(), loaded.compiled.binary.size()));
   loaded.functions = loadBackwardFunctions(loaded.module, loaded.compiled.launch);
   return cache.emplace(key, std::move(loaded)).first->second;
+}
+
+/// Every gradient within the tolerance, finite, and zero on the rows no
+/// pair reaches.
+void checkGradients(const harness::GradientComparison &result) {
+  for (auto [error, name] : {std::make_pair(&result.dq, "dq"), std::make_pair(&result.dk, "dk"),
+                             std::make_pair(&result.dv, "dv")}) {
+    INFO(name << ": rel-L2 " << error->relativeL2 << ", max error / RMS "
+              << error->maxErrorOverRms << "; first violation: " << error->firstViolation);
+    CHECK(error->nonFinite == 0);
+    CHECK(error->zeroRowMismatches == 0);
+    CHECK(error->toleranceViolations == 0);
+  }
 }
 
 /// Runs the forward, then the backward, of `spec` on random inputs and
@@ -80,14 +89,7 @@ void checkBackward(const std::string &spec, const Case &testCase, uint64_t seed,
                 << " Sk=" << testCase.shape.seqlenK << " Hq=" << testCase.qHeads
                 << " Hkv=" << testCase.kvHeads << " headMajor=" << testCase.shape.headMajor
                 << " deterministic=" << deterministic);
-  for (auto [error, name] : {std::make_pair(&result.dq, "dq"), std::make_pair(&result.dk, "dk"),
-                             std::make_pair(&result.dv, "dv")}) {
-    INFO(name << ": rel-L2 " << error->relativeL2 << ", max error / RMS "
-              << error->maxErrorOverRms << "; first violation: " << error->firstViolation);
-    CHECK(error->nonFinite == 0);
-    CHECK(error->zeroRowMismatches == 0);
-    CHECK(error->toleranceViolations == 0);
-  }
+  checkGradients(result);
 }
 
 const std::vector<Case> &awkwardCases() {
@@ -101,9 +103,7 @@ const std::vector<Case> &awkwardCases() {
   return cases;
 }
 
-const char *kMasks[] = {"#attn.no_mask", "#attn.causal<top_left>", "#attn.causal<bottom_right>",
-                        "#attn.sliding_window<left = 100, right = 20>",
-                        "#attn.sliding_window<left = 0, right = 300, align = top_left>"};
+const auto &kMasks = gputest::kBuiltInMasks;
 
 } // namespace
 
@@ -253,14 +253,7 @@ TEST_CASE("backward over packed sequences matches the reference sequence by sequ
   const harness::GradientComparison result =
       harness::compareGradients(masked, expected, gradients, launch.dtype);
   INFO("spec: " << spec << "deterministic=" << deterministic);
-  for (auto [error, name] : {std::make_pair(&result.dq, "dq"), std::make_pair(&result.dk, "dk"),
-                             std::make_pair(&result.dv, "dv")}) {
-    INFO(name << ": rel-L2 " << error->relativeL2 << ", max error / RMS "
-              << error->maxErrorOverRms << "; first violation: " << error->firstViolation);
-    CHECK(error->nonFinite == 0);
-    CHECK(error->zeroRowMismatches == 0);
-    CHECK(error->toleranceViolations == 0);
-  }
+  checkGradients(result);
 }
 
 TEST_CASE("Kernel::runBackward runs the JIT's backward of a spec", "[gpu][backward][jit]") {
@@ -285,8 +278,5 @@ TEST_CASE("Kernel::runBackward runs the JIT's backward of a spec", "[gpu][backwa
   const harness::GradientComparison result = harness::compareGradients(
       problem, harness::computeReferenceGradients(problem, data, gradients), gradients,
       DType::BF16);
-  INFO("rel-L2 dq " << result.dq.relativeL2 << ", dk " << result.dk.relativeL2 << ", dv "
-                    << result.dv.relativeL2 << "; " << result.dq.firstViolation
-                    << result.dk.firstViolation << result.dv.firstViolation);
-  CHECK(result.passed());
+  checkGradients(result);
 }

@@ -14,6 +14,7 @@
 using namespace attn;
 using attn::gputest::LoadedKernel;
 using attn::gputest::loadKernel;
+using attn::gputest::specText;
 
 namespace {
 
@@ -21,11 +22,6 @@ struct Case {
   int64_t qHeads, kvHeads;
   harness::Shape shape;
 };
-
-std::string specText(int headDim, const std::string &element, const std::string &mask,
-                     int64_t qHeads, int64_t kvHeads) {
-  return harness::softmaxSpecText("test", headDim, element, mask, qHeads, kvHeads);
-}
 
 // With `withWorkspace`, the call gets the forward workspace, which it must
 // use (a split tail).
@@ -77,9 +73,7 @@ const std::vector<Case> &awkwardCases() {
   return cases;
 }
 
-const char *kMasks[] = {"#attn.no_mask", "#attn.causal<top_left>", "#attn.causal<bottom_right>",
-                        "#attn.sliding_window<left = 100, right = 20>",
-                        "#attn.sliding_window<left = 0, right = 300, align = top_left>"};
+const auto &kMasks = gputest::kBuiltInMasks;
 
 } // namespace
 

@@ -481,7 +481,7 @@ std::string emitBackwardKernelSource(const BackwardKernelConfig &config) {
   // Sᵀ and dPᵀ (N = block_m), dV and dK (N = a pass's columns), dQ's
   // pieces (templates/attn_bwd_sm90.cuh derives the same widths).
   const int consumers = config.tile.consumerWarpgroups;
-  const int passColumns = config.headDim / attn_abi::bwdPasses(config.headDim);
+  const int passColumns = attn_abi::bwdPassColumns(config.headDim);
   const bool dqSplitsRows = config.tile.blockM == 64 * consumers;
   const int dqColumns = dqSplitsRows ? passColumns : passColumns / consumers;
   out << "// ---- WGMMA shapes of this plan\nnamespace attn_dev {\n"

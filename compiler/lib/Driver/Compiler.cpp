@@ -95,9 +95,11 @@ static CaptureDecl captureDeclFor(mlir::attn::CaptureAttr capture) {
   return decl;
 }
 
-AttnLaunchConfig launchConfigFor(mlir::attn::KernelOp op) {
+/// The launch fields a plan fixes: the problem's, and those of a tile plan
+/// and its shared-memory layout (the forward's or the backward's).
+static AttnLaunchConfig launchOfPlan(mlir::attn::KernelOp op, mlir::attn::TilePlanAttr tile,
+                                     mlir::attn::SmemPlanAttr smem) {
   mlir::attn::ProblemAttr problem = op.getProblem();
-  mlir::attn::TilePlanAttr tile = op.getTileAttr();
   AttnLaunchConfig launch;
   launch.headDim = problem.getHeadDim();
   launch.qHeads = problem.getQHeads();
@@ -107,7 +109,13 @@ AttnLaunchConfig launchConfigFor(mlir::attn::KernelOp op) {
   launch.blockM = tile.getBlockM();
   launch.blockN = tile.getBlockN();
   launch.threadsPerBlock = tile.getThreadsPerBlock();
-  launch.sharedMemoryBytes = op.getSmemAttr().getLaunchBytes();
+  launch.sharedMemoryBytes = smem.getLaunchBytes();
+  return launch;
+}
+
+AttnLaunchConfig launchConfigFor(mlir::attn::KernelOp op) {
+  mlir::attn::TilePlanAttr tile = op.getTileAttr();
+  AttnLaunchConfig launch = launchOfPlan(op, tile, op.getSmemAttr());
   launch.persistentBlocksPerSm = tile.getPersistentBlocksPerSm();
   launch.evenWorkTiles = mlir::isa<mlir::attn::SoftmaxAttr>(op.getNormalizer()) &&
                          mlir::attn::getTileProblem(op).evenTiles;
@@ -178,19 +186,9 @@ mlir::FailureOr<PlannedBackward> planBackward(mlir::attn::KernelOp op,
   PlannedBackward planned;
   planned.tile = config->tile;
   planned.cudaSource = codegen::emitBackwardKernelSource(*config);
-  mlir::attn::ProblemAttr problem = op.getProblem();
-  AttnLaunchConfig &launch = planned.launch;
-  launch.headDim = problem.getHeadDim();
-  launch.qHeads = problem.getQHeads();
-  launch.kvHeads = problem.getKvHeads();
-  launch.dtype = problem.getElementType().isBF16() ? DType::BF16 : DType::F16;
-  launch.scale = static_cast<float>(problem.getEffectiveScale());
-  launch.blockM = planned.tile.blockM;
-  launch.blockN = planned.tile.blockN;
-  launch.threadsPerBlock = planned.tile.threadsPerBlock();
-  launch.sharedMemoryBytes = op.getBackwardSmemAttr().getLaunchBytes();
-  launch.kernelName = ATTN_BWD_KERNEL_NAME;
-  launch.backward = 1;
+  planned.launch = launchOfPlan(op, op.getBackwardTileAttr(), op.getBackwardSmemAttr());
+  planned.launch.kernelName = ATTN_BWD_KERNEL_NAME;
+  planned.launch.backward = 1;
   return planned;
 }
 

@@ -256,54 +256,36 @@ struct Compiler::Impl {
            tuningShape + "\n";
   }
 
-  Kernel compileSpec(const Spec &spec, const std::string &tuningShape) {
+  /// A built spec's kernel: the forward, planned for `tuningShape`, or with
+  /// `backward` its backward module.
+  Kernel compileSpec(const Spec &spec, const std::string &tuningShape, bool backward = false) {
     spec.validate();
-    return compileRequest(requestPrefix('S', tuningShape) + spec.fingerprint(), [&] {
+    return compileRequest(requestPrefix(backward ? 'B' : 'S', tuningShape) + spec.fingerprint(),
+                          [&] {
       std::lock_guard<std::mutex> lock(irMutex);
       detail::DiagnosticCapture diagnostics(context);
-      std::string what = "spec @" + spec.name + " is invalid";
+      std::string what = "spec @" + spec.name + (backward ? " has no backward" : " is invalid");
       mlir::attn::KernelOp op;
       mlir::OwningOpRef<mlir::ModuleOp> module = buildSpecModule(context, spec, diagnostics, what, op);
-      return plan(*module, op, diagnostics, what, tuningShape);
+      return backward ? planBackwardKernel(*module, op, diagnostics, what)
+                      : plan(*module, op, diagnostics, what, tuningShape);
     });
   }
 
-  Kernel compileSpecBackward(const Spec &spec) {
-    spec.validate();
-    return compileRequest(requestPrefix('B', "") + spec.fingerprint(), [&] {
-      std::lock_guard<std::mutex> lock(irMutex);
-      detail::DiagnosticCapture diagnostics(context);
-      std::string what = "spec @" + spec.name + " has no backward";
-      mlir::attn::KernelOp op;
-      mlir::OwningOpRef<mlir::ModuleOp> module = buildSpecModule(context, spec, diagnostics, what, op);
-      return planBackwardKernel(*module, op, diagnostics, what);
-    });
-  }
-
-  Kernel compileTextBackward(std::string_view specText, std::string_view bufferName) {
-    std::string text(specText);
-    return compileRequest(requestPrefix('b', "") + text, [&] {
-      std::lock_guard<std::mutex> lock(irMutex);
-      detail::DiagnosticCapture diagnostics(context);
-      std::string name(bufferName);
-      mlir::OwningOpRef<mlir::ModuleOp> module =
-          detail::parseSpecModule(context, diagnostics, text, name);
-      mlir::attn::KernelOp op = detail::singleKernel(*module);
-      return planBackwardKernel(*module, op, diagnostics, "compiling the backward of " + name + " failed");
-    });
-  }
-
+  /// compileSpec for spec text.
   Kernel compileText(std::string_view specText, std::string_view bufferName,
-                     const std::string &tuningShape) {
+                     const std::string &tuningShape, bool backward = false) {
     std::string text(specText);
-    return compileRequest(requestPrefix('T', tuningShape) + text, [&] {
+    return compileRequest(requestPrefix(backward ? 'b' : 'T', tuningShape) + text, [&] {
       std::lock_guard<std::mutex> lock(irMutex);
       detail::DiagnosticCapture diagnostics(context);
       std::string name(bufferName);
       mlir::OwningOpRef<mlir::ModuleOp> module =
           detail::parseSpecModule(context, diagnostics, text, name);
       mlir::attn::KernelOp op = detail::singleKernel(*module);
-      return plan(*module, op, diagnostics, "compiling " + name + " failed", tuningShape);
+      return backward ? planBackwardKernel(*module, op, diagnostics,
+                                           "compiling the backward of " + name + " failed")
+                      : plan(*module, op, diagnostics, "compiling " + name + " failed", tuningShape);
     });
   }
 };
@@ -336,10 +318,12 @@ Kernel Compiler::compile(std::string_view specText, std::string_view bufferName,
   return impl->compileText(specText, bufferName, tuningShapeText(shape));
 }
 
-Kernel Compiler::compileBackward(const Spec &spec) { return impl->compileSpecBackward(spec); }
+Kernel Compiler::compileBackward(const Spec &spec) {
+  return impl->compileSpec(spec, "", /*backward=*/true);
+}
 
 Kernel Compiler::compileBackward(std::string_view specText, std::string_view bufferName) {
-  return impl->compileTextBackward(specText, bufferName);
+  return impl->compileText(specText, bufferName, "", /*backward=*/true);
 }
 
 Compiler::TrainingKernels Compiler::compileForTraining(const Spec &spec) {

@@ -300,6 +300,18 @@ LogicalResult collectUserMods(KernelOp op, ::attn::codegen::UserMods &mods) {
 namespace {
 /// Copies the offset of each named buffer of the shared-memory plan into
 /// its slot; a missing buffer is an error on `op`.
+/// The fields the forward's and the backward's emitter configurations share:
+/// the kernel's name, element type, head dim and mask, and a tile plan.
+template <class Config> void describeKernel(KernelOp op, TilePlanAttr tile, Config &config) {
+  config.kernelName = op.getSymName().str();
+  ProblemAttr problem = op.getProblem();
+  config.element = problem.getElementType().isBF16() ? ::attn::codegen::ElementKind::BF16
+                                                     : ::attn::codegen::ElementKind::F16;
+  config.headDim = problem.getHeadDim();
+  config.tile = getTileConfig(tile);
+  config.mask = maskPolicyFor(op.getMask());
+}
+
 LogicalResult readBufferOffsets(KernelOp op, SmemPlanAttr smem,
                                 std::initializer_list<std::pair<const char *, int64_t *>> slots) {
   for (auto [name, offset] : slots) {
@@ -319,13 +331,7 @@ FailureOr<::attn::codegen::BackwardKernelConfig> buildBackwardKernelConfig(Kerne
     return op.emitOpError("needs `backward_tile` and `backward_smem` plans: run attn-tile with "
                           "backward=true and attn-plan-smem first");
   ::attn::codegen::BackwardKernelConfig config;
-  config.kernelName = op.getSymName().str();
-  ProblemAttr problem = op.getProblem();
-  config.element = problem.getElementType().isBF16() ? ::attn::codegen::ElementKind::BF16
-                                                     : ::attn::codegen::ElementKind::F16;
-  config.headDim = problem.getHeadDim();
-  config.tile = getTileConfig(tile);
-  config.mask = maskPolicyFor(op.getMask());
+  describeKernel(op, tile, config);
   ::attn::codegen::BackwardSharedMemoryOffsets &smem = config.smem;
   if (failed(readBufferOffsets(op, smemPlan,
                                {{"k", &smem.k},
@@ -363,13 +369,7 @@ FailureOr<::attn::codegen::ForwardKernelConfig> buildForwardKernelConfig(KernelO
   if (!tile || !smem)
     return op.emitOpError("needs `tile` and `smem` plans: run attn-tile and attn-plan-smem first");
 
-  config.kernelName = op.getSymName().str();
-  ProblemAttr problem = op.getProblem();
-  config.element = problem.getElementType().isBF16() ? ::attn::codegen::ElementKind::BF16
-                                                     : ::attn::codegen::ElementKind::F16;
-  config.headDim = problem.getHeadDim();
-  config.tile = getTileConfig(tile);
-  config.mask = maskPolicyFor(mask);
+  describeKernel(op, tile, config);
 
   if (failed(readBufferOffsets(op, smem,
                                {{"q", &config.smem.q},

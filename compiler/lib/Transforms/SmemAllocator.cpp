@@ -128,7 +128,7 @@ std::vector<SmemRequest> backwardKernelSmemRequests(const TileProblem &problem,
   requests.push_back({"delta", stages * statBytes, 16, 0, stages, kPhaseSetup, kPhaseEnd});
   requests.push_back({"ds", 2 * dsTile, kTileAlign, kSwizzle, 2, kPhaseSetup, kPhaseEnd});
   // A pass's columns of dQ (attn_abi::bwdPasses), a piece per consumer.
-  const int64_t passColumns = problem.headDim / attn_abi::bwdPasses(problem.headDim);
+  const int64_t passColumns = attn_abi::bwdPassColumns(problem.headDim);
   requests.push_back({"dq_staging", int64_t(dqStagingBuffers) * config.blockM * passColumns * 4,
                       16, 0, stagingSlots, kPhaseSetup, kPhaseEnd});
   requests.push_back({"dq_turns", 4 * int64_t(dqStagingBuffers), 4, 0, dqStagingBuffers,

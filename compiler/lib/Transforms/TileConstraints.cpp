@@ -503,7 +503,7 @@ TileConfig backwardTileConfig(const TileProblem &problem) {
 }
 
 int64_t estimateBackwardConsumerRegisters(const TileProblem &problem, const TileConfig &config) {
-  const int64_t passColumns = problem.headDim / attn_abi::bwdPasses(problem.headDim);
+  const int64_t passColumns = attn_abi::bwdPassColumns(problem.headDim);
   const bool dqSplitsRows = config.blockM == kWgmmaM * config.consumerWarpgroups;
   const int64_t dqColumns =
       dqSplitsRows ? passColumns : passColumns / std::max(config.consumerWarpgroups, 1);
@@ -517,7 +517,7 @@ std::optional<std::string> checkBackwardTileLegality(const TileProblem &problem,
                                                      const TileConfig &config) {
   std::ostringstream os;
   const int consumers = config.consumerWarpgroups;
-  const int passColumns = problem.headDim / attn_abi::bwdPasses(problem.headDim);
+  const int passColumns = attn_abi::bwdPassColumns(problem.headDim);
   if (problem.headDim != 64 && problem.headDim != 128 && problem.headDim != 256)
     os << "backward: head_dim " << problem.headDim
        << " has no backward kernel (64, 128 and 256 have)";
