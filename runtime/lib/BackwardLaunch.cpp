@@ -159,9 +159,10 @@ uint64_t backwardWorkspaceBytes(const AttnLaunchConfig &config, const AttnBackwa
   return workspaceLayout(config, shape).total;
 }
 
-attn_abi::AttnBwdParams makeBackwardParams(const AttnLaunchConfig &config,
-                                           const AttnBackwardArgs &args) {
-  validateBackwardArgs(config, args);
+namespace {
+/// The parameter block of arguments validateBackwardArgs has accepted.
+attn_abi::AttnBwdParams encodeBackwardParams(const AttnLaunchConfig &config,
+                                             const AttnBackwardArgs &args) {
   attn_abi::AttnBwdParams params{};
   params.q_map = encodeBSHDTensorMap(args.q, config.blockM, kTmaBoxCols, "q");
   params.k_map = encodeBSHDTensorMap(args.k, config.blockN, kTmaBoxCols, "k");
@@ -210,6 +211,13 @@ attn_abi::AttnBwdParams makeBackwardParams(const AttnLaunchConfig &config,
   }
   return params;
 }
+} // namespace
+
+attn_abi::AttnBwdParams makeBackwardParams(const AttnLaunchConfig &config,
+                                           const AttnBackwardArgs &args) {
+  validateBackwardArgs(config, args);
+  return encodeBackwardParams(config, args);
+}
 
 BackwardFunctions loadBackwardFunctions(const Module &module, const AttnLaunchConfig &config) {
   BackwardFunctions functions;
@@ -250,7 +258,8 @@ void launchBackward(BackwardFunctions &functions, const AttnLaunchConfig &config
   }
   requireDeviceMemory(args.workspace, workspaceLayout(config, shape).total, "workspace", device);
 
-  attn_abi::AttnBwdParams params = makeBackwardParams(config, args);
+  // Validated above: encode without checking again.
+  attn_abi::AttnBwdParams params = encodeBackwardParams(config, args);
   void *kernelArgs[] = {&params};
   const BackwardGrids grids = backwardGrids(config, shape);
   const Dim3 rowBlock{ATTN_BWD_ROW_THREADS, 1, 1};
