@@ -1,0 +1,407 @@
+// The C API (attn-c/Attnc.h, libattnc_c.so) as a C caller sees it, without
+// a GPU: status codes and the per-thread last error, compiling the shipped
+// example forward and backward through the caches, and launch arguments
+// rejected before the driver is needed. Where a number can be computed
+// another way (the kernel's plan, the backward's workspace), the C++ API
+// linked into this test computes it on its own.
+
+#include "attn-c/Attnc.h"
+
+#include "attn/Compiler/Jit.h"
+#include "attn/runtime/Driver.h"
+
+#include "TestSupport.h"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <regex>
+#include <string>
+#include <thread>
+
+using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
+
+namespace {
+
+using CompilerHandle = std::unique_ptr<attnc_compiler, decltype(&attnc_compiler_destroy)>;
+using KernelHandle = std::unique_ptr<attnc_kernel, decltype(&attnc_kernel_destroy)>;
+
+std::string exampleText(const std::string &name) {
+  return attn::test::readFile(std::string(ATTNC_DOCS_EXAMPLES_DIR) + "/" + name + ".mlir");
+}
+
+/// One disk cache for the whole run, so that each kernel is compiled by
+/// NVRTC once; nothing outside it is read or written.
+const std::string &cacheDir() {
+  static attn::test::TempDir dir;
+  return dir.path;
+}
+
+/// A compiler on the run's cache without a tuning database (heuristic
+/// plans, whatever the user's database holds).
+CompilerHandle makeCompiler(const char *cacheDirectory = cacheDir().c_str()) {
+  attnc_compiler *compiler = nullptr;
+  REQUIRE(attnc_compiler_create("", cacheDirectory, &compiler) == ATTNC_OK);
+  REQUIRE(compiler);
+  return CompilerHandle(compiler, &attnc_compiler_destroy);
+}
+
+KernelHandle compileExample(attnc_compiler *compiler, int32_t backward) {
+  const std::string text = exampleText("causal_hd128");
+  attnc_kernel *kernel = nullptr;
+  if (attnc_compile(compiler, text.c_str(), "causal_hd128.mlir", backward, &kernel) != ATTNC_OK)
+    FAIL(attnc_last_error());
+  REQUIRE(kernel);
+  return KernelHandle(kernel, &attnc_kernel_destroy);
+}
+
+/// The same kernel from the C++ API, from the same disk cache.
+attn::Kernel compileExampleInCpp(bool backward) {
+  attn::JitOptions options;
+  options.tuningDatabase = "";
+  attn::DiskCacheOptions disk;
+  disk.directory = cacheDir();
+  options.diskCache = disk;
+  attn::Compiler compiler(options);
+  const std::string text = exampleText("causal_hd128");
+  return backward ? compiler.compileBackward(text, "causal_hd128.mlir")
+                  : compiler.compile(text, "causal_hd128.mlir");
+}
+
+std::string lastError() { return attnc_last_error(); }
+
+attnc_kernel_info infoOf(const attnc_kernel *kernel) {
+  attnc_kernel_info info;
+  REQUIRE(attnc_kernel_get_info(kernel, &info) == ATTNC_OK);
+  return info;
+}
+
+std::string ptxOf(const attnc_kernel *kernel) {
+  size_t size = 0;
+  const char *ptx = attnc_kernel_ptx(kernel, &size);
+  REQUIRE(ptx);
+  CHECK(size == std::strlen(ptx));
+  return std::string(ptx, size);
+}
+
+/// A contiguous BSHD tensor at a fake (aligned) device address: the checks
+/// before the driver never dereference it.
+attnc_tensor bshd(uintptr_t address, int64_t batch, int64_t seqlen, int64_t heads,
+                  int64_t headDim, int64_t dtype = ATTNC_BF16) {
+  attnc_tensor tensor = {};
+  tensor.data = reinterpret_cast<void *>(address);
+  tensor.dtype = dtype;
+  tensor.rank = 4;
+  const int64_t shape[4] = {batch, seqlen, heads, headDim};
+  int64_t stride = 1;
+  for (int dim = 3; dim >= 0; --dim) {
+    tensor.shape[dim] = shape[dim];
+    tensor.strides[dim] = stride;
+    stride *= shape[dim];
+  }
+  return tensor;
+}
+
+attn::TensorView toView(const attnc_tensor &tensor) {
+  return attn::contiguousBSHD(tensor.data, static_cast<attn::DType>(tensor.dtype),
+                              tensor.shape[0], tensor.shape[1], tensor.shape[2],
+                              tensor.shape[3]);
+}
+
+/// Forward arguments the causal example accepts up to the driver.
+attnc_forward_args validForwardArgs() {
+  attnc_forward_args args = {};
+  args.q = bshd(0x10000000, 1, 64, 16, 128);
+  args.k = bshd(0x20000000, 1, 64, 4, 128);
+  args.v = bshd(0x30000000, 1, 64, 4, 128);
+  args.o = bshd(0x40000000, 1, 64, 16, 128);
+  args.lse = reinterpret_cast<float *>(uintptr_t(0x50000000));
+  return args;
+}
+
+/// A call that failed with a message starting with `prefix`.
+void checkFailure(attnc_status status, const std::string &prefix) {
+  CHECK(status == ATTNC_ERROR);
+  CHECK_THAT(lastError(), StartsWith(prefix));
+}
+
+} // namespace
+
+TEST_CASE("C API: versions", "[c-api]") {
+  CHECK(std::string(attnc_version()) == attn::attncVersion());
+  CHECK(std::string(attnc_version()) == "0.1.0");
+  CHECK(attnc_c_api_version() == ATTNC_C_API_VERSION);
+  CHECK(ATTNC_C_API_VERSION == 1);
+}
+
+TEST_CASE("C API: null handles and outputs are errors naming the parameter", "[c-api]") {
+  CompilerHandle compiler = makeCompiler("");
+  attnc_forward_args forward = validForwardArgs();
+  attnc_backward_args backward = {};
+  attnc_linear_args linear = {};
+  attnc_jit_stats stats;
+  attnc_kernel_info info;
+  uint64_t bytes = 0;
+
+  checkFailure(attnc_compiler_create("", "", nullptr), "out: null pointer");
+  checkFailure(attnc_compiler_stats(nullptr, &stats), "compiler: null handle");
+  checkFailure(attnc_compiler_stats(compiler.get(), nullptr), "out: null pointer");
+
+  // A failed call clears its output.
+  attnc_kernel *kernel = reinterpret_cast<attnc_kernel *>(uintptr_t(8));
+  checkFailure(attnc_compile(nullptr, "", "spec", 0, &kernel), "compiler: null handle");
+  CHECK(kernel == nullptr);
+  checkFailure(attnc_compile(compiler.get(), nullptr, "spec", 0, &kernel),
+               "spec_text: null pointer");
+  checkFailure(attnc_compile(compiler.get(), "", "spec", 0, nullptr), "out: null pointer");
+  checkFailure(attnc_compile(compiler.get(), "", "spec", 2, &kernel),
+               "backward: must be 0 or 1, got 2");
+
+  checkFailure(attnc_kernel_get_info(nullptr, &info), "kernel: null handle");
+  checkFailure(attnc_kernel_load(nullptr), "kernel: null handle");
+  size_t size = 1;
+  CHECK(attnc_kernel_ptx(nullptr, &size) == nullptr);
+  CHECK(size == 0);
+  CHECK_THAT(lastError(), StartsWith("kernel: null handle"));
+  checkFailure(attnc_run_forward(nullptr, &forward, nullptr), "kernel: null handle");
+  checkFailure(attnc_run_backward(nullptr, &backward, nullptr), "kernel: null handle");
+  checkFailure(attnc_run_linear(nullptr, &linear, nullptr), "kernel: null handle");
+  checkFailure(attnc_run_decode(nullptr, &linear, nullptr), "kernel: null handle");
+  checkFailure(attnc_forward_workspace_bytes(nullptr, &forward, &bytes), "kernel: null handle");
+  checkFailure(attnc_backward_workspace_bytes(nullptr, &backward, &bytes),
+               "kernel: null handle");
+
+  attnc_buffer *buffer = reinterpret_cast<attnc_buffer *>(uintptr_t(8));
+  checkFailure(attnc_build_tile_coverage(nullptr, &forward, nullptr, &buffer),
+               "kernel: null handle");
+  CHECK(buffer == nullptr);
+  checkFailure(attnc_build_tile_key_bits(nullptr, &forward, nullptr, nullptr),
+               "out: null pointer");
+  CHECK(attnc_buffer_data(nullptr) == nullptr);
+  CHECK_THAT(lastError(), StartsWith("buffer: null handle"));
+  CHECK(attnc_buffer_bytes(nullptr) == 0);
+
+  // Destroying nothing is allowed, as free(NULL) is.
+  attnc_compiler_destroy(nullptr);
+  attnc_kernel_destroy(nullptr);
+  attnc_buffer_destroy(nullptr);
+}
+
+TEST_CASE("C API: a malformed spec fails with its diagnostics", "[c-api]") {
+  CompilerHandle compiler = makeCompiler("");
+  attnc_kernel *kernel = nullptr;
+  const char *text = "attn.kernel @broken\n"
+                     "    problem = #attn.problem<q_heads = 16>\n";
+  CHECK(attnc_compile(compiler.get(), text, "broken.mlir", 0, &kernel) == ATTNC_ERROR);
+  CHECK(kernel == nullptr);
+  const std::string message = lastError();
+  INFO(message);
+  CHECK(std::regex_search(message, std::regex(R"(broken\.mlir:2:[0-9]+: )")));
+  CHECK_THAT(message, Contains("missing 'kv_heads'"));
+}
+
+TEST_CASE("C API: the causal example compiles to its plan and PTX", "[c-api]") {
+  CompilerHandle compiler = makeCompiler();
+  KernelHandle kernel = compileExample(compiler.get(), 0);
+
+  const attnc_kernel_info info = infoOf(kernel.get());
+  // What docs/examples/causal_hd128.mlir says.
+  CHECK(info.head_dim == 128);
+  CHECK(info.q_heads == 16);
+  CHECK(info.kv_heads == 4);
+  CHECK(info.dtype == ATTNC_BF16);
+  CHECK(info.causal == 1);
+  CHECK(info.scale == Approx(1 / std::sqrt(128.0)).epsilon(1e-6));
+  CHECK(info.linear_family == 0);
+  CHECK(info.backward == 0);
+  CHECK(info.num_captures == 0);
+  // What the plan fixes, as the C++ API reads it.
+  const attn::AttnLaunchConfig config = compileExampleInCpp(false).launchConfig();
+  CHECK(info.block_m == config.blockM);
+  CHECK(info.block_n == config.blockN);
+  CHECK(info.threads_per_block == config.threadsPerBlock);
+  CHECK(info.shared_memory_bytes == config.sharedMemoryBytes);
+  CHECK(info.automatic_work_order == config.automaticWorkOrder);
+
+  CHECK_THAT(ptxOf(kernel.get()), Contains("wgmma.mma_async") &&
+                                      Contains("cp.async.bulk.tensor") &&
+                                      Contains(".entry " ATTN_FWD_KERNEL_NAME));
+}
+
+TEST_CASE("C API: backward = 1 compiles the spec's backward", "[c-api]") {
+  CompilerHandle compiler = makeCompiler();
+  KernelHandle kernel = compileExample(compiler.get(), 1);
+  const attnc_kernel_info info = infoOf(kernel.get());
+  CHECK(info.backward == 1);
+  CHECK(info.head_dim == 128);
+  CHECK_THAT(ptxOf(kernel.get()), Contains(".entry " ATTN_BWD_KERNEL_NAME));
+}
+
+TEST_CASE("C API: compiling the same text again is a memory hit", "[c-api]") {
+  CompilerHandle compiler = makeCompiler();
+  attnc_jit_stats stats;
+  REQUIRE(attnc_compiler_stats(compiler.get(), &stats) == ATTNC_OK);
+  CHECK(stats.memory_hits == 0);
+  CHECK(stats.disk_hits + stats.compiles == 0);
+
+  KernelHandle first = compileExample(compiler.get(), 0);
+  REQUIRE(attnc_compiler_stats(compiler.get(), &stats) == ATTNC_OK);
+  CHECK(stats.memory_hits == 0);
+  CHECK(stats.disk_hits + stats.compiles == 1);
+
+  KernelHandle second = compileExample(compiler.get(), 0);
+  REQUIRE(attnc_compiler_stats(compiler.get(), &stats) == ATTNC_OK);
+  CHECK(stats.memory_hits == 1);
+  CHECK(stats.disk_hits + stats.compiles == 1);
+  // Both handles share one image.
+  size_t size = 0;
+  CHECK(attnc_kernel_ptx(first.get(), &size) == attnc_kernel_ptx(second.get(), &size));
+}
+
+TEST_CASE("C API: launch arguments are checked before the driver is needed", "[c-api]") {
+  CompilerHandle compiler = makeCompiler();
+  KernelHandle kernel = compileExample(compiler.get(), 0);
+  attnc_forward_args args = validForwardArgs();
+  uint64_t bytes = 0;
+
+  SECTION("valid arguments get as far as the driver") {
+    // Without a driver the launch fails on it; on a GPU machine the fake
+    // addresses fail the device-memory checks instead.
+    CHECK(attnc_run_forward(kernel.get(), &args, nullptr) == ATTNC_ERROR);
+    if (!attn::Driver::available())
+      CHECK_THAT(lastError(), Contains(attn::Driver::get().unavailableReason()));
+    // The tail split's size depends on the device's multiprocessors.
+    CHECK(attnc_forward_workspace_bytes(kernel.get(), &args, &bytes) ==
+          (attn::Driver::available() ? ATTNC_OK : ATTNC_ERROR));
+    if (!attn::Driver::available())
+      CHECK_THAT(lastError(), Contains(attn::Driver::get().unavailableReason()));
+  }
+  SECTION("null arguments") {
+    checkFailure(attnc_run_forward(kernel.get(), nullptr, nullptr), "args: null pointer");
+    checkFailure(attnc_forward_workspace_bytes(kernel.get(), &args, nullptr),
+                 "out: null pointer");
+  }
+  SECTION("an operand of rank 3") {
+    args.q.rank = 3;
+    checkFailure(attnc_run_forward(kernel.get(), &args, nullptr),
+                 "q: rank 3, expected 4 (BSHD)");
+    checkFailure(attnc_forward_workspace_bytes(kernel.get(), &args, &bytes),
+                 "q: rank 3, expected 4 (BSHD)");
+  }
+  SECTION("a dtype outside the enum") {
+    args.k.dtype = 9;
+    checkFailure(attnc_run_forward(kernel.get(), &args, nullptr), "k: dtype 9 is not one of");
+  }
+  SECTION("a head dim the kernel was not compiled for (the runtime's check)") {
+    args.q = bshd(0x10000000, 1, 64, 16, 64);
+    checkFailure(attnc_run_forward(kernel.get(), &args, nullptr),
+                 "q: head_dim 64 does not match the kernel's 128");
+  }
+  SECTION("captures") {
+    attnc_tensor capture = {};
+    capture.data = reinterpret_cast<void *>(uintptr_t(0x60000000));
+    capture.dtype = ATTNC_F32;
+    args.captures = &capture;
+    args.num_captures = 1;
+
+    capture.rank = 4;
+    checkFailure(attnc_run_forward(kernel.get(), &args, nullptr),
+                 "captures[0]: rank 4, expected 1 to 3");
+
+    // A [16, 8] buffer stored column-major.
+    capture.rank = 2;
+    capture.shape[0] = 16;
+    capture.shape[1] = 8;
+    capture.strides[0] = 1;
+    capture.strides[1] = 16;
+    checkFailure(attnc_run_forward(kernel.get(), &args, nullptr),
+                 "captures[0]: strides [1, 16] of shape [16, 8] are not contiguous");
+
+    // Row-major, it reaches the runtime's count check: the kernel has none.
+    capture.strides[0] = 8;
+    capture.strides[1] = 1;
+    checkFailure(attnc_run_forward(kernel.get(), &args, nullptr), "captures: ");
+
+    args.captures = nullptr;
+    checkFailure(attnc_run_forward(kernel.get(), &args, nullptr),
+                 "captures: null pointer with num_captures 1");
+  }
+  SECTION("linear-family calls convert their operands too") {
+    attnc_linear_args linear = {};
+    linear.q = args.q;
+    linear.k = args.k;
+    linear.v = args.v;
+    linear.o = args.o;
+    linear.o.rank = 3;
+    checkFailure(attnc_run_linear(kernel.get(), &linear, nullptr), "o: rank 3");
+    checkFailure(attnc_run_decode(kernel.get(), &linear, nullptr), "o: rank 3");
+    linear.o.rank = 4;
+    checkFailure(attnc_run_linear(kernel.get(), &linear, nullptr), "config: ");
+  }
+}
+
+TEST_CASE("C API: the backward's workspace is the runtime's", "[c-api]") {
+  CompilerHandle compiler = makeCompiler();
+  KernelHandle kernel = compileExample(compiler.get(), 1);
+
+  attnc_backward_args args = {};
+  args.q = bshd(0x10000000, 2, 200, 16, 128);
+  args.k = bshd(0x20000000, 2, 300, 4, 128);
+  args.v = bshd(0x30000000, 2, 300, 4, 128);
+  args.o = bshd(0x40000000, 2, 200, 16, 128);
+  args.d_o = bshd(0x50000000, 2, 200, 16, 128);
+  args.lse = reinterpret_cast<const float *>(uintptr_t(0x60000000));
+  args.dq = bshd(0x70000000, 2, 200, 16, 128);
+  args.dk = bshd(0x80000000, 2, 300, 4, 128);
+  args.dv = bshd(0x90000000, 2, 300, 4, 128);
+  uint64_t bytes = 0;
+  if (attnc_backward_workspace_bytes(kernel.get(), &args, &bytes) != ATTNC_OK)
+    FAIL(attnc_last_error());
+
+  attn::AttnBackwardArgs cpp;
+  cpp.q = toView(args.q);
+  cpp.k = toView(args.k);
+  cpp.v = toView(args.v);
+  cpp.o = toView(args.o);
+  cpp.dO = toView(args.d_o);
+  cpp.lse = args.lse;
+  cpp.dq = toView(args.dq);
+  cpp.dk = toView(args.dk);
+  cpp.dv = toView(args.dv);
+  const uint64_t expected =
+      attn::backwardWorkspaceBytes(compileExampleInCpp(true).launchConfig(), cpp);
+  CHECK(expected > 0);
+  CHECK(bytes == expected);
+
+  args.deterministic = 2;
+  checkFailure(attnc_backward_workspace_bytes(kernel.get(), &args, &bytes),
+               "deterministic: must be 0 or 1, got 2");
+  args.deterministic = 1;
+  args.d_o.rank = 2;
+  checkFailure(attnc_backward_workspace_bytes(kernel.get(), &args, &bytes),
+               "d_o: rank 2, expected 4 (BSHD)");
+  // Without a workspace the launch is refused before the driver.
+  args.d_o.rank = 4;
+  checkFailure(attnc_run_backward(kernel.get(), &args, nullptr), "workspace: pointer is null");
+}
+
+TEST_CASE("C API: the last error belongs to the calling thread", "[c-api]") {
+  checkFailure(attnc_compiler_create("", "", nullptr), "out: null pointer");
+  std::string before, after;
+  std::thread other([&] {
+    before = attnc_last_error();
+    CHECK(attnc_kernel_load(nullptr) == ATTNC_ERROR);
+    after = attnc_last_error();
+  });
+  other.join();
+  CHECK(before.empty());
+  CHECK(after == "kernel: null handle");
+  CHECK(lastError() == "out: null pointer");
+
+  // A call that succeeds keeps the message of the last failure.
+  CompilerHandle compiler = makeCompiler("");
+  CHECK(lastError() == "out: null pointer");
+}
