@@ -1,0 +1,263 @@
+"""The torch.library operators behind attnc.attention and the linear family.
+
+Each operator takes tensors and the spec text (a constant string under
+torch.compile), compiles the spec through the JIT on first use (cached by
+its text here, and by its planned IR in memory and on disk by the library)
+and launches on the current CUDA stream. Fake implementations give the
+shapes and strides to torch.compile; register_autograd connects the
+forward to the backward kernel.
+
+Layouts: q, k, v arrive as (B, H, S, D) views of any strides with a
+contiguous head dim; the kernels read them as BSHD views with the same
+memory. Outputs are allocated (B, S, H, D)-contiguous and returned as
+(B, H, S, D) views (transpose(1, 2)), the layout the kernels write fastest.
+"""
+
+import threading
+
+import torch
+
+from . import _lib
+
+_DTYPES = {torch.bfloat16: _lib.BF16, torch.float16: _lib.F16, torch.float32: _lib.F32,
+           torch.int32: _lib.I32}
+
+_compiler = None
+_kernels = {}
+_kernels_lock = threading.Lock()
+
+
+def compiler():
+    """The process's JIT compiler (created on first use)."""
+    global _compiler
+    if _compiler is None:
+        with _kernels_lock:
+            if _compiler is None:
+                _compiler = _lib.Compiler()
+    return _compiler
+
+
+def kernel_for(spec, backward=False):
+    """The compiled kernel of spec text (forward, or its backward module)."""
+    key = (spec, backward)
+    kernel = _kernels.get(key)
+    if kernel is None:
+        kernel = compiler().compile(spec, "attnc.spec", backward)
+        with _kernels_lock:
+            kernel = _kernels.setdefault(key, kernel)
+    return kernel
+
+
+def bshd_fields(t, name):
+    """attnc_tensor words of a (B, H, S, D) tensor read as BSHD."""
+    dtype = _DTYPES.get(t.dtype)
+    if dtype is None or dtype == _lib.I32:
+        raise TypeError(f"{name}: dtype {t.dtype} is not supported (bfloat16, float16)")
+    if t.dim() != 4:
+        raise ValueError(f"{name}: expected a 4-D (batch, heads, seq, head_dim) tensor, got "
+                         f"shape {tuple(t.shape)}")
+    b, h, s, d = t.shape
+    sb, sh, ss, sd = t.stride()
+    return (t.data_ptr(), dtype, 4, b, s, h, d, sb, ss, sh, sd)
+
+
+def capture_fields(captures):
+    """An attnc_tensor[] for contiguous f32/i32 captures (and the buffer)."""
+    entries = []
+    for i, t in enumerate(captures):
+        dtype = _DTYPES.get(t.dtype)
+        if dtype not in (_lib.F32, _lib.I32):
+            raise TypeError(f"captures[{i}]: dtype {t.dtype}; expected float32 or int32")
+        entries.append((t.data_ptr(), dtype, tuple(t.shape)))
+    if not entries:
+        return None, 0
+    array = _lib.capture_array(entries)
+    return array, len(entries)
+
+
+def _stream(t):
+    return torch.cuda.current_stream(t.device).cuda_stream
+
+
+def _empty_bhsd(b, h, s, d, like):
+    return torch.empty((b, s, h, d), dtype=like.dtype, device=like.device).transpose(1, 2)
+
+
+def _address(array):
+    import ctypes
+    return ctypes.addressof(array) if array is not None else 0
+
+
+# Softmax attention ---------------------------------------------------------
+
+torch.library.define(
+    "attnc::attention_forward",
+    "(Tensor q, Tensor k, Tensor v, Tensor[] captures, str spec, Tensor? tile_coverage, "
+    "Tensor? tile_key_bits) -> (Tensor, Tensor)")
+torch.library.define(
+    "attnc::attention_backward",
+    "(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, str spec, "
+    "bool deterministic) -> (Tensor, Tensor, Tensor)")
+
+
+def forward_args(q, k, v, o, lse, captures, tile_coverage=None, tile_key_bits=None,
+                 workspace=None):
+    array, count = capture_fields(captures)
+    args = _lib.pack_forward(
+        bshd_fields(q, "q"), bshd_fields(k, "k"), bshd_fields(v, "v"), bshd_fields(o, "out"),
+        lse.data_ptr(), _address(array), count,
+        tile_coverage=tile_coverage.data_ptr() if tile_coverage is not None else 0,
+        tile_key_bits=tile_key_bits.data_ptr() if tile_key_bits is not None else 0,
+        workspace=workspace.data_ptr() if workspace is not None else 0,
+        workspace_bytes=workspace.numel() if workspace is not None else 0)
+    return args, array
+
+
+_forward_workspace = {}
+
+
+@torch.library.impl("attnc::attention_forward", "CUDA")
+def _attention_forward_cuda(q, k, v, captures, spec, tile_coverage, tile_key_bits):
+    kernel = kernel_for(spec)
+    b, h, s, d = q.shape
+    o = _empty_bhsd(b, h, s, d, q)
+    lse = torch.empty((b, h, s), dtype=torch.float32, device=q.device)
+    shape_key = (spec, b, s, k.shape[2])
+    workspace_bytes = _forward_workspace.get(shape_key)
+    if workspace_bytes is None:
+        args, array = forward_args(q, k, v, o, lse, captures, tile_coverage, tile_key_bits)
+        workspace_bytes = kernel.forward_workspace_bytes(args)
+        _forward_workspace[shape_key] = workspace_bytes
+    workspace = (torch.empty(workspace_bytes, dtype=torch.uint8, device=q.device)
+                 if workspace_bytes else None)
+    args, array = forward_args(q, k, v, o, lse, captures, tile_coverage, tile_key_bits,
+                               workspace)
+    kernel.run_forward(args, _stream(q))
+    return o, lse
+
+
+@torch.library.register_fake("attnc::attention_forward")
+def _attention_forward_fake(q, k, v, captures, spec, tile_coverage, tile_key_bits):
+    b, h, s, d = q.shape
+    return _empty_bhsd(b, h, s, d, q), q.new_empty((b, h, s), dtype=torch.float32)
+
+
+def _dense_head_dim(t):
+    return t if t.stride(-1) == 1 and t.data_ptr() % 16 == 0 else t.contiguous()
+
+
+@torch.library.impl("attnc::attention_backward", "CUDA")
+def _attention_backward_cuda(grad_out, q, k, v, out, lse, spec, deterministic):
+    kernel = kernel_for(spec, backward=True)
+    grad_out = _dense_head_dim(grad_out)
+    dq = _empty_bhsd(*q.shape, q)
+    dk = _empty_bhsd(*k.shape, k)
+    dv = _empty_bhsd(*v.shape, v)
+    fields = [bshd_fields(t, n) for t, n in ((q, "q"), (k, "k"), (v, "v"), (out, "out"),
+                                              (grad_out, "grad_out"))]
+    grads = [bshd_fields(t, n) for t, n in ((dq, "dq"), (dk, "dk"), (dv, "dv"))]
+    probe = _lib.pack_backward(*fields, lse.data_ptr(), *grads, deterministic=deterministic)
+    workspace_bytes = kernel.backward_workspace_bytes(probe)
+    workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=q.device)
+    args = _lib.pack_backward(*fields, lse.data_ptr(), *grads, workspace=workspace.data_ptr(),
+                              workspace_bytes=workspace_bytes, deterministic=deterministic)
+    kernel.run_backward(args, _stream(q))
+    return dq, dk, dv
+
+
+@torch.library.register_fake("attnc::attention_backward")
+def _attention_backward_fake(grad_out, q, k, v, out, lse, spec, deterministic):
+    return _empty_bhsd(*q.shape, q), _empty_bhsd(*k.shape, k), _empty_bhsd(*v.shape, v)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, captures, spec, _, _ = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.spec = spec
+    ctx.capture_count = len(captures)
+    ctx.set_materialize_grads(False)
+
+
+# Deterministic backward kernels on request (attnc.deterministic_backward).
+_deterministic = threading.local()
+
+
+def deterministic_enabled():
+    return getattr(_deterministic, "value", False)
+
+
+def _backward(ctx, grad_out, grad_lse):
+    if grad_lse is not None:
+        raise NotImplementedError(
+            "attnc.attention: a gradient through the returned log-sum-exp is not supported "
+            "by the backward kernels yet; use the lse without differentiating it (detach it)")
+    q, k, v, o, lse = ctx.saved_tensors
+    if grad_out is None:
+        grad_out = torch.zeros_like(o)
+    dq, dk, dv = torch.ops.attnc.attention_backward(grad_out, q, k, v, o, lse, ctx.spec,
+                                                    deterministic_enabled())
+    return dq, dk, dv, [None] * ctx.capture_count, None, None, None
+
+
+torch.library.register_autograd("attnc::attention_forward", _backward,
+                                setup_context=_setup_context)
+
+
+# Linear attention and retention -------------------------------------------
+
+torch.library.define(
+    "attnc::linear_forward",
+    "(Tensor q, Tensor k, Tensor v, Tensor? initial_state, Tensor? initial_key_sum, "
+    "Tensor? log_decay, str spec, bool normalize) -> (Tensor, Tensor, Tensor)")
+
+
+@torch.library.impl("attnc::linear_forward", "CUDA")
+def _linear_forward_cuda(q, k, v, initial_state, initial_key_sum, log_decay, spec, normalize):
+    kernel = kernel_for(spec)
+    b, h, s, d = q.shape
+    o = _empty_bhsd(b, h, s, d, q)
+    state = torch.empty((b, h, d, d), dtype=torch.float32, device=q.device)
+    key_sum = torch.empty((b, h, d) if normalize else (0,), dtype=torch.float32,
+                          device=q.device)
+    pointer = lambda t: t.data_ptr() if t is not None else 0
+    args = _lib.pack_linear(
+        bshd_fields(q, "q"), bshd_fields(k, "k"), bshd_fields(v, "v"), bshd_fields(o, "out"),
+        initial_state=pointer(initial_state), final_state=state.data_ptr(),
+        initial_key_sum=pointer(initial_key_sum),
+        final_key_sum=key_sum.data_ptr() if normalize else 0, log_decay=pointer(log_decay))
+    kernel.run_linear(args, _stream(q))
+    return o, state, key_sum
+
+
+@torch.library.register_fake("attnc::linear_forward")
+def _linear_forward_fake(q, k, v, initial_state, initial_key_sum, log_decay, spec, normalize):
+    b, h, s, d = q.shape
+    return (_empty_bhsd(b, h, s, d, q), q.new_empty((b, h, d, d), dtype=torch.float32),
+            q.new_empty((b, h, d) if normalize else (0,), dtype=torch.float32))
+
+
+def _linear_setup_context(ctx, inputs, output):
+    pass
+
+
+def _linear_backward(ctx, *grads):
+    raise NotImplementedError(
+        "attnc: the backward of linear attention and retention is not implemented yet; "
+        "call them under torch.no_grad() or on tensors that do not require grad")
+
+
+torch.library.register_autograd("attnc::linear_forward", _linear_backward,
+                                setup_context=_linear_setup_context)
+
+
+def _not_on_cuda(name, argument):
+    def reject(q, *args):
+        raise ValueError(f"{argument}: attnc runs on CUDA tensors of an sm_90 GPU; got a tensor on "
+                         f"{q.device} ({name})")
+    return reject
+
+
+for _op, _argument in (("attention_forward", "q"), ("attention_backward", "grad_out"),
+                      ("linear_forward", "q")):
+    torch.library.impl(f"attnc::{_op}", "CPU")(_not_on_cuda(_op, _argument))

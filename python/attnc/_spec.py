@@ -1,0 +1,151 @@
+"""Spec text: the `attn.kernel` op a Python call compiles.
+
+attention() and the linear family describe their kernel here as MLIR text;
+the library's verifier checks it like any spec (diagnostics carry
+attnc.spec:line:col). Mods are traced once per (mod, closure values) and
+their regions cached; a spec's text is cached by everything it depends on,
+so a repeated call builds nothing.
+"""
+
+import math
+import types
+
+import torch
+
+from ._trace import Tracer, _f32_literal
+
+_ELEMENT_TYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
+
+
+def element_type(dtype, name="q"):
+    found = _ELEMENT_TYPES.get(dtype)
+    if found is None:
+        raise TypeError(f"{name}: dtype {dtype} is not supported (torch.bfloat16, torch.float16)")
+    return found
+
+
+def problem_text(q_heads, kv_heads, head_dim, dtype, scale=None):
+    text = (f"#attn.problem<q_heads = {q_heads}, kv_heads = {kv_heads}, head_dim = {head_dim}, "
+            f"element_type = {element_type(dtype)}")
+    if scale is not None:
+        scale = float(scale)
+        if not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"scale: {scale} must be positive and finite")
+        text += f", scale = {_f32_literal(scale)}"
+    return text + ">"
+
+
+def mask_text(causal=False, window=None, align="bottom_right"):
+    if align not in ("bottom_right", "top_left"):
+        raise ValueError(f"align: {align!r}; expected 'bottom_right' or 'top_left'")
+    if window is not None:
+        left, right = window
+        for name, value in (("window[0]", left), ("window[1]", right)):
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name}: {value!r}; expected an integer >= 0")
+        suffix = "" if align == "bottom_right" else ", align = top_left"
+        return f"#attn.sliding_window<left = {left}, right = {right}{suffix}>"
+    if causal:
+        return f"#attn.causal<{align}>"
+    return "#attn.no_mask"
+
+
+class Variant:
+    """A traced score_mod and/or mask_mod: their regions and the tensors they
+    read. Build it once (attnc.variant) and pass it to attention() to keep
+    tracing out of a torch.compile region."""
+
+    def __init__(self, score_mod=None, mask_mod=None):
+        tracer = Tracer()
+        self.score_mod = score_mod
+        self.mask_mod = mask_mod
+        self._regions = []
+        self.causal_top_left = False
+        if mask_mod is not None:
+            region, result = tracer.trace("mask_mod", mask_mod)
+            if _is_causal_top_left(region, result):
+                self.causal_top_left = True
+            else:
+                self._regions.append((region, result))
+        if score_mod is not None:
+            self._regions.append(tracer.trace("score_mod", score_mod))
+        self._tracer = tracer
+        self.capture_tensors = [c.tensor for c in tracer.captures]
+        self.captures_text = ", ".join(c.declaration() for c in tracer.captures)
+        self.regions_text = "\n".join(tracer.region_text(r, v) for r, v in self._regions)
+        self.has_regions = len(self._regions) > 0
+
+    def launch_captures(self, device):
+        """The captures as the kernel reads them: contiguous float32/int32 on
+        `device`, 0-d tensors as one element."""
+        out = []
+        for t in self.capture_tensors:
+            t = t.detach()
+            if t.dim() == 0:
+                t = t.reshape(1)
+            if t.dtype.is_floating_point:
+                t = t.to(device=device, dtype=torch.float32)
+            else:
+                t = t.to(device=device, dtype=torch.int32)
+            out.append(t.contiguous())
+        return out
+
+
+def _is_causal_top_left(region, result):
+    """Whether a traced mask_mod is exactly q_idx >= kv_idx (FlexAttention's
+    causal mask): it then becomes the built-in #attn.causal<top_left>, whose
+    tiles are skipped by position and which has a backward."""
+    return (len(region.lines) == 1 and result.type == "i1" and region.lines[0] in (
+        f"{result.name} = arith.cmpi sge, %q_idx, %kv_idx : index",
+        f"{result.name} = arith.cmpi sle, %kv_idx, %q_idx : index"))
+
+
+def _closure_key(fn):
+    """What a mod's trace depends on besides its code: the values in its
+    closure and the module globals its code names (tensors by identity)."""
+    if fn is None:
+        return None
+    if not isinstance(fn, types.FunctionType):
+        return (id(fn),)
+    parts = [fn]
+    for cell in fn.__closure__ or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            value = None
+        parts.append(_value_key(value))
+    for name in fn.__code__.co_names:
+        if name in fn.__globals__:
+            parts.append(_value_key(fn.__globals__[name]))
+    return tuple(parts)
+
+
+def _value_key(value):
+    if isinstance(value, (int, float, bool, str, type(None))):
+        return (type(value), value)
+    return ("id", id(value))
+
+
+_variants = {}
+
+
+def variant_for(score_mod, mask_mod):
+    """The traced Variant of two mods, cached by their code and closures."""
+    key = (_closure_key(score_mod), _closure_key(mask_mod))
+    found = _variants.get(key)
+    if found is None:
+        found = Variant(score_mod, mask_mod)
+        if len(_variants) > 4096:
+            _variants.clear()
+        _variants[key] = found
+    return found
+
+
+def kernel_text(name, problem, mask, normalizer="#attn.softmax", captures="", regions=""):
+    lines = [f"attn.kernel @{name}", f"    problem = {problem}", f"    mask = {mask}",
+             f"    normalizer = {normalizer}"]
+    if captures:
+        lines.append(f"    captures = [{captures}]")
+    if regions:
+        lines.append(regions)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,351 @@
+"""attnc against an fp32 PyTorch reference on an sm_90 GPU, over the kinds of
+cases FlexAttention's tests cover: score_mod families (identity, scaling,
+relative position, ALiBi, soft-capping, trigonometric, head and batch
+offsets, captured tables), mask_mod families (causal, prefix LM, sliding
+window, document masks, chunks, fully masked rows, bool tables), shapes that
+are not tile multiples, Sq != Sk, GQA and MQA, both 16-bit types, head dims
+64/128/256, strided inputs, the log-sum-exp, block masks, the backward,
+torch.compile and CUDA graphs. The reference evaluates the same Python mods
+on broadcast index tensors, as FlexAttention's eager path does."""
+
+import math
+
+import pytest
+import torch
+
+import attnc
+
+pytestmark = pytest.mark.gpu
+
+DEVICE = "cuda"
+
+
+def reference(q, k, v, score_mod=None, mask_mod=None, scale=None, causal=False,
+              align="bottom_right", window=None):
+    """Output (fp32) and natural-log LSE of attention with the mods applied
+    to broadcast (b, h, q_idx, kv_idx) index tensors."""
+    b_, hq, sq, d = q.shape
+    hkv, sk = k.shape[1], k.shape[2]
+    qf = q.float()
+    kf = k.float().repeat_interleave(hq // hkv, dim=1)
+    vf = v.float().repeat_interleave(hq // hkv, dim=1)
+    scale = scale if scale is not None else 1.0 / math.sqrt(d)
+    s = (qf @ kf.transpose(-1, -2)) * scale
+    b = torch.arange(b_, device=q.device).view(-1, 1, 1, 1)
+    h = torch.arange(hq, device=q.device).view(1, -1, 1, 1)
+    qi = torch.arange(sq, device=q.device).view(1, 1, -1, 1)
+    kv = torch.arange(sk, device=q.device).view(1, 1, 1, -1)
+    if score_mod is not None:
+        s = score_mod(s, b, h, qi, kv).float().expand(b_, hq, sq, sk)
+    keep = torch.ones((b_, hq, sq, sk), dtype=torch.bool, device=q.device)
+    if mask_mod is not None:
+        keep = keep & mask_mod(b, h, qi, kv)
+    shift = sk - sq if align == "bottom_right" else 0
+    if causal:
+        keep = keep & (kv <= qi + shift)
+    if window is not None:
+        keep = keep & (kv >= qi + shift - window[0]) & (kv <= qi + shift + window[1])
+    s = s.masked_fill(~keep, -math.inf)
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - lse.unsqueeze(-1)).nan_to_num(0.0)
+    return p @ vf, lse
+
+
+def rand(*shape, dtype=torch.bfloat16, scale=1.0):
+    return (torch.randn(*shape, device=DEVICE) * scale).to(dtype)
+
+
+def check(out, expected, dtype, what=""):
+    tolerance = 2e-2 if dtype == torch.bfloat16 else 4e-3
+    error = (out.float() - expected).abs().max().item()
+    assert error <= tolerance, f"{what}: max |error| {error} > {tolerance}"
+
+
+TABLE = 8192
+bias_table = None
+
+
+def _tables():
+    global bias_table
+    if bias_table is None:
+        torch.manual_seed(7)
+        bias_table = {
+            "rel": torch.randn(8, 2 * TABLE + 1, device=DEVICE),
+            "slopes": torch.tensor([2.0 ** -(i + 1) for i in range(8)], device=DEVICE),
+            "head": torch.randn(8, device=DEVICE),
+            "batch": torch.randn(4, device=DEVICE),
+            "doc": torch.sort(torch.randint(0, 5, (4, 2048), device=DEVICE), dim=1).values,
+            "keep": torch.rand(2048, device=DEVICE) > 0.3,
+            "temperature": torch.tensor(0.7, device=DEVICE),
+        }
+    return bias_table
+
+
+def score_mods():
+    t = _tables()
+    return {
+        "identity": lambda s, b, h, q, kv: s,
+        "times_two": lambda s, b, h, q, kv: s * 2,
+        "squared": lambda s, b, h, q, kv: s * s,
+        "relative": lambda s, b, h, q, kv: s + (q - kv) / 64,
+        "alibi": lambda s, b, h, q, kv: s - t["slopes"][h] * (q - kv).abs(),
+        "softcap": lambda s, b, h, q, kv: torch.tanh(s / 20) * 20,
+        "trig": lambda s, b, h, q, kv: torch.sin(s) + torch.cos(s * 0.5),
+        "head_offset": lambda s, b, h, q, kv: s + t["head"][h],
+        "batch_head": lambda s, b, h, q, kv: s * t["batch"][b] + t["head"][h],
+        "rel_bias_table": lambda s, b, h, q, kv: s + t["rel"][h, q - kv + TABLE],
+        "checkerboard": lambda s, b, h, q, kv: torch.where((q + kv) % 2 == 0, s + 1.0, s - 1.0),
+        "temperature": lambda s, b, h, q, kv: s * t["temperature"],
+        "exp_decay": lambda s, b, h, q, kv: s + torch.exp(-(q - kv).abs().float() / 32),
+    }
+
+
+def mask_mods():
+    t = _tables()
+    return {
+        "causal": lambda b, h, q, kv: q >= kv,
+        "prefix_lm": lambda b, h, q, kv: (kv < 100) | (q >= kv),
+        "sliding_window": lambda b, h, q, kv: (q >= kv) & (q - kv < 96),
+        "document": lambda b, h, q, kv: t["doc"][b, q] == t["doc"][b, kv],
+        "document_causal": lambda b, h, q, kv: (t["doc"][b, q] == t["doc"][b, kv]) & (q >= kv),
+        "chunked": lambda b, h, q, kv: q // 128 == kv // 128,
+        "rows_fully_masked": lambda b, h, q, kv: (q % 5 != 0) & (kv <= q + 3),
+        "bool_table": lambda b, h, q, kv: t["keep"][kv],
+        "head_dependent": lambda b, h, q, kv: (h % 2 == 0) | (q >= kv),
+    }
+
+
+SCORE_MODS = ["identity", "times_two", "squared", "relative", "alibi", "softcap", "trig",
+              "head_offset", "batch_head", "rel_bias_table", "checkerboard", "temperature",
+              "exp_decay"]
+MASK_MODS = ["causal", "prefix_lm", "sliding_window", "document", "document_causal", "chunked",
+             "rows_fully_masked", "bool_table", "head_dependent"]
+
+
+@pytest.mark.parametrize("name", SCORE_MODS)
+def test_score_mod(name):
+    assert sorted(score_mods()) == sorted(SCORE_MODS)
+    mod = score_mods()[name]
+    q, k, v = rand(2, 8, 300, 128), rand(2, 8, 517, 128), rand(2, 8, 517, 128)
+    out, lse = attnc.attention(q, k, v, score_mod=mod, return_lse=True)
+    expected, expected_lse = reference(q, k, v, score_mod=mod)
+    check(out, expected, q.dtype, name)
+    assert torch.allclose(lse, expected_lse, atol=5e-2, rtol=1e-3), name
+
+
+@pytest.mark.parametrize("name", MASK_MODS)
+def test_mask_mod(name):
+    assert sorted(mask_mods()) == sorted(MASK_MODS)
+    mod = mask_mods()[name]
+    q, k, v = rand(2, 8, 1000, 64), rand(2, 8, 1000, 64), rand(2, 8, 1000, 64)
+    out = attnc.attention(q, k, v, mask_mod=mod)
+    expected, _ = reference(q, k, v, mask_mod=mod)
+    check(out, expected, q.dtype, name)
+
+
+@pytest.mark.parametrize("shape", [
+    (1, 8, 8, 128, 128, 128), (2, 8, 2, 127, 333, 64), (2, 4, 1, 1000, 1000, 128),
+    (1, 4, 4, 200, 300, 256), (3, 2, 2, 1, 77, 64), (1, 16, 4, 700, 129, 128)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_shapes_dtypes_and_gqa(shape, dtype):
+    b, hq, hkv, sq, sk, d = shape
+    q, k, v = rand(b, hq, sq, d, dtype=dtype), rand(b, hkv, sk, d, dtype=dtype), rand(
+        b, hkv, sk, d, dtype=dtype)
+    mod = score_mods()["alibi"]
+    out = attnc.attention(q, k, v, score_mod=mod, enable_gqa=hq != hkv)
+    expected, _ = reference(q, k, v, score_mod=mod)
+    check(out, expected, dtype, str(shape))
+
+
+@pytest.mark.parametrize("align", ["bottom_right", "top_left"])
+@pytest.mark.parametrize("mask", ["causal", "window"])
+def test_builtin_masks_with_unequal_lengths(align, mask):
+    q, k, v = rand(2, 4, 333, 128), rand(2, 4, 500, 128), rand(2, 4, 500, 128)
+    kwargs = dict(causal=True) if mask == "causal" else dict(window=(64, 16))
+    out, lse = attnc.attention(q, k, v, align=align, return_lse=True, **kwargs)
+    expected, expected_lse = reference(q, k, v, align=align, **kwargs)
+    check(out, expected, q.dtype, f"{mask} {align}")
+    finite = torch.isfinite(expected_lse)
+    assert torch.equal(torch.isfinite(lse), finite)
+    assert torch.allclose(lse[finite], expected_lse[finite], atol=5e-2)
+
+
+def test_fully_masked_rows_are_zero_with_minus_inf_lse():
+    q, k, v = rand(1, 2, 256, 64), rand(1, 2, 100, 64), rand(1, 2, 100, 64)
+    out, lse = attnc.attention(q, k, v, causal=True, align="bottom_right", return_lse=True)
+    assert torch.all(out[:, :, :156] == 0) and torch.all(lse[:, :, :156] == -math.inf)
+    assert not torch.isnan(out).any()
+
+
+def test_strided_inputs_from_a_packed_qkv():
+    b, s, h, d = 2, 257, 8, 128
+    qkv = rand(b, s, 3, h, d)
+    q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
+    assert not q.is_contiguous()
+    out = attnc.attention(q, k, v, causal=True)
+    expected, _ = reference(q, k, v, causal=True)
+    check(out, expected, q.dtype, "packed qkv")
+
+
+def test_block_mask_is_built_once_and_reused():
+    mod = mask_mods()["document_causal"]
+    q, k, v = rand(2, 8, 2048, 128), rand(2, 8, 2048, 128), rand(2, 8, 2048, 128)
+    block_mask = attnc.create_block_mask(mod, 2, None, 2048, 2048)
+    out = attnc.attention(q, k, v, block_mask=block_mask)
+    assert len(block_mask._buffers) == 1
+    out2 = attnc.attention(q, k, v, block_mask=block_mask)
+    assert len(block_mask._buffers) == 1
+    expected, _ = reference(q, k, v, mask_mod=mod)
+    check(out, expected, q.dtype, "block mask")
+    assert torch.equal(out, out2)
+    with pytest.raises(ValueError, match="block_mask: built for Q_LEN"):
+        attnc.attention(q[:, :, :1024], k, v, block_mask=block_mask)
+
+
+def test_captured_tensor_changes_are_seen():
+    table = torch.zeros(8, device=DEVICE)
+    mod = lambda s, b, h, q, kv: s + table[h]
+    q, k, v = rand(1, 8, 128, 64), rand(1, 8, 128, 64), rand(1, 8, 128, 64)
+    first = attnc.attention(q, k, v, score_mod=mod)
+    table.fill_(3.0)  # the same shift for every key: the softmax does not change
+    second = attnc.attention(q, k, v, score_mod=mod)
+    check(second, first.float(), q.dtype, "shifted")
+    table[1::2] = 0.0
+    _, lse = attnc.attention(q, k, v, score_mod=mod, return_lse=True)
+    _, expected_lse = reference(q, k, v, score_mod=mod)
+    assert torch.allclose(lse, expected_lse, atol=5e-2)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("gqa", [1, 4])
+def test_backward_matches_fp32_autograd(head_dim, gqa):
+    b, hq, sq, sk = 2, 8, 333, 333
+    hkv = hq // gqa
+    q = rand(b, hq, sq, head_dim).requires_grad_()
+    k = rand(b, hkv, sk, head_dim).requires_grad_()
+    v = rand(b, hkv, sk, head_dim).requires_grad_()
+    grad = rand(b, hq, sq, head_dim)
+    out = attnc.attention(q, k, v, causal=True, enable_gqa=gqa > 1)
+    out.backward(grad)
+    q32, k32, v32 = (t.detach().float().requires_grad_() for t in (q, k, v))
+    expected, _ = reference(q32, k32, v32, causal=True)
+    expected.backward(grad.float())
+    for name, got, want in (("dq", q.grad, q32.grad), ("dk", k.grad, k32.grad),
+                            ("dv", v.grad, v32.grad)):
+        error = (got.float() - want).abs().max().item()
+        scale = want.abs().max().item()
+        assert error <= 0.02 * scale + 2e-2, f"{name}: max |error| {error} (max {scale})"
+
+
+def test_causal_mask_mod_trains_through_the_builtin_mask():
+    q, k, v = (rand(1, 4, 256, 64).requires_grad_() for _ in range(3))
+    attnc.attention(q, k, v, mask_mod=lambda b, h, qi, kv: qi >= kv).sum().backward()
+    q32, k32, v32 = (t.detach().float().requires_grad_() for t in (q, k, v))
+    reference(q32, k32, v32, causal=True, align="top_left")[0].sum().backward()
+    assert (q.grad.float() - q32.grad).abs().max().item() < 5e-2
+
+
+def test_deterministic_backward_is_bitwise_repeatable():
+    q, k, v = (rand(2, 8, 1024, 128).requires_grad_() for _ in range(3))
+    grad = rand(2, 8, 1024, 128)
+    grads = []
+    with attnc.deterministic_backward():
+        for _ in range(3):
+            for t in (q, k, v):
+                t.grad = None
+            attnc.attention(q, k, v, causal=True).backward(grad)
+            grads.append([t.grad.clone() for t in (q, k, v)])
+    for later in grads[1:]:
+        for a, b in zip(grads[0], later):
+            assert torch.equal(a, b)
+
+
+def test_torch_compile_fullgraph_matches_eager():
+    variant = attnc.variant(score_mod=score_mods()["rel_bias_table"])
+
+    def model(q, k, v):
+        a = attnc.attention(q, k, v, causal=True)
+        c = attnc.attention(q, k, v, variant=variant)
+        d = attnc.attention(q, k, v, score_mod=lambda s, b, h, qi, kv: torch.tanh(s / 20) * 20)
+        return a + c + d
+
+    q, k, v = rand(2, 8, 256, 128), rand(2, 8, 256, 128), rand(2, 8, 256, 128)
+    compiled = torch.compile(model, fullgraph=True)
+    assert torch.equal(compiled(q, k, v), model(q, k, v))
+
+
+def test_torch_compile_training_step():
+    q, k, v = (rand(1, 8, 512, 64).requires_grad_() for _ in range(3))
+
+    def step(q, k, v):
+        return attnc.attention(q, k, v, causal=True).float().square().mean()
+
+    torch.compile(step, fullgraph=True)(q, k, v).backward()
+    expected = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    step(q, k, v).backward()
+    for a, b in zip(expected, (q.grad, k.grad, v.grad)):
+        assert (a.float() - b.float()).abs().max().item() < 1e-2
+
+
+def test_cuda_graph_capture_and_replay():
+    q, k, v = rand(2, 8, 512, 128), rand(2, 8, 512, 128), rand(2, 8, 512, 128)
+    mod = score_mods()["alibi"]
+    eager = attnc.attention(q, k, v, score_mod=mod, causal=True)  # compiles and loads
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = attnc.attention(q, k, v, score_mod=mod, causal=True)
+    q.copy_(rand(2, 8, 512, 128))
+    graph.replay()
+    torch.cuda.synchronize()
+    expected = attnc.attention(q, k, v, score_mod=mod, causal=True)
+    assert torch.equal(captured, expected) and not torch.equal(captured, eager)
+
+
+def linear_reference(q, k, v, phi, scale, normalize=False, decay=None):
+    qf, kf, vf = phi(q.float()), phi(k.float()), v.float()
+    sq = q.shape[2]
+    weights = qf @ kf.transpose(-1, -2) * scale
+    i = torch.arange(sq, device=q.device)
+    causal = (i.view(-1, 1) >= i.view(1, -1))
+    if decay is not None:
+        distance = (i.view(-1, 1) - i.view(1, -1)).clamp(min=0).float()
+        weights = weights * decay.view(1, -1, 1, 1) ** distance
+    weights = weights * causal
+    out = weights @ vf
+    if normalize:
+        out = out / weights.sum(-1, keepdim=True)
+    return out
+
+
+def test_linear_attention_elu_and_state_carry():
+    q, k, v = rand(2, 4, 512, 64, scale=0.3), rand(2, 4, 512, 64, scale=0.3), rand(2, 4, 512, 64)
+    phi = lambda x: torch.where(x > 0, x + 1, torch.exp(x))
+    out, state = attnc.linear_attention(q, k, v, feature_map="elu+1", return_state=True)
+    expected = linear_reference(q, k, v, phi, 1 / 8)
+    assert (out.float() - expected).abs().max().item() <= 0.02 * expected.abs().max().item()
+    first, mid = attnc.linear_attention(q[:, :, :256], k[:, :, :256], v[:, :, :256],
+                                        return_state=True)
+    second = attnc.linear_attention(q[:, :, 256:], k[:, :, 256:], v[:, :, 256:],
+                                    initial_state=mid)
+    joined = torch.cat([first, second], dim=2)
+    assert (joined.float() - out.float()).abs().max().item() <= 0.01 * out.abs().max().item()
+
+
+def test_retention_with_listed_decays():
+    q, k, v = rand(1, 2, 300, 64), rand(1, 2, 300, 64), rand(1, 2, 300, 64)
+    decays = [0.9, 0.99]
+    out = attnc.retention(q, k, v, decay=decays)
+    expected = linear_reference(q, k, v, lambda x: x, 1 / 8,
+                                decay=torch.tensor(decays, device=DEVICE))
+    assert (out.float() - expected).abs().max().item() <= 0.02 * expected.abs().max().item()
+
+
+def test_bad_runtime_argument_is_named():
+    q = rand(1, 8, 128, 128)
+    misaligned = torch.empty(1 * 8 * 128 * 128 + 1, dtype=torch.bfloat16,
+                             device=DEVICE)[1:].view(1, 8, 128, 128)
+    with pytest.raises(attnc.AttncError, match=r"^k: "):
+        attnc.attention(q, misaligned, q)

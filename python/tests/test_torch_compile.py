@@ -1,0 +1,66 @@
+"""torch.compile(fullgraph=True) over attnc calls: no graph break, and
+autograd through the compiled graph, on meta tensors (the operators' fake
+implementations; no GPU or library needed)."""
+
+import pytest
+import torch
+import torch._dynamo
+
+import attnc
+
+bias = torch.randn(8, 256)
+
+
+def softcap(s, b, h, q, kv):
+    return torch.tanh(s / 30) * 30
+
+
+def relative_bias(s, b, h, q, kv):
+    return s + bias[h, q - kv + 128]
+
+
+def meta(*shape, grad=False):
+    return torch.randn(*shape, dtype=torch.bfloat16, device="meta", requires_grad=grad)
+
+
+def test_fullgraph_has_no_graph_break():
+    variant = attnc.variant(score_mod=relative_bias)
+
+    def model(q, k, v):
+        a = attnc.attention(q, k, v, causal=True)
+        b = attnc.attention(q, k, v, score_mod=softcap)
+        c = attnc.attention(q, k, v, variant=variant)
+        d = attnc.attention(q, k, v, mask_mod=lambda b, h, qi, kv: qi >= kv)
+        return a + b + c + d
+
+    q = meta(2, 8, 64, 128)
+    torch._dynamo.reset()
+    explanation = torch._dynamo.explain(model)(q, q, q)
+    assert explanation.graph_break_count == 0 and explanation.graph_count == 1
+    out = torch.compile(model, fullgraph=True, backend="eager")(q, q, q)
+    assert out.shape == (2, 8, 64, 128)
+
+
+def test_output_layout_matches_the_kernel():
+    q = meta(2, 8, 64, 128)
+    out, lse = torch.compile(lambda q: attnc.attention(q, q, q, return_lse=True),
+                             fullgraph=True, backend="eager")(q)
+    assert out.stride() == (64 * 8 * 128, 128, 8 * 128, 1)
+    assert lse.shape == (2, 8, 64) and lse.dtype == torch.float32
+
+
+def test_autograd_through_a_compiled_graph():
+    q, k, v = meta(1, 8, 64, 64, grad=True), meta(1, 2, 64, 64, grad=True), meta(1, 2, 64, 64, grad=True)
+
+    def loss(q, k, v):
+        return attnc.attention(q, k, v, causal=True, enable_gqa=True).float().sum()
+
+    torch.compile(loss, fullgraph=True, backend="aot_eager")(q, k, v).backward()
+    assert q.grad.shape == q.shape and k.grad.shape == k.shape and v.grad.shape == v.shape
+
+
+def test_mod_with_tensors_inside_compile_asks_for_a_variant():
+    q = meta(1, 8, 64, 128)
+    with pytest.raises(Exception, match="attnc.variant"):
+        torch.compile(lambda q: attnc.attention(q, q, q, score_mod=relative_bias),
+                      fullgraph=True, backend="eager")(q)
