@@ -114,8 +114,8 @@ def attention_spec(q_heads, kv_heads, head_dim, dtype=torch.bfloat16, score_mod=
                    variant=None):
     """The MLIR spec text attention() compiles for these settings (the
     `attn.kernel` op, as `attnc spec.mlir` reads it)."""
-    return _spec_and_variant(q_heads, kv_heads, head_dim, dtype, score_mod, mask_mod, scale,
-                             causal, window, align, variant)[0]
+    return _spec.text_of(_spec_and_variant(q_heads, kv_heads, head_dim, dtype, score_mod,
+                                           mask_mod, scale, causal, window, align, variant)[0])
 
 
 def _spec_and_variant(q_heads, kv_heads, head_dim, dtype, score_mod, mask_mod, scale, causal,
@@ -156,8 +156,9 @@ def _spec_text(q_heads, kv_heads, head_dim, dtype, scale, causal, window, align,
         _spec.mask_text(causal, window, align), captures=captures_text, regions=regions_text)
     if len(_spec_texts) > 4096:
         _spec_texts.clear()
-    _spec_texts[key] = text
-    return text
+    spec_key = _spec.register(text)
+    _spec_texts[key] = spec_key
+    return spec_key
 
 
 @torch.compiler.assume_constant_result
@@ -196,7 +197,7 @@ def attention(query, key, value, score_mod=None, mask_mod=None, block_mask=None,
     spec, var = _spec_and_variant(hq, key.shape[1], d, query.dtype, score_mod, mask_mod, scale,
                                   causal, window, align, variant)
     captures = var.launch_captures(query.device) if var is not None else []
-    has_regions = "score_mod {" in spec or "mask_mod {" in spec
+    has_regions = _spec.has_regions(spec)
     if has_regions and torch.is_grad_enabled() and any(
             t.requires_grad for t in (query, key, value)):
         raise NotImplementedError(
@@ -212,9 +213,25 @@ def attention(query, key, value, score_mod=None, mask_mod=None, block_mask=None,
     if block_mask is not None and has_regions and query.is_cuda:
         kernel = _ops.kernel_for(spec)
         coverage, key_bits = block_mask._coverage(spec, kernel, query, key, value, captures)
-    out, lse = torch.ops.attnc.attention_forward(query, key, value, captures, spec, coverage,
-                                                 key_bits)
+    if _eager_without_autograd(query, key, value):
+        # The operator's CUDA implementation directly: the dispatcher and the
+        # autograd wrapper would add tens of microseconds to a call that
+        # records nothing (no grad, no torch.compile, no dispatch mode).
+        out, lse = _ops._attention_forward_cuda(query, key, value, captures, spec, coverage,
+                                                key_bits)
+    else:
+        out, lse = torch.ops.attnc.attention_forward(query, key, value, captures, spec,
+                                                     coverage, key_bits)
     return (out, lse) if return_lse else out
+
+
+def _eager_without_autograd(*tensors):
+    if torch.compiler.is_compiling() or not tensors[0].is_cuda:
+        return False
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return False
+    return (torch._C._len_torch_dispatch_stack() == 0
+            and not torch._C._is_torch_function_mode_enabled())
 
 
 @contextlib.contextmanager
@@ -238,9 +255,9 @@ def _linear_call(q, k, v, normalizer, normalize, initial_state, initial_key_sum,
     _check_operands(q, k, v, enable_gqa=True)
     if q.shape[2] != k.shape[2]:
         raise ValueError(f"k: sequence length {k.shape[2]} differs from q's {q.shape[2]}")
-    spec = _spec.kernel_text("linear", _spec.problem_text(q.shape[1], k.shape[1], q.shape[3],
-                                                          q.dtype, scale),
-                             "#attn.causal<top_left>", normalizer)
+    spec = _spec.register(_spec.kernel_text(
+        "linear", _spec.problem_text(q.shape[1], k.shape[1], q.shape[3], q.dtype, scale),
+        "#attn.causal<top_left>", normalizer))
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         raise NotImplementedError(
             "attnc: the backward of linear attention and retention is not implemented yet; "

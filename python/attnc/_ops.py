@@ -1,8 +1,9 @@
 """The torch.library operators behind attnc.attention and the linear family.
 
-Each operator takes tensors and the spec text (a constant string under
-torch.compile), compiles the spec through the JIT on first use (cached by
-its text here, and by its planned IR in memory and on disk by the library)
+Each operator takes tensors and the key of a spec (attnc._spec.register; a
+constant string under torch.compile), compiles the spec through the JIT on
+first use (cached by its key here, and by its planned IR in memory and on
+disk by the library)
 and launches on the current CUDA stream. Fake implementations give the
 shapes and strides to torch.compile; register_autograd connects the
 forward to the backward kernel.
@@ -17,7 +18,7 @@ import threading
 
 import torch
 
-from . import _lib
+from . import _lib, _spec
 
 _DTYPES = {torch.bfloat16: _lib.BF16, torch.float16: _lib.F16, torch.float32: _lib.F32,
            torch.int32: _lib.I32}
@@ -38,11 +39,11 @@ def compiler():
 
 
 def kernel_for(spec, backward=False):
-    """The compiled kernel of spec text (forward, or its backward module)."""
+    """The compiled kernel of a spec key (forward, or its backward module)."""
     key = (spec, backward)
     kernel = _kernels.get(key)
     if kernel is None:
-        kernel = compiler().compile(spec, "attnc.spec", backward)
+        kernel = compiler().compile(_spec.text_of(spec), "attnc.spec", backward)
         with _kernels_lock:
             kernel = _kernels.setdefault(key, kernel)
     return kernel
@@ -76,11 +77,13 @@ def capture_fields(captures):
 
 
 def _stream(t):
-    return torch.cuda.current_stream(t.device).cuda_stream
+    # The raw handle without building a torch.cuda.Stream object (a few
+    # microseconds a call).
+    return torch._C._cuda_getCurrentRawStream(t.device.index)
 
 
 def _empty_bhsd(b, h, s, d, like):
-    return torch.empty((b, s, h, d), dtype=like.dtype, device=like.device).transpose(1, 2)
+    return like.new_empty((b, s, h, d)).transpose(1, 2)
 
 
 def _address(array):
@@ -116,12 +119,11 @@ def forward_args(q, k, v, o, lse, captures, tile_coverage=None, tile_key_bits=No
 _forward_workspace = {}
 
 
-@torch.library.impl("attnc::attention_forward", "CUDA")
 def _attention_forward_cuda(q, k, v, captures, spec, tile_coverage, tile_key_bits):
     kernel = kernel_for(spec)
     b, h, s, d = q.shape
     o = _empty_bhsd(b, h, s, d, q)
-    lse = torch.empty((b, h, s), dtype=torch.float32, device=q.device)
+    lse = q.new_empty((b, h, s), dtype=torch.float32)
     shape_key = (spec, b, s, k.shape[2])
     workspace_bytes = _forward_workspace.get(shape_key)
     if workspace_bytes is None:
@@ -146,7 +148,6 @@ def _dense_head_dim(t):
     return t if t.stride(-1) == 1 and t.data_ptr() % 16 == 0 else t.contiguous()
 
 
-@torch.library.impl("attnc::attention_backward", "CUDA")
 def _attention_backward_cuda(grad_out, q, k, v, out, lse, spec, deterministic):
     kernel = kernel_for(spec, backward=True)
     grad_out = _dense_head_dim(grad_out)
@@ -212,7 +213,6 @@ torch.library.define(
     "Tensor? log_decay, str spec, bool normalize) -> (Tensor, Tensor, Tensor)")
 
 
-@torch.library.impl("attnc::linear_forward", "CUDA")
 def _linear_forward_cuda(q, k, v, initial_state, initial_key_sum, log_decay, spec, normalize):
     kernel = kernel_for(spec)
     b, h, s, d = q.shape
@@ -261,3 +261,11 @@ def _not_on_cuda(name, argument):
 for _op, _argument in (("attention_forward", "q"), ("attention_backward", "grad_out"),
                       ("linear_forward", "q")):
     torch.library.impl(f"attnc::{_op}", "CPU")(_not_on_cuda(_op, _argument))
+
+
+# torch.library.impl used as a decorator does not return the function, and
+# attention() calls the forward's implementation directly on its eager path.
+for _op, _implementation in (("attention_forward", _attention_forward_cuda),
+                             ("attention_backward", _attention_backward_cuda),
+                             ("linear_forward", _linear_forward_cuda)):
+    torch.library.impl(f"attnc::{_op}", "CUDA")(_implementation)

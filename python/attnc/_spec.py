@@ -7,6 +7,7 @@ their regions cached; a spec's text is cached by everything it depends on,
 so a repeated call builds nothing.
 """
 
+import hashlib
 import math
 import types
 
@@ -80,6 +81,10 @@ class Variant:
         `device`, 0-d tensors as one element."""
         out = []
         for t in self.capture_tensors:
+            if (t.dtype in (torch.float32, torch.int32) and t.dim() > 0 and t.device == device
+                    and t.is_contiguous()):
+                out.append(t)  # as the kernel reads it: no copy, no new tensor
+                continue
             t = t.detach()
             if t.dim() == 0:
                 t = t.reshape(1)
@@ -149,3 +154,31 @@ def kernel_text(name, problem, mask, normalizer="#attn.softmax", captures="", re
     if regions:
         lines.append(regions)
     return "\n".join(lines) + "\n"
+
+
+_texts_by_key = {}
+
+
+def register(text):
+    """A short key for spec text, the operators' `spec` argument. Graphs
+    that torch.compile generates carry the key as a constant; the text
+    stays here (multi-line strings do not survive Inductor's code
+    generation). Every call that builds a spec registers it, so a key in a
+    graph of this process always resolves."""
+    kind = "attnc-mods-" if ("score_mod {" in text or "mask_mod {" in text) else "attnc-"
+    key = kind + hashlib.sha256(text.encode()).hexdigest()[:32]
+    _texts_by_key[key] = text
+    return key
+
+
+def has_regions(key):
+    """Whether the spec of a key has a score_mod or mask_mod region (told by
+    the key itself, so torch.compile can trace the test)."""
+    return key.startswith("attnc-mods-")
+
+
+def text_of(key):
+    text = _texts_by_key.get(key)
+    if text is None:
+        raise KeyError(f"spec: the key {key!r} names no spec built in this process")
+    return text

@@ -64,3 +64,11 @@ def test_mod_with_tensors_inside_compile_asks_for_a_variant():
     with pytest.raises(Exception, match="attnc.variant"):
         torch.compile(lambda q: attnc.attention(q, q, q, score_mod=relative_bias),
                       fullgraph=True, backend="eager")(q)
+
+
+def test_operators_have_cuda_and_fake_kernels():
+    from attnc import _ops
+    for op in ("attention_forward", "attention_backward", "linear_forward"):
+        for key in ("CUDA", "CPU", "Meta"):
+            assert torch._C._dispatch_has_kernel_for_dispatch_key(f"attnc::{op}", key), (op, key)
+    assert callable(_ops._attention_forward_cuda)  # attention()'s eager path calls it

@@ -1,0 +1,117 @@
+"""attnc.attention against FlexAttention (torch.compile) and SDPA from
+Python, on the same tensors and the same GPU: the forward of common
+variants, and a training step (forward + backward) of causal attention.
+Medians of --repeats timed runs (CUDA events) after warm-up; TFLOP/s count
+4·B·H·Sq·Sk·D per forward (halved for causal), 2.5× that for a backward.
+
+    python benchmarks/vs_flex.py [--seqlen 8192] [--batch 2] [--heads 16]
+"""
+
+import argparse
+import json
+import math
+import statistics
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+import attnc
+
+
+def timed_ms(fn, repeats, warmup=5):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seqlen", type=int, default=8192)
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--heads", type=int, default=16)
+    parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    b, h, s, d = args.batch, args.heads, args.seqlen, args.head_dim
+    q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    slopes = torch.tensor([2.0 ** -(8 * (i + 1) / h) for i in range(h)], device="cuda")
+    document = torch.sort(torch.randint(0, 8, (b, s), device="cuda"), dim=1).values
+
+    def causal(b_, h_, qi, kv):
+        return qi >= kv
+
+    def document_causal(b_, h_, qi, kv):
+        return (document[b_, qi] == document[b_, kv]) & (qi >= kv)
+
+    def alibi(score, b_, h_, qi, kv):
+        return score - slopes[h_] * (qi - kv)
+
+    def softcap(score, b_, h_, qi, kv):
+        return torch.tanh(score / 30) * 30
+
+    flex = torch.compile(flex_attention, dynamic=False)
+    variants = {
+        "causal": (None, causal),
+        "alibi causal": (alibi, causal),
+        "softcap causal": (softcap, causal),
+        "document causal": (None, document_causal),
+        "softcap": (softcap, None),
+    }
+    device = torch.cuda.get_device_name()
+    results = {"device": device, "shape": [b, h, s, d], "forward": {}, "training": {}}
+    print(f"{device}: B={b} H={h} S={s} D={d} bf16, forward ms (TFLOP/s)")
+    for name, (score_mod, mask_mod) in variants.items():
+        block_mask = (create_block_mask(mask_mod, b if mask_mod is document_causal else None,
+                                        None, s, s) if mask_mod is not None else None)
+        flex_ms = timed_ms(lambda: flex(q, k, v, score_mod=score_mod, block_mask=block_mask),
+                           args.repeats)
+        attnc_block = (attnc.create_block_mask(mask_mod, b, None, s, s)
+                       if mask_mod is not None else None)
+        attnc_ms = timed_ms(lambda: attnc.attention(q, k, v, score_mod=score_mod,
+                                                    block_mask=attnc_block), args.repeats)
+        flops = 4 * b * h * s * s * d * (0.5 if mask_mod is not None else 1.0)
+        results["forward"][name] = {"attnc_ms": attnc_ms, "flex_ms": flex_ms}
+        print(f"  {name:16s} attnc {attnc_ms:7.3f} ({flops / attnc_ms / 1e9:6.1f})  "
+              f"flex {flex_ms:7.3f} ({flops / flex_ms / 1e9:6.1f})  "
+              f"flex/attnc {flex_ms / attnc_ms:5.2f}")
+
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    grad = torch.randn_like(q)
+    causal_block = create_block_mask(causal, None, None, s, s)
+
+    def step(fn):
+        def run():
+            for t in (qg, kg, vg):
+                t.grad = None
+            fn().backward(grad)
+        return run
+
+    steps = {
+        "attnc": step(lambda: attnc.attention(qg, kg, vg, causal=True)),
+        "flex": step(lambda: flex(qg, kg, vg, block_mask=causal_block)),
+        "sdpa": step(lambda: F.scaled_dot_product_attention(qg, kg, vg, is_causal=True)),
+    }
+    flops = 4 * b * h * s * s * d * 0.5 * 3.5
+    print("causal training step (forward + backward) ms (TFLOP/s)")
+    for name, fn in steps.items():
+        ms = timed_ms(fn, args.repeats)
+        results["training"][name] = ms
+        print(f"  {name:6s} {ms:7.3f} ({flops / ms / 1e9:6.1f})")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
