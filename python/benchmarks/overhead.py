@@ -54,7 +54,7 @@ def main():
     for name, kwargs in cases.items():
         call = lambda: attnc.attention(q, k, v, **kwargs)
         call()
-        spec = attnc.attention_spec(8, 8, 128, **kwargs)
+        spec = attnc._spec.register(attnc.attention_spec(8, 8, 128, **kwargs))
         kernel = _ops.kernel_for(spec)
         variant = attnc._spec.variant_for(kwargs.get("score_mod"), None) if "score_mod" in kwargs else None
         captures = variant.launch_captures(q.device) if variant else []
