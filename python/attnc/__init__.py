@@ -176,7 +176,7 @@ def _spec_text_of_mods(q_heads, kv_heads, head_dim, dtype, score_mod, mask_mod, 
 
 def attention(query, key, value, score_mod=None, mask_mod=None, block_mask=None, scale=None,
               enable_gqa=False, return_lse=False, causal=False, window=None,
-              align="bottom_right", variant=None):
+              align="bottom_right", variant=None, out=None):
     """Softmax attention of (B, H, S, D) tensors, FlexAttention's signature.
 
     score_mod(score, b, h, q_idx, kv_idx) -> new score and mask_mod(b, h,
@@ -185,7 +185,9 @@ def attention(query, key, value, score_mod=None, mask_mod=None, block_mask=None,
     window=(left, right) are the built-in masks: their tiles are skipped by
     position and they have a backward. Returns the output (B, Hq, Sq, D),
     and with return_lse the natural-log log-sum-exp (B, Hq, Sq) float32
-    (-inf for a row that keeps no key).
+    (-inf for a row that keeps no key). `out`, a (B, Hq, Sq, D) tensor of
+    q's dtype with a contiguous head dim, receives the output instead of a
+    new tensor (written in place outside autograd; copied into otherwise).
     """
     _check_operands(query, key, value, enable_gqa)
     if block_mask is not None:
@@ -217,12 +219,15 @@ def attention(query, key, value, score_mod=None, mask_mod=None, block_mask=None,
         # The operator's CUDA implementation directly: the dispatcher and the
         # autograd wrapper would add tens of microseconds to a call that
         # records nothing (no grad, no torch.compile, no dispatch mode).
-        out, lse = _ops._attention_forward_cuda(query, key, value, captures, spec, coverage,
-                                                key_bits)
+        result, lse = _ops.forward_eager(query, key, value, captures, spec, coverage, key_bits,
+                                         return_lse, out)
     else:
-        out, lse = torch.ops.attnc.attention_forward(query, key, value, captures, spec,
-                                                     coverage, key_bits)
-    return (out, lse) if return_lse else out
+        result, lse = torch.ops.attnc.attention_forward(query, key, value, captures, spec,
+                                                        coverage, key_bits)
+        if out is not None:
+            out.copy_(result)
+            result = out
+    return (result, lse) if return_lse else result
 
 
 def _eager_without_autograd(*tensors):

@@ -138,6 +138,41 @@ def _attention_forward_cuda(q, k, v, captures, spec, tile_coverage, tile_key_bit
     return o, lse
 
 
+_scratch_lse = {}
+
+
+def forward_eager(q, k, v, captures, spec, tile_coverage, tile_key_bits, want_lse, out=None):
+    """attention()'s path when nothing records the call (no autograd, no
+    torch.compile, no dispatch mode): the forward's implementation without
+    the dispatcher, into `out` when given, and with a reused scratch buffer
+    for the log-sum-exp the caller does not want (the kernel only writes it,
+    so calls on any stream may share it)."""
+    kernel = kernel_for(spec)
+    b, h, s, d = q.shape
+    o = out if out is not None else _empty_bhsd(b, h, s, d, q)
+    if want_lse:
+        lse = q.new_empty((b, h, s), dtype=torch.float32)
+    else:
+        count = b * h * s
+        device = q.device.index
+        lse = _scratch_lse.get(device)
+        if lse is None or lse.numel() < count:
+            lse = q.new_empty((max(count, 1 << 16),), dtype=torch.float32)
+            _scratch_lse[device] = lse
+    shape_key = (spec, b, s, k.shape[2])
+    workspace_bytes = _forward_workspace.get(shape_key)
+    if workspace_bytes is None:
+        args, array = forward_args(q, k, v, o, lse, captures, tile_coverage, tile_key_bits)
+        workspace_bytes = kernel.forward_workspace_bytes(args)
+        _forward_workspace[shape_key] = workspace_bytes
+    workspace = (torch.empty(workspace_bytes, dtype=torch.uint8, device=q.device)
+                 if workspace_bytes else None)
+    args, array = forward_args(q, k, v, o, lse, captures, tile_coverage, tile_key_bits,
+                               workspace)
+    kernel.run_forward(args, _stream(q))
+    return o, (lse if want_lse else None)
+
+
 @torch.library.register_fake("attnc::attention_forward")
 def _attention_forward_fake(q, k, v, captures, spec, tile_coverage, tile_key_bits):
     b, h, s, d = q.shape

@@ -46,15 +46,18 @@ def main():
     q = torch.randn(1, 8, 128, 128, device="cuda", dtype=torch.bfloat16)
     k, v = torch.randn_like(q), torch.randn_like(q)
     results = {"device": torch.cuda.get_device_name()}
+    out = torch.empty_like(q)
     cases = {
         "causal": dict(causal=True),
+        "causal, out=": dict(causal=True, out=out),
         "alibi score_mod": dict(score_mod=lambda s, b, h, qi, kv: s - slopes[h] * (qi - kv)),
     }
     slopes = torch.rand(8, device="cuda")
     for name, kwargs in cases.items():
         call = lambda: attnc.attention(q, k, v, **kwargs)
         call()
-        spec = attnc._spec.register(attnc.attention_spec(8, 8, 128, **kwargs))
+        spec_kwargs = {key: value for key, value in kwargs.items() if key != "out"}
+        spec = attnc._spec.register(attnc.attention_spec(8, 8, 128, **spec_kwargs))
         kernel = _ops.kernel_for(spec)
         variant = attnc._spec.variant_for(kwargs.get("score_mod"), None) if "score_mod" in kwargs else None
         captures = variant.launch_captures(q.device) if variant else []

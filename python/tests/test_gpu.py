@@ -177,6 +177,17 @@ def test_fully_masked_rows_are_zero_with_minus_inf_lse():
     assert not torch.isnan(out).any()
 
 
+def test_out_argument_and_lse_after_calls_without_it():
+    q, k, v = rand(2, 8, 300, 128), rand(2, 8, 300, 128), rand(2, 8, 300, 128)
+    expected = attnc.attention(q, k, v, causal=True)
+    buffer = torch.empty_like(q)
+    assert attnc.attention(q, k, v, causal=True, out=buffer) is buffer
+    assert torch.equal(buffer, expected)
+    _, lse = attnc.attention(q, k, v, causal=True, return_lse=True)
+    _, expected_lse = reference(q, k, v, causal=True)
+    assert torch.allclose(lse, expected_lse, atol=5e-2)
+
+
 def test_strided_inputs_from_a_packed_qkv():
     b, s, h, d = 2, 257, 8, 128
     qkv = rand(b, s, 3, h, d)
