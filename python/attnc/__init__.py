@@ -86,23 +86,26 @@ def _check_operands(q, k, v, enable_gqa):
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 4:
+    q_shape, k_shape = q.shape, k.shape
+    for name, shape in (("q", q_shape), ("k", k_shape)):
+        if len(shape) != 4:
             raise ValueError(f"{name}: expected (batch, heads, seq, head_dim), got shape "
-                             f"{tuple(t.shape)}")
+                             f"{tuple(shape)}")
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError(f"k, v: dtypes {k.dtype}, {v.dtype} differ from q's {q.dtype}")
-    if k.shape != v.shape:
-        raise ValueError(f"v: shape {tuple(v.shape)} differs from k's {tuple(k.shape)}")
-    if q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
-        raise ValueError(f"k: shape {tuple(k.shape)} does not match q's {tuple(q.shape)} in "
+    if k_shape != v.shape:
+        raise ValueError(f"v: shape {tuple(v.shape)} differs from k's {tuple(k_shape)}")
+    if q_shape[0] != k_shape[0] or q_shape[3] != k_shape[3]:
+        raise ValueError(f"k: shape {tuple(k_shape)} does not match q's {tuple(q_shape)} in "
                          "batch and head_dim")
-    hq, hkv = q.shape[1], k.shape[1]
+    hq, hkv = q_shape[1], k_shape[1]
     if hq != hkv and not enable_gqa:
         raise ValueError(f"k: {hkv} heads for q's {hq}; pass enable_gqa=True for "
                          "grouped-query attention")
     if hq % hkv:
         raise ValueError(f"k: {hkv} heads do not divide q's {hq}")
-    if q.device != k.device or q.device != v.device:
+    device = q.get_device()
+    if k.get_device() != device or v.get_device() != device:
         raise ValueError(f"k, v: devices {k.device}, {v.device} differ from q's {q.device}")
 
 
