@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up and builds attnc, then runs the whole test suite (lit, unit, and the
 # GPU tests, which skip with a message where no sm_90 GPU is present); then
+# the Python package's tests (pip-installed into build-python-venv); then
 # the same suite built with AddressSanitizer and UndefinedBehaviorSanitizer in
 # build-sanitize (ATTNC_SANITIZE=0 skips it; it leaves out
 # unit.tune_candidates, whose time goes to NVRTC and ptxas, which are not
@@ -12,6 +13,19 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${ATTNC_BUILD_DIR:-$root/build}"
 "$root/tools/setup.sh"
 (cd "$build" && ctest --output-on-failure -j "$(nproc)")
+
+# The Python package (ATTNC_PYTHON=0 skips it): built by pip from ./python
+# against this build's library, installed into a virtual environment with
+# torch from PyPI, then its tests (the GPU ones skip without an sm_90 GPU).
+if [ "${ATTNC_PYTHON:-1}" != 0 ]; then
+  venv="${ATTNC_PYTHON_VENV:-$root/build-python-venv}"
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check \
+    "torch==${ATTNC_TORCH_VERSION:-2.11.0}" pytest numpy scikit-build-core
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall \
+    --no-deps --no-build-isolation --config-settings=build-dir="$build" "$root/python"
+  (cd "$build" && "$venv/bin/python" -m pytest -q -rs "$root/python/tests")
+fi
 
 if [ "${ATTNC_SANITIZE:-1}" != 0 ]; then
   sanitize_build="${ATTNC_SANITIZE_BUILD_DIR:-$root/build-sanitize}"
