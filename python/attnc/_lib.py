@@ -73,6 +73,7 @@ class Library:
             "attnc_run_decode": (i32, [p, ctypes.c_char_p, p]),
             "attnc_forward_workspace_bytes": (i32, [p, ctypes.c_char_p, ctypes.POINTER(u64)]),
             "attnc_backward_workspace_bytes": (i32, [p, ctypes.c_char_p, ctypes.POINTER(u64)]),
+            "attnc_linear_workspace_bytes": (i32, [p, ctypes.c_char_p, ctypes.POINTER(u64)]),
             "attnc_build_tile_coverage": (i32, [p, ctypes.c_char_p, p, pp]),
             "attnc_build_tile_key_bits": (i32, [p, ctypes.c_char_p, p, pp]),
             "attnc_buffer_data": (p, [p]),
@@ -176,6 +177,12 @@ class Kernel:
         lib = library()
         out = ctypes.c_uint64()
         lib.check(lib.backward_workspace_bytes(self._handle, packed_args, ctypes.byref(out)))
+        return out.value
+
+    def linear_workspace_bytes(self, packed_args):
+        lib = library()
+        out = ctypes.c_uint64()
+        lib.check(lib.linear_workspace_bytes(self._handle, packed_args, ctypes.byref(out)))
         return out.value
 
     def forward_workspace_bytes(self, packed_args):

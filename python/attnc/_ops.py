@@ -260,6 +260,9 @@ torch.library.define(
     "Tensor? log_decay, str spec, bool normalize) -> (Tensor, Tensor, Tensor)")
 
 
+_linear_workspace = {}
+
+
 def _linear_forward_cuda(q, k, v, initial_state, initial_key_sum, log_decay, spec, normalize):
     kernel = kernel_for(spec)
     b, h, s, d = q.shape
@@ -268,11 +271,24 @@ def _linear_forward_cuda(q, k, v, initial_state, initial_key_sum, log_decay, spe
     key_sum = torch.empty((b, h, d) if normalize else (0,), dtype=torch.float32,
                           device=q.device)
     pointer = lambda t: t.data_ptr() if t is not None else 0
-    args = _lib.pack_linear(
-        bshd_fields(q, "q"), bshd_fields(k, "k"), bshd_fields(v, "v"), bshd_fields(o, "out"),
-        initial_state=pointer(initial_state), final_state=state.data_ptr(),
-        initial_key_sum=pointer(initial_key_sum),
-        final_key_sum=key_sum.data_ptr() if normalize else 0, log_decay=pointer(log_decay))
+    fields = (bshd_fields(q, "q"), bshd_fields(k, "k"), bshd_fields(v, "v"),
+              bshd_fields(o, "out"))
+    states = dict(initial_state=pointer(initial_state), final_state=state.data_ptr(),
+                  initial_key_sum=pointer(initial_key_sum),
+                  final_key_sum=key_sum.data_ptr() if normalize else 0,
+                  log_decay=pointer(log_decay))
+    # The workspace lets the runtime split the sequence over more blocks
+    # when batch x heads alone leave multiprocessors idle.
+    shape_key = (spec, b, s, q.device.index)
+    workspace_bytes = _linear_workspace.get(shape_key)
+    if workspace_bytes is None:
+        workspace_bytes = kernel.linear_workspace_bytes(_lib.pack_linear(*fields, **states))
+        _linear_workspace[shape_key] = workspace_bytes
+    workspace = (torch.empty(workspace_bytes, dtype=torch.uint8, device=q.device)
+                 if workspace_bytes else None)
+    args = _lib.pack_linear(*fields, **states,
+                            workspace=workspace.data_ptr() if workspace is not None else 0,
+                            workspace_bytes=workspace_bytes)
     kernel.run_linear(args, _stream(q))
     return o, state, key_sum
 

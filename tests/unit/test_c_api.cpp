@@ -173,6 +173,7 @@ TEST_CASE("C API: null handles and outputs are errors naming the parameter", "[c
   checkFailure(attnc_forward_workspace_bytes(nullptr, &forward, &bytes), "kernel: null handle");
   checkFailure(attnc_backward_workspace_bytes(nullptr, &backward, &bytes),
                "kernel: null handle");
+  checkFailure(attnc_linear_workspace_bytes(nullptr, &linear, &bytes), "kernel: null handle");
 
   attnc_buffer *buffer = reinterpret_cast<attnc_buffer *>(uintptr_t(8));
   checkFailure(attnc_build_tile_coverage(nullptr, &forward, nullptr, &buffer),
@@ -386,6 +387,36 @@ TEST_CASE("C API: the backward's workspace is the runtime's", "[c-api]") {
   // Without a workspace the launch is refused before the driver.
   args.d_o.rank = 4;
   checkFailure(attnc_run_backward(kernel.get(), &args, nullptr), "workspace: pointer is null");
+}
+
+TEST_CASE("C API: the linear family's workspace checks its arguments first", "[c-api]") {
+  CompilerHandle compiler = makeCompiler();
+  const std::string text = exampleText("linear_elu_hd64");
+  attnc_kernel *raw = nullptr;
+  if (attnc_compile(compiler.get(), text.c_str(), "linear_elu_hd64.mlir", 0, &raw) != ATTNC_OK)
+    FAIL(attnc_last_error());
+  KernelHandle kernel(raw, &attnc_kernel_destroy);
+  attnc_kernel_info info = {};
+  REQUIRE(attnc_kernel_get_info(kernel.get(), &info) == ATTNC_OK);
+  CHECK(info.linear_family == 1);
+
+  attnc_linear_args args = {};
+  args.q = bshd(0x10000000, 1, 256, 32, 64);
+  args.k = bshd(0x20000000, 1, 256, 8, 64);
+  args.v = bshd(0x30000000, 1, 256, 8, 64);
+  args.o = bshd(0x40000000, 1, 256, 32, 64);
+  uint64_t bytes = 0;
+  checkFailure(attnc_linear_workspace_bytes(kernel.get(), &args, nullptr), "out: null pointer");
+  args.q.rank = 3;
+  checkFailure(attnc_linear_workspace_bytes(kernel.get(), &args, &bytes),
+               "q: rank 3, expected 4 (BSHD)");
+  args.q.rank = 4;
+  args.segments = -1;
+  checkFailure(attnc_linear_workspace_bytes(kernel.get(), &args, &bytes), "segments: ");
+  args.segments = 0;
+  // The split depends on the device's multiprocessors.
+  CHECK(attnc_linear_workspace_bytes(kernel.get(), &args, &bytes) ==
+        (attn::Driver::available() ? ATTNC_OK : ATTNC_ERROR));
 }
 
 TEST_CASE("C API: the last error belongs to the calling thread", "[c-api]") {

@@ -159,11 +159,17 @@ attnc_status attnc_run_decode(const attnc_kernel *kernel, const attnc_linear_arg
                               void *stream);
 
 /* Workspace sizes (validating the shapes): the forward's tail split
- * (0 where the kernel cannot use one) and the backward's. */
+ * (0 where the kernel cannot use one), the backward's and the linear
+ * family's sequence split. */
 attnc_status attnc_forward_workspace_bytes(const attnc_kernel *kernel,
                                            const attnc_forward_args *args, uint64_t *out);
 attnc_status attnc_backward_workspace_bytes(const attnc_kernel *kernel,
                                             const attnc_backward_args *args, uint64_t *out);
+/* The workspace that lets a linear-family launch split its sequence over
+ * more blocks (attn::linearWorkspaceBytes of the runtime's split for these
+ * shapes and args->segments on the current device; 0 when no split pays). */
+attnc_status attnc_linear_workspace_bytes(const attnc_kernel *kernel,
+                                          const attnc_linear_args *args, uint64_t *out);
 
 /* The masks' tile coverage and its key bits for these shapes and captures
  * (attn::Kernel::buildTileCoverage / buildTileKeyBits; the key bits need
