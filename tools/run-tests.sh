@@ -15,15 +15,17 @@ build="${ATTNC_BUILD_DIR:-$root/build}"
 (cd "$build" && ctest --output-on-failure -j "$(nproc)")
 
 # The Python package (ATTNC_PYTHON=0 skips it): built by pip from ./python
-# against this build's library, installed into a virtual environment with
-# torch from PyPI, then its tests (the GPU ones skip without an sm_90 GPU).
+# (its own CMake build directory, which scikit-build-core configures for the
+# wheel), installed into a virtual environment with torch from PyPI, then
+# its tests (the GPU ones skip without an sm_90 GPU).
 if [ "${ATTNC_PYTHON:-1}" != 0 ]; then
   venv="${ATTNC_PYTHON_VENV:-$root/build-python-venv}"
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check \
     "torch==${ATTNC_TORCH_VERSION:-2.11.0}" pytest numpy scikit-build-core
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall \
-    --no-deps --no-build-isolation --config-settings=build-dir="$build" "$root/python"
+    --no-deps --no-build-isolation \
+    --config-settings=build-dir="${ATTNC_PYTHON_BUILD_DIR:-$root/build-python}" "$root/python"
   (cd "$build" && "$venv/bin/python" -m pytest -q -rs "$root/python/tests")
 fi
 
