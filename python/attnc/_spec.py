@@ -112,7 +112,9 @@ def _closure_key(fn):
         return None
     if not isinstance(fn, types.FunctionType):
         return (id(fn),)
-    parts = [fn]
+    # The code, not the function object: a mod defined inside a model's
+    # forward is a new function each call, with the same trace.
+    parts = [fn.__code__, tuple(_value_key(value) for value in fn.__defaults__ or ())]
     for cell in fn.__closure__ or ():
         try:
             value = cell.cell_contents

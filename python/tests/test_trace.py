@@ -203,6 +203,20 @@ def test_trace_is_cached_per_mod():
     assert first == second and len(calls) == 1
 
 
+def test_a_mod_made_again_each_call_is_traced_once():
+    calls = []
+    table = torch.zeros(8)
+
+    def make():
+        def mod(s, b, h, q, kv):
+            calls.append(1)
+            return s + table[h]
+        return mod
+
+    assert spec(score_mod=make()) == spec(score_mod=make())
+    assert len(calls) == 1
+
+
 def test_closure_scalar_change_retraces():
     def make(cap):
         return lambda s, b, h, q, kv: torch.tanh(s / cap) * cap
