@@ -128,17 +128,19 @@ def _spec_and_variant(q_heads, kv_heads, head_dim, dtype, score_mod, mask_mod, s
     if variant is None and (score_mod is not None or mask_mod is not None):
         if torch.compiler.is_compiling():
             # Under torch.compile the mods are traced when the graph is
-            # built (a constant result); their captured tensors cannot be
-            # graph inputs that way, so such mods go through attnc.variant.
-            return _spec_text_of_mods(q_heads, kv_heads, head_dim, dtype, score_mod,
-                                      mask_mod, scale, causal, window, align), None
+            # built (a constant result: the spec key and where the captured
+            # tensors live); the tensors are then read from the mods'
+            # closures and globals in traced code, so they are graph inputs.
+            spec, recipe = _spec_text_of_mods(q_heads, kv_heads, head_dim, dtype, score_mod,
+                                              mask_mod, scale, causal, window, align)
+            return spec, None, _spec.fetch_captures(score_mod, mask_mod, recipe)
         variant = _spec.variant_for(score_mod, mask_mod)
     if variant is None:
         return _spec_text(q_heads, kv_heads, head_dim, dtype, scale, causal, window, align,
-                          "", "", False), None
-    return _spec_text(q_heads, kv_heads, head_dim, dtype, scale, causal, window, align,
-                      variant.captures_text, variant.regions_text,
-                      variant.causal_top_left), variant
+                          "", "", False), None, []
+    return (_spec_text(q_heads, kv_heads, head_dim, dtype, scale, causal, window, align,
+                       variant.captures_text, variant.regions_text, variant.causal_top_left),
+            variant, variant.capture_tensors)
 
 
 @torch.compiler.assume_constant_result
@@ -168,13 +170,16 @@ def _spec_text(q_heads, kv_heads, head_dim, dtype, scale, causal, window, align,
 def _spec_text_of_mods(q_heads, kv_heads, head_dim, dtype, score_mod, mask_mod, scale, causal,
                        window, align):
     variant = _spec.variant_for(score_mod, mask_mod)
-    if variant.capture_tensors:
+    recipe = variant.capture_recipe()
+    if recipe is None:
         raise TraceError(
-            "a mod that reads tensors, called inside torch.compile: trace it outside the "
-            "compiled region with v = attnc.variant(score_mod=..., mask_mod=...) and call "
+            "a mod inside torch.compile reads a tensor that is neither in its closure nor a "
+            "module global (an attribute, or a tensor made in the compiled region); trace it "
+            "outside with v = attnc.variant(score_mod=..., mask_mod=...) and call "
             "attnc.attention(q, k, v, variant=v)")
-    return _spec_text(q_heads, kv_heads, head_dim, dtype, scale, causal, window, align,
-                      variant.captures_text, variant.regions_text, variant.causal_top_left)
+    return (_spec_text(q_heads, kv_heads, head_dim, dtype, scale, causal, window, align,
+                       variant.captures_text, variant.regions_text, variant.causal_top_left),
+            recipe)
 
 
 def attention(query, key, value, score_mod=None, mask_mod=None, block_mask=None, scale=None,
@@ -199,9 +204,10 @@ def attention(query, key, value, score_mod=None, mask_mod=None, block_mask=None,
         mask_mod = block_mask.mask_mod
         block_mask._check(query.shape[0], query.shape[1], query.shape[2], key.shape[2])
     b, hq, sq, d = query.shape
-    spec, var = _spec_and_variant(hq, key.shape[1], d, query.dtype, score_mod, mask_mod, scale,
-                                  causal, window, align, variant)
-    captures = var.launch_captures(query.device) if var is not None else []
+    spec, _, capture_tensors = _spec_and_variant(hq, key.shape[1], d, query.dtype, score_mod,
+                                                 mask_mod, scale, causal, window, align,
+                                                 variant)
+    captures = _spec.launch_captures(capture_tensors, query.device) if capture_tensors else []
     has_regions = _spec.has_regions(spec)
     if has_regions and torch.is_grad_enabled() and any(
             t.requires_grad for t in (query, key, value)):
@@ -209,8 +215,8 @@ def attention(query, key, value, score_mod=None, mask_mod=None, block_mask=None,
             "attnc.attention: the backward of score_mod and mask_mod regions is not "
             "implemented yet (only the built-in masks: causal, window, and a mask_mod of "
             "exactly q_idx >= kv_idx); run under torch.no_grad() or detach q, k, v")
-    if var is not None and torch.is_grad_enabled() and any(
-            t.requires_grad for t in var.capture_tensors):
+    if capture_tensors and torch.is_grad_enabled() and any(
+            t.requires_grad for t in capture_tensors):
         raise NotImplementedError(
             "attnc.attention: gradients into captured tensors are not implemented yet; "
             "detach them or run under torch.no_grad()")

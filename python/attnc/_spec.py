@@ -77,23 +77,65 @@ class Variant:
         self.has_regions = len(self._regions) > 0
 
     def launch_captures(self, device):
-        """The captures as the kernel reads them: contiguous float32/int32 on
-        `device`, 0-d tensors as one element."""
-        out = []
+        """The captures as the kernel reads them (launch_captures)."""
+        return launch_captures(self.capture_tensors, device)
+
+    def capture_recipe(self):
+        """Where each captured tensor lives, for torch.compile: ("score" or
+        "mask", "cell", closure index) or (..., "global", name), found by
+        identity in the mods' closures and globals; None when one is
+        elsewhere (an attribute, a tensor made inside the mod)."""
+        recipe = []
         for t in self.capture_tensors:
-            if (t.dtype in (torch.float32, torch.int32) and t.dim() > 0 and t.device == device
-                    and t.is_contiguous()):
-                out.append(t)  # as the kernel reads it: no copy, no new tensor
-                continue
-            t = t.detach()
-            if t.dim() == 0:
-                t = t.reshape(1)
-            if t.dtype.is_floating_point:
-                t = t.to(device=device, dtype=torch.float32)
-            else:
-                t = t.to(device=device, dtype=torch.int32)
-            out.append(t.contiguous())
-        return out
+            found = None
+            for which, fn in (("score", self.score_mod), ("mask", self.mask_mod)):
+                if found is None and isinstance(fn, types.FunctionType):
+                    found = _locate(fn, t, which)
+            if found is None:
+                return None
+            recipe.append(found)
+        return tuple(recipe)
+
+
+def _locate(fn, tensor, which):
+    for index, cell in enumerate(fn.__closure__ or ()):
+        try:
+            if cell.cell_contents is tensor:
+                return (which, "cell", index)
+        except ValueError:
+            pass
+    for name in fn.__code__.co_names:
+        if fn.__globals__.get(name) is tensor:
+            return (which, "global", name)
+    return None
+
+
+def fetch_captures(score_mod, mask_mod, recipe):
+    """The tensors a capture recipe names (traceable by torch.compile)."""
+    tensors = []
+    for which, kind, where in recipe:
+        fn = score_mod if which == "score" else mask_mod
+        tensors.append(fn.__closure__[where].cell_contents if kind == "cell"
+                       else fn.__globals__[where])
+    return tensors
+
+
+def launch_captures(tensors, device):
+    """Captured tensors as the kernel reads them: contiguous float32 or int32
+    on `device`, a 0-d tensor as one element; tensors already so pass as
+    they are (no copy, no new tensor)."""
+    out = []
+    for t in tensors:
+        if (t.dtype in (torch.float32, torch.int32) and t.dim() > 0 and t.device == device
+                and t.is_contiguous()):
+            out.append(t)
+            continue
+        t = t.detach()
+        if t.dim() == 0:
+            t = t.reshape(1)
+        t = t.to(device=device, dtype=torch.float32 if t.is_floating_point() else torch.int32)
+        out.append(t.contiguous())
+    return out
 
 
 def _is_causal_top_left(region, result):

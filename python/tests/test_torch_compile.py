@@ -59,11 +59,40 @@ def test_autograd_through_a_compiled_graph():
     assert q.grad.shape == q.shape and k.grad.shape == k.shape and v.grad.shape == v.shape
 
 
-def test_mod_with_tensors_inside_compile_asks_for_a_variant():
+def test_mods_reading_globals_and_outer_closures_compile_without_a_break():
+    def make(table):
+        return lambda s, b, h, q, kv: s + table[h, kv]
+
+    closure_mod = make(torch.randn(8, 64, device="meta"))
+
+    def model(q):
+        a = attnc.attention(q, q, q, score_mod=relative_bias)  # reads the global bias
+        c = attnc.attention(q, q, q, score_mod=closure_mod)   # reads its closure
+        return a + c
+
     q = meta(1, 8, 64, 128)
-    with pytest.raises(Exception, match="attnc.variant"):
-        torch.compile(lambda q: attnc.attention(q, q, q, score_mod=relative_bias),
-                      fullgraph=True, backend="eager")(q)
+    torch._dynamo.reset()
+    explanation = torch._dynamo.explain(model)(q)
+    assert explanation.graph_break_count == 0
+    graph = explanation.graphs[0]
+    calls = [node for node in graph.graph.nodes if "attention_forward" in str(node.target)]
+    assert len(calls) == 2
+    # The captured tensors are inputs of the operator calls, not constants.
+    for call in calls:
+        assert len(call.args[3]) == 1
+
+
+def test_mod_made_inside_compile_reading_a_local_tensor_is_refused():
+    # Dynamo cannot hand such a closure to the constant tracing function; it
+    # refuses the graph (the documented way out is attnc.variant, or the mod
+    # defined outside the compiled function).
+    q = meta(1, 8, 64, 128)
+
+    def model(q, table):
+        return attnc.attention(q, q, q, score_mod=lambda s, b, h, qi, kv: s + table[h, kv])
+
+    with pytest.raises(Exception, match="closure"):
+        torch.compile(model, fullgraph=True, backend="eager")(q, torch.randn(8, 64, device="meta"))
 
 
 def test_operators_have_cuda_and_fake_kernels():
