@@ -204,10 +204,16 @@ def attention(query, key, value, score_mod=None, mask_mod=None, block_mask=None,
         mask_mod = block_mask.mask_mod
         block_mask._check(query.shape[0], query.shape[1], query.shape[2], key.shape[2])
     b, hq, sq, d = query.shape
-    spec, _, capture_tensors = _spec_and_variant(hq, key.shape[1], d, query.dtype, score_mod,
-                                                 mask_mod, scale, causal, window, align,
-                                                 variant)
-    captures = _spec.launch_captures(capture_tensors, query.device) if capture_tensors else []
+    spec, var, capture_tensors = _spec_and_variant(hq, key.shape[1], d, query.dtype,
+                                                   score_mod, mask_mod, scale, causal, window,
+                                                   align, variant)
+    packed_captures = None
+    if not capture_tensors:
+        captures = []
+    elif var is not None and not torch.compiler.is_compiling():
+        captures, packed_captures = var.launch_pack(query.device, _ops.capture_fields)
+    else:
+        captures = _spec.launch_captures(capture_tensors, query.device)
     has_regions = _spec.has_regions(spec)
     if has_regions and torch.is_grad_enabled() and any(
             t.requires_grad for t in (query, key, value)):
@@ -229,7 +235,7 @@ def attention(query, key, value, score_mod=None, mask_mod=None, block_mask=None,
         # autograd wrapper would add tens of microseconds to a call that
         # records nothing (no grad, no torch.compile, no dispatch mode).
         result, lse = _ops.forward_eager(query, key, value, captures, spec, coverage, key_bits,
-                                         return_lse, out)
+                                         return_lse, out, packed_captures)
     else:
         result, lse = torch.ops.attnc.attention_forward(query, key, value, captures, spec,
                                                         coverage, key_bits)

@@ -116,8 +116,8 @@ torch.library.define(
 
 
 def forward_args(q, k, v, o, lse, captures, tile_coverage=None, tile_key_bits=None,
-                 workspace=None):
-    array, count = capture_fields(captures)
+                 workspace=None, packed_captures=None):
+    array, count = packed_captures or capture_fields(captures)
     args = _lib.pack_forward(
         bshd_fields(q, "q"), bshd_fields(k, "k"), bshd_fields(v, "v"), bshd_fields(o, "out"),
         lse.data_ptr(), _address(array), count,
@@ -153,7 +153,8 @@ def _attention_forward_cuda(q, k, v, captures, spec, tile_coverage, tile_key_bit
 _scratch_lse = {}
 
 
-def forward_eager(q, k, v, captures, spec, tile_coverage, tile_key_bits, want_lse, out=None):
+def forward_eager(q, k, v, captures, spec, tile_coverage, tile_key_bits, want_lse, out=None,
+                  packed_captures=None):
     """attention()'s path when nothing records the call (no autograd, no
     torch.compile, no dispatch mode): the forward's implementation without
     the dispatcher, into `out` when given, and with a reused scratch buffer
@@ -180,7 +181,7 @@ def forward_eager(q, k, v, captures, spec, tile_coverage, tile_key_bits, want_ls
     workspace = (torch.empty(workspace_bytes, dtype=torch.uint8, device=q.device)
                  if workspace_bytes else None)
     args, array = forward_args(q, k, v, o, lse, captures, tile_coverage, tile_key_bits,
-                               workspace)
+                               workspace, packed_captures)
     kernel.run_forward(args, _stream(q))
     return o, (lse if want_lse else None)
 

@@ -290,3 +290,19 @@ def test_gradients_through_regions_are_refused_not_wrong():
     with pytest.raises(NotImplementedError, match="captured tensors"):
         attnc.attention(q.detach(), q.detach(), q.detach(),
                         score_mod=lambda s, b, h, qi, kv: s + bias[h, kv])
+
+
+def test_launch_pack_is_kept_only_for_captures_used_as_they_are():
+    from attnc import _ops
+    slopes = torch.zeros(8)
+    variant = attnc.variant(score_mod=lambda s, b, h, q, kv: s + slopes[h])
+    first = variant.launch_pack(slopes.device, _ops.capture_fields)
+    assert first[0][0] is slopes
+    slopes.fill_(1.0)  # the same memory: the kernel reads the new values
+    assert variant.launch_pack(slopes.device, _ops.capture_fields) is first
+    ids = torch.zeros(8, dtype=torch.int64)  # converted to int32: a copy each call
+    converted = attnc.variant(mask_mod=lambda b, h, q, kv: ids[q] == ids[kv])
+    a = converted.launch_pack(ids.device, _ops.capture_fields)
+    ids[0] = 5
+    b = converted.launch_pack(ids.device, _ops.capture_fields)
+    assert a[0][0] is not b[0][0] and int(b[0][0][0]) == 5
