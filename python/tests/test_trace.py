@@ -299,7 +299,8 @@ def test_launch_pack_is_kept_only_for_captures_used_as_they_are():
     first = variant.launch_pack(slopes.device, _ops.capture_fields)
     assert first[0][0] is slopes
     slopes.fill_(1.0)  # the same memory: the kernel reads the new values
-    assert variant.launch_pack(slopes.device, _ops.capture_fields) is first
+    second = variant.launch_pack(slopes.device, _ops.capture_fields)
+    assert second[0] is first[0] and second[1] is first[1]
     ids = torch.zeros(8, dtype=torch.int64)  # converted to int32: a copy each call
     converted = attnc.variant(mask_mod=lambda b, h, q, kv: ids[q] == ids[kv])
     a = converted.launch_pack(ids.device, _ops.capture_fields)
