@@ -22,6 +22,11 @@ struct alignas(64) TensorMapBlob {
 constexpr int kMaxSeqlen = 1 << 30;
 constexpr int kMaxRegionPosition = kMaxSeqlen + 256;
 
+// The most query heads a spec may have: the linear-family and backward
+// grids put heads on a grid dimension (y), which holds at most 65535
+// blocks, and launch metadata keeps head counts as int.
+constexpr int kMaxHeads = 65535;
+
 // A buffer captured by a spec's mask_mod / score_mod regions: a contiguous
 // row-major array of `rank` dimensions (rank <= kMaxCaptureRank, unused
 // trailing extents are 1). Reads outside the extents give 0.

@@ -15,6 +15,43 @@ attn.kernel @k problem = #attn.problem<q_heads = 0, kv_heads = 2, head_dim = 128
 
 // -----
 
+// A head count past int32 used to reach the launch metadata wrapped.
+// expected-error @+1 {{q_heads must be at most 65535 (a grid dimension holds the heads), got 2147483648}}
+attn.kernel @k problem = #attn.problem<q_heads = 2147483648, kv_heads = 2, head_dim = 128, element_type = bf16> mask = #attn.no_mask normalizer = #attn.softmax
+
+// -----
+
+// expected-error @+1 {{q_heads must be at most 65535 (a grid dimension holds the heads), got 65536}}
+attn.kernel @k problem = #attn.problem<q_heads = 65536, kv_heads = 1, head_dim = 128, element_type = bf16> mask = #attn.no_mask normalizer = #attn.softmax
+
+// -----
+
+// The largest head count verifies.
+attn.kernel @most_heads problem = #attn.problem<q_heads = 65535, kv_heads = 1, head_dim = 128, element_type = bf16> mask = #attn.no_mask normalizer = #attn.softmax
+
+// -----
+
+// A scale past f32's range would reach the kernel as inf.
+// expected-error @+1 {{scale must be a normal f32 value (1.175494e-38 to 3.402823e+38), got 1.0e+300}}
+attn.kernel @k problem = #attn.problem<q_heads = 16, kv_heads = 2, head_dim = 128, element_type = bf16, scale = 1.0e+300> mask = #attn.no_mask normalizer = #attn.softmax
+
+// -----
+
+// expected-error @+1 {{scale must be a normal f32 value (1.175494e-38 to 3.402823e+38), got 1.0e-40}}
+attn.kernel @k problem = #attn.problem<q_heads = 16, kv_heads = 2, head_dim = 128, element_type = bf16, scale = 1.0e-40> mask = #attn.no_mask normalizer = #attn.softmax
+
+// -----
+
+// expected-error @+1 {{sliding window right extent must be at most 1073741824 (the longest sequence), got 9223372036854775807}}
+attn.kernel @k problem = #attn.problem<q_heads = 16, kv_heads = 2, head_dim = 128, element_type = bf16> mask = #attn.sliding_window<left = 0, right = 9223372036854775807> normalizer = #attn.softmax
+
+// -----
+
+// A window as wide as the longest sequence verifies.
+attn.kernel @widest_window problem = #attn.problem<q_heads = 16, kv_heads = 2, head_dim = 128, element_type = bf16> mask = #attn.sliding_window<left = 1073741824, right = 0> normalizer = #attn.softmax
+
+// -----
+
 // expected-error @+1 {{kv_heads must be > 0, got -2}}
 attn.kernel @k problem = #attn.problem<q_heads = 16, kv_heads = -2, head_dim = 128, element_type = bf16> mask = #attn.no_mask normalizer = #attn.softmax
 

@@ -9,7 +9,10 @@
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include "attn_params.h"
+
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -64,6 +67,9 @@ ProblemAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                     Type elementType, FloatAttr scale) {
   if (qHeads <= 0)
     return emitError() << "q_heads must be > 0, got " << qHeads;
+  if (qHeads > attn_abi::kMaxHeads)
+    return emitError() << "q_heads must be at most " << attn_abi::kMaxHeads
+                       << " (a grid dimension holds the heads), got " << qHeads;
   if (kvHeads <= 0)
     return emitError() << "kv_heads must be > 0, got " << kvHeads;
   if (qHeads % kvHeads != 0)
@@ -80,6 +86,10 @@ ProblemAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     if (!std::isfinite(value) || value <= 0.0)
       return emitError() << "scale must be positive and finite, got "
                          << formatShortestDouble(value);
+    // The kernels multiply by the scale in f32.
+    if (value < FLT_MIN || value > FLT_MAX)
+      return emitError() << "scale must be a normal f32 value (" << FLT_MIN << " to "
+                         << FLT_MAX << "), got " << formatShortestDouble(value);
   }
   return success();
 }
@@ -233,6 +243,12 @@ SlidingWindowAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   if (right < 0)
     return emitError() << "sliding window right extent must be >= 0, got "
                        << right;
+  // Wider windows keep the same keys (no sequence is longer), and the mask
+  // adds the extents to positions in 64 bits.
+  for (auto [side, extent] : {std::pair{"left", left}, std::pair{"right", right}})
+    if (extent > attn_abi::kMaxSeqlen)
+      return emitError() << "sliding window " << side << " extent must be at most "
+                         << attn_abi::kMaxSeqlen << " (the longest sequence), got " << extent;
   return success();
 }
 
