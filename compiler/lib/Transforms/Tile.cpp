@@ -1,4 +1,4 @@
-//===- TilePass.cpp - choose the sm_90a tile plan -------------------------===//
+//===- Tile.cpp - choose the sm_90a tile plan -----------------------------===//
 //
 // attn-tile: records `tile = #attn.tile<...>` on each attn.kernel, from the
 // heuristic (head dimension, mask and score_mod, and the key length of

@@ -1,4 +1,4 @@
-//===- PlanSmemPass.cpp - lay out shared memory ---------------------------===//
+//===- PlanSmem.cpp - lay out shared memory -------------------------------===//
 //
 // attn-plan-smem: turns the tile plan into the kernel's shared-memory buffers
 // and places them with the lifetime-aware first-fit allocator.
