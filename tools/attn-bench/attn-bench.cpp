@@ -39,6 +39,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ToolVersion.h"
 #include "AttnHarness.h"
 #include "BackwardBench.h"
 #include "attn/Compiler/Compiler.h"
@@ -717,6 +718,7 @@ int runLinearGrid() {
 
 int main(int argc, char **argv) {
   InitLLVM initLLVM(argc, argv);
+  attn::installToolVersionPrinter();
   cl::ParseCommandLineOptions(argc, argv, "attn-bench: run and time attnc kernels\n");
   if (!grid && !linearGrid && !backwardGrid && specFile.empty()) {
     errs() << "attn-bench: give a spec file, --grid, --linear-grid or --backward-grid (see "

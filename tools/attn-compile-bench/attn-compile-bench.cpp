@@ -15,6 +15,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ToolVersion.h"
 #include "AttnHarness.h"
 #include "attn/Backend/Nvrtc.h"
 #include "attn/Compiler/Jit.h"
@@ -181,6 +182,7 @@ int runBench(const std::function<attn::Kernel(attn::Compiler &)> &compileOnce,
 
 int main(int argc, char **argv) {
   InitLLVM initLLVM(argc, argv);
+  attn::installToolVersionPrinter();
   cl::ParseCommandLineOptions(argc, argv,
                               "attn-compile-bench: time attn::Compiler's cold compile, disk "
                               "and memory cache hits\n");

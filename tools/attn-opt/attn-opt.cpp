@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ToolVersion.h"
 #include "attn/IR/AttnOps.h"
 #include "attn/Transforms/Passes.h"
 
@@ -17,6 +18,7 @@
 #include "mlir/Transforms/Passes.h"
 
 int main(int argc, char **argv) {
+  attn::installToolVersionPrinter();
   mlir::registerTransformsPasses();
   mlir::attn::registerAttnPasses();
 

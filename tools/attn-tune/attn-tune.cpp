@@ -17,6 +17,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ToolVersion.h"
 #include "AttnHarness.h"
 #include "Tuner.h"
 
@@ -88,6 +89,7 @@ void showProgress(const char *phase, size_t done, size_t total) {
 
 int main(int argc, char **argv) {
   InitLLVM initLLVM(argc, argv);
+  attn::installToolVersionPrinter();
   cl::ParseCommandLineOptions(argc, argv, "attn-tune: find the fastest tile plan of a spec\n");
   auto buffer = MemoryBuffer::getFile(specFile);
   if (!buffer) {

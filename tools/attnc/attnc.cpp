@@ -13,6 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ToolVersion.h"
 #include "attn/Backend/Nvrtc.h"
 #include "attn/Compiler/Compiler.h"
 #include "attn/Compiler/Jit.h"
@@ -393,6 +394,7 @@ int runCacheCommand() {
 
 int main(int argc, char **argv) {
   InitLLVM initLLVM(argc, argv);
+  attn::installToolVersionPrinter();
   cl::ParseCommandLineOptions(argc, argv,
                               "attnc: compile an attn spec to a Hopper (sm_90a) kernel\n");
 
