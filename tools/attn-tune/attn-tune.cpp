@@ -21,6 +21,7 @@
 #include "AttnHarness.h"
 #include "Tuner.h"
 
+#include "attn/Compiler/Compiler.h"
 #include "attn/runtime/Error.h"
 #include "attn/runtime/TuningDatabase.h"
 
@@ -40,20 +41,26 @@ using namespace llvm;
 
 namespace {
 cl::opt<std::string> specFile(cl::Positional, cl::desc("<spec.mlir>"), cl::Required);
-cl::opt<std::string> shapeText("shape", cl::desc("Problem sizes to tune for"),
+cl::opt<std::string> shapeText("shape",
+                               cl::desc("Problem sizes to tune for, ';'-separated (default: 2,8192)"),
                                cl::value_desc("B,S or B,Sq,Sk[;...]"), cl::init("2,8192"));
 cl::list<std::string> captureOptions(
-    "capture", cl::desc("NAME=GENERATOR[@D0xD1...]: a captured buffer (as attn-bench)"));
+    "capture", cl::desc("NAME=GENERATOR[@D0xD1...]: a captured buffer (as attn-bench); "
+                        "repeat the option for each capture"));
 cl::opt<bool> backward("backward",
                        cl::desc("Tune the backward kernels (dQ, dK, dV) instead of the forward"),
                        cl::init(false));
-cl::opt<int> warmup("warmup", cl::desc("Untimed launches per finalist round"), cl::init(2));
-cl::opt<int> repeats("repeats", cl::desc("Timed launches per finalist round (median)"),
+cl::opt<int> warmup("warmup", cl::desc("Untimed launches per finalist round (default: 2)"),
+                    cl::init(2));
+cl::opt<int> repeats("repeats",
+                     cl::desc("Timed launches per finalist round, their median kept (default: 5)"),
                      cl::init(5));
-cl::opt<int> rounds("rounds", cl::desc("Interleaved timing rounds of the finalists"), cl::init(5));
+cl::opt<int> rounds("rounds",
+                    cl::desc("Interleaved timing rounds of the finalists (default: 5)"),
+                    cl::init(5));
 cl::opt<unsigned> jobs("jobs", cl::desc("Compile threads (default: all hardware threads)"),
                        cl::init(0));
-cl::opt<unsigned> top("top", cl::desc("Rows of the ranked table"), cl::init(15));
+cl::opt<unsigned> top("top", cl::desc("Rows of the ranked table (default: 15)"), cl::init(15));
 cl::opt<std::string> tuningDatabase(
     "tuning-db",
     cl::desc("Where the best plan is recorded (default: ATTNC_TUNING_DB, else tuning.tsv in "
@@ -64,9 +71,13 @@ cl::opt<std::string> plotFile("plot",
                                        "--backward <spec>.tune-backward.svg, in the current "
                                        "directory; 'none' for no plot)"),
                               cl::value_desc("file"), cl::init(""));
-cl::list<int> onlyBlockN("block-n", cl::desc("Restrict the search to these block_n values"),
+cl::list<int> onlyBlockN("block-n",
+                         cl::desc("Restrict the search to these block_n values, a "
+                                  "comma-separated list (default: every legal one)"),
                          cl::CommaSeparated);
-cl::list<int> onlyStages("stages", cl::desc("Restrict the search to these stage counts"),
+cl::list<int> onlyStages("stages",
+                         cl::desc("Restrict the search to these stage counts, a "
+                                  "comma-separated list (default: every legal one)"),
                          cl::CommaSeparated);
 
 /// One line of progress: redrawn in place on a terminal, a line per tenth
@@ -120,6 +131,13 @@ int main(int argc, char **argv) {
     options.space.stages.assign(onlyStages.begin(), onlyStages.end());
   options.progress = showProgress;
 
+  // A malformed spec is reported as such, GPU or not.
+  try {
+    attn::tuningKeyOfSpec(options.specText, options.specName);
+  } catch (const attn::Error &error) {
+    errs() << error.what() << "\n";
+    return 1;
+  }
   std::string reason = attn::harness::gpuUnavailableReason();
   if (!reason.empty()) {
     errs() << "attn-tune: needs an sm_90 GPU to measure: " << reason << "\n";
