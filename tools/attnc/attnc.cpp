@@ -44,7 +44,15 @@ using namespace llvm;
 namespace {
 enum class EmitKind { Mlir, Cuda, Ptx, Cubin, Metadata };
 
-cl::SubCommand cacheCommand("cache", "Inspect, clear or fill the compiled-kernel cache");
+cl::SubCommand cacheCommand(
+    "cache",
+    "Inspect, clear or fill the compiled-kernel cache\n"
+    "    stats             the directory, its entries, their size and the size limit\n"
+    "    list              one line per entry: key, size, last use, kernel name\n"
+    "    clear             removes every entry\n"
+    "    warm <spec>...  compiles each spec into the cache (as the JIT's first use would)\n"
+    "  The limit is ATTNC_CACHE_MAX_BYTES (bytes, or with K, M, G: powers of 1024;\n"
+    "  default 1G): past it, the least recently used entries are evicted");
 
 cl::opt<std::string> inputFilename(cl::Positional, cl::desc("<spec.mlir>"), cl::init("-"));
 cl::opt<std::string> outputFilename("o", cl::desc("Output file (default: stdout)"),
