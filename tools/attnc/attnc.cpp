@@ -50,7 +50,7 @@ cl::SubCommand cacheCommand(
     "    stats             the directory, its entries, their size and the size limit\n"
     "    list              one line per entry: key, size, last use, kernel name\n"
     "    clear             removes every entry\n"
-    "    warm <spec>...  compiles each spec into the cache (as the JIT's first use would)\n"
+    "    warm <spec>...    compiles each spec into the cache (as the JIT's first use would)\n"
     "  The limit is ATTNC_CACHE_MAX_BYTES (bytes, or with K, M, G: powers of 1024;\n"
     "  default 1G): past it, the least recently used entries are evicted");
 
