@@ -42,6 +42,6 @@ install(FILES
   DESTINATION ${ATTNC_INSTALL_CMAKEDIR})
 
 # For reference only: attnc::compiler carries its own copy, embedded at
-# build time (compiler/lib/CodeGen/EmbedTemplates.cmake).
+# build time (cmake/EmbedFiles.cmake).
 install(DIRECTORY ${ATTNC_TEMPLATES_DIR}/
   DESTINATION ${CMAKE_INSTALL_DATADIR}/attnc/templates)

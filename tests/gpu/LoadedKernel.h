@@ -5,6 +5,7 @@
 #define ATTN_TESTS_GPU_LOADEDKERNEL_H
 
 #include "AttnHarness.h"
+#include "EmbeddedExamples.h"
 #include "attn/Compiler/Compiler.h"
 
 #include <catch2/catch.hpp>
@@ -94,20 +95,12 @@ inline std::vector<int32_t> downloadWorkOrder(const DeviceBuffer &buffer,
   return order;
 }
 
-/// A shipped example spec, read from the source tree, or from docs/examples
-/// below the working directory when the tests run from a copy of the
-/// repository.
+/// A shipped example spec (docs/examples/NAME), built into the binary.
 inline std::string readExample(const std::string &name) {
-  for (std::string dir :
-       {std::string(ATTNC_SOURCE_DIR) + "/docs/examples", std::string("docs/examples")}) {
-    std::ifstream file(dir + "/" + name);
-    if (file) {
-      std::stringstream text;
-      text << file.rdbuf();
-      return text.str();
-    }
-  }
-  FAIL("cannot read docs/examples/" << name);
+  for (const EmbeddedExample &example : embeddedExamples())
+    if (name == example.path)
+      return example.contents;
+  FAIL("docs/examples/" << name << " is not among the embedded examples");
   return {};
 }
 
