@@ -211,13 +211,7 @@ class Region:
         return self.emit(f"{name} {x.name}, {y.name} : {type_}", type_)
 
     def true_divide(self, a, b):
-        # Division by a constant is multiplication by its reciprocal (within
-        # one rounding of the quotient): the compiler folds a constant
-        # factor of the score into the softmax scale, and a divide costs a
-        # dozen instructions per pair.
-        if (isinstance(b, (int, float)) and not isinstance(b, bool) and b != 0
-                and math.isfinite(b)):
-            return self.arith("mul", a, 1.0 / b)
+        # attn-lower-mods turns a division by a constant into a product.
         _, (x, y) = self.promote(a, b, least="f32")
         return self.emit(f"arith.divf {x.name}, {y.name} : f32", "f32")
 

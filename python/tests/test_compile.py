@@ -41,6 +41,17 @@ def test_every_catalogue_mod_passes_the_verifier():
             assert kernel.info["q_heads"] == 8 and kernel.info["kv_heads"] == 2
 
 
+def test_softcap_by_division_gets_the_product_kernel():
+    # attn-lower-mods turns the division by the cap into the product the
+    # kernel folds into its scale: both spellings give the same PTX.
+    divided = attnc.attention_spec(8, 8, 128, causal=True,
+                                   score_mod=lambda s, b, h, q, kv: torch.tanh(s / 50.0) * 50.0)
+    multiplied = attnc.attention_spec(8, 8, 128, causal=True,
+                                      score_mod=lambda s, b, h, q, kv: torch.tanh(s * 0.02) * 50.0)
+    assert "arith.divf" in divided and "arith.divf" not in multiplied
+    assert attnc.compile_spec(divided).ptx == attnc.compile_spec(multiplied).ptx
+
+
 def test_backward_module_of_a_builtin_mask():
     text = attnc.attention_spec(8, 8, 64, causal=True)
     kernel = attnc.compile_spec(text, backward=True)

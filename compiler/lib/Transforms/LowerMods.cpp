@@ -425,6 +425,33 @@ void eraseDeadOps(Block &block) {
       op->erase();
 }
 
+/// Rewrites each division by a finite, nonzero f32 constant as a
+/// multiplication by its reciprocal (rounded to f32), so that `s / 50` and
+/// `s * 0.02` give the same kernel: the scalings below then recognise it,
+/// and a division costs a dozen instructions per pair. The product differs
+/// from the quotient by at most one rounding of the reciprocal.
+void divisionsByConstantsToProducts(func::FuncOp func) {
+  SmallVector<arith::DivFOp> divisions;
+  func.walk([&](arith::DivFOp division) { divisions.push_back(division); });
+  for (arith::DivFOp division : divisions) {
+    FloatAttr divisor;
+    if (!matchPattern(division.getRhs(), m_Constant(&divisor)) || !divisor.getType().isF32())
+      continue;
+    const double value = divisor.getValueAsDouble();
+    if (value == 0.0 || !std::isfinite(value))
+      continue;
+    const float reciprocal = static_cast<float>(1.0 / value);
+    if (!std::isfinite(reciprocal) || reciprocal == 0.f)
+      continue;
+    OpBuilder builder(division);
+    Value factor = arith::ConstantOp::create(builder, division.getLoc(),
+                                             builder.getF32FloatAttr(reciprocal));
+    Value product = arith::MulFOp::create(builder, division.getLoc(), division.getLhs(), factor);
+    division.replaceAllUsesWith(product);
+    division.erase();
+  }
+}
+
 /// The finite f32 constant that `mul` multiplies `operand` by, if its other
 /// operand is one.
 std::optional<float> constantFactor(arith::MulFOp mul, Value operand) {
@@ -997,6 +1024,7 @@ struct LowerModsPass : impl::AttnLowerModsBase<LowerModsPass> {
         std::string name = freeName(symbols, mod.base, index);
         func::FuncOp func = outlineRegion(kernel, mod.region, name);
         symbols.insert(func);
+        divisionsByConstantsToProducts(func);
         if (mod.isMask && failed(narrowMaskArithmetic(func))) {
           func.emitError("mask_mod: integer range narrowing failed");
           return signalPassFailure();

@@ -391,3 +391,43 @@ attn.kernel @divisions
       %keep = arith.cmpi sgt, %s, %zero : index
       attn.yield %keep : i1
     }
+
+// Soft-capping spelled with a division, cap * tanh(s / cap): a division by a
+// constant becomes a product by its reciprocal, so the kernel is the one
+// `s * 0.02` gives (score_input_scale, score_bound, score_output_scale).
+// CHECK-LABEL: emitc.func @attn_score_mod_{{[0-9]+}}(
+// CHECK-SAME:      %[[S:[^:]*]]: f32,
+// CHECK-NEXT:    %[[T:.*]] = call_opaque "attn_dev::fastTanh"(%[[S]])
+// CHECK-NEXT:    return %[[T]]
+// CHECK-LABEL: attn.kernel @softcap_divided
+// CHECK:         score_bound = 1.000000e+00 : f32, score_input_scale = 2.000000e-02 : f32, score_mod_fn = @attn_score_mod_{{[0-9]+}}, score_output_scale = 5.000000e+01 : f32
+attn.kernel @softcap_divided
+    problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
+    mask = #attn.causal<bottom_right> normalizer = #attn.softmax
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index):
+      %cap = arith.constant 50.0 : f32
+      %scaled = arith.divf %s, %cap : f32
+      %squashed = math.tanh %scaled : f32
+      %capped = arith.mulf %squashed, %cap : f32
+      attn.yield %capped : f32
+    }
+
+// A division by a value, or by zero, stays a division.
+// CHECK-LABEL: emitc.func @attn_score_mod_{{[0-9]+}}(
+// CHECK:         div
+// CHECK:         div
+// CHECK-LABEL: attn.kernel @kept_divisions
+// CHECK-NOT:     score_input_scale
+attn.kernel @kept_divisions
+    problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16>
+    mask = #attn.no_mask normalizer = #attn.softmax
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index):
+      %zero = arith.constant 0.0 : f32
+      %kvi = arith.index_cast %kv : index to i64
+      %kvf = arith.sitofp %kvi : i64 to f32
+      %a = arith.divf %s, %kvf : f32
+      %c = arith.divf %a, %zero : f32
+      attn.yield %c : f32
+    }

@@ -202,7 +202,9 @@ def AttnLowerMods : Pass<"attn-lower-mods", "::mlir::ModuleOp"> {
     interpreter's rules where MLIR or C leaves the result open (a zero
     divisor gives 0, the minimum by -1 wraps); `arith.remf`
     calls `fmodf`. Operations without a conversion are reported at their
-    location.
+    location. A division by a finite, nonzero f32 constant first becomes a
+    multiplication by its reciprocal (rounded to f32), so `s / 50` and
+    `s * 0.02` lower alike.
 
     A `mask_mod` is evaluated per pair, and 64-bit integer adds and
     compares take two or three GPU instructions each, so its index
