@@ -75,3 +75,17 @@ attn.kernel @k problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64,
 // expected-error @+2 {{failed to parse Attn_DivSumGeAttr parameter 'terms'}}
 // expected-error @+1 {{failed to parse Attn_TileFormulaAttr parameter 'terms'}}
 attn.kernel @k problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16> mask = #attn.no_mask normalizer = #attn.softmax attributes {mask_tile_formula = #attn.tile_formula<all_of, [#attn.div_sum_ge<terms = [#attn.floordiv<q = 1, divisor = 0>]>]>}
+
+// -----
+
+// A region that reads a buffer the spec does not declare gets a hint at the
+// extra argument.
+// expected-error @+1 {{'attn.kernel' op 'score_mod' region expects 5 arguments (score, batch, head, q_idx, kv_idx), got 6}}
+attn.kernel @undeclared problem = #attn.problem<q_heads = 2, kv_heads = 2, head_dim = 64, element_type = bf16> mask = #attn.no_mask normalizer = #attn.softmax
+    score_mod {
+    // expected-note @+1 {{argument #5 ('memref<?xf32>') reads a buffer the spec does not declare: add it to the kernel's captures, e.g. captures = [#attn.capture<"name", f32, [?]>]}}
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index, %bias: memref<?xf32>):
+      %v = memref.load %bias[%h] : memref<?xf32>
+      %r = arith.addf %s, %v : f32
+      attn.yield %r : f32
+    }

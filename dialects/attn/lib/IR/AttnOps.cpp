@@ -201,7 +201,26 @@ static LogicalResult verifyUserRegion(KernelOp op, Region &region,
                               << "'" << regionName << "' region expects "
                               << argTypes.size() << " arguments (";
     llvm::interleaveComma(argNames, diag);
-    return diag << "), got " << block.getNumArguments();
+    diag << "), got " << block.getNumArguments();
+    // A memref past the declared arguments is a buffer the spec reads
+    // without declaring it.
+    if (block.getNumArguments() > argTypes.size()) {
+      BlockArgument extra = block.getArgument(argTypes.size());
+      if (auto memref = dyn_cast<MemRefType>(extra.getType())) {
+        std::string example;
+        llvm::raw_string_ostream os(example);
+        os << "#attn.capture<\"name\", " << memref.getElementType() << ", [";
+        for (int64_t dim = 0; dim < memref.getRank(); ++dim)
+          os << (dim ? ", ?" : "?");
+        os << "]>";
+        diag.attachNote(extra.getLoc())
+            << "argument #" << argTypes.size() << " (" << memref
+            << ") reads a buffer the spec does not declare: add it to the kernel's "
+               "captures, e.g. captures = ["
+            << example << "]";
+      }
+    }
+    return diag;
   }
   for (auto [index, arg] : llvm::enumerate(block.getArguments())) {
     if (arg.getType() != argTypes[index])
