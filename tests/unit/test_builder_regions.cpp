@@ -266,6 +266,23 @@ TEST_CASE("spec errors in regions and captures are diagnostics", "[builder]") {
   CHECK_THROWS_WITH(compiler.printSpec(direct), Contains("only known to score_mod"));
 }
 
+TEST_CASE("printSpec prints an op that fails the verifier when asked to", "[builder]") {
+  Compiler compiler(noDiskCache());
+  // Retention needs a causal mask: the op builds, and the verifier refuses it.
+  Spec spec = SpecBuilder("unmasked_retention")
+                  .heads(4)
+                  .headDim(64)
+                  .normalizer(Normalizer::retention({0.9, 0.9, 0.9, 0.9}));
+  CHECK_THROWS_WITH(compiler.printSpec(spec), Contains("causal"));
+  std::string printed = compiler.printSpec(spec, SpecPrinting::AsBuilt);
+  CHECK_THAT(printed, Contains("attn.kernel @unmasked_retention") &&
+                          Contains("#attn.no_mask") && Contains("#attn.retention"));
+  // An attribute the builder cannot make leaves nothing to print.
+  Spec noOp = SpecBuilder("k").heads(4, 3).headDim(64);
+  CHECK_THROWS_WITH(compiler.printSpec(noOp, SpecPrinting::AsBuilt),
+                    Contains("kv_heads (3) must divide q_heads (4)"));
+}
+
 TEST_CASE("shared subexpressions are built, fingerprinted and lowered once", "[builder]") {
   // x_{i+1} = x_i + x_i: 60 levels, 2^60 paths, 61 nodes.
   Expr x = q;

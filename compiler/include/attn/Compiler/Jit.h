@@ -33,6 +33,14 @@
 
 namespace attn {
 
+/// Whether printSpec verifies the op it prints.
+enum class SpecPrinting {
+  /// Throws with the verifier's diagnostics for an invalid op.
+  Verified,
+  /// Prints the op as built, valid or not (for debugging a builder).
+  AsBuilt,
+};
+
 struct JitOptions {
   /// Target architecture (sm_90a is the only one the templates support).
   std::string arch = "sm_90a";
@@ -98,8 +106,10 @@ public:
                                      std::string_view bufferName = "spec");
 
   /// The `attn.kernel` op a Spec builds, printed as MLIR (what attnc would
-  /// read). Throws attn::Error like compile().
-  std::string printSpec(const Spec &spec);
+  /// read). Throws attn::Error like compile(); with SpecPrinting::AsBuilt
+  /// it prints an op that fails the verifier too (to see what a builder
+  /// made), and throws only when no op could be built.
+  std::string printSpec(const Spec &spec, SpecPrinting mode = SpecPrinting::Verified);
 
   JitStats stats() const;
   /// The disk cache, or null when it is off.
@@ -115,8 +125,9 @@ private:
 
 /// The `attn.kernel` op a Spec builds, printed as MLIR, in a context of its
 /// own (Compiler::printSpec is this). Throws attn::Error with the
-/// diagnostics of an invalid spec.
-std::string printSpecText(const Spec &spec);
+/// diagnostics of an invalid spec (with SpecPrinting::AsBuilt, only of one
+/// that could not be built).
+std::string printSpecText(const Spec &spec, SpecPrinting mode = SpecPrinting::Verified);
 
 /// The attnc version that goes into cache keys ("0.1.0").
 const char *attncVersion();
