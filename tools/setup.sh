@@ -7,7 +7,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 packages=(llvm-22-dev libmlir-22-dev mlir-22-tools libfmt-dev catch2 cmake ninja-build
-          libzstd-dev libxml2-dev g++ python3 ${ATTNC_EXTRA_PACKAGES:-})
+          libzstd-dev libxml2-dev libxxhash-dev g++ python3 ${ATTNC_EXTRA_PACKAGES:-})
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||

@@ -2,6 +2,11 @@
 
 #include "attn/runtime/Hash.h"
 
+// xxHash from Debian's libxxhash-dev, inlined: the runtime gains no shared
+// library to find on the GPU machine.
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -133,87 +138,8 @@ std::string Sha256::toHex(const Digest &digest) {
   return hex;
 }
 
-namespace {
-constexpr uint64_t kPrime1 = 0x9E3779B185EBCA87ull;
-constexpr uint64_t kPrime2 = 0xC2B2AE3D27D4EB4Full;
-constexpr uint64_t kPrime3 = 0x165667B19E3779F9ull;
-constexpr uint64_t kPrime4 = 0x85EBCA77C2B2AE63ull;
-constexpr uint64_t kPrime5 = 0x27D4EB2F165667C5ull;
-
-inline uint64_t rotl64(uint64_t x, unsigned n) {
-  return (x << n) | (x >> (64 - n));
-}
-
-// xxHash is defined on little-endian words; memcpy keeps unaligned reads
-// legal and compiles to one load.
-inline uint64_t read64(const uint8_t *p) {
-  uint64_t value;
-  std::memcpy(&value, p, sizeof(value));
-  return value;
-}
-
-inline uint32_t read32(const uint8_t *p) {
-  uint32_t value;
-  std::memcpy(&value, p, sizeof(value));
-  return value;
-}
-
-inline uint64_t xxhRound(uint64_t accumulator, uint64_t input) {
-  accumulator += input * kPrime2;
-  return rotl64(accumulator, 31) * kPrime1;
-}
-
-inline uint64_t xxhMerge(uint64_t hash, uint64_t lane) {
-  hash ^= xxhRound(0, lane);
-  return hash * kPrime1 + kPrime4;
-}
-} // namespace
-
 uint64_t xxh64(const void *data, size_t size, uint64_t seed) {
-  static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
-                "xxh64 reads little-endian words");
-  const auto *p = static_cast<const uint8_t *>(data);
-  const uint8_t *end = p + size;
-  uint64_t hash;
-  if (size >= 32) {
-    uint64_t v1 = seed + kPrime1 + kPrime2, v2 = seed + kPrime2, v3 = seed,
-             v4 = seed - kPrime1;
-    for (; end - p >= 32; p += 32) {
-      v1 = xxhRound(v1, read64(p));
-      v2 = xxhRound(v2, read64(p + 8));
-      v3 = xxhRound(v3, read64(p + 16));
-      v4 = xxhRound(v4, read64(p + 24));
-    }
-    hash = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
-    hash = xxhMerge(hash, v1);
-    hash = xxhMerge(hash, v2);
-    hash = xxhMerge(hash, v3);
-    hash = xxhMerge(hash, v4);
-  } else {
-    hash = seed + kPrime5;
-  }
-  hash += static_cast<uint64_t>(size);
-
-  for (; end - p >= 8; p += 8) {
-    hash ^= xxhRound(0, read64(p));
-    hash = rotl64(hash, 27) * kPrime1 + kPrime4;
-  }
-  if (end - p >= 4) {
-    hash ^= uint64_t(read32(p)) * kPrime1;
-    hash = rotl64(hash, 23) * kPrime2 + kPrime3;
-    p += 4;
-  }
-  for (; p < end; ++p) {
-    hash ^= uint64_t(*p) * kPrime5;
-    hash = rotl64(hash, 11) * kPrime1;
-  }
-
-  hash ^= hash >> 33;
-  hash *= kPrime2;
-  hash ^= hash >> 29;
-  hash *= kPrime3;
-  hash ^= hash >> 32;
-  return hash;
+  return XXH64(data, size, seed);
 }
 
 } // namespace attn
