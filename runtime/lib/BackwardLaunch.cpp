@@ -6,6 +6,8 @@
 
 #include "attn/runtime/TensorMap.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -78,8 +80,8 @@ BackwardGrids backwardGrids(const AttnLaunchConfig &config, const BackwardShape 
   const int64_t keyTiles = (shape.seqlenK + config.blockN - 1) / config.blockN;
   const int64_t queryBlocks = (shape.seqlenQ + config.blockM - 1) / config.blockM;
   if (shape.batch > 65535)
-    fail("q", "batch " + std::to_string(shape.batch) +
-                  " exceeds the backward grid's 65535 (the grid's z dimension)");
+    fail("q", fmt::format("batch {} exceeds the backward grid's 65535 (the grid's z dimension)",
+                          shape.batch));
   BackwardGrids grids;
   grids.main = Dim3{static_cast<unsigned>(keyTiles), static_cast<unsigned>(config.kvHeads),
                     static_cast<unsigned>(shape.batch)};
@@ -111,8 +113,8 @@ void validateBackwardArgs(const AttnLaunchConfig &config, const AttnBackwardArgs
   requireSameShape(args.dk, "dk", args.k, "k");
   requireSameShape(args.dv, "dv", args.k, "k");
   if (args.k.batch() != args.q.batch())
-    fail("k", "batch " + std::to_string(args.k.batch()) + " does not match q's batch " +
-                  std::to_string(args.q.batch()));
+    fail("k", fmt::format("batch {} does not match q's batch {}", args.k.batch(),
+                          args.q.batch()));
   requireIntRange(args.q.batch(), "q", "batch");
   requireForwardSeqlen(args.q.seqlen(), "q");
   requireForwardSeqlen(args.k.seqlen(), "k");
@@ -136,11 +138,12 @@ void validateBackwardArgs(const AttnLaunchConfig &config, const AttnBackwardArgs
   const uint64_t needed = workspaceLayout(config, shape).total;
   if (shape.batch > 0 && (shape.seqlenQ > 0 || shape.seqlenK > 0)) {
     if (!args.workspace)
-      fail("workspace", "pointer is null; the backward needs " + std::to_string(needed) +
-                            " bytes (backwardWorkspaceBytes)");
+      fail("workspace",
+           fmt::format("pointer is null; the backward needs {} bytes (backwardWorkspaceBytes)",
+                       needed));
     if (args.workspaceBytes < needed)
-      fail("workspace", std::to_string(args.workspaceBytes) + " bytes, but this call needs " +
-                            std::to_string(needed) + " (backwardWorkspaceBytes)");
+      fail("workspace", fmt::format("{} bytes, but this call needs {} (backwardWorkspaceBytes)",
+                                    args.workspaceBytes, needed));
     if (reinterpret_cast<uintptr_t>(args.workspace) % kWorkspaceAlign != 0)
       fail("workspace", "pointer must be 256-byte aligned");
   }

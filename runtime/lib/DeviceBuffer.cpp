@@ -2,6 +2,8 @@
 
 #include "attn/runtime/DeviceBuffer.h"
 
+#include <fmt/format.h>
+
 #include <string>
 #include <utility>
 
@@ -11,8 +13,7 @@ DeviceBuffer::DeviceBuffer(size_t size) : bytes(size) {
   if (bytes == 0)
     return; // cuMemAlloc rejects zero sizes.
   ensureContext();
-  ATTN_CU_CHECK_CTX("allocating " + std::to_string(bytes) + " bytes",
-                    cuMemAlloc, &pointer, bytes);
+  ATTN_CU_CHECK_CTX(fmt::format("allocating {} bytes", bytes), cuMemAlloc, &pointer, bytes);
 }
 
 DeviceBuffer::~DeviceBuffer() { release(); }
@@ -41,9 +42,8 @@ void DeviceBuffer::release() {
 void DeviceBuffer::checkRange(size_t count, size_t offset,
                               const char *what) const {
   if (offset > bytes || count > bytes - offset)
-    throw Error(std::string(what) + ": range [" + std::to_string(offset) +
-                ", " + std::to_string(offset) + "+" + std::to_string(count) +
-                ") exceeds the buffer's " + std::to_string(bytes) + " bytes");
+    throw Error(fmt::format("{}: range [{}, {}+{}) exceeds the buffer's {} bytes", what, offset,
+                            offset, count, bytes));
 }
 
 void DeviceBuffer::copyFromHost(const void *src, size_t count, size_t offset) {
@@ -68,8 +68,7 @@ void DeviceBuffer::fill(uint8_t value) {
 
 void DeviceBuffer::fill32(uint32_t value) {
   if (bytes % 4 != 0)
-    throw Error("DeviceBuffer::fill32: size " + std::to_string(bytes) +
-                " is not a multiple of 4");
+    throw Error(fmt::format("DeviceBuffer::fill32: size {} is not a multiple of 4", bytes));
   if (bytes == 0)
     return;
   ATTN_CU_CHECK(cuMemsetD32, pointer, value, bytes / 4);

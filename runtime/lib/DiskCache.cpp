@@ -7,6 +7,8 @@
 
 #include "FileUtil.h"
 
+#include <fmt/format.h>
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
@@ -16,7 +18,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -79,11 +80,7 @@ void setTimes(int fd, int64_t ns) {
   (void)::futimens(fd, times);
 }
 
-std::string hex64(uint64_t value) {
-  char text[17];
-  std::snprintf(text, sizeof(text), "%016" PRIx64, value);
-  return text;
-}
+std::string hex64(uint64_t value) { return fmt::format("{:016x}", value); }
 
 void validateSectionName(std::string_view name) {
   if (name.empty() || !std::all_of(name.begin(), name.end(), isKeyCharacter))
@@ -98,7 +95,7 @@ std::string serializeEntry(std::string_view key, const CacheEntry &entry) {
   bytes += "\n";
   for (const auto &[name, payload] : entry.sections) {
     validateSectionName(name);
-    bytes += "section " + name + " " + std::to_string(payload.size()) + "\n";
+    bytes += fmt::format("section {} {}\n", name, payload.size());
   }
   bytes += "end\n";
   for (const auto &section : entry.sections)
@@ -342,8 +339,7 @@ void DiskCache::initialize() {
     return disable(error);
   // Creating the directory can succeed where writing into it fails (a
   // read-only bind mount, another user's directory), so probe once.
-  std::string probe = opts.directory + "/" + std::string(kTempPrefix) +
-                      "probe-" + std::to_string(::getpid());
+  std::string probe = fmt::format("{}/{}probe-{}", opts.directory, kTempPrefix, ::getpid());
   int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
                   0644);
   if (fd < 0)
@@ -399,10 +395,8 @@ bool DiskCache::store(std::string_view key, const CacheEntry &entry) {
     return false;
 
   static std::atomic<uint64_t> counter{0};
-  std::string temp = opts.directory + "/" + std::string(kTempPrefix) +
-                     std::string(key) + "-" + std::to_string(::getpid()) +
-                     "-" + std::to_string(counter++) + "-" +
-                     std::to_string(nowNs());
+  std::string temp = fmt::format("{}/{}{}-{}-{}-{}", opts.directory, kTempPrefix, key,
+                                 ::getpid(), counter++, nowNs());
   std::string path = entryPath(key);
   std::string error = writeFileAtomically(path, temp, bytes, [](int fd) { setTimes(fd, nowNs()); });
   if (!error.empty()) {

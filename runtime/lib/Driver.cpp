@@ -2,6 +2,8 @@
 
 #include "attn/runtime/Driver.h"
 
+#include <fmt/format.h>
+
 #include <dlfcn.h>
 
 #include <map>
@@ -94,7 +96,7 @@ std::string Driver::describe(CUresult result) const {
     table.cuGetErrorName(result, &name);
   if (table.cuGetErrorString)
     table.cuGetErrorString(result, &text);
-  std::string out = name ? name : "CUresult " + std::to_string(result);
+  std::string out = name ? name : fmt::format("CUresult {}", static_cast<int>(result));
   if (text)
     out += std::string(" (") + text + ")";
   return out;
@@ -140,7 +142,7 @@ CUcontext ensureContext(int device) {
       primary = it->second;
     } else {
       CUdevice handle;
-      std::string what = "device " + std::to_string(device);
+      std::string what = fmt::format("device {}", device);
       ATTN_CU_CHECK_CTX(what, cuDeviceGet, &handle, device);
       ATTN_CU_CHECK_CTX(what, cuDevicePrimaryCtxRetain, &primary, handle);
       retained.emplace(device, primary);
@@ -151,7 +153,7 @@ CUcontext ensureContext(int device) {
 }
 
 DeviceInfo queryDevice(int device) {
-  std::string what = "device " + std::to_string(device);
+  std::string what = fmt::format("device {}", device);
   CUdevice handle;
   ATTN_CU_CHECK_CTX(what, cuDeviceGet, &handle, device);
 

@@ -6,6 +6,8 @@
 
 #include "attn/runtime/TensorMap.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -61,23 +63,15 @@ std::string captureLabel(const std::string &name) {
   return "capture '" + name + "'";
 }
 
-template <typename Range, typename Format>
-std::string bracketed(const Range &items, Format format) {
-  std::string text = "[";
-  for (const auto &item : items) {
-    if (text.size() > 1)
-      text += ", ";
-    text += format(item);
-  }
-  return text + "]";
-}
-
 std::string declaredShapeString(const CaptureDecl &decl) {
-  return bracketed(decl.dims, captureDimSpelling);
+  std::vector<std::string> dims;
+  for (const CaptureDim &dim : decl.dims)
+    dims.push_back(captureDimSpelling(dim));
+  return fmt::format("[{}]", fmt::join(dims, ", "));
 }
 
 std::string captureShapeString(const CaptureView &view) {
-  return bracketed(view.shape, [](int64_t size) { return std::to_string(size); });
+  return fmt::format("[{}]", fmt::join(view.shape, ", "));
 }
 
 /// Bytes of a capture's contiguous elements. A shape that needs more than
@@ -90,45 +84,37 @@ int64_t captureBytes(const CaptureView &view, const std::string &label) {
   int64_t bytes = static_cast<int64_t>(dtypeSize(view.dtype));
   for (int64_t size : view.shape)
     if (size < 0 || __builtin_mul_overflow(bytes, size, &bytes))
-      fail(label, "shape " + captureShapeString(view) +
-                      " does not fit in 2^63 bytes");
+      fail(label, fmt::format("shape {} does not fit in 2^63 bytes", captureShapeString(view)));
   return bytes;
 }
 
 void validateCaptureDecls(const std::vector<CaptureDecl> &captures) {
   if (captures.size() > size_t(attn_abi::kMaxCaptures))
-    fail("config", std::to_string(captures.size()) +
-                       " captured buffers exceed the kernel ABI's limit of " +
-                       std::to_string(attn_abi::kMaxCaptures));
+    fail("config", fmt::format("{} captured buffers exceed the kernel ABI's limit of {}",
+                               captures.size(), attn_abi::kMaxCaptures));
   for (size_t index = 0; index < captures.size(); ++index) {
     const CaptureDecl &decl = captures[index];
     if (!isCaptureName(decl.name))
-      fail("config", "capture " + std::to_string(index) + ": name '" +
-                         decl.name + "' is not an identifier");
+      fail("config", fmt::format("capture {}: name '{}' is not an identifier", index, decl.name));
     // Messages name captures, so a repeated name would be ambiguous.
     std::string label = captureLabel(decl.name) + ": ";
     for (size_t earlier = 0; earlier < index; ++earlier)
       if (captures[earlier].name == decl.name)
-        fail("config", label + "declared twice (captures " +
-                           std::to_string(earlier) + " and " +
-                           std::to_string(index) + ")");
+        fail("config", fmt::format("{}declared twice (captures {} and {})", label, earlier, index));
     if (decl.dtype != DType::F32 && decl.dtype != DType::I32)
       fail("config", label + "dtype must be f32 or i32, got " +
                          dtypeName(decl.dtype));
     if (decl.dims.empty() || decl.dims.size() > size_t(attn_abi::kMaxCaptureRank))
-      fail("config", label + "rank must be 1 to " +
-                         std::to_string(attn_abi::kMaxCaptureRank) + ", got " +
-                         std::to_string(decl.dims.size()));
+      fail("config", fmt::format("{}rank must be 1 to {}, got {}", label,
+                                 attn_abi::kMaxCaptureRank, decl.dims.size()));
     for (size_t dim = 0; dim < decl.dims.size(); ++dim) {
       const CaptureDim &declared = decl.dims[dim];
       if (!isKnownKind(declared.kind))
-        fail("config", label + "dim " + std::to_string(dim) +
-                           " has an invalid kind " +
-                           std::to_string(static_cast<int>(declared.kind)));
+        fail("config", fmt::format("{}dim {} has an invalid kind {}", label, dim,
+                                   static_cast<int>(declared.kind)));
       if (declared.kind == CaptureDim::Kind::Fixed && declared.size <= 0)
-        fail("config", label + "dim " + std::to_string(dim) +
-                           " has fixed size " + std::to_string(declared.size) +
-                           "; fixed sizes must be positive");
+        fail("config", fmt::format("{}dim {} has fixed size {}; fixed sizes must be positive",
+                                   label, dim, declared.size));
     }
   }
 }
@@ -155,36 +141,29 @@ void validateCapture(const CaptureDecl &decl, const CaptureView &view,
     fail(label, std::string("dtype ") + dtypeName(view.dtype) +
                     " does not match the declared " + dtypeName(decl.dtype));
   if (view.shape.size() != decl.dims.size())
-    fail(label, "shape " + captureShapeString(view) + " has rank " +
-                    std::to_string(view.shape.size()) +
-                    ", but the kernel declares rank " +
-                    std::to_string(decl.dims.size()) + ": " +
-                    declaredShapeString(decl));
+    fail(label, fmt::format("shape {} has rank {}, but the kernel declares rank {}: {}",
+                            captureShapeString(view), view.shape.size(), decl.dims.size(),
+                            declaredShapeString(decl)));
   for (size_t dim = 0; dim < decl.dims.size(); ++dim) {
     const CaptureDim &declared = decl.dims[dim];
     int64_t actual = view.shape[dim];
     if (declared.kind == CaptureDim::Kind::Any) {
       if (actual < 0)
-        fail(label, "dim " + std::to_string(dim) +
-                        " must be non-negative, got " + std::to_string(actual));
+        fail(label, fmt::format("dim {} must be non-negative, got {}", dim, actual));
       continue;
     }
     int64_t expected = requiredExtent(declared, config, args);
     if (actual != expected)
-      fail(label, "dim " + std::to_string(dim) + " is " +
-                      std::to_string(actual) + ", expected " +
-                      std::to_string(expected) +
-                      (declared.kind == CaptureDim::Kind::Fixed
-                           ? std::string()
-                           : std::string(" (") + symbolicDimSpelling(declared.kind) +
-                                 ")"));
+      fail(label, fmt::format("dim {} is {}, expected {}{}", dim, actual, expected,
+                              declared.kind == CaptureDim::Kind::Fixed
+                                  ? std::string()
+                                  : fmt::format(" ({})", symbolicDimSpelling(declared.kind))));
   }
   if (captureBytes(view, label) != 0 && !view.data)
     fail(label, "data pointer is null");
   // The kernel loads whole 4-byte elements.
   if (reinterpret_cast<uintptr_t>(view.data) % dtypeSize(decl.dtype) != 0)
-    fail(label, "data pointer must be " +
-                    std::to_string(dtypeSize(decl.dtype)) + "-byte aligned");
+    fail(label, fmt::format("data pointer must be {}-byte aligned", dtypeSize(decl.dtype)));
 }
 
 void validateCaptures(const AttnLaunchConfig &config,
@@ -196,12 +175,11 @@ void validateCaptures(const AttnLaunchConfig &config,
       std::string names;
       for (const CaptureDecl &decl : decls)
         names += (names.empty() ? "" : ", ") + decl.name;
-      declared = std::to_string(decls.size()) +
-                 (decls.size() == 1 ? " captured buffer (" : " captured buffers (") +
-                 names + ")";
+      declared = fmt::format("{} captured buffer{} ({})", decls.size(),
+                             decls.size() == 1 ? "" : "s", names);
     }
-    fail("captures", "the kernel declares " + declared + ", got " +
-                         std::to_string(args.captures.size()));
+    fail("captures",
+         fmt::format("the kernel declares {}, got {}", declared, args.captures.size()));
   }
   for (size_t index = 0; index < decls.size(); ++index)
     validateCapture(decls[index], args.captures[index], config, args);
@@ -250,8 +228,7 @@ bool isCaptureName(std::string_view name) {
 void validateLaunchConfig(const AttnLaunchConfig &config) {
   auto requirePositive = [](int value, const char *field) {
     if (value <= 0)
-      fail("config", std::string(field) + " must be positive, got " +
-                         std::to_string(value));
+      fail("config", fmt::format("{} must be positive, got {}", field, value));
   };
   requirePositive(config.headDim, "headDim");
   requirePositive(config.qHeads, "qHeads");
@@ -264,9 +241,8 @@ void validateLaunchConfig(const AttnLaunchConfig &config) {
   if (config.persistentBlocksPerSm < 0)
     fail("config", "persistentBlocksPerSm must be non-negative");
   if (config.qHeads % config.kvHeads != 0)
-    fail("config", "qHeads (" + std::to_string(config.qHeads) +
-                       ") must be a multiple of kvHeads (" +
-                       std::to_string(config.kvHeads) + ")");
+    fail("config", fmt::format("qHeads ({}) must be a multiple of kvHeads ({})", config.qHeads,
+                               config.kvHeads));
   if (config.dtype != DType::BF16 && config.dtype != DType::F16)
     fail("config", std::string("dtype must be bf16 or f16, got ") +
                        dtypeName(config.dtype));
@@ -295,9 +271,8 @@ void validateForwardArgs(const AttnLaunchConfig &config,
                     shapeString(args.k));
   }
   if (args.k.batch() != args.q.batch())
-    fail("k", "batch " + std::to_string(args.k.batch()) +
-                  " does not match q's batch " +
-                  std::to_string(args.q.batch()));
+    fail("k", fmt::format("batch {} does not match q's batch {}", args.k.batch(),
+                          args.q.batch()));
 
   requireIntRange(args.q.batch(), "q", "batch");
   requireForwardSeqlen(args.q.seqlen(), "q");
@@ -361,7 +336,7 @@ void validateDevicePointers(const AttnLaunchConfig &config,
     // must hold every element they cover.
     std::string label = index < config.captures.size()
                             ? captureLabel(config.captures[index].name)
-                            : "capture " + std::to_string(index);
+                            : fmt::format("capture {}", index);
     int64_t bytes = captureBytes(capture, label);
     if (bytes != 0)
       requireDeviceMemory(capture.data, uint64_t(bytes), label, device);
@@ -439,9 +414,8 @@ attn_abi::AttnFwdParams makeForwardParams(const AttnLaunchConfig &config,
 void fillCaptureArgs(const AttnForwardArgs &args,
                      attn_abi::AttnFwdParams &params) {
   if (args.captures.size() > size_t(attn_abi::kMaxCaptures))
-    fail("captures", std::to_string(args.captures.size()) +
-                         " captured buffers exceed the kernel ABI's limit of " +
-                         std::to_string(attn_abi::kMaxCaptures));
+    fail("captures", fmt::format("{} captured buffers exceed the kernel ABI's limit of {}",
+                                 args.captures.size(), attn_abi::kMaxCaptures));
   for (size_t index = 0; index < size_t(attn_abi::kMaxCaptures); ++index) {
     attn_abi::CaptureArg &entry = params.captures[index];
     // Extents of 1 keep every index of an unused entry or dim in bounds at 0.
@@ -452,10 +426,9 @@ void fillCaptureArgs(const AttnForwardArgs &args,
       continue;
     const CaptureView &capture = args.captures[index];
     if (capture.shape.size() > size_t(attn_abi::kMaxCaptureRank))
-      fail("capture " + std::to_string(index),
-           "rank " + std::to_string(capture.shape.size()) +
-               " exceeds the kernel ABI's limit of " +
-               std::to_string(attn_abi::kMaxCaptureRank));
+      fail(fmt::format("capture {}", index),
+           fmt::format("rank {} exceeds the kernel ABI's limit of {}", capture.shape.size(),
+                       attn_abi::kMaxCaptureRank));
     entry.data = capture.data;
     for (size_t dim = 0; dim < capture.shape.size(); ++dim)
       entry.extents[dim] = capture.shape[dim];
@@ -525,7 +498,7 @@ void launchForward(KernelFunction &kernel, const AttnLaunchConfig &config,
                                : ForwardTail{};
   if (tail.scratch.bytes() > 0) {
     requireWorkspace(args.workspace, args.workspaceBytes, tail.scratch.bytes(),
-                     "the split of " + std::to_string(tail.split.tiles) + " tail tiles",
+                     fmt::format("the split of {} tail tiles", tail.split.tiles),
                      "forwardWorkspaceBytes");
     unsigned char *base = static_cast<unsigned char *>(args.workspace);
     params.tail_tiles = tail.split.tiles;
@@ -555,8 +528,8 @@ PackedSequenceOffsets uploadPackedSequences(const std::vector<int64_t> &seqlensQ
   if (seqlensQ.empty())
     fail("seqlensQ", "packed sequences need at least one sequence");
   if (seqlensK.size() != seqlensQ.size())
-    fail("seqlensK", "has " + std::to_string(seqlensK.size()) + " lengths, but seqlensQ has " +
-                         std::to_string(seqlensQ.size()));
+    fail("seqlensK", fmt::format("has {} lengths, but seqlensQ has {}", seqlensK.size(),
+                                 seqlensQ.size()));
   PackedSequenceOffsets packed;
   std::vector<int32_t> offsets;
   offsets.reserve(2 * (seqlensQ.size() + 1));
@@ -566,13 +539,14 @@ PackedSequenceOffsets uploadPackedSequences(const std::vector<int64_t> &seqlensQ
     offsets.push_back(0);
     for (size_t index = 0; index < lengths->size(); ++index) {
       int64_t length = (*lengths)[index];
-      std::string at = std::string(name) + "[" + std::to_string(index) + "]";
+      std::string at = fmt::format("{}[{}]", name, index);
       if (length < 0)
-        fail(at, "length " + std::to_string(length) + " is negative");
+        fail(at, fmt::format("length {} is negative", length));
       *total += length;
       if (*total > INT_MAX)
-        fail(at, "the packed rows up to here, " + std::to_string(*total) +
-                     ", exceed the int range of the kernel ABI");
+        fail(at, fmt::format("the packed rows up to here, {}, exceed the int range of the "
+                             "kernel ABI",
+                             *total));
       *longest = std::max(*longest, length);
       offsets.push_back(static_cast<int32_t>(*total));
     }

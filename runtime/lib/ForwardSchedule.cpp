@@ -4,6 +4,8 @@
 
 #include "LaunchChecks.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -26,9 +28,8 @@ int64_t forwardWorkTiles(const AttnLaunchConfig &config, int batch, int seqlenQ)
   // The kernel counts work tiles in 32-bit ints. Below 2^56, so no overflow.
   int64_t tilesPerBatch = queryBlocks * config.qHeads;
   if (batch != 0 && tilesPerBatch > std::numeric_limits<int>::max() / batch)
-    fail("q", "batch " + std::to_string(batch) + " x heads " + std::to_string(config.qHeads) +
-                  " x ceil(seqlen / " + std::to_string(config.blockM) + ") " +
-                  std::to_string(queryBlocks) + " work tiles exceed 2^31 - 1");
+    fail("q", fmt::format("batch {} x heads {} x ceil(seqlen / {}) {} work tiles exceed 2^31 - 1",
+                          batch, config.qHeads, config.blockM, queryBlocks));
   return tilesPerBatch * batch;
 }
 

@@ -4,11 +4,12 @@
 
 #include "attn/runtime/LaunchMetadata.h"
 
+#include <fmt/format.h>
+
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <mutex>
-#include <sstream>
 
 namespace attn {
 
@@ -52,10 +53,10 @@ bool isCubinOrFatbin(const std::string &bytes) {
 void checkDeviceSupported(const DeviceInfo &device) {
   if (device.computeCapabilityMajor == 9 && device.computeCapabilityMinor == 0)
     return;
-  throw Error("device " + std::to_string(device.ordinal) + " (" + device.name +
-              ") is sm_" + std::to_string(device.computeCapabilityMajor) +
-              std::to_string(device.computeCapabilityMinor) +
-              "; attnc kernels need an sm_90 GPU (Hopper: H100, H200, GH200)");
+  throw Error(fmt::format("device {} ({}) is sm_{}{}; attnc kernels need an sm_90 GPU (Hopper: "
+                          "H100, H200, GH200)",
+                          device.ordinal, device.name, device.computeCapabilityMajor,
+                          device.computeCapabilityMinor));
 }
 
 Kernel::Kernel(KernelImage image) {

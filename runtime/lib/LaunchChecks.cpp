@@ -2,31 +2,26 @@
 
 #include "LaunchChecks.h"
 
+#include <fmt/format.h>
+
 #include <climits>
 #include <mutex>
 #include <unordered_map>
-#include <sstream>
 #include <utility>
 #include <vector>
 
 namespace attn::detail {
 
 [[noreturn]] void fail(std::string_view name, const std::string &what) {
-  throw Error(std::string(name) + ": " + what);
+  throw Error(fmt::format("{}: {}", name, what));
 }
 
 std::string shapeString(const TensorView &view) {
-  std::ostringstream os;
-  os << "[" << view.shape[0] << ", " << view.shape[1] << ", " << view.shape[2]
-     << ", " << view.shape[3] << "]";
-  return os.str();
+  return fmt::format("[{}, {}, {}, {}]", view.shape[0], view.shape[1], view.shape[2],
+                     view.shape[3]);
 }
 
-std::string hexAddress(uintptr_t address) {
-  std::ostringstream os;
-  os << "0x" << std::hex << address;
-  return os.str();
-}
+std::string hexAddress(uintptr_t address) { return fmt::format("0x{:x}", address); }
 
 uint64_t viewExtentBytes(const TensorView &view) {
   uint64_t lastOffset = 0;
@@ -39,23 +34,21 @@ void requireDeviceMemory(const void *ptr, uint64_t extentBytes,
                          std::string_view name, int device) {
   PointerInfo info = queryPointer(ptr);
   if (!info.device)
-    fail(name, "data pointer " + hexAddress(reinterpret_cast<uintptr_t>(ptr)) +
-                   " is not device memory; expected an allocation on device " +
-                   std::to_string(device) + " (e.g. cuMemAlloc)");
+    fail(name, fmt::format("data pointer {} is not device memory; expected an allocation on "
+                           "device {} (e.g. cuMemAlloc)",
+                           hexAddress(reinterpret_cast<uintptr_t>(ptr)), device));
   // Managed memory migrates to whichever device touches it.
   if (!info.managed && info.deviceOrdinal >= 0 && info.deviceOrdinal != device)
-    fail(name, "data pointer is memory of device " +
-                   std::to_string(info.deviceOrdinal) +
-                   ", but the current context is on device " +
-                   std::to_string(device));
+    fail(name, fmt::format("data pointer is memory of device {}, but the current context is "
+                           "on device {}",
+                           info.deviceOrdinal, device));
   if (info.rangeBytes != 0) {
     auto address = reinterpret_cast<uintptr_t>(ptr);
     uint64_t available = info.rangeStart + info.rangeBytes - address;
     if (extentBytes > available)
-      fail(name, "the view spans " + std::to_string(extentBytes) +
-                     " bytes from its data pointer, but its allocation "
-                     "holds only " +
-                     std::to_string(available) + " bytes from there");
+      fail(name, fmt::format("the view spans {} bytes from its data pointer, but its "
+                             "allocation holds only {} bytes from there",
+                             extentBytes, available));
   }
 }
 
@@ -66,31 +59,27 @@ void validateAgainstConfig(const TensorView &view, const char *name,
     fail(name, std::string("dtype ") + dtypeName(view.dtype) +
                    " does not match the kernel's " + dtypeName(config.dtype));
   if (view.headDim() != config.headDim)
-    fail(name, "head_dim " + std::to_string(view.headDim()) +
-                   " does not match the kernel's " +
-                   std::to_string(config.headDim));
+    fail(name, fmt::format("head_dim {} does not match the kernel's {}", view.headDim(),
+                           config.headDim));
   if (view.heads() != heads) {
-    std::string message = std::to_string(view.heads()) +
-                          " heads, but the kernel was compiled for " +
-                          std::to_string(heads) + " " + headKind + " heads";
+    std::string message = fmt::format("{} heads, but the kernel was compiled for {} {} heads",
+                                      view.heads(), heads, headKind);
     if (config.kvHeads != config.qHeads)
-      message += " (GQA: " + std::to_string(config.qHeads) + " query heads, " +
-                 std::to_string(config.qHeads / config.kvHeads) +
-                 " per kv head)";
+      message += fmt::format(" (GQA: {} query heads, {} per kv head)", config.qHeads,
+                             config.qHeads / config.kvHeads);
     fail(name, message);
   }
 }
 
 void requireIntRange(int64_t value, const char *name, const char *what) {
   if (value > INT_MAX)
-    fail(name, std::string(what) + " " + std::to_string(value) +
-                   " exceeds the int range of the kernel ABI");
+    fail(name, fmt::format("{} {} exceeds the int range of the kernel ABI", what, value));
 }
 
 void requireForwardSeqlen(int64_t value, const char *name) {
   if (value > attn_abi::kMaxSeqlen)
-    fail(name, "seqlen " + std::to_string(value) + " exceeds the forward kernels' limit of " +
-                   std::to_string(attn_abi::kMaxSeqlen) + " rows");
+    fail(name, fmt::format("seqlen {} exceeds the forward kernels' limit of {} rows", value,
+                           attn_abi::kMaxSeqlen));
 }
 
 void validatePackedSequences(const PackedSequences &packed, const TensorView &q,
@@ -103,18 +92,19 @@ void validatePackedSequences(const PackedSequences &packed, const TensorView &q,
       fail(name, "pointer must be 4-byte aligned");
   }
   if (packed.batch <= 0)
-    fail("packed.batch", "must be positive, got " + std::to_string(packed.batch));
+    fail("packed.batch", fmt::format("must be positive, got {}", packed.batch));
   requireIntRange(packed.batch, "packed.batch", "sequence count");
   for (auto [view, name] : {std::make_pair(&q, "q"), std::make_pair(&k, "k")})
     if (view->batch() != 1)
-      fail(name, "packed sequences lie end to end in a tensor of batch 1, got batch " +
-                     std::to_string(view->batch()));
+      fail(name, fmt::format("packed sequences lie end to end in a tensor of batch 1, got "
+                             "batch {}",
+                             view->batch()));
   if (packed.maxSeqlenQ < 0 || packed.maxSeqlenQ > q.seqlen())
-    fail("packed.maxSeqlenQ", std::to_string(packed.maxSeqlenQ) + " must lie in [0, q's " +
-                                  std::to_string(q.seqlen()) + " packed rows]");
+    fail("packed.maxSeqlenQ", fmt::format("{} must lie in [0, q's {} packed rows]",
+                                          packed.maxSeqlenQ, q.seqlen()));
   if (packed.maxSeqlenK < 0 || packed.maxSeqlenK > k.seqlen())
-    fail("packed.maxSeqlenK", std::to_string(packed.maxSeqlenK) + " must lie in [0, k's " +
-                                  std::to_string(k.seqlen()) + " packed rows]");
+    fail("packed.maxSeqlenK", fmt::format("{} must lie in [0, k's {} packed rows]",
+                                          packed.maxSeqlenK, k.seqlen()));
 }
 
 int multiprocessorsOf(int device) {
@@ -138,8 +128,8 @@ LogicalShape logicalShape(const AttnForwardArgs &args) {
 void requireWorkspace(const void *workspace, uint64_t bytes, uint64_t needed,
                       const std::string &use, const char *sizeFunction) {
   if (bytes < needed)
-    fail("workspace", std::to_string(bytes) + " bytes are too few for " + use + ": " +
-                          std::to_string(needed) + " needed (" + sizeFunction + ")");
+    fail("workspace", fmt::format("{} bytes are too few for {}: {} needed ({})", bytes, use,
+                                  needed, sizeFunction));
   if (reinterpret_cast<uintptr_t>(workspace) % alignof(float) != 0)
     fail("workspace", "pointer must be 4-byte aligned");
   requireDeviceMemory(workspace, needed, "workspace", currentDevice());

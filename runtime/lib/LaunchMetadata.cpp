@@ -2,10 +2,11 @@
 
 #include "attn/runtime/LaunchMetadata.h"
 
+#include <fmt/format.h>
+
 #include <cerrno>
 #include <climits>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <vector>
@@ -39,7 +40,7 @@ constexpr IntField kIntFields[] = {
 };
 
 [[noreturn]] void fail(int line, const std::string &what) {
-  throw Error("launch metadata: line " + std::to_string(line) + ": " + what);
+  throw Error(fmt::format("launch metadata: line {}: {}", line, what));
 }
 
 int parseInt(const std::string &value, int line, const std::string &key) {
@@ -53,7 +54,7 @@ int parseInt(const std::string &value, int line, const std::string &key) {
 }
 
 std::string captureKey(size_t index) {
-  return "capture." + std::to_string(index);
+  return fmt::format("capture.{}", index);
 }
 
 /// `NAME DTYPE DIM,DIM,...`, as serializeLaunchConfig writes a CaptureDecl.
@@ -117,12 +118,10 @@ CaptureDecl parseCapture(const std::string &value, int line,
   for (size_t start = 0;;) {
     size_t comma = dims.find(',', start);
     if (decl.dims.size() == size_t(attn_abi::kMaxCaptureRank))
-      fail(line, key + ": more than " +
-                     std::to_string(attn_abi::kMaxCaptureRank) + " dims in '" +
-                     dims + "'");
-    decl.dims.push_back(parseCaptureDim(
-        dims.substr(start, comma - start), line,
-        key + ": dim " + std::to_string(decl.dims.size())));
+      fail(line, fmt::format("{}: more than {} dims in '{}'", key, attn_abi::kMaxCaptureRank,
+                             dims));
+    decl.dims.push_back(parseCaptureDim(dims.substr(start, comma - start), line,
+                                        fmt::format("{}: dim {}", key, decl.dims.size())));
     if (comma == std::string::npos)
       break;
     start = comma + 1;
@@ -132,17 +131,14 @@ CaptureDecl parseCapture(const std::string &value, int line,
 } // namespace
 
 std::string serializeLaunchConfig(const AttnLaunchConfig &config) {
-  std::string text = std::string(kHeader) + " " +
-                     std::to_string(kLaunchMetadataVersion) + "\n";
+  std::string text = fmt::format("{} {}\n", kHeader, kLaunchMetadataVersion);
   text += "kernel " + config.kernelName + "\n";
   for (const IntField &field : kIntFields)
-    text += std::string(field.key) + " " +
-            std::to_string(config.*field.member) + "\n";
+    text += fmt::format("{} {}\n", field.key, config.*field.member);
   text += std::string("dtype ") + dtypeName(config.dtype) + "\n";
-  char scale[64];
-  std::snprintf(scale, sizeof(scale), "%a", double(config.scale));
-  text += std::string("scale ") + scale + "\n";
-  text += "captures " + std::to_string(config.captures.size()) + "\n";
+  // Hexadecimal, so the float reads back exactly ({:a} is printf's %a).
+  text += fmt::format("scale {:a}\n", double(config.scale));
+  text += fmt::format("captures {}\n", config.captures.size());
   for (size_t index = 0; index < config.captures.size(); ++index)
     text += captureKey(index) + " " + serializeCapture(config.captures[index]) +
             "\n";
@@ -167,13 +163,11 @@ AttnLaunchConfig parseLaunchConfig(std::string_view text) {
     std::string key = line.substr(0, space), value = line.substr(space + 1);
     if (!sawHeader) {
       if (key != kHeader)
-        fail(lineNumber, "expected the header '" + std::string(kHeader) +
-                             " " + std::to_string(kLaunchMetadataVersion) +
-                             "', got '" + line + "'");
+        fail(lineNumber, fmt::format("expected the header '{} {}', got '{}'", kHeader,
+                                     kLaunchMetadataVersion, line));
       if (value != std::to_string(kLaunchMetadataVersion))
-        fail(lineNumber, "unsupported version " + value + " (this runtime "
-                         "reads version " +
-                             std::to_string(kLaunchMetadataVersion) + ")");
+        fail(lineNumber, fmt::format("unsupported version {} (this runtime reads version {})",
+                                     value, kLaunchMetadataVersion));
       sawHeader = true;
       continue;
     }
@@ -218,9 +212,8 @@ AttnLaunchConfig parseLaunchConfig(std::string_view text) {
   auto [captureCount, captureCountLine] = take("captures");
   int declaredCaptures = parseInt(captureCount, captureCountLine, "captures");
   if (declaredCaptures < 0 || declaredCaptures > attn_abi::kMaxCaptures)
-    fail(captureCountLine, "captures: expected 0 to " +
-                               std::to_string(attn_abi::kMaxCaptures) +
-                               ", got " + captureCount);
+    fail(captureCountLine,
+         fmt::format("captures: expected 0 to {}, got {}", attn_abi::kMaxCaptures, captureCount));
   for (int index = 0; index < declaredCaptures; ++index) {
     std::string key = captureKey(index);
     auto [value, line] = take(key);
@@ -228,10 +221,8 @@ AttnLaunchConfig parseLaunchConfig(std::string_view text) {
   }
   for (const auto &[key, valueAndLine] : values)
     if (key.rfind("capture.", 0) == 0)
-      fail(valueAndLine.second,
-           "unexpected key '" + key + "' (line " +
-               std::to_string(captureCountLine) + " says 'captures " +
-               captureCount + "')");
+      fail(valueAndLine.second, fmt::format("unexpected key '{}' (line {} says 'captures {}')",
+                                            key, captureCountLine, captureCount));
 
   if (!values.empty())
     fail(values.begin()->second.second,

@@ -6,6 +6,8 @@
 
 #include "attn/runtime/TensorMap.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -31,14 +33,14 @@ void validateLinearArgs(const AttnLaunchConfig &config, const AttnLinearArgs &ar
                        " in batch and sequence length");
   if (decode) {
     if (args.q.seqlen() != 1)
-      fail("q", "the one-token step takes seqlen 1, got " + std::to_string(args.q.seqlen()));
+      fail("q", fmt::format("the one-token step takes seqlen 1, got {}", args.q.seqlen()));
   } else {
     validateTmaOperands(args.q, args.k, args.v, args.o);
   }
   requireIntRange(args.q.batch(), "q", "batch");
   requireIntRange(args.q.seqlen(), "q", "seqlen");
   if (args.q.batch() > 65535)
-    fail("q", "batch " + std::to_string(args.q.batch()) + " exceeds the grid's 65535");
+    fail("q", fmt::format("batch {} exceeds the grid's 65535", args.q.batch()));
   if (!config.normalize && (args.initialKeySum || args.finalKeySum))
     fail(args.initialKeySum ? "initialKeySum" : "finalKeySum",
          "the kernel does not normalize, so it has no key sum");
@@ -181,15 +183,15 @@ void launchLinear(LinearFunctions &functions, const AttnLaunchConfig &config,
     return;
   validateLinearDevicePointers(config, args);
   if (args.segments < 0)
-    fail("segments", "expected 0 (chosen by the runtime) or a positive cap, got " +
-                         std::to_string(args.segments));
+    fail("segments", fmt::format("expected 0 (chosen by the runtime) or a positive cap, got {}",
+                                 args.segments));
   LinearSplit split;
   if (args.workspace)
     split = linearSplitFor(config, args.q.batch(), args.q.seqlen(), args.segments);
   const LinearScratch scratch = linearScratch(config, args.q.batch(), split);
   if (scratch.bytes() > 0)
     requireWorkspace(args.workspace, args.workspaceBytes, scratch.bytes(),
-                     std::to_string(split.segments) + " segments", "linearWorkspaceBytes");
+                     fmt::format("{} segments", split.segments), "linearWorkspaceBytes");
   attn_abi::AttnLinearParams params = encodeLinearParams(config, args, split, scratch);
   Dim3 block{static_cast<unsigned>(config.threadsPerBlock), 1, 1};
   void *kernelArgs[] = {&params};

@@ -2,6 +2,8 @@
 
 #include "attn/runtime/Module.h"
 
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -11,8 +13,7 @@ namespace attn {
 void KernelFunction::setMaxDynamicSharedMemory(int bytes) {
   if (bytes == maxDynamicSharedMemory)
     return;
-  ATTN_CU_CHECK_CTX(kernelName + ": max dynamic shared memory " +
-                        std::to_string(bytes) + " bytes",
+  ATTN_CU_CHECK_CTX(fmt::format("{}: max dynamic shared memory {} bytes", kernelName, bytes),
                     cuFuncSetAttribute, function,
                     CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes);
   maxDynamicSharedMemory = bytes;
@@ -37,12 +38,9 @@ void KernelFunction::launch(Dim3 grid, Dim3 block, int sharedMemoryBytes,
   // The launch's description only on failure: it is on every call's path.
   if (result != CUDA_SUCCESS)
     driver.check(result, "cuLaunchKernel",
-                 kernelName + ", grid (" + std::to_string(grid.x) + "," +
-                     std::to_string(grid.y) + "," + std::to_string(grid.z) +
-                     "), block (" + std::to_string(block.x) + "," +
-                     std::to_string(block.y) + "," + std::to_string(block.z) +
-                     "), " + std::to_string(sharedMemoryBytes) +
-                     " bytes shared memory");
+                 fmt::format("{}, grid ({},{},{}), block ({},{},{}), {} bytes shared memory",
+                             kernelName, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+                             sharedMemoryBytes));
 }
 
 Module Module::loadPtx(std::string_view ptx) {

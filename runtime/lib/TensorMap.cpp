@@ -4,6 +4,8 @@
 
 #include "attn/runtime/Driver.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -46,33 +48,27 @@ void validateTmaOperand(const TensorView &view, std::string_view name) {
                    dtypeName(view.dtype));
   for (int dim = 0; dim < 4; ++dim) {
     if (view.shape[dim] < 0)
-      fail(name, "size of dim " + std::to_string(dim) +
-                     " must be non-negative, got " +
-                     std::to_string(view.shape[dim]));
+      fail(name, fmt::format("size of dim {} must be non-negative, got {}", dim, view.shape[dim]));
     if (view.shape[dim] > kMaxTmaDim)
-      fail(name, "size of dim " + std::to_string(dim) +
-                     " exceeds the TMA limit of 2^32, got " +
-                     std::to_string(view.shape[dim]));
+      fail(name, fmt::format("size of dim {} exceeds the TMA limit of 2^32, got {}", dim,
+                             view.shape[dim]));
   }
   if (view.strides[3] != 1)
-    fail(name, "last dim (head_dim) must be contiguous (stride 1), got " +
-                   std::to_string(view.strides[3]));
+    fail(name, fmt::format("last dim (head_dim) must be contiguous (stride 1), got {}",
+                           view.strides[3]));
 
   const int64_t elementBytes = static_cast<int64_t>(dtypeSize(view.dtype));
   for (int dim = 0; dim < 3; ++dim) {
     int64_t stride = view.strides[dim];
     if (stride < 0)
-      fail(name, "stride of dim " + std::to_string(dim) +
-                     " must be non-negative, got " + std::to_string(stride));
+      fail(name, fmt::format("stride of dim {} must be non-negative, got {}", dim, stride));
     if (stride >= kMaxTmaStrideBytes / elementBytes)
-      fail(name, "stride of dim " + std::to_string(dim) +
-                     " must be below 2^40 bytes, got " +
-                     std::to_string(stride) + " elements");
+      fail(name, fmt::format("stride of dim {} must be below 2^40 bytes, got {} elements", dim,
+                             stride));
     int64_t strideBytes = stride * elementBytes;
     if (strideBytes % 16 != 0)
-      fail(name, "stride of dim " + std::to_string(dim) +
-                     " must be a multiple of 16 bytes, got " +
-                     std::to_string(strideBytes));
+      fail(name, fmt::format("stride of dim {} must be a multiple of 16 bytes, got {}", dim,
+                             strideBytes));
   }
 
   auto address = reinterpret_cast<uintptr_t>(view.data);
@@ -97,15 +93,14 @@ attn_abi::TensorMapBlob encodeBSHDTensorMap(const TensorView &view,
   validateTmaOperand(view, name);
   const unsigned elementBytes = static_cast<unsigned>(dtypeSize(view.dtype));
   if (boxRows == 0 || boxRows > kMaxTmaBox)
-    fail(name, "box rows must be in [1, 256], got " + std::to_string(boxRows));
+    fail(name, fmt::format("box rows must be in [1, 256], got {}", boxRows));
   if (boxCols == 0 || boxCols > kMaxTmaBox)
-    fail(name, "box cols must be in [1, 256], got " + std::to_string(boxCols));
+    fail(name, fmt::format("box cols must be in [1, 256], got {}", boxCols));
   if ((boxCols * elementBytes) % 16 != 0 ||
       boxCols * elementBytes > kSwizzleBytes)
-    fail(name, "box cols must span a multiple of 16 bytes and at most " +
-                   std::to_string(kSwizzleBytes) +
-                   " (the swizzle width), got " +
-                   std::to_string(boxCols * elementBytes) + " bytes");
+    fail(name, fmt::format("box cols must span a multiple of 16 bytes and at most {} (the "
+                           "swizzle width), got {} bytes",
+                           kSwizzleBytes, boxCols * elementBytes));
 
   // Innermost first: {head_dim, seq, heads, batch}.
   auto extent = [&](int dim) {

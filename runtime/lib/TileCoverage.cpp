@@ -4,6 +4,8 @@
 
 #include "LaunchChecks.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -23,9 +25,9 @@ struct TileCoverageShape {
   /// batch x heads); throws attn::Error naming "q" past the grid's limits.
   Dim3 tileGrid(const std::string &kernel) const {
     if (batchHeads > 65535 || queryBlocks > 65535)
-      fail("q", "the " + kernel + " grid takes at most 65535 (batch x heads) and 65535 query "
-                "blocks, got " + std::to_string(batchHeads) + " and " +
-                std::to_string(queryBlocks));
+      fail("q", fmt::format("the {} grid takes at most 65535 (batch x heads) and 65535 query "
+                            "blocks, got {} and {}",
+                            kernel, batchHeads, queryBlocks));
     return Dim3{static_cast<unsigned>(keyTiles), static_cast<unsigned>(queryBlocks),
                 static_cast<unsigned>(batchHeads)};
   }
@@ -82,8 +84,8 @@ DeviceBuffer buildTileKeyBits(const Module &module, const AttnLaunchConfig &conf
     return DeviceBuffer(std::max<uint64_t>(slotBytes, 1));
   validateDevicePointers(config, checked);
   if (shape.bytes() > uint64_t(INT_MAX))
-    fail("q", "the key bits number at most " + std::to_string(INT_MAX) + " tiles, got " +
-                  std::to_string(shape.bytes()));
+    fail("q", fmt::format("the key bits number at most {} tiles, got {}", INT_MAX,
+                          shape.bytes()));
   Dim3 grid = shape.tileGrid("key bits");
   // Looked up before anything launches: a failed lookup must not free a
   // buffer under a running kernel.

@@ -8,6 +8,8 @@
 
 #include "FileUtil.h"
 
+#include <fmt/format.h>
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -99,13 +101,11 @@ std::optional<TuningRecord> parseRecord(const std::string &line) {
   return record;
 }
 
+/// The times with 6 significant digits ({:.6g}, printf's %.6g).
 std::string formatRecord(const TuningRecord &record) {
-  std::ostringstream line;
-  line.precision(6);
-  line << record.specHash << '\t' << record.arch << '\t' << record.bucket.str() << '\t'
-       << record.config << '\t' << record.milliseconds << '\t' << record.tflops << '\t'
-       << sanitizeField(record.device) << '\t' << record.unixSeconds;
-  return line.str();
+  return fmt::format("{}\t{}\t{}\t{}\t{:.6g}\t{:.6g}\t{}\t{}", record.specHash, record.arch,
+                     record.bucket.str(), record.config, record.milliseconds, record.tflops,
+                     sanitizeField(record.device), record.unixSeconds);
 }
 
 bool sameKey(const TuningRecord &a, const TuningRecord &b) {
@@ -153,8 +153,7 @@ ShapeBucket ShapeBucket::of(const TuningShape &shape, int64_t qHeads) {
 }
 
 std::string ShapeBucket::str() const {
-  return "bh" + std::to_string(batchHeads) + "_q" + std::to_string(seqlenQ) + "_k" +
-         std::to_string(seqlenK);
+  return fmt::format("bh{}_q{}_k{}", batchHeads, seqlenQ, seqlenK);
 }
 
 std::optional<ShapeBucket> ShapeBucket::parse(const std::string &text) {
@@ -198,8 +197,7 @@ std::optional<std::string> parseTuningShape(const std::string &text, TuningShape
 }
 
 std::string formatTuningShape(const TuningShape &shape) {
-  return std::to_string(shape.batch) + "," + std::to_string(shape.seqlenQ) + "," +
-         std::to_string(shape.seqlenK);
+  return fmt::format("{},{},{}", shape.batch, shape.seqlenQ, shape.seqlenK);
 }
 
 std::string backwardTuningHash(const std::string &specHash) {
@@ -249,8 +247,7 @@ void TuningDatabase::record(const TuningRecord &record) {
   for (const TuningRecord &r : merged)
     text += formatRecord(r) + "\n";
   static std::atomic<uint64_t> counter{0};
-  std::string temp = filePath + ".tmp-" + std::to_string(::getpid()) + "-" +
-                     std::to_string(counter++);
+  std::string temp = fmt::format("{}.tmp-{}-{}", filePath, ::getpid(), counter++);
   std::string error = writeFileAtomically(filePath, temp, text);
   if (!error.empty())
     throw Error("tuning database '" + filePath + "': " + error);
