@@ -6,6 +6,8 @@
 #include "BackwardHarness.h"
 #include "attn/Compiler/Compiler.h"
 
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <optional>
 #include <sstream>
@@ -25,8 +27,7 @@ struct LoadedPair {
 LoadedPair loadPair(const std::string &spec, const std::string &name, int64_t batch,
                     int64_t seqlen, int64_t seqlenK) {
   CompileOptions options;
-  options.tuningShape = std::to_string(batch) + "," + std::to_string(seqlen) + "," +
-                        std::to_string(seqlenK);
+  options.tuningShape = fmt::format("{},{},{}", batch, seqlen, seqlenK);
   LoadedPair pair;
   pair.forward = compileSpec(spec, name, options);
   pair.backward = compileBackwardSpec(spec, name);

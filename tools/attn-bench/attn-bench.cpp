@@ -50,6 +50,8 @@
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -175,8 +177,9 @@ Loaded load(const std::string &spec, const std::string &name, const attn::Tuning
   // A tile setting, not only the launch's: a persistent plan gives O's
   // staging bytes of its own.
   if (blocksPerSm >= 0)
-    options.tileOverride += (options.tileOverride.empty() ? "" : ",") +
-                            std::string("persistent_blocks_per_sm=") + std::to_string(blocksPerSm);
+    options.tileOverride += fmt::format("{}persistent_blocks_per_sm={}",
+                                        options.tileOverride.empty() ? "" : ",",
+                                        blocksPerSm.getValue());
   options.tuningDatabase = database;
   if (shape.seqlenQ > 0)
     options.tuningShape = attn::formatTuningShape(shape);
@@ -528,8 +531,8 @@ int runGrid() {
     std::printf("| head dim | seqlen | causal | attnc TFLOP/s | ms | plan |\n"
                 "|---|---|---|---|---|---|\n");
   auto planName = [](const attn::AttnLaunchConfig &launch) {
-    return std::to_string(launch.blockM) + "x" + std::to_string(launch.blockN) +
-           (launch.persistentBlocksPerSm ? " persistent" : "");
+    return fmt::format("{}x{}{}", launch.blockM, launch.blockN,
+                       launch.persistentBlocksPerSm ? " persistent" : "");
   };
   for (int headDim : {64, 128, 256}) {
     std::optional<attn::harness::ForwardProblem> data;

@@ -26,6 +26,8 @@
 
 #include <stdlib.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -123,7 +125,7 @@ int runBench(const std::function<attn::Kernel(attn::Compiler &)> &compileOnce,
   std::string lastCacheDir;
   for (int i = 0; i < repeats; ++i) {
     // Not there yet: the Compiler creates it, as on a machine's first run.
-    lastCacheDir = scratch.path + "/cold-" + std::to_string(i);
+    lastCacheDir = fmt::format("{}/cold-{}", scratch.path, i);
     Clock::time_point start = Clock::now();
     attn::Compiler compiler(cacheIn(lastCacheDir));
     construct.seconds.push_back(secondsSince(start));

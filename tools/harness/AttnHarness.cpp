@@ -2,6 +2,8 @@
 
 #include "AttnHarness.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -148,7 +150,7 @@ PinnedHostBuffer::PinnedHostBuffer(size_t size) : bytes(size) {
   if (bytes == 0)
     return;
   ensureContext();
-  ATTN_CU_CHECK_CTX("allocating " + std::to_string(bytes) + " bytes of pinned host memory",
+  ATTN_CU_CHECK_CTX(fmt::format("allocating {} bytes of pinned host memory", bytes),
                     cuMemAllocHost, &pointer, bytes);
 }
 
@@ -270,14 +272,13 @@ Comparison compareOutputs(const reference::Problem &problem, const ReferenceOutp
           float gpu = fromBits(dtype, gpuBits[offsetOf(data.o.view, bi, s, h, dim)]);
           if (!std::isfinite(gpu)) {
             ++result.nonFinite;
-            note("O is not finite at b=" + std::to_string(bi) + " h=" + std::to_string(h) +
-                 " q=" + std::to_string(s));
+            note(fmt::format("O is not finite at b={} h={} q={}", bi, h, s));
             continue;
           }
           double error = std::fabs(double(gpu) - ref);
           if (maskedRow && gpu != 0.f) {
             ++result.maskedRowMismatches;
-            note("fully masked row has nonzero O at q=" + std::to_string(s));
+            note(fmt::format("fully masked row has nonzero O at q={}", s));
           }
           result.maxAbsError = std::max(result.maxAbsError, error);
           errorSquares += error * error;
@@ -363,7 +364,7 @@ std::string softmaxSpecText(const std::string &name, int headDim, const std::str
 
 std::string gridSpecText(int headDim, bool causal) {
   const int heads = 2048 / headDim;
-  return softmaxSpecText("grid_d" + std::to_string(headDim) + (causal ? "_causal" : ""), headDim,
+  return softmaxSpecText(fmt::format("grid_d{}{}", headDim, causal ? "_causal" : ""), headDim,
                          "bf16", causal ? "#attn.causal<bottom_right>" : "#attn.no_mask", heads,
                          heads);
 }
@@ -388,8 +389,8 @@ std::string gpuUnavailableReason() {
       return "no CUDA device";
     DeviceInfo info = queryDevice(0);
     if (info.computeCapabilityMajor != 9 || info.computeCapabilityMinor != 0)
-      return "device 0 (" + info.name + ") is sm_" + std::to_string(info.computeCapabilityMajor) +
-             std::to_string(info.computeCapabilityMinor) + "; the kernels need sm_90";
+      return fmt::format("device 0 ({}) is sm_{}{}; the kernels need sm_90", info.name,
+                         info.computeCapabilityMajor, info.computeCapabilityMinor);
   } catch (const Error &error) {
     return error.what();
   }
@@ -410,8 +411,9 @@ static std::vector<int64_t> captureShape(const CaptureDecl &decl, const AttnLaun
                                                  launch.kvHeads, shape.seqlenQ, shape.seqlenK);
     if (extent < 0) {
       if (i >= given.size())
-        throw Error("capture '" + decl.name + "': extent " + std::to_string(i) +
-                          " is '?': give the shape as --capture " + decl.name + "=...@D0xD1");
+        throw Error(fmt::format("capture '{}': extent {} is '?': give the shape as --capture "
+                                "{}=...@D0xD1",
+                                decl.name, i, decl.name));
       extent = given[i];
     }
     extents.push_back(extent);

@@ -2,6 +2,8 @@
 
 #include "attn/Backend/Nvrtc.h"
 
+#include <fmt/format.h>
+
 #include <nvrtc.h>
 
 namespace attn::backend {
@@ -82,7 +84,7 @@ std::string nvrtcVersionString() {
   int major = 0, minor = 0;
   if (::nvrtcVersion(&major, &minor) != NVRTC_SUCCESS)
     return "unknown";
-  return std::to_string(major) + "." + std::to_string(minor);
+  return fmt::format("{}.{}", major, minor);
 }
 
 } // namespace attn::backend

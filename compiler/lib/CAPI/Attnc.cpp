@@ -19,6 +19,9 @@
 #include "attn/runtime/AttentionLaunch.h"
 #include "attn/runtime/Error.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <climits>
 #include <cstddef>
 #include <exception>
@@ -136,17 +139,14 @@ template <typename T> void requireOut(T **out, const char *name) {
 //===----------------------------------------------------------------------===//
 
 std::string shapeOf(const int64_t *values, int64_t rank) {
-  std::string text = "[";
-  for (int64_t dim = 0; dim < rank; ++dim)
-    text += (dim ? ", " : "") + std::to_string(values[dim]);
-  return text + "]";
+  return fmt::format("[{}]", fmt::join(values, values + std::max<int64_t>(rank, 0), ", "));
 }
 
 attn::DType toDType(int64_t dtype, const std::string &name) {
   if (dtype < ATTNC_BF16 || dtype > ATTNC_I32)
-    throw attn::Error(name + ": dtype " + std::to_string(dtype) +
-                      " is not one of ATTNC_BF16 (0), ATTNC_F16 (1), ATTNC_F32 (2), "
-                      "ATTNC_I32 (3)");
+    throw attn::Error(fmt::format("{}: dtype {} is not one of ATTNC_BF16 (0), ATTNC_F16 (1), "
+                                  "ATTNC_F32 (2), ATTNC_I32 (3)",
+                                  name, dtype));
   return static_cast<attn::DType>(dtype);
 }
 
@@ -154,8 +154,7 @@ attn::DType toDType(int64_t dtype, const std::string &name) {
 /// runtime checks the layout the kernel needs.
 attn::TensorView toTensorView(const attnc_tensor &tensor, const char *name) {
   if (tensor.rank != 4)
-    throw attn::Error(std::string(name) + ": rank " + std::to_string(tensor.rank) +
-                      ", expected 4 (BSHD)");
+    throw attn::Error(fmt::format("{}: rank {}, expected 4 (BSHD)", name, tensor.rank));
   attn::TensorView view;
   view.data = tensor.data;
   view.dtype = toDType(tensor.dtype, name);
@@ -171,10 +170,10 @@ attn::TensorView toTensorView(const attnc_tensor &tensor, const char *name) {
 /// than read wrongly by the kernel. Extents of 1 may have any stride, as in
 /// PyTorch's is_contiguous().
 attn::CaptureView toCaptureView(const attnc_tensor &tensor, int64_t index) {
-  const std::string name = "captures[" + std::to_string(index) + "]";
+  const std::string name = fmt::format("captures[{}]", index);
   if (tensor.rank < 1 || tensor.rank > attn_abi::kMaxCaptureRank)
-    throw attn::Error(name + ": rank " + std::to_string(tensor.rank) + ", expected 1 to " +
-                      std::to_string(attn_abi::kMaxCaptureRank));
+    throw attn::Error(fmt::format("{}: rank {}, expected 1 to {}", name, tensor.rank,
+                                  attn_abi::kMaxCaptureRank));
   attn::CaptureView view;
   view.data = tensor.data;
   view.dtype = toDType(tensor.dtype, name);
@@ -224,11 +223,11 @@ attn::AttnForwardArgs toForwardArgs(const attnc_forward_args *args) {
   // Bounded before reading the array, so that a garbage count reads no
   // memory past what a kernel can declare.
   if (args->num_captures < 0 || args->num_captures > attn_abi::kMaxCaptures)
-    throw attn::Error("num_captures: " + std::to_string(args->num_captures) +
-                      " is not in 0 to " + std::to_string(attn_abi::kMaxCaptures));
+    throw attn::Error(fmt::format("num_captures: {} is not in 0 to {}", args->num_captures,
+                                  attn_abi::kMaxCaptures));
   if (args->num_captures > 0 && !args->captures)
-    throw attn::Error("captures: null pointer with num_captures " +
-                      std::to_string(args->num_captures));
+    throw attn::Error(
+        fmt::format("captures: null pointer with num_captures {}", args->num_captures));
   for (int64_t index = 0; index < args->num_captures; ++index)
     forward.captures.push_back(toCaptureView(args->captures[index], index));
   forward.packed = toPacked(args->packed);
@@ -253,8 +252,7 @@ attn::AttnBackwardArgs toBackwardArgs(const attnc_backward_args *args) {
   backward.workspace = args->workspace;
   backward.workspaceBytes = args->workspace_bytes;
   if (args->deterministic != 0 && args->deterministic != 1)
-    throw attn::Error("deterministic: must be 0 or 1, got " +
-                      std::to_string(args->deterministic));
+    throw attn::Error(fmt::format("deterministic: must be 0 or 1, got {}", args->deterministic));
   backward.deterministic = args->deterministic == 1;
   return backward;
 }
@@ -271,8 +269,7 @@ attn::AttnLinearArgs toLinearArgs(const attnc_linear_args *args) {
   linear.workspace = args->workspace;
   linear.workspaceBytes = args->workspace_bytes;
   if (args->segments < INT_MIN || args->segments > INT_MAX)
-    throw attn::Error("segments: " + std::to_string(args->segments) +
-                      " exceeds the int range");
+    throw attn::Error(fmt::format("segments: {} exceeds the int range", args->segments));
   linear.segments = static_cast<int>(args->segments);
   return linear;
 }
@@ -356,7 +353,7 @@ attnc_status attnc_compile(attnc_compiler *compiler, const char *spec_text,
     requireHandle(compiler, "compiler");
     requirePointer(spec_text, "spec_text");
     if (backward != 0 && backward != 1)
-      throw attn::Error("backward: must be 0 or 1, got " + std::to_string(backward));
+      throw attn::Error(fmt::format("backward: must be 0 or 1, got {}", backward));
     // The C++ API's default name, for callers with nothing better to say.
     std::string_view name = buffer_name ? buffer_name : "spec";
     attn::Kernel kernel = backward ? compiler->compiler.compileBackward(spec_text, name)

@@ -21,6 +21,8 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <fmt/format.h>
+
 namespace attn {
 
 void registerSpecDialects(mlir::DialectRegistry &registry) {
@@ -278,7 +280,7 @@ mlir::attn::KernelOp singleKernel(mlir::ModuleOp module) {
     ++count;
   });
   if (count != 1)
-    throw Error("the spec must hold exactly one attn.kernel, found " + std::to_string(count));
+    throw Error(fmt::format("the spec must hold exactly one attn.kernel, found {}", count));
   return found;
 }
 
@@ -438,9 +440,8 @@ reference::Problem referenceProblemFromSpec(const std::string &specText, int64_t
     std::string names;
     for (mlir::attn::CaptureAttr capture : declared)
       names += (names.empty() ? "'" : ", '") + capture.getName().str() + "'";
-    throw Error("the spec declares " + std::to_string(declared.size()) + " captures" +
-                (names.empty() ? std::string() : " (" + names + ")") + ", got " +
-                std::to_string(captures.size()));
+    throw Error(fmt::format("the spec declares {} captures{}, got {}", declared.size(),
+                            names.empty() ? std::string() : " (" + names + ")", captures.size()));
   }
   for (auto [capture, buffer] : llvm::zip(declared, captures)) {
     const std::string which = "capture '" + capture.getName().str() + "': ";
@@ -449,8 +450,8 @@ reference::Problem referenceProblemFromSpec(const std::string &specText, int64_t
       throw Error(which + "expected " + dtypeName(decl.dtype) + ", got " +
                   dtypeName(buffer.dtype));
     if (buffer.shape.size() != decl.dims.size())
-      throw Error(which + "expected rank " + std::to_string(decl.dims.size()) + ", got " +
-                  std::to_string(buffer.shape.size()));
+      throw Error(fmt::format("{}expected rank {}, got {}", which, decl.dims.size(),
+                              buffer.shape.size()));
     for (size_t dim = 0; dim < decl.dims.size(); ++dim) {
       const CaptureDim &declaredDim = decl.dims[dim];
       const int64_t expected =
@@ -462,10 +463,9 @@ reference::Problem referenceProblemFromSpec(const std::string &specText, int64_t
       std::string wanted = "a size >= 0";
       if (expected >= 0)
         wanted = declaredDim.kind == CaptureDim::Kind::Fixed
-                     ? std::to_string(expected)
-                     : captureDimSpelling(declaredDim) + " = " + std::to_string(expected);
-      throw Error(which + "extent " + std::to_string(dim) + " is " + std::to_string(extent) +
-                  ", expected " + wanted);
+                     ? fmt::format("{}", expected)
+                     : fmt::format("{} = {}", captureDimSpelling(declaredDim), expected);
+      throw Error(fmt::format("{}extent {} is {}, expected {}", which, dim, extent, wanted));
     }
   }
 

@@ -4,6 +4,8 @@
 
 #include "attn/runtime/Error.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <unordered_map>
@@ -153,8 +155,8 @@ Expr Expr::make(Op op, std::vector<Expr> operands) {
   n->op = op;
   auto arity = [&](size_t count) {
     if (operands.size() != count)
-      throw Error(std::string("Expr '") + opName(op) + "': takes " + std::to_string(count) +
-                  " operands, got " + std::to_string(operands.size()));
+      throw Error(fmt::format("Expr '{}': takes {} operands, got {}", opName(op), count,
+                              operands.size()));
   };
   switch (op) {
   case Op::Batch:
@@ -253,8 +255,8 @@ Expr Expr::make(Op op, std::vector<Expr> operands) {
   for (const Expr &operand : operands)
     n->depth = std::max(n->depth, operand.node->depth + 1);
   if (n->depth > kMaxExprDepth)
-    throw Error(std::string("Expr '") + opName(op) + "': nested deeper than " +
-                std::to_string(kMaxExprDepth) + " operations");
+    throw Error(
+        fmt::format("Expr '{}': nested deeper than {} operations", opName(op), kMaxExprDepth));
   n->operands = std::move(operands);
   return Expr(std::move(n));
 }
@@ -264,8 +266,8 @@ Capture::Capture(std::string name, DType dtype, std::vector<CaptureExtent> exten
 
 Expr Capture::operator()(std::vector<Expr> indices) const {
   if (indices.size() != captureExtents.size())
-    throw Error("capture '" + captureName + "': read with " + std::to_string(indices.size()) +
-                " indices, but it has " + std::to_string(captureExtents.size()) + " extents");
+    throw Error(fmt::format("capture '{}': read with {} indices, but it has {} extents",
+                            captureName, indices.size(), captureExtents.size()));
   for (const Expr &index : indices)
     if (index.type() != ExprType::Index)
       throw Error("capture '" + captureName + "': indices must be index expressions, got " +
@@ -276,8 +278,8 @@ Expr Capture::operator()(std::vector<Expr> indices) const {
   for (const Expr &index : indices)
     n->depth = std::max(n->depth, index.node->depth + 1);
   if (n->depth > kMaxExprDepth)
-    throw Error("capture '" + captureName + "': read nested deeper than " +
-                std::to_string(kMaxExprDepth) + " operations");
+    throw Error(fmt::format("capture '{}': read nested deeper than {} operations", captureName,
+                            kMaxExprDepth));
   n->operands = std::move(indices);
   n->captureName = captureName;
   n->captureDType = elementType;
@@ -312,11 +314,10 @@ std::string exprFingerprint(const Expr &root) {
       operandNumbers.push_back(self(self, operand));
     size_t number = numbers.size();
     numbers.emplace(e.id(), number);
-    text += "%" + std::to_string(number) + " = " + opName(e.op()) + " " +
-            exprTypeName(e.type());
+    text += fmt::format("%{} = {} {}", number, opName(e.op()), exprTypeName(e.type()));
     switch (e.op()) {
     case Op::IndexConst:
-      text += " " + std::to_string(e.indexValue());
+      text += fmt::format(" {}", e.indexValue());
       break;
     case Op::F32Const: {
       char hex[64];
@@ -329,14 +330,14 @@ std::string exprFingerprint(const Expr &root) {
       break;
     case Op::Load:
       // Length-prefixed, so no name can read as another field.
-      text += " " + std::to_string(e.captureName().size()) + ":" + e.captureName() + " " +
-              dtypeName(e.captureDType());
+      text += fmt::format(" {}:{} {}", e.captureName().size(), e.captureName(),
+                          dtypeName(e.captureDType()));
       break;
     default:
       break;
     }
     for (size_t operand : operandNumbers)
-      text += " %" + std::to_string(operand);
+      text += fmt::format(" %{}", operand);
     text += "\n";
     return number;
   };

@@ -19,6 +19,8 @@
 #include "mlir/IR/Verifier.h"
 #include "mlir/Pass/PassManager.h"
 
+#include <fmt/format.h>
+
 #include <atomic>
 #include <cinttypes>
 #include <cstdio>
@@ -297,9 +299,8 @@ Compiler::~Compiler() = default;
 /// "B,Sq,Sk", the form attn-tile's tuning-shape option reads.
 static std::string tuningShapeText(const TuningShape &shape) {
   if (shape.batch <= 0 || shape.seqlenQ <= 0 || shape.seqlenK <= 0)
-    throw Error("shape: batch, seqlenQ and seqlenK must be positive, got " +
-                std::to_string(shape.batch) + ", " + std::to_string(shape.seqlenQ) + ", " +
-                std::to_string(shape.seqlenK));
+    throw Error(fmt::format("shape: batch, seqlenQ and seqlenK must be positive, got {}, {}, {}",
+                            shape.batch, shape.seqlenQ, shape.seqlenK));
   return formatTuningShape(shape);
 }
 

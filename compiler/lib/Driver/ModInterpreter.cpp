@@ -23,6 +23,8 @@
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -126,8 +128,8 @@ namespace {
 
 std::string describeLocation(mlir::Location loc) {
   if (auto fileLoc = loc->findInstanceOf<mlir::FileLineColLoc>())
-    return fileLoc.getFilename().getValue().str() + ":" + std::to_string(fileLoc.getLine()) +
-           ":" + std::to_string(fileLoc.getColumn());
+    return fmt::format("{}:{}:{}", fileLoc.getFilename().getValue().str(), fileLoc.getLine(),
+                       fileLoc.getColumn());
   std::string text;
   llvm::raw_string_ostream stream(text);
   loc.print(stream);
@@ -299,27 +301,23 @@ void Translator::translate(mlir::Region &region) {
       else if (element.isSignlessInteger(32))
         dtype = DType::I32;
       else
-        throw std::invalid_argument("mod interpreter: capture argument #" +
-                                    std::to_string(arg.getArgNumber()) + " at " +
-                                    describeLocation(arg.getLoc()) + " has type " +
-                                    typeText(memref) + "; captures hold f32 or i32");
+        throw std::invalid_argument(fmt::format(
+            "mod interpreter: capture argument #{} at {} has type {}; captures hold f32 or i32",
+            arg.getArgNumber(), describeLocation(arg.getLoc()), typeText(memref)));
       if (memref.getRank() < 1 || memref.getRank() > 3)
-        throw std::invalid_argument("mod interpreter: capture argument #" +
-                                    std::to_string(arg.getArgNumber()) + " at " +
-                                    describeLocation(arg.getLoc()) + " has rank " +
-                                    std::to_string(memref.getRank()) +
-                                    "; captures have rank 1 to 3");
+        throw std::invalid_argument(fmt::format(
+            "mod interpreter: capture argument #{} at {} has rank {}; captures have rank 1 to 3",
+            arg.getArgNumber(), describeLocation(arg.getLoc()), memref.getRank()));
       captureOf[arg] = program.captureArgs.size();
       program.captureArgs.push_back({dtype, static_cast<unsigned>(memref.getRank())});
       continue;
     }
     ScalarType scalar;
     if (!classify(arg.getType(), scalar))
-      throw std::invalid_argument("mod interpreter: argument #" +
-                                  std::to_string(arg.getArgNumber()) + " at " +
-                                  describeLocation(arg.getLoc()) + " has type " +
-                                  typeText(arg.getType()) +
-                                  "; arguments are index, i1..i64, f32 or memrefs");
+      throw std::invalid_argument(fmt::format(
+          "mod interpreter: argument #{} at {} has type {}; arguments are index, i1..i64, f32 "
+          "or memrefs",
+          arg.getArgNumber(), describeLocation(arg.getLoc()), typeText(arg.getType())));
     slots[arg] = program.scalarArgs.size();
     program.scalarArgs.push_back(scalar);
   }
@@ -386,8 +384,8 @@ void Translator::addLoad(mlir::memref::LoadOp op) {
     reject(op, "must read a capture argument of the region");
   const CaptureArg &capture = program.captureArgs[it->second];
   if (op.getIndices().size() != capture.rank)
-    reject(op, "has " + std::to_string(op.getIndices().size()) +
-                   " indices for a capture of rank " + std::to_string(capture.rank));
+    reject(op, fmt::format("has {} indices for a capture of rank {}", op.getIndices().size(),
+                           capture.rank));
   Step step;
   step.op = Opcode::Load;
   step.aux = it->second;
@@ -840,11 +838,10 @@ void ModInterpreter::checkCaptures(const std::vector<HostCapture> &captures) con
   // Runs before every evaluation: messages are only built on failure.
   const std::vector<CaptureArg> &expected = program->captureArgs;
   if (captures.size() != expected.size())
-    throw std::invalid_argument("mod interpreter: the region takes " +
-                                std::to_string(expected.size()) + " captures, got " +
-                                std::to_string(captures.size()));
+    throw std::invalid_argument(fmt::format("mod interpreter: the region takes {} captures, got {}",
+                                            expected.size(), captures.size()));
   auto fail = [](size_t i, const std::string &what) {
-    throw std::invalid_argument("mod interpreter: capture #" + std::to_string(i) + " " + what);
+    throw std::invalid_argument(fmt::format("mod interpreter: capture #{} {}", i, what));
   };
   for (size_t i = 0; i < captures.size(); ++i) {
     const HostCapture &capture = captures[i];
@@ -852,8 +849,7 @@ void ModInterpreter::checkCaptures(const std::vector<HostCapture> &captures) con
       fail(i, std::string("must be ") + dtypeName(expected[i].dtype) + ", got " +
                   dtypeName(capture.dtype));
     if (capture.shape.size() != expected[i].rank)
-      fail(i, "must have rank " + std::to_string(expected[i].rank) + ", got " +
-                  std::to_string(capture.shape.size()));
+      fail(i, fmt::format("must have rank {}, got {}", expected[i].rank, capture.shape.size()));
     bool empty = false;
     for (int64_t extent : capture.shape) {
       if (extent < 0)
@@ -893,15 +889,15 @@ ModValue ModInterpreter::evaluate(const std::vector<ModValue> &scalars,
   checkCaptures(captures);
   const std::vector<ScalarType> &expected = program->scalarArgs;
   if (scalars.size() != expected.size())
-    throw std::invalid_argument("mod interpreter: the region takes " +
-                                std::to_string(expected.size()) + " scalar arguments, got " +
-                                std::to_string(scalars.size()));
+    throw std::invalid_argument(
+        fmt::format("mod interpreter: the region takes {} scalar arguments, got {}",
+                    expected.size(), scalars.size()));
   for (size_t i = 0; i < scalars.size(); ++i) {
     const bool isFloat = scalars[i].kind == ModValue::Kind::F32;
     if (isFloat != (expected[i].kind == ScalarKind::F32) ||
         (!isFloat && scalars[i].width != expected[i].width))
-      throw std::invalid_argument("mod interpreter: scalar argument #" + std::to_string(i) +
-                                  " has the wrong type");
+      throw std::invalid_argument(
+          fmt::format("mod interpreter: scalar argument #{} has the wrong type", i));
   }
   Slot result = evaluateWith(*program, captures, [&](Slot *slots) {
     for (size_t i = 0; i < scalars.size(); ++i) {

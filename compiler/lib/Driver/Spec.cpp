@@ -4,6 +4,8 @@
 
 #include "attn/runtime/Error.h"
 
+#include <fmt/format.h>
+
 #include <cstdio>
 
 namespace attn {
@@ -33,9 +35,9 @@ void Spec::validate() const {
 }
 
 std::string Spec::fingerprint() const {
-  std::string text = "attn-spec 1\nname " + name + "\nq_heads " + std::to_string(qHeads) +
-                     "\nkv_heads " + std::to_string(kvHeads) + "\nhead_dim " +
-                     std::to_string(headDim) + "\ndtype " + dtypeName(dtype) + "\nscale ";
+  std::string text =
+      fmt::format("attn-spec 1\nname {}\nq_heads {}\nkv_heads {}\nhead_dim {}\ndtype {}\nscale ",
+                  name, qHeads, kvHeads, headDim, dtypeName(dtype));
   if (scale) {
     char hex[64];
     std::snprintf(hex, sizeof(hex), "%a", *scale);
@@ -52,8 +54,8 @@ std::string Spec::fingerprint() const {
     text += std::string("causal ") + alignName(mask.alignment());
     break;
   case Mask::Kind::SlidingWindow:
-    text += "sliding_window " + std::to_string(mask.windowLeft()) + " " +
-            std::to_string(mask.windowRight()) + " " + alignName(mask.alignment());
+    text += fmt::format("sliding_window {} {} {}", mask.windowLeft(), mask.windowRight(),
+                        alignName(mask.alignment()));
     break;
   }
   text += "\nnormalizer ";
@@ -62,8 +64,8 @@ std::string Spec::fingerprint() const {
     text += "softmax";
     break;
   case Normalizer::Kind::Linear:
-    text += "linear " + std::to_string(static_cast<int>(normalizer.featureMap())) +
-            (normalizer.normalize() ? " normalize" : "");
+    text += fmt::format("linear {}{}", static_cast<int>(normalizer.featureMap()),
+                        normalizer.normalize() ? " normalize" : "");
     break;
   case Normalizer::Kind::Retention:
     text += normalizer.gated() ? "retention gated" : "retention";
@@ -77,11 +79,10 @@ std::string Spec::fingerprint() const {
   text += "\n";
   for (const Capture &capture : captures) {
     // Length-prefixed, so no name can read as another field.
-    text += "capture " + std::to_string(capture.name().size()) + ":" + capture.name() + " " +
-            dtypeName(capture.dtype());
+    text += fmt::format("capture {}:{} {}", capture.name().size(), capture.name(),
+                        dtypeName(capture.dtype()));
     for (const CaptureExtent &extent : capture.extents())
-      text += " " + std::to_string(static_cast<int>(extent.kind())) + ":" +
-              std::to_string(extent.size());
+      text += fmt::format(" {}:{}", static_cast<int>(extent.kind()), extent.size());
     text += "\n";
   }
   if (maskMod)
