@@ -4,6 +4,8 @@
 
 #include "attn/runtime/Driver.h"
 
+#include "LaunchChecks.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -24,9 +26,7 @@ constexpr int64_t kMaxTmaStrideBytes = int64_t(1) << 40;
 constexpr unsigned kMaxTmaBox = 256;
 constexpr unsigned kSwizzleBytes = 128;
 
-[[noreturn]] void fail(std::string_view name, const std::string &what) {
-  throw Error(std::string(name) + ": " + what);
-}
+using detail::fail;
 
 CUtensorMapDataType tmaDataType(DType dtype) {
   switch (dtype) {
