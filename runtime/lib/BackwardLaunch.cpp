@@ -112,12 +112,7 @@ void validateBackwardArgs(const AttnLaunchConfig &config, const AttnBackwardArgs
   requireSameShape(args.v, "v", args.k, "k");
   requireSameShape(args.dk, "dk", args.k, "k");
   requireSameShape(args.dv, "dv", args.k, "k");
-  if (args.k.batch() != args.q.batch())
-    fail("k", fmt::format("batch {} does not match q's batch {}", args.k.batch(),
-                          args.q.batch()));
-  requireIntRange(args.q.batch(), "q", "batch");
-  requireForwardSeqlen(args.q.seqlen(), "q");
-  requireForwardSeqlen(args.k.seqlen(), "k");
+  requireQueryKeyExtents(args.q, args.k);
   // Q, K, V and dO go through TMA; O, dq, dk and dv through pointers with
   // the same rules (the row kernels read and write whole 4-byte pairs).
   validateTmaOperands(args.q, args.k, args.v, args.o);

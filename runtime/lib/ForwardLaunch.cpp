@@ -270,13 +270,7 @@ void validateForwardArgs(const AttnLaunchConfig &config,
       fail("v", "shape " + shapeString(args.v) + " does not match k's " +
                     shapeString(args.k));
   }
-  if (args.k.batch() != args.q.batch())
-    fail("k", fmt::format("batch {} does not match q's batch {}", args.k.batch(),
-                          args.q.batch()));
-
-  requireIntRange(args.q.batch(), "q", "batch");
-  requireForwardSeqlen(args.q.seqlen(), "q");
-  requireForwardSeqlen(args.k.seqlen(), "k");
+  requireQueryKeyExtents(args.q, args.k);
 
   // Layout: Q, K, V and O all go through TMA, so one set of rules covers
   // all four.

@@ -82,6 +82,14 @@ void requireForwardSeqlen(int64_t value, const char *name) {
                            attn_abi::kMaxSeqlen));
 }
 
+void requireQueryKeyExtents(const TensorView &q, const TensorView &k) {
+  if (k.batch() != q.batch())
+    fail("k", fmt::format("batch {} does not match q's batch {}", k.batch(), q.batch()));
+  requireIntRange(q.batch(), "q", "batch");
+  requireForwardSeqlen(q.seqlen(), "q");
+  requireForwardSeqlen(k.seqlen(), "k");
+}
+
 void validatePackedSequences(const PackedSequences &packed, const TensorView &q,
                              const TensorView &k) {
   for (auto [offsets, name] : {std::make_pair(packed.cuSeqlensQ, "packed.cuSeqlensQ"),

@@ -47,6 +47,10 @@ void requireIntRange(int64_t value, const char *name, const char *what);
 /// forward's shapes and keeps the bound.
 void requireForwardSeqlen(int64_t value, const char *name);
 
+/// What the forward and the backward require of q and k beyond the plan:
+/// one batch, an int batch, and sequences within requireForwardSeqlen.
+void requireQueryKeyExtents(const TensorView &q, const TensorView &k);
+
 /// The multiprocessors of a device, asked of the driver once per device.
 int multiprocessorsOf(int device);
 

@@ -159,6 +159,22 @@ uint64_t linearWorkspaceBytes(const AttnLaunchConfig &config, int64_t batch,
   return linearScratch(config, batch, split).bytes();
 }
 
+namespace {
+void requireSegmentCap(int segments) {
+  if (segments < 0)
+    fail("segments", fmt::format("expected 0 (chosen by the runtime) or a positive cap, got {}",
+                                 segments));
+}
+} // namespace
+
+uint64_t linearWorkspaceBytes(const AttnLaunchConfig &config, const AttnLinearArgs &args) {
+  validateLinearArgs(config, args);
+  requireSegmentCap(args.segments);
+  const LinearSplit split =
+      linearSplitFor(config, args.q.batch(), args.q.seqlen(), args.segments);
+  return linearWorkspaceBytes(config, args.q.batch(), split);
+}
+
 LinearFunctions loadLinearFunctions(const Module &module, const AttnLaunchConfig &config) {
   LinearFunctions functions;
   functions.chunkwise = module.function(config.kernelName);
@@ -182,9 +198,7 @@ void launchLinear(LinearFunctions &functions, const AttnLaunchConfig &config,
   if (args.q.batch() == 0 || args.q.seqlen() == 0)
     return;
   validateLinearDevicePointers(config, args);
-  if (args.segments < 0)
-    fail("segments", fmt::format("expected 0 (chosen by the runtime) or a positive cap, got {}",
-                                 args.segments));
+  requireSegmentCap(args.segments);
   LinearSplit split;
   if (args.workspace)
     split = linearSplitFor(config, args.q.batch(), args.q.seqlen(), args.segments);

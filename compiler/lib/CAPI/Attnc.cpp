@@ -440,13 +440,7 @@ attnc_status attnc_linear_workspace_bytes(const attnc_kernel *kernel,
                                           const attnc_linear_args *args, uint64_t *out) {
   return onKernel(kernel, [&](const attn::Kernel &compiled) {
     requirePointer(out, "out");
-    const attn::AttnLinearArgs linear = toLinearArgs(args);
-    attn::validateLinearArgs(compiled.launchConfig(), linear);
-    if (linear.segments < 0)
-      throw attn::Error("segments: expected 0 (chosen by the runtime) or a positive cap");
-    const attn::LinearSplit split = attn::linearSplitFor(
-        compiled.launchConfig(), linear.q.batch(), linear.q.seqlen(), linear.segments);
-    *out = attn::linearWorkspaceBytes(compiled.launchConfig(), linear.q.batch(), split);
+    *out = attn::linearWorkspaceBytes(compiled.launchConfig(), toLinearArgs(args));
   });
 }
 

@@ -420,6 +420,12 @@ LinearSplit linearSplitFor(const AttnLaunchConfig &config, int64_t batch, int64_
 uint64_t linearWorkspaceBytes(const AttnLaunchConfig &config, int64_t batch,
                               const LinearSplit &split);
 
+/// The workspace a launchLinear call with these arguments would ask for to
+/// split its sequence (linearSplitFor with args.segments, on the current
+/// device; 0 when no split pays). Validates the arguments first, as the
+/// launch does.
+uint64_t linearWorkspaceBytes(const AttnLaunchConfig &config, const AttnLinearArgs &args);
+
 /// One token against a carried state (the recurrent form): q, o
 /// [B, 1, Hq, D], k, v [B, 1, Hkv, D] (head_dim contiguous, any other
 /// strides), the state and key sum as in AttnLinearArgs, read from the
