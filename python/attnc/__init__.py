@@ -48,7 +48,6 @@ class BlockMask:
     def __init__(self, mask_mod, B, H, Q_LEN, KV_LEN):
         self.mask_mod = mask_mod
         self.shape = (B, H, Q_LEN, KV_LEN)
-        self._variant_cache = {}
         self._buffers = {}
 
     def _check(self, b, hq, sq, sk):

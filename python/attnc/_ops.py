@@ -14,6 +14,7 @@ memory. Outputs are allocated (B, S, H, D)-contiguous and returned as
 (B, H, S, D) views (transpose(1, 2)), the layout the kernels write fastest.
 """
 
+import ctypes
 import threading
 
 import torch
@@ -99,7 +100,6 @@ def _empty_bhsd(b, h, s, d, like):
 
 
 def _address(array):
-    import ctypes
     return ctypes.addressof(array) if array is not None else 0
 
 
@@ -132,22 +132,7 @@ _forward_workspace = {}
 
 
 def _attention_forward_cuda(q, k, v, captures, spec, tile_coverage, tile_key_bits):
-    kernel = kernel_for(spec)
-    b, h, s, d = q.shape
-    o = _empty_bhsd(b, h, s, d, q)
-    lse = q.new_empty((b, h, s), dtype=torch.float32)
-    shape_key = (spec, b, s, k.shape[2])
-    workspace_bytes = _forward_workspace.get(shape_key)
-    if workspace_bytes is None:
-        args, array = forward_args(q, k, v, o, lse, captures, tile_coverage, tile_key_bits)
-        workspace_bytes = kernel.forward_workspace_bytes(args)
-        _forward_workspace[shape_key] = workspace_bytes
-    workspace = (torch.empty(workspace_bytes, dtype=torch.uint8, device=q.device)
-                 if workspace_bytes else None)
-    args, array = forward_args(q, k, v, o, lse, captures, tile_coverage, tile_key_bits,
-                               workspace)
-    kernel.run_forward(args, _stream(q))
-    return o, lse
+    return forward_eager(q, k, v, captures, spec, tile_coverage, tile_key_bits, want_lse=True)
 
 
 _scratch_lse = {}
@@ -155,11 +140,12 @@ _scratch_lse = {}
 
 def forward_eager(q, k, v, captures, spec, tile_coverage, tile_key_bits, want_lse, out=None,
                   packed_captures=None):
-    """attention()'s path when nothing records the call (no autograd, no
-    torch.compile, no dispatch mode): the forward's implementation without
-    the dispatcher, into `out` when given, and with a reused scratch buffer
-    for the log-sum-exp the caller does not want (the kernel only writes it,
-    so calls on any stream may share it)."""
+    """The forward's implementation: the operator's CUDA kernel
+    (want_lse=True), and attention()'s path when nothing records the call
+    (no autograd, no torch.compile, no dispatch mode), without the
+    dispatcher, into `out` when given, and with a reused scratch buffer for
+    the log-sum-exp the caller does not want (the kernel only writes it, so
+    calls on any stream may share it)."""
     kernel = kernel_for(spec)
     b, h, s, d = q.shape
     o = out if out is not None else _empty_bhsd(b, h, s, d, q)
@@ -172,7 +158,8 @@ def forward_eager(q, k, v, captures, spec, tile_coverage, tile_key_bits, want_ls
         if lse is None or lse.numel() < count:
             lse = q.new_empty((max(count, 1 << 16),), dtype=torch.float32)
             _scratch_lse[device] = lse
-    shape_key = (spec, b, s, k.shape[2])
+    # The tail split's workspace depends on the device's multiprocessors.
+    shape_key = (spec, b, s, k.shape[2], q.device.index)
     workspace_bytes = _forward_workspace.get(shape_key)
     if workspace_bytes is None:
         args, array = forward_args(q, k, v, o, lse, captures, tile_coverage, tile_key_bits)

@@ -60,21 +60,19 @@ class Variant:
         tracer = Tracer()
         self.score_mod = score_mod
         self.mask_mod = mask_mod
-        self._regions = []
+        regions = []
         self.causal_top_left = False
         if mask_mod is not None:
             region, result = tracer.trace("mask_mod", mask_mod)
             if _is_causal_top_left(region, result):
                 self.causal_top_left = True
             else:
-                self._regions.append((region, result))
+                regions.append((region, result))
         if score_mod is not None:
-            self._regions.append(tracer.trace("score_mod", score_mod))
-        self._tracer = tracer
+            regions.append(tracer.trace("score_mod", score_mod))
         self.capture_tensors = [c.tensor for c in tracer.captures]
         self.captures_text = ", ".join(c.declaration() for c in tracer.captures)
-        self.regions_text = "\n".join(tracer.region_text(r, v) for r, v in self._regions)
-        self.has_regions = len(self._regions) > 0
+        self.regions_text = "\n".join(tracer.region_text(r, v) for r, v in regions)
         self._pack = None
 
     def launch_captures(self, device):

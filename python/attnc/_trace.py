@@ -571,7 +571,6 @@ class Tracer:
     def __init__(self):
         self.captures = []
         self._by_tensor = {}
-        self._regions = []
 
     def capture(self, tensor):
         found = self._by_tensor.get(id(tensor))
@@ -597,7 +596,6 @@ class Tracer:
             _fail(f"the {kind} returned None")
         value = region.lift(result)
         value = region.to_f32(value) if kind == "score_mod" else region.to_bool(value)
-        self._regions.append((region, value))
         return region, value
 
     def region_text(self, region, result, indent="    "):
