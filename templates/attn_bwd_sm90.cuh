@@ -41,6 +41,10 @@ namespace attn_bwd {
 using namespace attn_dev;
 using Element = attn_plan::Element;
 using Mask = attn_plan::Mask;
+using Mods = attn_plan::BackwardMods;
+// mask_mod or score_mod: P and dS come from the regions a pair at a time
+// (regionGradientsOf).
+constexpr bool kHasRegions = Mods::kHasMaskMod || Mods::kHasScoreMod;
 
 constexpr int kHeadDim = attn_plan::kHeadDim;
 constexpr int kBlockM = attn_plan::kBlockM; // query rows a step
@@ -89,8 +93,8 @@ constexpr int kDqRegs = kDqColumns / 2;     // a dQ piece: 64 x kDqColumns fp32
 // With 64 query rows a step, Sᵀ's exponentials overlap dPᵀ's product and
 // dV's product dSᵀ's computation; with 128, Sᵀ, dPᵀ and P's packed copy
 // together would not fit the registers beside dK and dV, so both products
-// complete first.
-constexpr bool kExponentialsBesideDp = kBlockM <= 64;
+// complete first. The regions need both products before either result.
+constexpr bool kExponentialsBesideDp = kBlockM <= 64 && !kHasRegions;
 static_assert(kDqRegs % 4 == 0, "dQ staging stores four floats at a time");
 
 // dQ pieces are staged in a ring of kDqBuffers per consumer (two where
@@ -386,6 +390,50 @@ __device__ __forceinline__ void scoreGradientsOf(float (&gradients)[kScoreRegs],
   }
 }
 
+// With mask_mod or score_mod: Pᵀ and dSᵀ together, a pair at a time, from
+// the raw Sᵀ and dPᵀ. The forward's softmax (and log-sum-exp) ran over
+// score_mod(scale s); P (dP - delta) is the gradient of that modified
+// score, which score_mod's vector-Jacobian product carries back to the
+// score, adding into the learnable captures' gradients on the way. A pair
+// whose gradient is 0 skips the product: a masked pair's region need not
+// even be finite there.
+__device__ __forceinline__ void regionGradientsOf(const attn_abi::AttnBwdParams &p,
+                                                  typename Mods::Gradients &captureGradients,
+                                                  float (&scores)[kScoreRegs],
+                                                  float (&gradients)[kScoreRegs], u32 lse,
+                                                  u32 delta, bool partial,
+                                                  const Sequence &sequence, int batch, int head,
+                                                  int key0, int query0, int lane) {
+#pragma unroll
+  for (int group = 0; group < kBlockM / 8; ++group) {
+    const int column = group * 8 + 2 * (lane & 3);
+    float rowLse[2], rowDelta[2];
+    loadSharedPair(lse + column * 4, rowLse[0], rowLse[1]);
+    loadSharedPair(delta + column * 4, rowDelta[0], rowDelta[1]);
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int i = group * 4 + half * 2 + e;
+        const int key = key0 + 8 * half, query = query0 + column + e;
+        bool keep = !partial || (key < sequence.seqlenK && Mask::allows(query, key, sequence.shift));
+        if constexpr (Mods::kHasMaskMod)
+          keep = keep && Mods::keeps(p, batch, head, query, key);
+        const float score = scores[i] * p.scale;
+        float probability = 0.f;
+        if (keep)
+          probability =
+              fastExp2(Mods::score(p, score, batch, head, query, key) * kLog2e - rowLse[e]);
+        const float modGradient = probability * (gradients[i] - rowDelta[e]);
+        scores[i] = probability;
+        gradients[i] =
+            modGradient != 0.f
+                ? Mods::scoreVjp(p, captureGradients, modGradient, score, batch, head, query, key)
+                : 0.f;
+      }
+  }
+}
+
 __device__ __forceinline__ void packFragments(const float (&values)[kScoreRegs],
                                               u32 (&packed)[kPackedRegs]) {
 #pragma unroll
@@ -541,6 +589,8 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
 #pragma unroll
   for (int i = 0; i < kGradRegs; ++i)
     dK[i] = dV[i] = 0.f;
+  typename Mods::Gradients captureGradients;
+  captureGradients.init(p);
 
   mbarrierWait(barriers.kvFull(), 0);
   const int steps = block.steps();
@@ -550,8 +600,11 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
     // A constant 0 without passes (computed, it cost the head-dim-64
     // consumers an 8-byte spill).
     int pass = 0;
-    if constexpr (kPasses > 1)
+    if constexpr (kPasses > 1) {
       pass = block.passOf(step);
+      // Later passes recompute the pairs: their capture gradients are in.
+      captureGradients.enable(pass == 0);
+    }
     const int query0 = queryBlock * kBlockM;
     const u32 qTile = stageQ(smemBase, slot.stage), doTile = stageDo(smemBase, slot.stage);
     // The pass's columns of Q and dO, the B operands of dK's and dV's products.
@@ -562,7 +615,7 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
     issueKeyRowProduct(scores, kSlice, qTile);
     issueKeyRowProduct(gradients, vSlice, doTile);
     const bool partial =
-        sliceLast >= sequence.seqlenK ||
+        Mods::kHasMaskMod || sliceLast >= sequence.seqlenK ||
         !Mask::coversTile(query0, query0 + kBlockM - 1, sliceFirst, sliceLast, sequence.shift);
     u32 probabilities[kPackedRegs], scoreGradients[kPackedRegs];
     if constexpr (kExponentialsBesideDp) {
@@ -582,9 +635,15 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
       wgmmaWaitGroup<0>();
       fenceRegisters(scores);
       fenceRegisters(gradients);
-      probabilitiesOf(scores, stageLse(smemBase, slot.stage), p.scale_log2, partial, sequence,
-                      key0, query0, lane);
-      scoreGradientsOf(gradients, scores, stageDelta(smemBase, slot.stage), lane);
+      if constexpr (kHasRegions) {
+        regionGradientsOf(p, captureGradients, scores, gradients, stageLse(smemBase, slot.stage),
+                          stageDelta(smemBase, slot.stage), partial, sequence, block.batch,
+                          block.headOf(step), key0, query0, lane);
+      } else {
+        probabilitiesOf(scores, stageLse(smemBase, slot.stage), p.scale_log2, partial, sequence,
+                        key0, query0, lane);
+        scoreGradientsOf(gradients, scores, stageDelta(smemBase, slot.stage), lane);
+      }
       packFragments(scores, probabilities);
       issueRegisterProduct<kPassColumns, kBlockM, Element>(dV, probabilities,
                                                              doTile + passOffset);
@@ -615,6 +674,7 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
     if (kPasses > 1 && step + 1 < steps && block.passOf(step + 1) != pass)
       storePassGradients(p, dK, dV, block, key0, lane, pass);
   }
+  captureGradients.flush();
   // A key tile no query sees walks no step: every pass's gradients are 0.
   if constexpr (kPasses > 1)
     if (steps == 0)

@@ -177,6 +177,12 @@ struct AttnBwdParams {
   const int *cu_seqlens_k;
   int total_q;
   int total_k;
+  // The spec's captured buffers, in declaration order (unused entries null),
+  // and the gradients of those declared with `grad`, in declaration order
+  // among them: f32, the capture's extents, cleared by the runtime and
+  // accumulated into by the main kernel.
+  CaptureArg captures[kMaxCaptures];
+  CaptureArg capture_grads[kMaxCaptures];
 };
 
 // The backward's passes over a head's query blocks: one per 128 columns of

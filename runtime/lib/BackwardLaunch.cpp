@@ -23,11 +23,7 @@ uint64_t alignUp(uint64_t value, uint64_t align) { return (value + align - 1) / 
 
 /// The batch and sequence bounds of a call: the tensors' own, or for packed
 /// sequences their count and the longest lengths.
-struct BackwardShape {
-  int64_t batch, seqlenQ, seqlenK;
-};
-
-BackwardShape backwardShape(const AttnBackwardArgs &args) {
+LogicalShape backwardShape(const AttnBackwardArgs &args) {
   if (args.packed.active())
     return {args.packed.batch, args.packed.maxSeqlenQ, args.packed.maxSeqlenK};
   return {args.q.batch(), args.q.seqlen(), args.k.seqlen()};
@@ -38,7 +34,7 @@ struct WorkspaceLayout {
   uint64_t lseLog2 = 0, delta = 0, dqAccum = 0, semaphores = 0, total = 0;
 };
 
-WorkspaceLayout workspaceLayout(const AttnLaunchConfig &config, const BackwardShape &shape) {
+WorkspaceLayout workspaceLayout(const AttnLaunchConfig &config, const LogicalShape &shape) {
   const uint64_t rows = uint64_t(shape.batch) * uint64_t(config.qHeads) *
                         uint64_t(attn_abi::bwdPaddedQueries(shape.seqlenQ, config.blockM));
   const uint64_t queryBlocks = rows / uint64_t(config.blockM);
@@ -76,7 +72,7 @@ struct BackwardGrids {
   Dim3 main, rows;
 };
 
-BackwardGrids backwardGrids(const AttnLaunchConfig &config, const BackwardShape &shape) {
+BackwardGrids backwardGrids(const AttnLaunchConfig &config, const LogicalShape &shape) {
   const int64_t keyTiles = (shape.seqlenK + config.blockN - 1) / config.blockN;
   const int64_t queryBlocks = (shape.seqlenQ + config.blockM - 1) / config.blockM;
   if (shape.batch > 65535)
@@ -128,8 +124,13 @@ void validateBackwardArgs(const AttnLaunchConfig &config, const AttnBackwardArgs
   if (reinterpret_cast<uintptr_t>(args.lse) % alignof(float) != 0)
     fail("lse", "pointer must be 4-byte aligned");
 
-  const BackwardShape shape = backwardShape(args);
+  const LogicalShape shape = backwardShape(args);
   backwardGrids(config, shape);
+  validateCaptureViews(config, args.captures, shape);
+  validateCaptureGradients(config, args.captureGrads, shape);
+  if (args.deterministic && !args.captureGrads.empty())
+    fail("captureGrads", "capture gradients are summed with float atomics, which are not "
+                         "bitwise reproducible: launch with deterministic = false");
   const uint64_t needed = workspaceLayout(config, shape).total;
   if (shape.batch > 0 && (shape.seqlenQ > 0 || shape.seqlenK > 0)) {
     if (!args.workspace)
@@ -151,7 +152,7 @@ uint64_t backwardWorkspaceBytes(const AttnLaunchConfig &config, const AttnBackwa
   shapes.workspaceBytes = 0;
   shapes.deterministic = false;
   validateLaunchConfig(config);
-  const BackwardShape shape = backwardShape(shapes);
+  const LogicalShape shape = backwardShape(shapes);
   if (shape.batch < 0 || shape.seqlenQ < 0 || shape.seqlenK < 0)
     fail("q", "negative extents in shape " + shapeString(args.q));
   return workspaceLayout(config, shape).total;
@@ -182,7 +183,7 @@ attn_abi::AttnBwdParams encodeBackwardParams(const AttnLaunchConfig &config,
   copyStrides(args.dk, params.dk_strides);
   copyStrides(args.dv, params.dv_strides);
   params.lse = args.lse;
-  const BackwardShape shape = backwardShape(args);
+  const LogicalShape shape = backwardShape(args);
   const WorkspaceLayout layout = workspaceLayout(config, shape);
   char *workspace = static_cast<char *>(args.workspace);
   params.lse_log2 = reinterpret_cast<float *>(workspace + layout.lseLog2);
@@ -207,6 +208,11 @@ attn_abi::AttnBwdParams encodeBackwardParams(const AttnLaunchConfig &config,
     params.total_q = static_cast<int>(args.q.seqlen());
     params.total_k = static_cast<int>(args.k.seqlen());
   }
+  fillCaptureEntries(args.captures, params.captures);
+  std::vector<CaptureView> gradients;
+  for (const CaptureGradView &gradient : args.captureGrads)
+    gradients.push_back(CaptureView{gradient.data, DType::F32, gradient.shape});
+  fillCaptureEntries(gradients, params.capture_grads);
   return params;
 }
 } // namespace
@@ -235,7 +241,7 @@ void launchBackward(const Module &module, const AttnLaunchConfig &config,
 void launchBackward(BackwardFunctions &functions, const AttnLaunchConfig &config,
                     const AttnBackwardArgs &args, CUstream stream) {
   validateBackwardArgs(config, args);
-  const BackwardShape shape = backwardShape(args);
+  const LogicalShape shape = backwardShape(args);
   if (shape.batch == 0 || (shape.seqlenQ == 0 && shape.seqlenK == 0))
     return;
   // A host pointer or a view past its allocation would surface later as an
@@ -255,12 +261,23 @@ void launchBackward(BackwardFunctions &functions, const AttnLaunchConfig &config
     requireDeviceMemory(args.packed.cuSeqlensK, offsetBytes, "packed.cuSeqlensK", device);
   }
   requireDeviceMemory(args.workspace, workspaceLayout(config, shape).total, "workspace", device);
+  requireCaptureMemory(config, args.captures, device);
+  std::vector<CaptureView> gradients;
+  for (const CaptureGradView &gradient : args.captureGrads)
+    gradients.push_back(CaptureView{gradient.data, DType::F32, gradient.shape});
+  requireCaptureMemory(config, gradients, device);
 
   // Validated above: encode without checking again.
   attn_abi::AttnBwdParams params = encodeBackwardParams(config, args);
   void *kernelArgs[] = {&params};
   const BackwardGrids grids = backwardGrids(config, shape);
   const Dim3 rowBlock{ATTN_BWD_ROW_THREADS, 1, 1};
+  // The main kernel adds into the capture gradients.
+  for (const CaptureView &gradient : gradients)
+    if (uint64_t bytes = captureBytes(gradient, "captureGrads"))
+      ATTN_CU_CHECK_CTX("captureGrads: clearing a gradient", cuMemsetD32Async,
+                        reinterpret_cast<CUdeviceptr>(gradient.data), 0, bytes / sizeof(float),
+                        stream);
   if (grids.rows.x > 0)
     functions.preprocess.launch(grids.rows, rowBlock, 0, stream, kernelArgs);
   if (grids.main.x > 0)

@@ -74,10 +74,9 @@ std::string captureShapeString(const CaptureView &view) {
   return fmt::format("[{}]", fmt::join(view.shape, ", "));
 }
 
-/// Bytes of a capture's contiguous elements. A shape that needs more than
-/// int64 bytes is refused rather than wrapped, so the device-memory check
-/// cannot be fooled by an overflowed size.
-int64_t captureBytes(const CaptureView &view, const std::string &label) {
+} // namespace
+
+int64_t detail::captureBytes(const CaptureView &view, const std::string &label) {
   for (int64_t size : view.shape)
     if (size == 0)
       return 0;
@@ -87,6 +86,8 @@ int64_t captureBytes(const CaptureView &view, const std::string &label) {
       fail(label, fmt::format("shape {} does not fit in 2^63 bytes", captureShapeString(view)));
   return bytes;
 }
+
+namespace {
 
 void validateCaptureDecls(const std::vector<CaptureDecl> &captures) {
   if (captures.size() > size_t(attn_abi::kMaxCaptures))
@@ -125,18 +126,16 @@ uint64_t lseElementCount(const AttnLaunchConfig &config, const AttnForwardArgs &
   return args.packed.active() ? rows : rows * uint64_t(args.q.batch());
 }
 
-/// The extent a declared dim requires of this launch.
+/// The extent a declared dim requires of a launch of this shape.
 int64_t requiredExtent(const CaptureDim &dim, const AttnLaunchConfig &config,
-                       const AttnForwardArgs &args) {
-  LogicalShape shape = logicalShape(args);
+                       const LogicalShape &shape) {
   return requiredCaptureExtent(dim, shape.batch, config.qHeads, config.kvHeads, shape.seqlenQ,
                                shape.seqlenK);
 }
 
 void validateCapture(const CaptureDecl &decl, const CaptureView &view,
-                     const AttnLaunchConfig &config,
-                     const AttnForwardArgs &args) {
-  std::string label = captureLabel(decl.name);
+                     const AttnLaunchConfig &config, const LogicalShape &shape,
+                     const std::string &label) {
   if (view.dtype != decl.dtype)
     fail(label, std::string("dtype ") + dtypeName(view.dtype) +
                     " does not match the declared " + dtypeName(decl.dtype));
@@ -152,7 +151,7 @@ void validateCapture(const CaptureDecl &decl, const CaptureView &view,
         fail(label, fmt::format("dim {} must be non-negative, got {}", dim, actual));
       continue;
     }
-    int64_t expected = requiredExtent(declared, config, args);
+    int64_t expected = requiredExtent(declared, config, shape);
     if (actual != expected)
       fail(label, fmt::format("dim {} is {}, expected {}{}", dim, actual, expected,
                               declared.kind == CaptureDim::Kind::Fixed
@@ -166,10 +165,13 @@ void validateCapture(const CaptureDecl &decl, const CaptureView &view,
     fail(label, fmt::format("data pointer must be {}-byte aligned", dtypeSize(decl.dtype)));
 }
 
-void validateCaptures(const AttnLaunchConfig &config,
-                      const AttnForwardArgs &args) {
+} // namespace
+
+void detail::validateCaptureViews(const AttnLaunchConfig &config,
+                                  const std::vector<CaptureView> &captures,
+                                  const LogicalShape &shape) {
   const std::vector<CaptureDecl> &decls = config.captures;
-  if (args.captures.size() != decls.size()) {
+  if (captures.size() != decls.size()) {
     std::string declared = "no captured buffers";
     if (!decls.empty()) {
       std::string names;
@@ -179,12 +181,74 @@ void validateCaptures(const AttnLaunchConfig &config,
                              decls.size() == 1 ? "" : "s", names);
     }
     fail("captures",
-         fmt::format("the kernel declares {}, got {}", declared, args.captures.size()));
+         fmt::format("the kernel declares {}, got {}", declared, captures.size()));
   }
   for (size_t index = 0; index < decls.size(); ++index)
-    validateCapture(decls[index], args.captures[index], config, args);
+    validateCapture(decls[index], captures[index], config, shape, captureLabel(decls[index].name));
 }
-} // namespace
+
+void detail::validateCaptureGradients(const AttnLaunchConfig &config,
+                                      const std::vector<CaptureGradView> &gradients,
+                                      const LogicalShape &shape) {
+  std::vector<const CaptureDecl *> learnable;
+  for (const CaptureDecl &decl : config.captures)
+    if (decl.requiresGrad)
+      learnable.push_back(&decl);
+  if (gradients.size() != learnable.size()) {
+    std::string names;
+    for (const CaptureDecl *decl : learnable)
+      names += (names.empty() ? "" : ", ") + decl->name;
+    fail("captureGrads",
+         fmt::format("the kernel declares {} learnable capture{}{}, got {} gradient buffer{}",
+                     learnable.size(), learnable.size() == 1 ? "" : "s",
+                     names.empty() ? "" : " (" + names + ")", gradients.size(),
+                     gradients.size() == 1 ? "" : "s"));
+  }
+  for (size_t index = 0; index < learnable.size(); ++index) {
+    const CaptureGradView &gradient = gradients[index];
+    validateCapture(*learnable[index], CaptureView{gradient.data, DType::F32, gradient.shape},
+                    config, shape, "gradient of " + captureLabel(learnable[index]->name));
+  }
+}
+
+void detail::requireCaptureMemory(const AttnLaunchConfig &config,
+                                  const std::vector<CaptureView> &captures, int device) {
+  for (size_t index = 0; index < captures.size(); ++index) {
+    const CaptureView &capture = captures[index];
+    // The kernel bounds its reads by the extents alone, so the allocation
+    // must hold every element they cover.
+    std::string label = index < config.captures.size()
+                            ? captureLabel(config.captures[index].name)
+                            : fmt::format("capture {}", index);
+    int64_t bytes = captureBytes(capture, label);
+    if (bytes != 0)
+      requireDeviceMemory(capture.data, uint64_t(bytes), label, device);
+  }
+}
+
+void detail::fillCaptureEntries(const std::vector<CaptureView> &captures,
+                                attn_abi::CaptureArg (&entries)[attn_abi::kMaxCaptures]) {
+  if (captures.size() > size_t(attn_abi::kMaxCaptures))
+    fail("captures", fmt::format("{} captured buffers exceed the kernel ABI's limit of {}",
+                                 captures.size(), attn_abi::kMaxCaptures));
+  for (size_t index = 0; index < size_t(attn_abi::kMaxCaptures); ++index) {
+    attn_abi::CaptureArg &entry = entries[index];
+    // Extents of 1 keep every index of an unused entry or dim in bounds at 0.
+    entry.data = nullptr;
+    for (long long &extent : entry.extents)
+      extent = 1;
+    if (index >= captures.size())
+      continue;
+    const CaptureView &capture = captures[index];
+    if (capture.shape.size() > size_t(attn_abi::kMaxCaptureRank))
+      fail(fmt::format("capture {}", index),
+           fmt::format("rank {} exceeds the kernel ABI's limit of {}", capture.shape.size(),
+                       attn_abi::kMaxCaptureRank));
+    entry.data = capture.data;
+    for (size_t dim = 0; dim < capture.shape.size(); ++dim)
+      entry.extents[dim] = capture.shape[dim];
+  }
+}
 
 int64_t requiredCaptureExtent(const CaptureDim &dim, int64_t batch, int64_t qHeads,
                               int64_t kvHeads, int64_t seqlenQ, int64_t seqlenK) {
@@ -286,7 +350,7 @@ void validateForwardArgs(const AttnLaunchConfig &config,
   if (reinterpret_cast<uintptr_t>(args.lse) % alignof(float) != 0)
     fail("lse", "pointer must be 4-byte aligned");
 
-  validateCaptures(config, args);
+  validateCaptureViews(config, args.captures, shape);
   if (args.tileKeyBits && !args.tileCoverage)
     fail("tileKeyBits", "stores the partial tiles of a tile coverage: pass that coverage as "
                         "tileCoverage too");
@@ -324,17 +388,7 @@ void validateDevicePointers(const AttnLaunchConfig &config,
                         device);
   if (args.workOrder)
     requireDeviceMemory(args.workOrder, workOrderBytes(config, args), "workOrder", device);
-  for (size_t index = 0; index < args.captures.size(); ++index) {
-    const CaptureView &capture = args.captures[index];
-    // The kernel bounds its reads by the extents alone, so the allocation
-    // must hold every element they cover.
-    std::string label = index < config.captures.size()
-                            ? captureLabel(config.captures[index].name)
-                            : fmt::format("capture {}", index);
-    int64_t bytes = captureBytes(capture, label);
-    if (bytes != 0)
-      requireDeviceMemory(capture.data, uint64_t(bytes), label, device);
-  }
+  requireCaptureMemory(config, args.captures, device);
 }
 
 namespace {
@@ -407,26 +461,7 @@ attn_abi::AttnFwdParams makeForwardParams(const AttnLaunchConfig &config,
 
 void fillCaptureArgs(const AttnForwardArgs &args,
                      attn_abi::AttnFwdParams &params) {
-  if (args.captures.size() > size_t(attn_abi::kMaxCaptures))
-    fail("captures", fmt::format("{} captured buffers exceed the kernel ABI's limit of {}",
-                                 args.captures.size(), attn_abi::kMaxCaptures));
-  for (size_t index = 0; index < size_t(attn_abi::kMaxCaptures); ++index) {
-    attn_abi::CaptureArg &entry = params.captures[index];
-    // Extents of 1 keep every index of an unused entry or dim in bounds at 0.
-    entry.data = nullptr;
-    for (long long &extent : entry.extents)
-      extent = 1;
-    if (index >= args.captures.size())
-      continue;
-    const CaptureView &capture = args.captures[index];
-    if (capture.shape.size() > size_t(attn_abi::kMaxCaptureRank))
-      fail(fmt::format("capture {}", index),
-           fmt::format("rank {} exceeds the kernel ABI's limit of {}", capture.shape.size(),
-                       attn_abi::kMaxCaptureRank));
-    entry.data = capture.data;
-    for (size_t dim = 0; dim < capture.shape.size(); ++dim)
-      entry.extents[dim] = capture.shape[dim];
-  }
+  fillCaptureEntries(args.captures, params.captures);
 }
 
 namespace {

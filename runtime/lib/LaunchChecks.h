@@ -81,6 +81,28 @@ struct LogicalShape {
 
 LogicalShape logicalShape(const AttnForwardArgs &args);
 
+/// The captured buffers of a launch of this shape against the config's
+/// declarations ("captures: ...", "capture 'NAME': ...").
+void validateCaptureViews(const AttnLaunchConfig &config,
+                          const std::vector<CaptureView> &captures, const LogicalShape &shape);
+/// The backward's gradient buffers: one per capture declared with `grad`,
+/// in order, each f32 of its capture's shape ("captureGrads: ...",
+/// "gradient of capture 'NAME': ...").
+void validateCaptureGradients(const AttnLaunchConfig &config,
+                              const std::vector<CaptureGradView> &gradients,
+                              const LogicalShape &shape);
+/// Bytes of a capture's contiguous elements. A shape that needs more than
+/// int64 bytes is refused rather than wrapped ("LABEL: ..."), so the
+/// device-memory check cannot be fooled by an overflowed size.
+int64_t captureBytes(const CaptureView &view, const std::string &label);
+/// That every non-empty capture lies in device memory of `device`.
+void requireCaptureMemory(const AttnLaunchConfig &config,
+                          const std::vector<CaptureView> &captures, int device);
+/// The kernel ABI's capture entries: `captures` in order, extents padded
+/// with 1 up to kMaxCaptureRank; unused entries null with extents 1.
+void fillCaptureEntries(const std::vector<CaptureView> &captures,
+                        attn_abi::CaptureArg (&entries)[attn_abi::kMaxCaptures]);
+
 /// The parameter block of arguments validateForwardArgs has accepted
 /// (defined in ForwardLaunch.cpp; the prepasses encode through it too).
 attn_abi::AttnFwdParams encodeForwardParams(const AttnLaunchConfig &config,

@@ -62,7 +62,7 @@ std::string serializeCapture(const CaptureDecl &decl) {
   std::string dims;
   for (const CaptureDim &dim : decl.dims)
     dims += (dims.empty() ? "" : ",") + captureDimSpelling(dim);
-  return decl.name + " " + dtypeName(decl.dtype) + " " + dims;
+  return decl.name + " " + dtypeName(decl.dtype) + " " + dims + (decl.requiresGrad ? " grad" : "");
 }
 
 CaptureDim parseCaptureDim(const std::string &token, int line,
@@ -101,11 +101,12 @@ CaptureDecl parseCapture(const std::string &value, int line,
       break;
     start = space + 1;
   }
-  if (fields.size() != 3)
-    fail(line, key + ": expected 'NAME DTYPE DIM,DIM,...', got '" + value +
-                   "'");
+  if (fields.size() != 3 && !(fields.size() == 4 && fields[3] == "grad"))
+    fail(line, key + ": expected 'NAME DTYPE DIM,DIM,...' and optionally 'grad', got '" +
+                   value + "'");
   CaptureDecl decl;
   decl.name = fields[0];
+  decl.requiresGrad = fields.size() == 4;
   if (!isCaptureName(decl.name))
     fail(line, key + ": name '" + decl.name + "' is not an identifier");
   if (fields[1] == dtypeName(DType::F32))
@@ -114,6 +115,9 @@ CaptureDecl parseCapture(const std::string &value, int line,
     decl.dtype = DType::I32;
   else
     fail(line, key + ": dtype: expected f32 or i32, got '" + fields[1] + "'");
+  // As the capture attribute's verifier: gradients are f32.
+  if (decl.requiresGrad && decl.dtype != DType::F32)
+    fail(line, key + ": only an f32 capture has a gradient, got " + dtypeName(decl.dtype));
   const std::string &dims = fields[2];
   for (size_t start = 0;;) {
     size_t comma = dims.find(',', start);

@@ -81,6 +81,77 @@ __device__ __forceinline__ T loadCapture(const Capture<T, 3> &c, size_t i, size_
   return loadIfInside(c.data + (i * c.extent[1] + j) * c.extent[2] + k, inside);
 }
 
+// A learnable capture's gradient as a consumer thread accumulates into it
+// (memref.atomic_rmw addf of score_mod's vector-Jacobian product): the
+// buffer (cleared by the runtime) and the one element whose additions the
+// thread is summing in a register. A thread's pairs of a step mostly add to
+// one element (a per-head slope: every pair; a relative-position table:
+// each diagonal twice in a row), so the sum goes to memory, with a float
+// atomic, only when the element changes and at flushGradient. An index
+// outside the extents adds nothing, as a read there gives 0. Float atomics:
+// the sum's order, and so its last bits, vary from run to run.
+// `enabled` off ignores the additions: a walk that recomputes pairs it has
+// already added (the backward's later passes) turns it off.
+template <int Rank> struct CaptureGradient {
+  Capture<float, Rank> buffer;
+  float *pending;
+  float sum;
+  bool enabled;
+};
+
+template <int Rank>
+__device__ __forceinline__ CaptureGradient<Rank> gradientOf(const attn_abi::CaptureArg &arg) {
+  return CaptureGradient<Rank>{captureOf<float, Rank>(arg), nullptr, 0.f, true};
+}
+
+__device__ __forceinline__ float *gradientAt(const Capture<float, 1> &g, size_t i) {
+  return i < static_cast<size_t>(g.extent[0]) ? const_cast<float *>(g.data) + i : nullptr;
+}
+__device__ __forceinline__ float *gradientAt(const Capture<float, 2> &g, size_t i, size_t j) {
+  bool inside = i < static_cast<size_t>(g.extent[0]) && j < static_cast<size_t>(g.extent[1]);
+  return inside ? const_cast<float *>(g.data) + i * static_cast<size_t>(g.extent[1]) + j
+                : nullptr;
+}
+__device__ __forceinline__ float *gradientAt(const Capture<float, 3> &g, size_t i, size_t j,
+                                             size_t k) {
+  bool inside = i < static_cast<size_t>(g.extent[0]) && j < static_cast<size_t>(g.extent[1]) &&
+                k < static_cast<size_t>(g.extent[2]);
+  return inside ? const_cast<float *>(g.data) + (i * g.extent[1] + j) * g.extent[2] + k
+                : nullptr;
+}
+
+template <int Rank, typename... Indices>
+__device__ __forceinline__ void accumulateGradient(CaptureGradient<Rank> &gradient, float value,
+                                                   Indices... indices) {
+  if (!gradient.enabled)
+    return;
+  float *address = gradientAt(gradient.buffer, static_cast<size_t>(indices)...);
+  if (address != gradient.pending) {
+    if (gradient.pending)
+      atomicAdd(gradient.pending, gradient.sum);
+    gradient.pending = address;
+    gradient.sum = 0.f;
+  }
+  gradient.sum += value;
+}
+
+// Adds the pending sums to memory; every lane of the warp calls it. Where
+// all lanes hold the same element, the warp adds first and one lane stores.
+template <int Rank> __device__ __forceinline__ void flushGradient(CaptureGradient<Rank> &gradient) {
+  int same = 0;
+  __match_all_sync(0xffffffffu, reinterpret_cast<unsigned long long>(gradient.pending), &same);
+  float sum = gradient.sum;
+  if (same) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2)
+      sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  }
+  if (gradient.pending && (!same || (threadIdx.x & 31) == 0))
+    atomicAdd(gradient.pending, sum);
+  gradient.pending = nullptr;
+  gradient.sum = 0.f;
+}
+
 // tanh on the special function unit: one instruction, relative error about
 // 2^-11, below the precision of bf16/f16 outputs.
 __device__ __forceinline__ float fastTanh(float x) {

@@ -8,6 +8,7 @@
 
 #include "AttnHarness.h"
 #include "BackwardHarness.h"
+#include "LoadedBackward.h"
 #include "LoadedKernel.h"
 #include "attn/Compiler/Compiler.h"
 #include "attn/Compiler/Jit.h"
@@ -18,6 +19,9 @@
 #include <sstream>
 
 using namespace attn;
+using attn::gputest::checkGradients;
+using attn::gputest::LoadedBackward;
+using attn::gputest::loadBackward;
 using attn::gputest::LoadedKernel;
 using attn::gputest::loadKernel;
 using attn::gputest::specText;
@@ -28,41 +32,6 @@ struct Case {
   int64_t qHeads, kvHeads;
   harness::Shape shape;
 };
-
-/// A spec's backward module, compiled and loaded once per run.
-struct LoadedBackward {
-  CompiledKernel compiled;
-  Module module;
-  BackwardFunctions functions;
-};
-
-LoadedBackward &loadBackward(const std::string &spec, const CompileOptions &options = {}) {
-  static std::map<std::string, LoadedBackward> cache;
-  const std::string key = options.tileOverride + "\n" + spec;
-  auto found = cache.find(key);
-  if (found != cache.end())
-    return found->second;
-  ensureContext();
-  LoadedBackward loaded;
-  loaded.compiled = compileBackwardSpec(spec, "test.mlir", options);
-  loaded.module = Module::loadPtx(
-      std::string_view(loaded.compiled.binary.data(), loaded.compiled.binary.size()));
-  loaded.functions = loadBackwardFunctions(loaded.module, loaded.compiled.launch);
-  return cache.emplace(key, std::move(loaded)).first->second;
-}
-
-/// Every gradient within the tolerance, finite, and zero on the rows no
-/// pair reaches.
-void checkGradients(const harness::GradientComparison &result) {
-  for (auto [error, name] : {std::make_pair(&result.dq, "dq"), std::make_pair(&result.dk, "dk"),
-                             std::make_pair(&result.dv, "dv")}) {
-    INFO(name << ": rel-L2 " << error->relativeL2 << ", max error / RMS "
-              << error->maxErrorOverRms << "; first violation: " << error->firstViolation);
-    CHECK(error->nonFinite == 0);
-    CHECK(error->zeroRowMismatches == 0);
-    CHECK(error->toleranceViolations == 0);
-  }
-}
 
 /// Runs the forward, then the backward, of `spec` on random inputs and
 /// compares the gradients with the reference's.

@@ -8,6 +8,7 @@
 
 #include "AttnHarness.h"
 #include "LoadedKernel.h"
+#include "VariantCaptures.h"
 #include "attn/Compiler/Compiler.h"
 #include "attn/Compiler/Jit.h"
 
@@ -29,25 +30,12 @@ using attn::gputest::LoadedKernel;
 using attn::gputest::loadKernel;
 using attn::gputest::referenceTileCoverage;
 using attn::gputest::replaceAll;
+using attn::gputest::CaptureMaker;
+using attn::gputest::addDocuments;
+using attn::gputest::addSlopes;
+using attn::gputest::normalBiasTable;
 
 namespace {
-
-// Adds the captured buffers a variant declares, for one shape.
-using CaptureMaker = std::function<void(harness::ForwardProblem &, const AttnLaunchConfig &,
-                                        const harness::Shape &, std::mt19937_64 &)>;
-
-// A [q_heads, columns] f32 table of N(0, 0.5) values, the capture of a
-// relative-position bias.
-CaptureMaker normalBiasTable(int64_t columns) {
-  return [columns](harness::ForwardProblem &data, const AttnLaunchConfig &launch,
-                   const harness::Shape &, std::mt19937_64 &random) {
-    std::normal_distribution<float> normal(0.f, 0.5f);
-    std::vector<float> bias(launch.qHeads * columns);
-    for (float &value : bias)
-      value = normal(random);
-    data.addCapture(bias, {launch.qHeads, columns});
-  };
-}
 
 // `prepared` (gputest::Prepared) builds the tile coverage, checked against
 // the reference's, and the work order, checked against the reference's costs.
@@ -93,14 +81,6 @@ Kernel compileWithoutDiskCache(const std::string &spec, const std::string &name)
   JitOptions options;
   options.diskCache = DiskCacheOptions{};
   return Compiler(options).compile(spec, name);
-}
-
-void addSlopes(harness::ForwardProblem &data, const AttnLaunchConfig &launch,
-               const harness::Shape &, std::mt19937_64 &) {
-  std::vector<float> slopes;
-  for (int h = 0; h < launch.qHeads; ++h)
-    slopes.push_back(float(h + 1) / float(launch.qHeads));
-  data.addCapture(slopes, {launch.qHeads});
 }
 
 } // namespace
@@ -260,24 +240,6 @@ TEST_CASE("Longformer matches the reference", "[gpu][variants]") {
   // Longest first: the query block of the global rows, of each (batch,
   // head), starts before the band's.
   runVariant(spec, {2, 1100, 1100, false}, {}, 25, kWorkOrder);
-}
-
-// Document ids [batch, seqlen_k] in runs of 1 to 400 keys.
-void addDocuments(harness::ForwardProblem &data, const AttnLaunchConfig &,
-                  const harness::Shape &shape, std::mt19937_64 &random) {
-  std::vector<int32_t> ids;
-  for (int64_t b = 0; b < shape.batch; ++b) {
-    int32_t document = 0;
-    int64_t left = 0;
-    for (int64_t s = 0; s < shape.seqlenK; ++s, --left) {
-      if (left == 0) {
-        left = 1 + random() % 400;
-        ++document;
-      }
-      ids.push_back(document);
-    }
-  }
-  data.addCapture(ids, {shape.batch, shape.seqlenK});
 }
 
 TEST_CASE("document masking with captured ids matches the reference", "[gpu][variants]") {

@@ -9,6 +9,7 @@
 #include "attn/Reference/ReferenceAttention.h"
 #include "attn/runtime/Error.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
@@ -34,11 +35,10 @@ constexpr const char *kHeader =
     "element_type = bf16>\n"
     "    mask = #attn.no_mask normalizer = #attn.softmax\n";
 
-/// Translates the mask_mod region `^bb0(args): body` of a kernel parsed
-/// without verification, so that any argument and yield types can be tried.
-/// The body starts on line 5 of buffer "test.mlir".
-ModInterpreter compileRegion(const std::string &args, const std::string &body) {
-  mlir::MLIRContext context;
+/// Parses `text` as buffer "test.mlir" without verification, so that any
+/// argument and result types can be tried.
+mlir::OwningOpRef<mlir::ModuleOp> parseUnverified(mlir::MLIRContext &context,
+                                                  const std::string &text) {
   mlir::DialectRegistry registry;
   registerSpecDialects(registry);
   context.appendDialectRegistry(registry);
@@ -48,18 +48,37 @@ ModInterpreter compileRegion(const std::string &args, const std::string &body) {
     diagnostics += diagnostic.str() + "\n";
     return mlir::success();
   });
-  std::string text =
-      std::string(kHeader) + "    mask_mod {\n  ^bb0(" + args + "):\n" + body + "\n  }\n";
   mlir::ParserConfig config(&context, /*verifyAfterParse=*/false);
   mlir::OwningOpRef<mlir::ModuleOp> module =
       mlir::parseSourceString<mlir::ModuleOp>(text, config, "test.mlir");
   INFO(text << "\n" << diagnostics);
   REQUIRE(module);
+  return module;
+}
+
+/// Translates the mask_mod region `^bb0(args): body` of a kernel. The body
+/// starts on line 5 of buffer "test.mlir".
+ModInterpreter compileRegion(const std::string &args, const std::string &body) {
+  mlir::MLIRContext context;
+  std::string text =
+      std::string(kHeader) + "    mask_mod {\n  ^bb0(" + args + "):\n" + body + "\n  }\n";
+  mlir::OwningOpRef<mlir::ModuleOp> module = parseUnverified(context, text);
   mlir::attn::KernelOp kernel;
   module->walk([&](mlir::attn::KernelOp op) { kernel = op; });
   REQUIRE(kernel);
   // The program outlives the context.
   return ModInterpreter(kernel.getMaskMod());
+}
+
+/// Translates the body of the only `func.func` of `text`, which starts on
+/// line 1 of buffer "test.mlir".
+ModInterpreter compileFunction(const std::string &text) {
+  mlir::MLIRContext context;
+  mlir::OwningOpRef<mlir::ModuleOp> module = parseUnverified(context, text);
+  mlir::func::FuncOp function;
+  module->walk([&](mlir::func::FuncOp op) { function = op; });
+  REQUIRE(function);
+  return ModInterpreter(function.getBody());
 }
 
 ModValue i32(int64_t value) { return ModValue::integer(32, static_cast<uint64_t>(value)); }
@@ -465,6 +484,124 @@ TEST_CASE("what the interpreter cannot evaluate is named with its location",
   CHECK_THROWS_AS(compileRegion("%a: f32", "    %r = math.atan %a : f32\n"
                                            "    attn.yield %r : f32"),
                   std::invalid_argument);
+}
+
+TEST_CASE("func.func bodies ending in func.return", "[mod-interpreter]") {
+  // The regions cloned as functions, as attn-differentiate-mods writes them.
+  ModInterpreter score = compileFunction(
+      "func.func @attn_score_mod_full_0(%s: f32, %b: index, %h: index, %q: index, %kv: index,\n"
+      "                                 %slopes: memref<?xf32>) -> f32 {\n"
+      "  %slope = memref.load %slopes[%h] : memref<?xf32>\n"
+      "  %d = arith.subi %q, %kv : index\n"
+      "  %di = arith.index_cast %d : index to i64\n"
+      "  %df = arith.sitofp %di : i64 to f32\n"
+      "  %bias = arith.mulf %slope, %df : f32\n"
+      "  %r = arith.subf %s, %bias : f32\n"
+      "  func.return %r : f32\n"
+      "}\n");
+  CHECK(score.getNumScalarArguments() == 5);
+  CHECK(score.getNumCaptureArguments() == 1);
+  std::vector<float> slopes = {0.5f, 0.25f};
+  std::vector<HostCapture> captures = {{slopes.data(), DType::F32, {2}}};
+  CHECK(score.evaluateScore(1.0f, 0, 1, 5, 2, captures) == 1.0f - 0.25f * 3);
+  CHECK(score.evaluateScore(1.0f, 0, 0, 2, 5, captures) == 1.0f + 0.5f * 3);
+
+  ModInterpreter mask = compileFunction(
+      "func.func @attn_mask_mod_full_0(%b: index, %h: index, %q: index, %kv: index) -> i1 {\n"
+      "  %keep = arith.cmpi ule, %kv, %q : index\n"
+      "  return %keep : i1\n"
+      "}\n");
+  CHECK(mask.evaluateMask(0, 0, 3, 2, {}));
+  CHECK_FALSE(mask.evaluateMask(0, 0, 2, 3, {}));
+
+  CHECK_THROWS_WITH(compileFunction("func.func @f(%a: f32) {\n"
+                                    "  return\n"
+                                    "}\n"),
+                    Contains("'func.return'") && Contains("test.mlir:2:3") &&
+                        Contains("exactly one value"));
+}
+
+TEST_CASE("memref.atomic_rmw addf accumulates into a capture", "[mod-interpreter]") {
+  SECTION("a vector-Jacobian product adding into a gradient") {
+    // ALiBi's s - slopes[h] * (q - kv): dy passes through to the score, and
+    // dy * -(q - kv) goes to the gradient of slopes[h].
+    ModInterpreter vjp = compileFunction(
+        "func.func @attn_score_mod_vjp_0(%dy: f32, %s: f32, %b: index, %h: index, %q: index,\n"
+        "    %kv: index, %slopes: memref<?xf32>, %slopes_grad: memref<?xf32>) -> f32 {\n"
+        "  %d = arith.subi %q, %kv : index\n"
+        "  %di = arith.index_cast %d : index to i64\n"
+        "  %df = arith.sitofp %di : i64 to f32\n"
+        "  %neg = arith.negf %df : f32\n"
+        "  %c = arith.mulf %dy, %neg : f32\n"
+        "  %old = memref.atomic_rmw addf %c, %slopes_grad[%h] : (f32, memref<?xf32>) -> f32\n"
+        "  return %dy : f32\n"
+        "}\n");
+    CHECK(vjp.getNumScalarArguments() == 6);
+    CHECK(vjp.getNumCaptureArguments() == 2);
+    std::vector<float> slopes = {0.5f, 0.25f}, grad = {0.0f, 0.0f};
+    std::vector<HostCapture> captures = {{slopes.data(), DType::F32, {2}},
+                                         {grad.data(), DType::F32, {2}}};
+    auto evaluate = [&](float dy, int64_t h, int64_t q, int64_t kv) {
+      return vjp
+          .evaluate({ModValue::f(dy), ModValue::f(0.75f), ModValue::index(0),
+                     ModValue::index(h), ModValue::index(q), ModValue::index(kv)},
+                    captures)
+          .f32;
+    };
+    CHECK(evaluate(2.0f, 1, 5, 2) == 2.0f); // grad[1] += 2 * -3
+    CHECK(grad == std::vector<float>{0.0f, -6.0f});
+    CHECK(evaluate(0.5f, 0, 1, 4) == 0.5f); // grad[0] += 0.5 * 3
+    CHECK(evaluate(1.0f, 1, 3, 2) == 1.0f); // grad[1] += 1 * -1
+    CHECK(grad == std::vector<float>{1.5f, -7.0f});
+    // Head 2 is outside the extents: nothing is written.
+    CHECK(evaluate(1.0f, 2, 3, 2) == 1.0f);
+    CHECK(evaluate(1.0f, -1, 3, 2) == 1.0f);
+    CHECK(grad == std::vector<float>{1.5f, -7.0f});
+    CHECK(slopes == std::vector<float>{0.5f, 0.25f});
+  }
+
+  SECTION("row-major elements, the old value as the result") {
+    ModInterpreter add = compileFunction(
+        "func.func @add(%v: f32, %i: index, %j: index, %buf: memref<?x?xf32>) -> f32 {\n"
+        "  %old = memref.atomic_rmw addf %v, %buf[%i, %j] : (f32, memref<?x?xf32>) -> f32\n"
+        "  return %old : f32\n"
+        "}\n");
+    std::vector<float> buffer(6, 0.0f);
+    std::vector<HostCapture> captures = {{buffer.data(), DType::F32, {2, 3}}};
+    auto evaluate = [&](float value, int64_t i, int64_t j) {
+      return add.evaluate({ModValue::f(value), ModValue::index(i), ModValue::index(j)}, captures)
+          .f32;
+    };
+    CHECK(evaluate(1.5f, 1, 2) == 0.0f);
+    CHECK(evaluate(2.0f, 1, 2) == 1.5f);
+    CHECK(evaluate(-0.25f, 0, 1) == 0.0f);
+    CHECK(buffer == std::vector<float>{0.0f, -0.25f, 0.0f, 0.0f, 0.0f, 3.5f});
+    // Column 3 would alias row 1 in a flat write; it and the other indices
+    // outside the extents write nothing and read 0 as the old value.
+    CHECK(evaluate(4.0f, 0, 3) == 0.0f);
+    CHECK(evaluate(4.0f, 2, 0) == 0.0f);
+    CHECK(evaluate(4.0f, -1, 2) == 0.0f);
+    CHECK(evaluate(4.0f, 1, -1) == 0.0f);
+    CHECK(buffer == std::vector<float>{0.0f, -0.25f, 0.0f, 0.0f, 0.0f, 3.5f});
+  }
+
+  SECTION("kinds other than addf are rejected with the operation's location") {
+    CHECK_THROWS_WITH(
+        compileFunction(
+            "func.func @f(%v: f32, %i: index, %buf: memref<?xf32>) -> f32 {\n"
+            "  %old = memref.atomic_rmw maximumf %v, %buf[%i] : (f32, memref<?xf32>) -> f32\n"
+            "  return %old : f32\n"
+            "}\n"),
+        Contains("'memref.atomic_rmw'") && Contains("test.mlir:2:10") &&
+            Contains("maximumf") && Contains("only 'addf'"));
+    CHECK_THROWS_AS(
+        compileFunction(
+            "func.func @f(%v: i32, %i: index, %buf: memref<?xi32>) -> i32 {\n"
+            "  %old = memref.atomic_rmw addi %v, %buf[%i] : (i32, memref<?xi32>) -> i32\n"
+            "  return %old : i32\n"
+            "}\n"),
+        std::invalid_argument);
+  }
 }
 
 TEST_CASE("many evaluations of one program", "[mod-interpreter]") {

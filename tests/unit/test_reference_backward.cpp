@@ -127,6 +127,92 @@ void checkAgainstFiniteDifferences(const char *name, const Problem &p,
   CHECK(largest > 0.05);
 }
 
+/// Runs backward() and checks dq, dk and dv against central differences of
+/// loss().
+void checkGradients(const Problem &p, BackwardInputs &in) {
+  Grads g = runBackward(p, in.q, in.k, in.v, in.dO);
+  REQUIRE(allFinite(g));
+  checkAgainstFiniteDifferences("dq", p, in.q, g.dq, in.q, in.k, in.v, in.dO);
+  checkAgainstFiniteDifferences("dk", p, in.k, g.dk, in.q, in.k, in.v, in.dO);
+  checkAgainstFiniteDifferences("dv", p, in.v, g.dv, in.q, in.k, in.v, in.dO);
+}
+
+/// Soft-capping, cap * tanh(s / cap), whose derivative is 1 - tanh^2(s / cap).
+void setSoftCap(Problem &p, double cap) {
+  p.scoreMod = [cap](double s, int64_t, int64_t, int64_t, int64_t) {
+    return cap * std::tanh(s / cap);
+  };
+  p.scoreModVjp = [cap](double dy, double s, int64_t, int64_t, int64_t, int64_t,
+                        bool) {
+    const double t = std::tanh(s / cap);
+    return dy * (1 - t * t);
+  };
+}
+
+/// ALiBi with learnable slopes, s - slopes[h] * (q - k): the derivative is 1
+/// in s and -(q - k) in slopes[h], added to slopeGrads[h] when asked.
+void setAlibi(Problem &p, const std::vector<float> &slopes,
+              std::vector<float> &slopeGrads) {
+  p.scoreMod = [&slopes](double s, int64_t, int64_t h, int64_t q, int64_t k) {
+    return s - slopes[size_t(h)] * double(q - k);
+  };
+  p.scoreModVjp = [&slopeGrads](double dy, double, int64_t, int64_t h,
+                                int64_t q, int64_t k, bool accumulate) {
+    if (accumulate)
+      slopeGrads[size_t(h)] += static_cast<float>(-dy * double(q - k));
+    return dy;
+  };
+}
+
+/// Soft-capped ALiBi with learnable slopes that also reads the batch, so
+/// that the slopes' gradient depends on the score and a wrong b or h shows:
+/// cap * tanh(u / cap) with u = s - slopes[h] * (q - k) + b / 4, for a
+/// problem whose batch 0 and head 0 are `batch0` and `head0` of the problem
+/// `slopes` describe.
+void setCappedAlibi(Problem &p, const std::vector<float> &slopes,
+                    std::vector<float> &slopeGrads, double cap,
+                    int64_t batch0 = 0, int64_t head0 = 0) {
+  auto tanhOfCapped = [&slopes, cap, batch0, head0](double s, int64_t b,
+                                                    int64_t h, int64_t q,
+                                                    int64_t k) {
+    return std::tanh((s - slopes[size_t(h + head0)] * double(q - k) +
+                      0.25 * double(b + batch0)) /
+                     cap);
+  };
+  p.scoreMod = [tanhOfCapped, cap](double s, int64_t b, int64_t h, int64_t q,
+                                   int64_t k) {
+    return cap * tanhOfCapped(s, b, h, q, k);
+  };
+  p.scoreModVjp = [tanhOfCapped, &slopeGrads,
+                   head0](double dy, double s, int64_t b, int64_t h, int64_t q,
+                          int64_t k, bool accumulate) {
+    const double t = tanhOfCapped(s, b, h, q, k);
+    const double ds = dy * (1 - t * t);
+    if (accumulate)
+      slopeGrads[size_t(h + head0)] += static_cast<float>(-ds * double(q - k));
+    return ds;
+  };
+}
+
+/// A score_mod that keeps the score where `keep` holds and masks the pair
+/// (-inf) elsewhere. The VJP passes dy through and records the pairs it is
+/// asked to accumulate captures at.
+struct RecordingMask {
+  std::vector<std::vector<int64_t>> accumulated;
+
+  void install(Problem &p, MaskModFn keep) {
+    p.scoreMod = [keep](double s, int64_t b, int64_t h, int64_t q, int64_t k) {
+      return keep(b, h, q, k) ? s : -std::numeric_limits<double>::infinity();
+    };
+    p.scoreModVjp = [this](double dy, double, int64_t b, int64_t h, int64_t q,
+                           int64_t k, bool accumulate) {
+      if (accumulate)
+        accumulated.push_back({b, h, q, k});
+      return dy;
+    };
+  }
+};
+
 } // namespace
 
 TEST_CASE("backward matches finite differences of forward",
@@ -163,14 +249,135 @@ TEST_CASE("backward matches finite differences of forward",
     Problem p = makeProblem(c.batch, c.sq, c.sk, c.hq, c.hkv, c.d, 1.3,
                             c.mask);
     p.maskMod = c.maskMod;
-    auto [q, k, v, dO] = randomBackwardInputs(p, seed);
+    BackwardInputs in = randomBackwardInputs(p, seed);
     seed += 4;
-    Grads g = runBackward(p, q, k, v, dO);
-    REQUIRE(allFinite(g));
-    checkAgainstFiniteDifferences("dq", p, q, g.dq, q, k, v, dO);
-    checkAgainstFiniteDifferences("dk", p, k, g.dk, q, k, v, dO);
-    checkAgainstFiniteDifferences("dv", p, v, g.dv, q, k, v, dO);
+    checkGradients(p, in);
   }
+}
+
+TEST_CASE("backward through a soft-capping score_mod matches finite "
+          "differences",
+          "[reference][backward][score_mod]") {
+  struct Case {
+    const char *name;
+    int64_t batch, sq, sk, hq, hkv, d;
+    double cap;
+  };
+  // A realistic cap of 20 is nearly the identity at these scores (|s| of
+  // about 1), so a cap of 2 checks the derivative itself.
+  const Case cases[] = {
+      {"cap 20", 2, 5, 7, 2, 2, 4, 20.0},
+      {"cap 2, GQA, Sq > Sk", 1, 7, 5, 2, 1, 8, 2.0},
+      {"cap 2, Sq < Sk", 2, 6, 9, 2, 2, 4, 2.0},
+  };
+  unsigned seed = 1000;
+  for (const Case &c : cases) {
+    INFO(c.name);
+    Problem p = makeProblem(c.batch, c.sq, c.sk, c.hq, c.hkv, c.d, 1.3,
+                            {MaskKind::Causal, MaskAlignment::BottomRight});
+    setSoftCap(p, c.cap);
+    BackwardInputs in = randomBackwardInputs(p, seed);
+    seed += 4;
+    checkGradients(p, in);
+  }
+}
+
+TEST_CASE("backward through ALiBi with learnable slopes matches finite "
+          "differences, slopes included",
+          "[reference][backward][score_mod]") {
+  struct Case {
+    const char *name;
+    int64_t batch, sq, sk, hq, hkv, d;
+    bool capped;
+  };
+  const Case cases[] = {
+      {"GQA, Sq < Sk", 2, 5, 7, 2, 1, 4, false},
+      {"Sq > Sk", 1, 8, 6, 2, 2, 8, false},
+      // The slopes' gradient through tanh depends on the score.
+      {"soft-capped", 2, 6, 5, 2, 1, 4, true},
+  };
+  unsigned seed = 1100;
+  for (const Case &c : cases) {
+    INFO(c.name);
+    Problem p = makeProblem(c.batch, c.sq, c.sk, c.hq, c.hkv, c.d, 1.3,
+                            {MaskKind::Causal, MaskAlignment::BottomRight});
+    // A Tensor [1, 1, 1, H] so that the finite differences can perturb it.
+    Tensor slopes(1, 1, 1, c.hq), slopeGrads(1, 1, 1, c.hq);
+    slopes.data = {0.25f, 0.125f};
+    if (c.capped)
+      setCappedAlibi(p, slopes.data, slopeGrads.data, 3.0);
+    else
+      setAlibi(p, slopes.data, slopeGrads.data);
+    BackwardInputs in = randomBackwardInputs(p, seed);
+    seed += 4;
+    checkGradients(p, in);
+    // checkGradients() ran backward() once: the slope gradients of one run.
+    checkAgainstFiniteDifferences("slopes", p, slopes, slopeGrads, in.q, in.k,
+                                  in.v, in.dO);
+  }
+}
+
+TEST_CASE("backward: a score_mod returning -inf masks like a mask_mod",
+          "[reference][backward][score_mod]") {
+  // Row 3 is masked whole by the mod; causal bottom-right masks more.
+  MaskModFn keep = [](int64_t b, int64_t h, int64_t q, int64_t k) {
+    return q != 3 && (b + h + q + 2 * k) % 3 != 0;
+  };
+  const MaskSpec causal{MaskKind::Causal, MaskAlignment::BottomRight};
+  Problem masked = makeProblem(2, 6, 7, 2, 1, 8, 0.7, causal);
+  masked.maskMod = keep;
+  Problem modded = makeProblem(2, 6, 7, 2, 1, 8, 0.7, causal);
+  RecordingMask recorder;
+  recorder.install(modded, keep);
+  auto [q, k, v, dO] = randomBackwardInputs(masked, 1200);
+
+  Grads expected = runBackward(masked, q, k, v, dO);
+  Grads actual = runBackward(modded, q, k, v, dO);
+  REQUIRE(allFinite(actual));
+  // The identity on kept pairs with a VJP passing dy: the same arithmetic.
+  requireSame(actual, expected, 0.0);
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t t = 0; t < 8; ++t)
+        CHECK(actual.dq.at(b, 3, h, t) == 0.0f);
+
+  // Captures are accumulated once per kept pair, in (b, h, q, k) order.
+  std::vector<std::vector<int64_t>> kept;
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t qi = 0; qi < 6; ++qi)
+        for (int64_t ki = 0; ki < 7; ++ki)
+          if (maskAllows(causal, qi, ki, 6, 7) && keep(b, h, qi, ki))
+            kept.push_back({b, h, qi, ki});
+  CHECK(recorder.accumulated == kept);
+}
+
+TEST_CASE("backward: pairs whose weight underflows to 0 skip the VJP",
+          "[reference][backward][score_mod]") {
+  // Key 0 gets a finite score so low that its exponential is exactly 0; the
+  // VJP answers NaN there (as 0 times an infinite derivative would), so any
+  // call for key 0 would show in the gradients.
+  Problem p = makeProblem(1, 5, 6, 2, 2, 4, 0.9);
+  p.scoreMod = [](double s, int64_t, int64_t, int64_t, int64_t k) {
+    return k == 0 ? -2000.0 : s;
+  };
+  int64_t accumulated = 0;
+  p.scoreModVjp = [&accumulated](double dy, double, int64_t, int64_t, int64_t,
+                                 int64_t k, bool accumulate) {
+    accumulated += accumulate;
+    return k == 0 ? std::numeric_limits<double>::quiet_NaN() : dy;
+  };
+  Problem withoutKey0 = makeProblem(1, 5, 6, 2, 2, 4, 0.9);
+  withoutKey0.maskMod = [](int64_t, int64_t, int64_t, int64_t k) {
+    return k != 0;
+  };
+  auto [q, k, v, dO] = randomBackwardInputs(p, 1300);
+  Grads g = runBackward(p, q, k, v, dO);
+  REQUIRE(allFinite(g));
+  requireSame(g, runBackward(withoutKey0, q, k, v, dO), 0.0);
+  // Every pair but those of key 0, which has weight 0: 2 heads x 5 rows x 5
+  // keys.
+  CHECK(accumulated == 50);
 }
 
 TEST_CASE("backward: hand-computed case", "[reference][backward]") {
@@ -208,6 +415,35 @@ TEST_CASE("backward: hand-computed case", "[reference][backward]") {
     CHECK(one.dk.data[1] == 0.0f);
     CHECK(one.dv.data[1] == 0.0f);
   }
+}
+
+TEST_CASE("backward from a stored output takes Delta = dO . o", "[reference][backward]") {
+  // The hand-computed case: o = 5, Delta = dO o = 10. A stored o of 4.5
+  // (an output with an error of 0.5) gives Delta = 9, so dS_j = P_j (dP_j -
+  // 9) = (-5/4, 9/4), and dq = scale * (5/4 + 9/4) = 7/8 ln3; dv does not
+  // depend on Delta.
+  Tensor q(1, 1, 1, 1), k(1, 2, 1, 1), v(1, 2, 1, 1), dO(1, 1, 1, 1), o(1, 1, 1, 1);
+  q.data = {2.0f};
+  k.data = {-1.0f, 1.0f};
+  v.data = {2.0f, 6.0f};
+  dO.data = {2.0f};
+  const double ln3 = std::log(3.0);
+  Problem p = makeProblem(1, 1, 2, 1, 1, 1, ln3 / 4);
+  Grads g{Tensor(1, 1, 1, 1), Tensor(1, 2, 1, 1), Tensor(1, 2, 1, 1)};
+  auto run = [&](float stored) {
+    o.data = {stored};
+    backward(p, q.host(), k.host(), v.host(), o.host(), dO.host(), g.dq.data.data(),
+             g.dk.data.data(), g.dv.data.data());
+  };
+  run(5.0f);
+  const Grads exact = runBackward(p, q, k, v, dO);
+  requireSame(g, exact, 1e-6);
+  run(4.5f);
+  CHECK(g.dq.data[0] == Approx(7.0 / 8.0 * ln3));
+  CHECK(g.dk.data[0] == Approx(-5.0 / 8.0 * ln3));
+  CHECK(g.dk.data[1] == Approx(9.0 / 8.0 * ln3));
+  CHECK(g.dv.data[0] == Approx(0.5));
+  CHECK(g.dv.data[1] == Approx(1.5));
 }
 
 TEST_CASE("backward matches a naive evaluation with the whole P matrix",
@@ -439,6 +675,56 @@ TEST_CASE("backward does not depend on the thread count",
     }
 }
 
+TEST_CASE("backward through a score_mod does not depend on the thread count",
+          "[reference][backward][score_mod]") {
+  // The problem of the test above, through soft-capped ALiBi.
+  const int64_t b = 2, sq = 190, sk = 210, hq = 4, hkv = 2, d = 32;
+  const int64_t group = hq / hkv;
+  const MaskSpec mask{MaskKind::Causal, MaskAlignment::BottomRight};
+  const double scale = 1.0 / std::sqrt(double(d));
+  const std::vector<float> slopes = {0.5f, 0.25f, 0.125f, 0.0625f};
+  constexpr double kCap = 10.0;
+  Problem p = makeProblem(b, sq, sk, hq, hkv, d, scale, mask);
+  std::vector<float> firstSlopeGrads(hq, 0.0f), secondSlopeGrads(hq, 0.0f),
+      sliceSlopeGrads(hq, 0.0f);
+  setCappedAlibi(p, slopes, firstSlopeGrads, kCap);
+  auto [q, k, v, dO] = randomBackwardInputs(p, 1400);
+  Grads first = runBackward(p, q, k, v, dO);
+  REQUIRE(allFinite(first));
+  setCappedAlibi(p, slopes, secondSlopeGrads, kCap);
+  Grads second = runBackward(p, q, k, v, dO);
+  requireSame(first, second, 0.0);
+  CHECK(firstSlopeGrads == secondSlopeGrads);
+
+  // Each slice runs on one thread. Slices in (batch, kv head) order add to
+  // each slope's gradient in the whole problem's order, so bit for bit.
+  for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t kh = 0; kh < hkv; ++kh) {
+      HostTensor qs = q.host(), ks = k.host(), vs = v.host(), dOs = dO.host();
+      qs.data = &q.at(bi, 0, kh * group, 0);
+      dOs.data = &dO.at(bi, 0, kh * group, 0);
+      ks.data = &k.at(bi, 0, kh, 0);
+      vs.data = &v.at(bi, 0, kh, 0);
+      Problem sliceProblem = makeProblem(1, sq, sk, group, 1, d, scale, mask);
+      setCappedAlibi(sliceProblem, slopes, sliceSlopeGrads, kCap, bi,
+                     kh * group);
+      Grads slice = runBackward(sliceProblem, qs, ks, vs, dOs);
+      for (int64_t t = 0; t < d; ++t) {
+        for (int64_t s = 0; s < sq; ++s)
+          for (int64_t g = 0; g < group; ++g)
+            REQUIRE(slice.dq.at(0, s, g, t) ==
+                    first.dq.at(bi, s, kh * group + g, t));
+        for (int64_t s = 0; s < sk; ++s) {
+          REQUIRE(slice.dk.at(0, s, 0, t) == first.dk.at(bi, s, kh, t));
+          REQUIRE(slice.dv.at(0, s, 0, t) == first.dv.at(bi, s, kh, t));
+        }
+      }
+    }
+  CHECK(sliceSlopeGrads == firstSlopeGrads);
+  for (float grad : firstSlopeGrads)
+    CHECK(std::abs(grad) > 1e-3f);
+}
+
 TEST_CASE("backward: strided inputs equal contiguous inputs",
           "[reference][backward]") {
   const int64_t b = 2, sq = 6, sk = 10, h = 3, d = 12;
@@ -479,14 +765,19 @@ TEST_CASE("backward: unsupported or inconsistent problems are rejected",
   };
   CHECK_NOTHROW(call(p));
 
-  SECTION("score_mod: its derivative is not implemented") {
+  SECTION("score_mod without its VJP, or a VJP without a score_mod") {
     Problem withScoreMod = p;
     withScoreMod.scoreMod = [](double s, int64_t, int64_t, int64_t,
                                int64_t) { return s; };
     CHECK_THROWS_AS(call(withScoreMod), std::invalid_argument);
     CHECK_THROWS_WITH(call(withScoreMod),
                       Catch::Contains("reference attention backward") &&
-                          Catch::Contains("score_mod"));
+                          Catch::Contains("scoreModVjp"));
+    Problem withVjp = p;
+    withVjp.scoreModVjp = [](double dy, double, int64_t, int64_t, int64_t,
+                             int64_t, bool) { return dy; };
+    CHECK_THROWS_WITH(call(withVjp), Catch::Contains("scoreModVjp") &&
+                                         Catch::Contains("without"));
   }
   SECTION("a row filter") {
     Problem withRows = p;

@@ -743,7 +743,7 @@ TEST_CASE("launch metadata round-trips captures", "[runtime][metadata][captures]
   SECTION("none") {
     AttnLaunchConfig config = makeConfig();
     std::string text = serializeLaunchConfig(config);
-    CHECK_THAT(text, StartsWith("attn-launch-metadata 6\n"));
+    CHECK_THAT(text, StartsWith("attn-launch-metadata 7\n"));
     CHECK_THAT(text, Contains("\ncaptures 0\n"));
     CHECK_THAT(text, !Contains("capture."));
     AttnLaunchConfig back = parseLaunchConfig(text);
@@ -764,6 +764,25 @@ TEST_CASE("launch metadata round-trips captures", "[runtime][metadata][captures]
     CHECK(sameCaptures(back.captures, config.captures));
     CHECK(back.headDim == config.headDim);
     CHECK(serializeLaunchConfig(back) == text);
+  }
+  SECTION("learnable") {
+    AttnLaunchConfig config = makeCaptureConfig();
+    config.captures[0].requiresGrad = true;
+    config.captures[2].requiresGrad = true;
+    std::string text = serializeLaunchConfig(config);
+    CHECK_THAT(text, EndsWith("\ncaptures 4\n"
+                              "capture.0 slopes f32 q_heads grad\n"
+                              "capture.1 doc_ids i32 batch,seqlen_k\n"
+                              "capture.2 bias f32 kv_heads,?,16 grad\n"
+                              "capture.3 q_doc_ids i32 batch,seqlen_q\n"));
+    AttnLaunchConfig back = parseLaunchConfig(text);
+    REQUIRE(sameCaptures(back.captures, config.captures));
+    for (size_t i = 0; i < back.captures.size(); ++i) {
+      INFO("capture " << i);
+      CHECK(back.captures[i].requiresGrad == config.captures[i].requiresGrad);
+    }
+    CHECK(serializeLaunchConfig(back) == text);
+    CHECK_NOTHROW(validateLaunchConfig(back));
   }
   SECTION("every dim kind") {
     AttnLaunchConfig config = makeCaptureConfig();
@@ -794,9 +813,23 @@ TEST_CASE("malformed capture metadata is reported with its line",
   const std::string saysTwo = "(line " + std::to_string(countLine) + " says 'captures ";
 
   expectMetadataInvalid(withValue(good, "capture.1", "bias f32"), second,
-                        "capture.1: expected 'NAME DTYPE DIM,DIM,...', got 'bias f32'");
+                        "capture.1: expected 'NAME DTYPE DIM,DIM,...' and optionally 'grad', "
+                        "got 'bias f32'");
   expectMetadataInvalid(withValue(good, "capture.1", "bias f32 1 2"), second,
-                        "capture.1: expected 'NAME DTYPE DIM,DIM,...'");
+                        "capture.1: expected 'NAME DTYPE DIM,DIM,...' and optionally 'grad', "
+                        "got 'bias f32 1 2'");
+  // The fourth field, if any, is `grad`, alone and spelled so.
+  expectMetadataInvalid(withValue(good, "capture.1", "bias f32 kv_heads,?,16 Grad"), second,
+                        "got 'bias f32 kv_heads,?,16 Grad'");
+  expectMetadataInvalid(withValue(good, "capture.1", "bias f32 kv_heads,?,16 grad grad"),
+                        second, "got 'bias f32 kv_heads,?,16 grad grad'");
+  expectMetadataInvalid(withValue(good, "capture.1", "bias f32 kv_heads,?,16 "), second,
+                        "got 'bias f32 kv_heads,?,16 '");
+  expectMetadataInvalid(withValue(good, "capture.0", "slopes f32 grad"), first,
+                        "capture.0: dim 0: expected a positive integer, '?', batch, "
+                        "q_heads, kv_heads, seqlen_q or seqlen_k, got 'grad'");
+  expectMetadataInvalid(withValue(good, "capture.0", "slopes i32 q_heads grad"), first,
+                        "capture.0: only an f32 capture has a gradient, got i32");
   expectMetadataInvalid(withValue(good, "capture.0", "9lives f32 q_heads"), first,
                         "capture.0: name '9lives' is not an identifier");
   expectMetadataInvalid(withValue(good, "capture.1", "bias bf16 q_heads"), second,
@@ -836,7 +869,7 @@ TEST_CASE("malformed capture metadata is reported with its line",
                     StartsWith("launch metadata: ") && Contains("missing key 'captures'"));
   // Metadata from before captures existed is refused, not misread.
   std::string version2 = "attn-launch-metadata 2" + withoutCaptures.substr(withoutCaptures.find('\n'));
-  expectMetadataInvalid(version2, 1, "unsupported version 2 (this runtime reads version 6)");
+  expectMetadataInvalid(version2, 1, "unsupported version 2 (this runtime reads version 7)");
 }
 
 namespace {

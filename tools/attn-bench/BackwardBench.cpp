@@ -52,7 +52,11 @@ PairTimes timePair(LoadedPair &pair, harness::ForwardProblem &data,
   PairTimes times;
   times.forwardMs = harness::medianLaunchMs(pair.forwardFunction, pair.forward.launch,
                                             forwardArgs, warmup, repeats);
+  times.deterministicMs = 0;
   for (bool deterministic : {false, true}) {
+    // Capture gradients have no deterministic mode (the launch refuses it).
+    if (deterministic && !gradients.captureGrads.empty())
+      continue;
     const AttnBackwardArgs args = gradients.args(data, deterministic);
     const double ms = harness::medianMs(
         [&] { launchBackward(pair.backwardFunctions, pair.backward.launch, args, nullptr); },
@@ -93,10 +97,12 @@ int runBackwardGrid(int warmup, int repeats) {
 }
 
 int runBackwardSpec(const std::string &spec, const std::string &name, int64_t batch,
-                    int64_t seqlen, int64_t seqlenK, bool check, int warmup, int repeats) {
+                    int64_t seqlen, int64_t seqlenK, const std::vector<std::string> &captures,
+                    bool check, int warmup, int repeats) {
   LoadedPair pair = loadPair(spec, name, batch, seqlen, seqlenK);
   const harness::Shape shape{batch, seqlen, seqlenK, false};
   harness::ForwardProblem data(pair.forward.launch, shape, 2026);
+  harness::addGeneratedCaptures(data, pair.forward.launch, shape, captures);
   AttnForwardArgs forwardArgs = data.args();
   launchForward(pair.forwardFunction, pair.forward.launch, forwardArgs, nullptr);
   harness::BackwardProblem gradients(pair.backward.launch, data, 2027);
@@ -112,21 +118,34 @@ int runBackwardSpec(const std::string &spec, const std::string &name, int64_t ba
     gradients.poisonGradients();
     launchBackward(pair.backwardFunctions, launch, gradients.args(data), nullptr);
     ATTN_CU_CHECK(cuCtxSynchronize);
-    reference::Problem problem = referenceProblemFromSpec(spec, batch, seqlen, seqlenK);
+    std::vector<HostCapture> host;
+    for (const harness::HostDeviceCapture &capture : data.captures)
+      host.push_back(HostCapture{capture.hostData(), capture.view.dtype, capture.view.shape});
+    std::shared_ptr<CaptureGradients> expectedCaptures;
+    reference::Problem problem =
+        referenceProblemFromSpec(spec, batch, seqlen, seqlenK, host, &expectedCaptures);
     const harness::GradientComparison result = harness::compareGradients(
         problem, harness::computeReferenceGradients(problem, data, gradients), gradients,
         launch.dtype);
     passed = result.passed();
-    std::printf("check against the CPU reference: rel-L2 dq %.3g, dk %.3g, dv %.3g: %s\n",
-                result.dq.relativeL2, result.dk.relativeL2, result.dv.relativeL2,
-                passed ? "PASS" : "FAIL");
+    std::printf("check against the CPU reference: rel-L2 dq %.3g, dk %.3g, dv %.3g",
+                result.dq.relativeL2, result.dk.relativeL2, result.dv.relativeL2);
+    for (size_t index = 0; index < gradients.captureGrads.size(); ++index) {
+      const harness::CaptureGradientError error = harness::compareCaptureGradient(
+          (*expectedCaptures)[index], gradients.captureGrads[index].download<float>());
+      std::printf(", capture gradient %zu %.3g", index, error.relativeL2);
+      passed = passed && error.passed(2e-2);
+    }
+    std::printf(": %s\n", passed ? "PASS" : "FAIL");
   }
   const PairTimes times = timePair(pair, data, gradients, warmup, repeats);
   const double flops =
       harness::backwardFlops(launch, shape, harness::specHasCausalMask(spec));
-  std::printf("backward %.3f ms (median of %d), %.1f TFLOP/s; deterministic %.3f ms; forward "
+  std::printf("backward %.3f ms (median of %d), %.1f TFLOP/s; deterministic %s; forward "
               "%.3f ms\n",
-              times.backwardMs, repeats, flops / times.backwardMs / 1e9, times.deterministicMs,
+              times.backwardMs, repeats, flops / times.backwardMs / 1e9,
+              gradients.captureGrads.empty() ? fmt::format("{:.3f} ms", times.deterministicMs).c_str()
+                                             : "none (capture gradients)",
               times.forwardMs);
   return passed ? 0 : 1;
 }

@@ -3,6 +3,7 @@
 #define ATTN_TOOLS_ATTNBENCH_BACKWARDBENCH_H
 
 #include <string>
+#include <vector>
 
 namespace attn::bench {
 
@@ -16,7 +17,8 @@ int runBackwardGrid(int warmup, int repeats);
 /// `attn-bench spec.mlir --backward`: one spec's backward at (batch,
 /// seqlen, seqlenK), optionally checked against the CPU reference first.
 int runBackwardSpec(const std::string &spec, const std::string &name, int64_t batch,
-                    int64_t seqlen, int64_t seqlenK, bool check, int warmup, int repeats);
+                    int64_t seqlen, int64_t seqlenK, const std::vector<std::string> &captures,
+                    bool check, int warmup, int repeats);
 
 } // namespace attn::bench
 

@@ -744,7 +744,10 @@ int main(int argc, char **argv) {
         return 1;
       }
       return attn::bench::runBackwardSpec((*buffer)->getBuffer().str(), specFile, batch, seqlen,
-                                          seqlenK ? seqlenK : seqlen, check, warmup, repeats);
+                                          seqlenK ? seqlenK : seqlen,
+                                          std::vector<std::string>(captureOptions.begin(),
+                                                                   captureOptions.end()),
+                                          check, warmup, repeats);
     }
     return grid ? runGrid() : linearGrid ? runLinearGrid() : runSpec();
   } catch (const attn::Error &error) {

@@ -13,6 +13,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/EmitC/IR/EmitC.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "mlir/Transforms/Passes.h"
@@ -23,10 +24,11 @@ int main(int argc, char **argv) {
   mlir::attn::registerAttnPasses();
 
   mlir::DialectRegistry registry;
-  // EmitC too, so that attn-lower-mods' output parses back.
+  // EmitC and MemRef too, so that attn-lower-mods' and
+  // attn-differentiate-mods' output parses back.
   registry.insert<mlir::attn::AttnDialect, mlir::arith::ArithDialect,
                   mlir::emitc::EmitCDialect, mlir::func::FuncDialect,
-                  mlir::math::MathDialect>();
+                  mlir::math::MathDialect, mlir::memref::MemRefDialect>();
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "attn optimizer driver\n", registry));
 }

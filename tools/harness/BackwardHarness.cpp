@@ -2,6 +2,12 @@
 
 #include "BackwardHarness.h"
 
+#include "attn/runtime/Error.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
 #include <cmath>
 #include <sstream>
 
@@ -20,6 +26,20 @@ BackwardProblem::BackwardProblem(const AttnLaunchConfig &config, const ForwardPr
                   shape.headMajor, nullptr);
   dv = makeTensor(config.dtype, shape.batch, shape.seqlenK, config.kvHeads, config.headDim,
                   shape.headMajor, nullptr);
+  for (size_t index = 0; index < config.captures.size(); ++index) {
+    if (!config.captures[index].requiresGrad)
+      continue;
+    if (index >= forward.captures.size())
+      throw Error(fmt::format("capture '{}': add it to the forward problem before the backward "
+                              "problem, which allocates its gradient",
+                              config.captures[index].name));
+    const std::vector<int64_t> &shape = forward.captures[index].view.shape;
+    int64_t elements = 1;
+    for (int64_t extent : shape)
+      elements *= extent;
+    captureGrads.emplace_back(std::max<size_t>(size_t(elements) * sizeof(float), 4));
+    captureGradShapes.push_back(shape);
+  }
   const AttnBackwardArgs sizing = args(forward);
   workspace = DeviceBuffer(std::max<uint64_t>(backwardWorkspaceBytes(config, sizing), 256));
 }
@@ -39,7 +59,35 @@ AttnBackwardArgs BackwardProblem::args(const ForwardProblem &forward, bool deter
   args.workspaceBytes = workspace.size();
   args.deterministic = deterministic;
   args.packed = packed;
+  for (const HostDeviceCapture &capture : forward.captures)
+    args.captures.push_back(capture.view);
+  for (size_t index = 0; index < captureGrads.size(); ++index)
+    args.captureGrads.push_back(
+        CaptureGradView{static_cast<float *>(captureGrads[index].data()), captureGradShapes[index]});
   return args;
+}
+
+CaptureGradientError compareCaptureGradient(const std::vector<float> &reference,
+                                            const std::vector<float> &device) {
+  CaptureGradientError error;
+  double difference = 0, norm = 0, largest = 0, largestError = 0;
+  for (size_t i = 0; i < reference.size() && i < device.size(); ++i) {
+    if (!std::isfinite(device[i])) {
+      ++error.nonFinite;
+      continue;
+    }
+    const double delta = double(device[i]) - double(reference[i]);
+    difference += delta * delta;
+    norm += double(reference[i]) * double(reference[i]);
+    largest = std::max(largest, std::fabs(double(reference[i])));
+    largestError = std::max(largestError, std::fabs(delta));
+  }
+  if (reference.size() != device.size())
+    error.nonFinite += int64_t(std::max(reference.size(), device.size()) -
+                               std::min(reference.size(), device.size()));
+  error.relativeL2 = norm > 0 ? std::sqrt(difference / norm) : std::sqrt(difference);
+  error.maxErrorOverMax = largest > 0 ? largestError / largest : largestError;
+  return error;
 }
 
 void BackwardProblem::poisonGradients() {
@@ -60,9 +108,12 @@ ReferenceGradients computeReferenceGradients(const reference::Problem &problem,
   gradients.dq.assign(b * sq * hq * d, 0.f);
   gradients.dk.assign(b * sk * hk * d, 0.f);
   gradients.dv.assign(b * sk * hk * d, 0.f);
+  // Delta from the forward kernel's stored O, as the backward computes it.
+  const std::vector<float> o = downloadBSHD(forward.o);
   reference::backward(problem, packed(forward.q.host, sq, hq, d), packed(forward.k.host, sk, hk, d),
-                      packed(forward.v.host, sk, hk, d), packed(backward.dO.host, sq, hq, d),
-                      gradients.dq.data(), gradients.dk.data(), gradients.dv.data());
+                      packed(forward.v.host, sk, hk, d), packed(o, sq, hq, d),
+                      packed(backward.dO.host, sq, hq, d), gradients.dq.data(),
+                      gradients.dk.data(), gradients.dv.data());
   return gradients;
 }
 

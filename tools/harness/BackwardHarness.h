@@ -30,7 +30,24 @@ public:
   HostDeviceTensor dO, dq, dk, dv;
   DeviceBuffer workspace;
   PackedSequences packed;
+  /// The gradient of each capture `config` declares with `grad`, shaped as
+  /// `forward`'s buffer of it (added before this problem was made).
+  std::vector<DeviceBuffer> captureGrads;
+  std::vector<std::vector<int64_t>> captureGradShapes;
 };
+
+/// A capture gradient against the reference's: relative L2 error and the
+/// largest element error relative to the reference's largest magnitude,
+/// within `tolerance` each.
+struct CaptureGradientError {
+  double relativeL2 = 0, maxErrorOverMax = 0;
+  int64_t nonFinite = 0;
+  bool passed(double tolerance) const {
+    return nonFinite == 0 && relativeL2 <= tolerance && maxErrorOverMax <= tolerance;
+  }
+};
+CaptureGradientError compareCaptureGradient(const std::vector<float> &reference,
+                                            const std::vector<float> &device);
 
 /// The reference's dq [B, Sq, Hq, D], dk and dv [B, Sk, Hkv, D], contiguous.
 struct ReferenceGradients {

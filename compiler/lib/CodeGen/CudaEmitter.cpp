@@ -340,6 +340,58 @@ void emitUserMods(const UserMods &mods, std::ostringstream &out) {
   out << "  }\n};\n";
 }
 
+/// namespace attn_plan's BackwardMods: the backward kernel's hooks into the
+/// user regions, a pair at a time.
+void emitBackwardMods(const BackwardMods &mods, std::ostringstream &out) {
+  std::ostringstream captureArgs;
+  for (size_t i = 0; i < mods.captures.size(); ++i)
+    captureArgs << ", attn_dev::captureOf<" << (mods.captures[i].isFloat ? "float" : "int")
+                << ", " << mods.captures[i].rank << ">(p.captures[" << i << "])";
+  std::ostringstream gradientArgs;
+  for (size_t i = 0; i < mods.gradientRanks.size(); ++i)
+    gradientArgs << ", gradients.g" << i;
+  const std::string captures = captureArgs.str();
+  auto call = [](const std::string &function, const std::string &arguments,
+                 const char *fallback) {
+    return function.empty() ? std::string(fallback) : function + "(" + arguments + ")";
+  };
+  const char *params = "const attn_abi::AttnBwdParams &p";
+  const char *pair = "long long b, long long h, long long q, long long k";
+  out << "struct BackwardMods {\n"
+      << "  static constexpr bool kHasMaskMod = " << (mods.maskFunction.empty() ? "false" : "true")
+      << ";\n"
+      << "  static constexpr bool kHasScoreMod = "
+      << (mods.scoreFunction.empty() ? "false" : "true") << ";\n"
+      << "  // A consumer thread's accumulators of the learnable captures' gradients.\n"
+      << "  struct Gradients {\n";
+  for (size_t i = 0; i < mods.gradientRanks.size(); ++i)
+    out << "    attn_dev::CaptureGradient<" << mods.gradientRanks[i] << "> g" << i << ";\n";
+  out << "    __device__ __forceinline__ void init(" << params << ") {\n";
+  for (size_t i = 0; i < mods.gradientRanks.size(); ++i)
+    out << "      g" << i << " = attn_dev::gradientOf<" << mods.gradientRanks[i]
+        << ">(p.capture_grads[" << i << "]);\n";
+  out << "    }\n"
+      << "    __device__ __forceinline__ void enable(bool on) {\n";
+  for (size_t i = 0; i < mods.gradientRanks.size(); ++i)
+    out << "      g" << i << ".enabled = on;\n";
+  out << "    }\n"
+      << "    // Every lane of the warp calls it.\n"
+      << "    __device__ __forceinline__ void flush() {\n";
+  for (size_t i = 0; i < mods.gradientRanks.size(); ++i)
+    out << "      attn_dev::flushGradient(g" << i << ");\n";
+  out << "    }\n  };\n"
+      << "  static __device__ __forceinline__ bool keeps(" << params << ", " << pair << ") {\n"
+      << "    return " << call(mods.maskFunction, "b, h, q, k" + captures, "true") << ";\n  }\n"
+      << "  static __device__ __forceinline__ float score(" << params << ", float s, " << pair
+      << ") {\n"
+      << "    return " << call(mods.scoreFunction, "s, b, h, q, k" + captures, "s") << ";\n  }\n"
+      << "  static __device__ __forceinline__ float scoreVjp(" << params
+      << ", Gradients &gradients, float dy, float s, " << pair << ") {\n"
+      << "    return "
+      << call(mods.scoreVjpFunction, "dy, s, b, h, q, k" + captures + gradientArgs.str(), "dy")
+      << ";\n  }\n};\n";
+}
+
 /// namespace attn_plan's `using Mask = ...;` for a mask policy.
 void emitMaskPolicy(const MaskPolicy &mask, std::ostringstream &out) {
   switch (mask.kind) {
@@ -476,7 +528,11 @@ std::string emitForwardKernelSource(const ForwardKernelConfig &config) {
 std::string emitBackwardKernelSource(const BackwardKernelConfig &config) {
   std::ostringstream out;
   std::string error;
-  emitUnitPrologue(out, config.kernelName, "Backward softmax attention", {}, error);
+  emitUnitPrologue(out, config.kernelName, "Backward softmax attention",
+                   {"device/captures.cuh"}, error);
+  if (!config.mods.source.empty())
+    out << "// ---- user regions (attn-differentiate-mods, attn-lower-mods)\n"
+        << config.mods.source << "\n";
 
   // Sᵀ and dPᵀ (N = block_m), dV and dK (N = a pass's columns), dQ's
   // pieces (templates/attn_bwd_sm90.cuh derives the same widths).
@@ -494,6 +550,7 @@ std::string emitBackwardKernelSource(const BackwardKernelConfig &config) {
   out << "// ---- plan\nnamespace attn_plan {\n"
       << "using Element = attn_dev::" << elementTag(config.element) << ";\n";
   emitMaskPolicy(config.mask, out);
+  emitBackwardMods(config.mods, out);
   out << "constexpr int kHeadDim = " << config.headDim << ";\n"
       << "constexpr int kBlockM = " << config.tile.blockM << ";\n"
       << "constexpr int kBlockN = " << config.tile.blockN << ";\n"

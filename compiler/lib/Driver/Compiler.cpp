@@ -14,6 +14,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
@@ -27,7 +28,7 @@ namespace attn {
 
 void registerSpecDialects(mlir::DialectRegistry &registry) {
   registry.insert<mlir::attn::AttnDialect, mlir::arith::ArithDialect, mlir::math::MathDialect,
-                  mlir::func::FuncDialect>();
+                  mlir::func::FuncDialect, mlir::memref::MemRefDialect>();
 }
 
 void buildCompilePipeline(mlir::OpPassManager &pm, const CompileOptions &options) {
@@ -66,6 +67,7 @@ static CaptureDecl captureDeclFor(mlir::attn::CaptureAttr capture) {
   CaptureDecl decl;
   decl.name = capture.getName().str();
   decl.dtype = capture.getElementType().isF32() ? DType::F32 : DType::I32;
+  decl.requiresGrad = capture.getRequiresGrad();
   for (auto [kind, size] : llvm::zip(capture.getDimKinds(), capture.getDimSizes())) {
     CaptureDim dim;
     switch (kind) {
@@ -179,6 +181,7 @@ mlir::FailureOr<PlannedBackward> planBackward(mlir::attn::KernelOp op,
   auto module = op->getParentOfType<mlir::ModuleOp>();
   mlir::PassManager pm(op.getContext());
   mlir::attn::buildPlanPipeline(pm, tileOptions);
+  mlir::attn::buildBackwardModsPipeline(pm);
   if (mlir::failed(pm.run(module)))
     return mlir::failure();
   mlir::FailureOr<codegen::BackwardKernelConfig> config =
@@ -190,6 +193,8 @@ mlir::FailureOr<PlannedBackward> planBackward(mlir::attn::KernelOp op,
   planned.cudaSource = codegen::emitBackwardKernelSource(*config);
   planned.launch = launchOfPlan(op, op.getBackwardTileAttr(), op.getBackwardSmemAttr());
   planned.launch.kernelName = ATTN_BWD_KERNEL_NAME;
+  for (mlir::attn::CaptureAttr capture : op.getCaptureList())
+    planned.launch.captures.push_back(captureDeclFor(capture));
   planned.launch.backward = 1;
   return planned;
 }
@@ -428,7 +433,8 @@ reference::LinearProblem linearReferenceProblemFromSpec(const std::string &specT
 
 reference::Problem referenceProblemFromSpec(const std::string &specText, int64_t batch,
                                             int64_t seqlenQ, int64_t seqlenK,
-                                            const std::vector<HostCapture> &captures) {
+                                            const std::vector<HostCapture> &captures,
+                                            std::shared_ptr<CaptureGradients> *captureGradients) {
   ParsedSpec spec(specText, "spec");
   mlir::attn::KernelOp op = detail::singleKernel(*spec.module);
   mlir::attn::ProblemAttr problemAttr = op.getProblem();
@@ -473,9 +479,13 @@ reference::Problem referenceProblemFromSpec(const std::string &specText, int64_t
   // reference to the module) and private copies of the captures, shared by
   // the problem's copies.
   struct Mods {
-    std::unique_ptr<ModInterpreter> mask, score;
+    std::unique_ptr<ModInterpreter> mask, score, scoreVjp;
     std::vector<std::vector<uint32_t>> storage;
     std::vector<HostCapture> captures;
+    // The learnable captures' gradients, which the vector-Jacobian product
+    // adds into; their buffers follow the captures in its arguments.
+    std::shared_ptr<CaptureGradients> gradients = std::make_shared<CaptureGradients>();
+    std::vector<HostCapture> capturesAndGradients;
   };
   auto mods = std::make_shared<Mods>();
   mods->storage.reserve(captures.size());
@@ -494,12 +504,44 @@ reference::Problem referenceProblemFromSpec(const std::string &specText, int64_t
   try {
     if (!op.getMaskMod().empty())
       mods->mask = std::make_unique<ModInterpreter>(op.getMaskMod());
-    if (!op.getScoreMod().empty())
+    if (!op.getScoreMod().empty()) {
       mods->score = std::make_unique<ModInterpreter>(op.getScoreMod());
+      // The derivative the backward kernel evaluates (attn-differentiate-mods).
+      // A score_mod without one still has a forward: its problem then has no
+      // scoreModVjp, which reference::backward() refuses.
+      mlir::PassManager pm(op.getContext());
+      pm.addPass(mlir::attn::createAttnDifferentiateMods());
+      bool differentiable = true;
+      {
+        mlir::ScopedDiagnosticHandler quiet(op.getContext(), [&](mlir::Diagnostic &) {
+          differentiable = false;
+          return mlir::success();
+        });
+        differentiable = mlir::succeeded(pm.run(*spec.module)) && differentiable;
+      }
+      if (differentiable)
+        mods->scoreVjp = std::make_unique<ModInterpreter>(
+            mlir::SymbolTable::lookupNearestSymbolFrom<mlir::func::FuncOp>(
+                op, op.getBackwardScoreModVjpFnAttr())
+                .getBody());
+    }
   } catch (const std::invalid_argument &error) {
     throw Error(std::string("the reference evaluator cannot run a user region: ") +
                 error.what());
   }
+
+  mods->capturesAndGradients = mods->captures;
+  for (auto [capture, buffer] : llvm::zip(declared, captures))
+    if (capture.getRequiresGrad()) {
+      int64_t elements = 1;
+      for (int64_t extent : buffer.shape)
+        elements *= extent;
+      std::vector<float> &gradient =
+          mods->gradients->emplace_back(static_cast<size_t>(std::max<int64_t>(elements, 0)));
+      mods->capturesAndGradients.push_back({gradient.data(), DType::F32, buffer.shape});
+    }
+  if (captureGradients)
+    *captureGradients = mods->gradients;
 
   reference::Problem result = referenceProblemFromKernel(op, batch, seqlenQ, seqlenK);
   if (mods->mask)
@@ -511,6 +553,26 @@ reference::Problem referenceProblemFromSpec(const std::string &specText, int64_t
       // The GPU computes the region in f32 on the f32 score.
       return static_cast<double>(
           mods->score->evaluateScore(static_cast<float>(score), b, h, q, k, mods->captures));
+    };
+  if (mods->scoreVjp)
+    result.scoreModVjp = [mods](double dy, double score, int64_t b, int64_t h, int64_t q,
+                                int64_t k, bool accumulateCaptures) {
+      std::vector<ModValue> scalars = {
+          ModValue::f(static_cast<float>(dy)), ModValue::f(static_cast<float>(score)),
+          ModValue::index(b), ModValue::index(h), ModValue::index(q), ModValue::index(k)};
+      if (accumulateCaptures)
+        return double(mods->scoreVjp->evaluate(scalars, mods->capturesAndGradients).f32);
+      // Called from several threads at once: the additions go to this
+      // thread's scratch copies of the gradients, which nobody reads.
+      thread_local std::vector<std::vector<float>> scratch;
+      std::vector<HostCapture> bindings = mods->captures;
+      scratch.resize(mods->gradients->size());
+      for (size_t i = 0; i < mods->gradients->size(); ++i) {
+        const HostCapture &gradient = mods->capturesAndGradients[mods->captures.size() + i];
+        scratch[i].resize((*mods->gradients)[i].size());
+        bindings.push_back({scratch[i].data(), DType::F32, gradient.shape});
+      }
+      return double(mods->scoreVjp->evaluate(scalars, bindings).f32);
     };
   return result;
 }

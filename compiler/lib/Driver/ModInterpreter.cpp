@@ -13,6 +13,7 @@
 #include "attn/IR/AttnOps.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/IR/BuiltinTypes.h"
@@ -69,10 +70,13 @@ enum class Opcode : uint8_t {
   SExtOrTrunc, ZExtOrTrunc, SIToFP, UIToFP, FPToSI, FPToUI,
   // f32.
   AddF, SubF, MulF, DivF, RemF, NegF, MaximumF, MinimumF, MaxNumF, MinNumF,
-  CmpF, AbsF, Exp, Exp2, Log, Log2, Log1p, Sqrt, Rsqrt, Tanh, Sin, Cos,
+  CmpF, AbsF, Exp, Exp2, ExpM1, Log, Log2, Log1p, Sqrt, Rsqrt, Tanh, Sin, Cos,
   Floor, Ceil, Round, PowF, Erf, Fma, CopySign,
   // Either kind.
   Select, Load,
+  // Adds an f32 into a capture's element; the result is the element's old
+  // value.
+  AtomicAddF,
 };
 
 union Slot {
@@ -82,17 +86,21 @@ union Slot {
 
 /// One operation. `width` is the operands' integer width, `mask` keeps the
 /// result's bits when it is an integer. `aux` holds the predicate of a
-/// comparison, or the capture index of a load (whose `rank` index operands
-/// are `operands`).
+/// comparison, or the capture index of a load or an atomic add (whose `rank`
+/// index operands lead `operands`; an atomic add's value is the last one).
 struct Step {
   Opcode op;
   uint8_t width = 0;
   uint8_t aux = 0;
   uint8_t rank = 0;
   uint32_t result = 0;
-  uint32_t operands[3] = {0, 0, 0};
+  uint32_t operands[4] = {0, 0, 0, 0};
   uint64_t mask = 0;
 };
+
+/// Where an atomic add keeps its value: after the indices of a rank-3
+/// capture.
+constexpr unsigned kAtomicValueOperand = 3;
 
 // Result slots carry this tag until the constants are counted.
 constexpr uint32_t kResultTag = 1u << 30;
@@ -193,6 +201,11 @@ private:
   void translateOp(mlir::Operation *op);
   void addConstant(mlir::arith::ConstantOp op);
   void addLoad(mlir::memref::LoadOp op);
+  void addAtomicAdd(mlir::memref::AtomicRMWOp op);
+  /// The capture `op` accesses through `memref`, and its `indices` as the
+  /// leading operands of `step`.
+  unsigned captureAccess(mlir::Operation *op, mlir::Value memref,
+                         mlir::ValueRange indices, Step &step);
 
   ModInterpreter::Program &program;
   llvm::DenseMap<mlir::Value, uint32_t> slots;
@@ -246,6 +259,7 @@ std::optional<UniformOp> uniformOpcode(llvm::StringRef name) {
       .Case("math.absf", UniformOp{O::AbsF, 1, false})
       .Case("math.exp", UniformOp{O::Exp, 1, false})
       .Case("math.exp2", UniformOp{O::Exp2, 1, false})
+      .Case("math.expm1", UniformOp{O::ExpM1, 1, false})
       .Case("math.log", UniformOp{O::Log, 1, false})
       .Case("math.log2", UniformOp{O::Log2, 1, false})
       .Case("math.log1p", UniformOp{O::Log1p, 1, false})
@@ -322,16 +336,18 @@ void Translator::translate(mlir::Region &region) {
     program.scalarArgs.push_back(scalar);
   }
 
+  // attn.yield ends the kernel's regions, func.return the functions derived
+  // from them.
   mlir::Operation *terminator = block.empty() ? nullptr : &block.back();
-  auto yield = mlir::dyn_cast_or_null<mlir::attn::YieldOp>(terminator);
-  if (!yield)
-    throw std::invalid_argument("mod interpreter: the region must end with 'attn.yield'");
+  if (!mlir::isa_and_present<mlir::attn::YieldOp, mlir::func::ReturnOp>(terminator))
+    throw std::invalid_argument(
+        "mod interpreter: the region must end with 'attn.yield' or 'func.return'");
   for (mlir::Operation &op : block.without_terminator())
     translateOp(&op);
-  if (yield.getValues().size() != 1)
-    reject(yield, "must yield exactly one value");
-  mlir::Value yielded = yield.getValues().front();
-  program.yieldType = scalarOf(yield, yielded.getType());
+  if (terminator->getNumOperands() != 1)
+    reject(terminator, "must produce exactly one value");
+  mlir::Value yielded = terminator->getOperand(0);
+  program.yieldType = scalarOf(terminator, yielded.getType());
 
   // Now that every constant is known, move the results after them.
   const uint32_t resultBase = program.scalarArgs.size() + program.constants.size();
@@ -343,7 +359,7 @@ void Translator::translate(mlir::Region &region) {
     for (uint32_t &operand : step.operands)
       operand = relocate(operand);
   }
-  program.yieldSlot = relocate(slotOf(yield, yielded));
+  program.yieldSlot = relocate(slotOf(terminator, yielded));
   program.numSlots = resultBase + results.size();
 
   const ScalarType index{ScalarKind::Int, 64};
@@ -378,25 +394,31 @@ void Translator::addConstant(mlir::arith::ConstantOp op) {
   program.constants.push_back(slot);
 }
 
-void Translator::addLoad(mlir::memref::LoadOp op) {
-  auto it = captureOf.find(op.getMemRef());
+unsigned Translator::captureAccess(mlir::Operation *op, mlir::Value memref,
+                                   mlir::ValueRange indices, Step &step) {
+  auto it = captureOf.find(memref);
   if (it == captureOf.end())
-    reject(op, "must read a capture argument of the region");
+    reject(op, "must access a capture argument of the region");
   const CaptureArg &capture = program.captureArgs[it->second];
-  if (op.getIndices().size() != capture.rank)
-    reject(op, fmt::format("has {} indices for a capture of rank {}", op.getIndices().size(),
+  if (indices.size() != capture.rank)
+    reject(op, fmt::format("has {} indices for a capture of rank {}", indices.size(),
                            capture.rank));
-  Step step;
-  step.op = Opcode::Load;
   step.aux = it->second;
   step.rank = capture.rank;
-  step.mask = widthMask(32);
-  for (auto [position, index] : llvm::enumerate(op.getIndices())) {
+  for (auto [position, index] : llvm::enumerate(indices)) {
     ScalarType type = scalarOf(op, index.getType());
     if (type.kind != ScalarKind::Int || type.width != 64)
       reject(op, "needs index operands");
     step.operands[position] = slotOf(op, index);
   }
+  return it->second;
+}
+
+void Translator::addLoad(mlir::memref::LoadOp op) {
+  Step step;
+  step.op = Opcode::Load;
+  step.mask = widthMask(32);
+  captureAccess(op, op.getMemRef(), op.getIndices(), step);
   step.result = kResultTag + results.size();
   slots[op.getResult()] = step.result;
   results.push_back(op.getResult());
@@ -410,6 +432,8 @@ void Translator::translateOp(mlir::Operation *op) {
     return addConstant(constant);
   if (auto load = mlir::dyn_cast<mlir::memref::LoadOp>(op))
     return addLoad(load);
+  if (auto atomic = mlir::dyn_cast<mlir::memref::AtomicRMWOp>(op))
+    return addAtomicAdd(atomic);
   if (op->getNumResults() != 1)
     reject(op, "is not supported by the mod interpreter");
 
@@ -462,8 +486,8 @@ void Translator::translateOp(mlir::Operation *op) {
     step.width = resultType.width;
   } else {
     reject(op, "is not supported by the mod interpreter; user regions are evaluated with "
-               "arith and math operations on index, integer and f32 values and "
-               "memref.load of captures");
+               "arith and math operations on index, integer and f32 values, "
+               "memref.load of captures and memref.atomic_rmw addf into them");
   }
   step.mask = widthMask(resultType.width);
   for (unsigned i = 0; i < op->getNumOperands(); ++i)
@@ -471,6 +495,24 @@ void Translator::translateOp(mlir::Operation *op) {
   step.result = kResultTag + results.size();
   slots[op->getResult(0)] = step.result;
   results.push_back(op->getResult(0));
+  program.steps.push_back(step);
+}
+
+void Translator::addAtomicAdd(mlir::memref::AtomicRMWOp op) {
+  if (op.getKind() != mlir::arith::AtomicRMWKind::addf)
+    reject(op, "has kind '" + mlir::arith::stringifyAtomicRMWKind(op.getKind()).str() +
+                   "'; the interpreter evaluates only 'addf'");
+  Step step;
+  step.op = Opcode::AtomicAddF;
+  step.mask = widthMask(32);
+  unsigned capture = captureAccess(op, op.getMemref(), op.getIndices(), step);
+  if (program.captureArgs[capture].dtype != DType::F32 ||
+      scalarOf(op, op.getValue().getType()).kind != ScalarKind::F32)
+    reject(op, "needs an f32 value and an f32 capture");
+  step.operands[kAtomicValueOperand] = slotOf(op, op.getValue());
+  step.result = kResultTag + results.size();
+  slots[op.getResult()] = step.result;
+  results.push_back(op.getResult());
   program.steps.push_back(step);
 }
 
@@ -586,20 +628,44 @@ uint64_t floatToUnsigned(float value, uint64_t mask) {
   return static_cast<uint64_t>(value);
 }
 
-/// The four bytes of an f32 or i32 element, row-major; 0 (both 0.0f and 0)
-/// outside the extents.
-uint32_t loadCapture(const HostCapture &capture, const Step &step, const Slot *slots) {
+/// The four bytes of the element a load or atomic add accesses, row-major;
+/// null outside the extents.
+const char *captureElement(const HostCapture &capture, const Step &step, const Slot *slots) {
   int64_t offset = 0;
   for (unsigned d = 0; d < step.rank; ++d) {
     const int64_t index = static_cast<int64_t>(slots[step.operands[d]].i);
     const int64_t extent = capture.shape[d];
     if (index < 0 || index >= extent)
-      return 0;
+      return nullptr;
     offset = offset * extent + index;
   }
-  uint32_t bits;
-  std::memcpy(&bits, static_cast<const char *>(capture.data) + offset * 4, 4);
+  return static_cast<const char *>(capture.data) + offset * 4;
+}
+
+/// The bits of an f32 or i32 element; 0 (both 0.0f and 0) outside the
+/// extents.
+uint32_t loadCapture(const HostCapture &capture, const Step &step, const Slot *slots) {
+  uint32_t bits = 0;
+  if (const char *element = captureElement(capture, step, slots))
+    std::memcpy(&bits, element, 4);
   return bits;
+}
+
+/// Adds `value` into an f32 element and returns its old value; outside the
+/// extents nothing is written and the old value reads 0, as a load's.
+float atomicAddCapture(const HostCapture &capture, const Step &step, const Slot *slots,
+                       float value) {
+  const char *element = captureElement(capture, step, slots);
+  if (!element)
+    return 0.0f;
+  // HostCapture's data is const for the regions that only read; one that
+  // adds into a capture is given writable memory (see HostCapture).
+  char *writable = const_cast<char *>(element);
+  float old;
+  std::memcpy(&old, writable, 4);
+  const float sum = old + value;
+  std::memcpy(writable, &sum, 4);
+  return old;
 }
 
 void run(const ModInterpreter::Program &program, Slot *slots,
@@ -755,6 +821,9 @@ void run(const ModInterpreter::Program &program, Slot *slots,
     case Opcode::Exp2:
       r.f = std::exp2(a.f);
       break;
+    case Opcode::ExpM1:
+      r.f = std::expm1(a.f);
+      break;
     case Opcode::Log:
       r.f = std::log(a.f);
       break;
@@ -811,6 +880,10 @@ void run(const ModInterpreter::Program &program, Slot *slots,
         r.i = bits;
       break;
     }
+    case Opcode::AtomicAddF:
+      r.f = atomicAddCapture(captures[step.aux], step, slots,
+                             slots[step.operands[kAtomicValueOperand]].f);
+      break;
     }
   }
 }

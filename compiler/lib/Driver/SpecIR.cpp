@@ -78,7 +78,8 @@ mlir::ArrayAttr buildCaptures(mlir::MLIRContext *context, mlir::Location loc, co
     auto attr = mlir::attn::CaptureAttr::getChecked([&] { return mlir::emitError(loc); }, context,
                                                     llvm::StringRef(capture.name()),
                                                     captureElementType(context, capture.dtype()),
-                                                    llvm::ArrayRef(kinds), llvm::ArrayRef(sizes));
+                                                    llvm::ArrayRef(kinds), llvm::ArrayRef(sizes),
+                                                    capture.requiresGrad());
     if (!attr)
       return nullptr;
     captures.push_back(attr);

@@ -151,34 +151,49 @@ std::string cppScalarType(Type type) {
   return (integer.isUnsigned() ? "uint" : "int") + std::to_string(integer.getWidth()) + "_t";
 }
 
-/// Fills `mods` from the kernel's lowered user regions.
-LogicalResult collectUserMods(KernelOp op, ::attn::codegen::UserMods &mods) {
-  if (!op.getMaskMod().empty() || !op.getScoreMod().empty())
-    return op.emitOpError("has user regions that are not lowered: run attn-lower-mods first");
+/// The kernel's captures as the emitted code sees them: their shapes in
+/// `shapes`, their C++ types returned.
+SmallVector<std::string> captureTypesOf(KernelOp op,
+                                        std::vector<::attn::codegen::CaptureShape> &shapes) {
   SmallVector<std::string> captureTypes;
   for (CaptureAttr capture : op.getCaptureList()) {
     ::attn::codegen::CaptureShape shape;
     shape.isFloat = capture.getElementType().isF32();
     shape.rank = static_cast<int>(capture.getRank());
-    mods.captures.push_back(shape);
+    shapes.push_back(shape);
     captureTypes.push_back(getCaptureCppType(capture.getElementType(), capture.getRank()));
   }
+  return captureTypes;
+}
+
+/// Looks up a function attn-lower-mods generated for `op`, checks it and
+/// prints it to `source`.
+FailureOr<emitc::FuncOp> printModFunction(KernelOp op, FlatSymbolRefAttr ref,
+                                          ArrayRef<std::string> captureTypes,
+                                          llvm::raw_ostream &source, bool doubleInside = false) {
+  auto func = SymbolTable::lookupNearestSymbolFrom<emitc::FuncOp>(op, ref);
+  if (!func)
+    return op.emitOpError("refers to ") << ref << ", which is not an emitc.func";
+  StringRef name = func.getSymName();
+  bool generatedName = (name.starts_with("attn_mask_mod_") || name.starts_with("attn_score_mod_")) &&
+                       llvm::all_of(name, [](char c) { return llvm::isAlnum(c) || c == '_'; });
+  if (!generatedName)
+    return func.emitOpError("name '") << name << "' is not one attn-lower-mods generates";
+  if (failed(checkModFunction(func, captureTypes, doubleInside)) ||
+      failed(emitc::translateToCpp(func, source)))
+    return failure();
+  return func;
+}
+
+/// Fills `mods` from the kernel's lowered user regions.
+LogicalResult collectUserMods(KernelOp op, ::attn::codegen::UserMods &mods) {
+  if (!op.getMaskMod().empty() || !op.getScoreMod().empty())
+    return op.emitOpError("has user regions that are not lowered: run attn-lower-mods first");
+  SmallVector<std::string> captureTypes = captureTypesOf(op, mods.captures);
   llvm::raw_string_ostream source(mods.source);
-  // Looks up a function attn-lower-mods generated and prints it.
   auto emitFunction = [&](FlatSymbolRefAttr ref,
                           bool doubleInside = false) -> FailureOr<emitc::FuncOp> {
-    auto func = SymbolTable::lookupNearestSymbolFrom<emitc::FuncOp>(op, ref);
-    if (!func)
-      return op.emitOpError("refers to ") << ref << ", which is not an emitc.func";
-    StringRef name = func.getSymName();
-    bool generatedName = (name.starts_with("attn_mask_mod_") || name.starts_with("attn_score_mod_")) &&
-                         llvm::all_of(name, [](char c) { return llvm::isAlnum(c) || c == '_'; });
-    if (!generatedName)
-      return func.emitOpError("name '") << name << "' is not one attn-lower-mods generates";
-    if (failed(checkModFunction(func, captureTypes, doubleInside)) ||
-        failed(emitc::translateToCpp(func, source)))
-      return failure();
-    return func;
+    return printModFunction(op, ref, captureTypes, source, doubleInside);
   };
   if (op.getScoreModDiagonalFnsAttr() && !op.getScoreModFnAttr())
     return op.emitOpError("has score_mod diagonal functions but no score_mod function");
@@ -324,6 +339,53 @@ LogicalResult readBufferOffsets(KernelOp op, SmemPlanAttr smem,
 }
 } // namespace
 
+/// Fills `mods` from the backward's lowered functions (attn-differentiate-mods
+/// then attn-lower-mods).
+LogicalResult collectBackwardMods(KernelOp op, ::attn::codegen::BackwardMods &mods) {
+  if (!op.getMaskMod().empty() || !op.getScoreMod().empty())
+    return op.emitOpError("has user regions that are not lowered: run attn-differentiate-mods "
+                          "and attn-lower-mods first");
+  const bool hasMask = op.getMaskModFnAttr() || op.getBackwardMaskModFnAttr();
+  const bool hasScore = op.getScoreModFnAttr() || op.getBackwardScoreModFnAttr();
+  if ((hasMask && !op.getBackwardMaskModFnAttr()) ||
+      (hasScore && (!op.getBackwardScoreModFnAttr() || !op.getBackwardScoreModVjpFnAttr())))
+    return op.emitOpError("has user regions without the backward's functions: run "
+                          "attn-differentiate-mods before attn-lower-mods");
+  SmallVector<std::string> captureTypes = captureTypesOf(op, mods.captures);
+  // The vector-Jacobian product also takes the gradients' accumulators.
+  SmallVector<std::string> vjpTypes = captureTypes;
+  for (CaptureAttr capture : op.getCaptureList())
+    if (capture.getRequiresGrad()) {
+      mods.gradientRanks.push_back(static_cast<int>(capture.getRank()));
+      vjpTypes.push_back(getGradientCppType(capture.getRank()));
+    }
+  const size_t learnable = mods.gradientRanks.size();
+  llvm::raw_string_ostream source(mods.source);
+  struct {
+    FlatSymbolRefAttr ref;
+    size_t arguments;
+    std::string &name;
+    ArrayRef<std::string> types;
+  } functions[] = {
+      {op.getBackwardMaskModFnAttr(), 4 + captureTypes.size(), mods.maskFunction, captureTypes},
+      {op.getBackwardScoreModFnAttr(), 5 + captureTypes.size(), mods.scoreFunction,
+       captureTypes},
+      {op.getBackwardScoreModVjpFnAttr(), 6 + captureTypes.size() + learnable,
+       mods.scoreVjpFunction, vjpTypes}};
+  for (auto &function : functions) {
+    if (!function.ref)
+      continue;
+    FailureOr<emitc::FuncOp> func = printModFunction(op, function.ref, function.types, source);
+    if (failed(func))
+      return failure();
+    if (func->getNumArguments() != function.arguments || func->getNumResults() != 1)
+      return func->emitOpError("backward mod function must take ")
+             << function.arguments << " arguments and return one value";
+    function.name = func->getSymName().str();
+  }
+  return success();
+}
+
 FailureOr<::attn::codegen::BackwardKernelConfig> buildBackwardKernelConfig(KernelOp op) {
   TilePlanAttr tile = op.getBackwardTileAttr();
   SmemPlanAttr smemPlan = op.getBackwardSmemAttr();
@@ -332,6 +394,8 @@ FailureOr<::attn::codegen::BackwardKernelConfig> buildBackwardKernelConfig(Kerne
                           "backward=true and attn-plan-smem first");
   ::attn::codegen::BackwardKernelConfig config;
   describeKernel(op, tile, config);
+  if (failed(collectBackwardMods(op, config.mods)))
+    return failure();
   ::attn::codegen::BackwardSharedMemoryOffsets &smem = config.smem;
   if (failed(readBufferOffsets(op, smemPlan,
                                {{"k", &smem.k},

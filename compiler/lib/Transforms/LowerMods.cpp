@@ -71,6 +71,7 @@ constexpr OpCall kFloatCalls[] = {
 };
 constexpr StringLiteral kCaptureLoadCallee = "attn_dev::loadCapture";
 constexpr StringLiteral kIntToFloatCallee = "attn_dev::exactIntToFloat";
+constexpr StringLiteral kGradientAddCallee = "attn_dev::accumulateGradient";
 /// Device helpers for the integer ops C has no operator for, or whose C
 /// operator leaves cases undefined that the reference's interpreter defines
 /// (a zero divisor, the minimum by -1), called on the operands viewed as
@@ -128,6 +129,25 @@ struct CaptureLoadLowering : OpConversionPattern<memref::LoadOp> {
     llvm::append_range(operands, adaptor.getIndices());
     rewriter.replaceOpWithNewOp<emitc::CallOpaqueOp>(op, op.getType(), kCaptureLoadCallee,
                                                      operands);
+    return success();
+  }
+};
+
+/// memref.atomic_rmw addf into a capture's gradient (the backward's
+/// vector-Jacobian product, attn-differentiate-mods) ->
+/// attn_dev::accumulateGradient(gradient, value, i...), which the backward
+/// kernel defines. The old value it would return is never used.
+struct GradientAddLowering : OpConversionPattern<memref::AtomicRMWOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult matchAndRewrite(memref::AtomicRMWOp op, OpAdaptor adaptor,
+                                ConversionPatternRewriter &rewriter) const override {
+    if (op.getKind() != arith::AtomicRMWKind::addf || !op.getResult().use_empty())
+      return rewriter.notifyMatchFailure(op, "only an addf whose result is unused");
+    SmallVector<Value> operands{adaptor.getMemref(), adaptor.getValue()};
+    llvm::append_range(operands, adaptor.getIndices());
+    emitc::CallOpaqueOp::create(rewriter, op.getLoc(), TypeRange(), kGradientAddCallee,
+                                operands);
+    rewriter.eraseOp(op);
     return success();
   }
 };
@@ -414,16 +434,6 @@ bool convertsKeyToFloat(Operation *op, Value key) {
   return width == 32 || width == 64;
 }
 
-/// Erases the ops of `block` whose results are unused and that only compute
-/// (a capture load reads a buffer the kernel never writes).
-void eraseDeadOps(Block &block) {
-  SmallVector<Operation *> ops;
-  for (Operation &op : block.without_terminator())
-    ops.push_back(&op);
-  for (Operation *op : llvm::reverse(ops))
-    if (op->use_empty() && (isMemoryEffectFree(op) || isa<memref::LoadOp>(op)))
-      op->erase();
-}
 
 /// Rewrites each division by a finite, nonzero f32 constant as a
 /// multiplication by its reciprocal (rounded to f32), so that `s / 50` and
@@ -489,7 +499,7 @@ std::pair<float, float> peelScoreScales(func::FuncOp func) {
         output = *factor;
         break;
       }
-  eraseDeadOps(body);
+  eraseDeadModOps(body);
   return {input, output};
 }
 
@@ -709,7 +719,7 @@ SmallVector<func::FuncOp> splitScoreDiagonals(func::FuncOp func, int count,
     (void)func.insertArgument(index, value.getType(), DictionaryAttr(), value.getLoc());
     value.replaceAllUsesWith(body.getArgument(index));
   }
-  eraseDeadOps(body);
+  eraseDeadModOps(body);
   return diagonals;
 }
 
@@ -824,7 +834,7 @@ bool widenToDouble(func::FuncOp func) {
   terminator->setOperand(
       0, arith::TruncFOp::create(builder, terminator->getLoc(), builder.getF32Type(),
                                  wide.lookup(result)));
-  eraseDeadOps(body);
+  eraseDeadModOps(body);
   return true;
 }
 
@@ -931,7 +941,7 @@ RowOffset peelRowOffset(func::FuncOp func, StringRef name) {
   func::FuncOp offset = outlineValue(func, row, rowArgs, name);
   (void)widenToDouble(offset);
   terminator->setOperand(0, result);
-  eraseDeadOps(body);
+  eraseDeadModOps(body);
   if (origin)
     (void)func.eraseArgument(body.getNumArguments() - 1);
   return {offset, keyRelative};
@@ -996,7 +1006,7 @@ SmallVector<func::FuncOp> splitRowInvariants(func::FuncOp func, unsigned firstIn
     (void)func.insertArgument(index, value.getType(), DictionaryAttr(), value.getLoc());
     value.replaceUsesWithIf(body.getArgument(index), usedPerKey);
   }
-  eraseDeadOps(body);
+  eraseDeadModOps(body);
   return rows;
 }
 
@@ -1085,6 +1095,22 @@ struct LowerModsPass : impl::AttnLowerModsBase<LowerModsPass> {
         }
       }
     }
+    // The backward's functions (attn-differentiate-mods) lower whole.
+    for (KernelOp kernel : module.getOps<KernelOp>())
+      for (FlatSymbolRefAttr ref :
+           {kernel.getBackwardMaskModFnAttr(), kernel.getBackwardScoreModFnAttr(),
+            kernel.getBackwardScoreModVjpFnAttr()}) {
+        if (!ref)
+          continue;
+        auto func = symbols.lookup<func::FuncOp>(ref.getValue());
+        if (!func) // already lowered
+          continue;
+        if (failed(checkLowerable(func.getBody(), func.getSymName())))
+          return signalPassFailure();
+        divisionsByConstantsToProducts(func);
+        outlined.push_back(func);
+        outlinedNames.push_back(func.getSymName().str());
+      }
     if (outlined.empty())
       return;
 
@@ -1102,7 +1128,7 @@ struct LowerModsPass : impl::AttnLowerModsBase<LowerModsPass> {
     patterns.add<FloatCallLowering>(converter, context);
     patterns.add<IntToFloatLowering>(converter, context);
     patterns.add<IntegerCallLowering>(converter, context);
-    patterns.add<CaptureLoadLowering,
+    patterns.add<CaptureLoadLowering, GradientAddLowering,
                  IntegerMinMaxLowering<arith::MaxSIOp, true, true>,
                  IntegerMinMaxLowering<arith::MinSIOp, true, false>,
                  IntegerMinMaxLowering<arith::MaxUIOp, false, true>,
@@ -1120,6 +1146,26 @@ struct LowerModsPass : impl::AttnLowerModsBase<LowerModsPass> {
     for (const std::string &name : outlinedNames)
       if (auto func = dyn_cast_or_null<emitc::FuncOp>(SymbolTable::lookupSymbolIn(module, name)))
         func.setSpecifiersAttr(builder.getStrArrayAttr({"__device__", "__forceinline__"}));
+    // The vector-Jacobian product's gradient buffers become the kernel's
+    // per-thread accumulators, taken by reference (getGradientCppType).
+    for (KernelOp kernel : module.getOps<KernelOp>()) {
+      FlatSymbolRefAttr ref = kernel.getBackwardScoreModVjpFnAttr();
+      auto vjp = ref ? dyn_cast_or_null<emitc::FuncOp>(
+                           SymbolTable::lookupSymbolIn(module, ref.getValue()))
+                     : emitc::FuncOp();
+      if (!vjp)
+        continue;
+      const unsigned firstGradient = KernelOp::kScoreModNumArgs + 1 + kernel.getCaptureList().size();
+      SmallVector<Type> inputs(vjp.getArgumentTypes());
+      for (unsigned index = firstGradient; index < inputs.size(); ++index) {
+        auto memref = cast<emitc::OpaqueType>(inputs[index]);
+        int64_t rank = StringRef(memref.getValue()).rtrim(">").back() - '0';
+        inputs[index] = emitc::OpaqueType::get(context, getGradientCppType(rank));
+        vjp.getArgument(index).setType(inputs[index]);
+      }
+      vjp.setFunctionTypeAttr(TypeAttr::get(
+          FunctionType::get(context, inputs, vjp.getFunctionType().getResults())));
+    }
   }
 };
 
@@ -1130,8 +1176,22 @@ std::string getCaptureCppType(Type elementType, int64_t rank) {
          std::to_string(rank) + ">";
 }
 
+void eraseDeadModOps(Block &block) {
+  SmallVector<Operation *> ops;
+  for (Operation &op : block.without_terminator())
+    ops.push_back(&op);
+  for (Operation *op : llvm::reverse(ops))
+    if (op->use_empty() && (isMemoryEffectFree(op) || isa<memref::LoadOp>(op)))
+      op->erase();
+}
+
+std::string getGradientCppType(int64_t rank) {
+  return "attn_dev::CaptureGradient<" + std::to_string(rank) + "> &";
+}
+
 bool isModFunctionCallee(StringRef callee) {
   return callee == kCaptureLoadCallee || callee == kIntToFloatCallee ||
+         callee == kGradientAddCallee ||
          listsCallee(kIntegerCalls, callee) || listsCallee(kUnsignedCalls, callee) ||
          listsCallee(kFloatCalls, callee);
 }

@@ -31,6 +31,11 @@ void mlir::attn::buildEmitPipeline(OpPassManager &pm) {
   pm.addPass(createAttnEmitCuda());
 }
 
+void mlir::attn::buildBackwardModsPipeline(OpPassManager &pm) {
+  pm.addPass(createAttnDifferentiateMods());
+  pm.addPass(createAttnLowerMods());
+}
+
 void mlir::attn::registerAttnPasses() {
   registerAttnTransformsPasses();
   PassPipelineRegistration<PlanPipelineOptions>(

@@ -62,10 +62,6 @@ const char *whyNoBackward(KernelOp kernel) {
     return "only the softmax normalizer has one (the linear family's is a later step)";
   if (!isa<NoMaskAttr, CausalAttr, SlidingWindowAttr>(kernel.getMask()))
     return "its mask has no backward kernel template";
-  if (!kernel.getMaskMod().empty() || kernel.getMaskModFnAttr())
-    return "a mask_mod's backward is not supported yet (built-in masks are)";
-  if (!kernel.getScoreMod().empty() || kernel.getScoreModFnAttr())
-    return "the compiler does not differentiate score_mod yet";
   return nullptr;
 }
 

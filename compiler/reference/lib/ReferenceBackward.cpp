@@ -6,7 +6,7 @@
 //  1. Query rows, per (batch, query head, block of rows): the softmax of the
 //     row (maximum and sum of exponentials), dP, Delta and dq. The maximum,
 //     the sum and Delta of every row are kept for phase 2.
-//  2. Keys, per (batch, kv head, block of keys): P and dS of every allowed
+//  2. Keys, per (batch, kv head, block of keys): P and dS of every kept
 //     pair are recomputed from the kept row statistics with the same
 //     expressions as phase 1, so they match phase 1's, and dk and dv are
 //     accumulated over the group's query heads and rows.
@@ -16,6 +16,11 @@
 // rows ascending for dk and dv), so the result does not depend on the thread
 // count. Phase 2 recomputes the scores rather than keeping P and dS, which
 // would take B * Hq * Sq * Sk doubles each.
+//
+// A score_mod adds a third phase on the calling thread alone: the captures'
+// gradients are sums over pairs into buffers the score_mod's VJP shares, so
+// one thread visiting the pairs in a fixed order is what keeps them
+// independent of the thread count. Phases 1 and 2 ask the VJP only for dS.
 //
 //===----------------------------------------------------------------------===//
 
@@ -43,10 +48,13 @@ void validate(const Problem &p, const HostTensor &q, const HostTensor &k,
               const HostTensor &v, const HostTensor &dO, const float *dq,
               const float *dk, const float *dv) {
   detail::validateProblem(p, kWho);
-  // Ignoring either would give gradients of another function than the one
-  // the caller described.
-  if (p.scoreMod)
-    invalid("score_mod is not supported (its derivative is not implemented)");
+  // Ignoring any of these would give gradients of another function than the
+  // one the caller described.
+  if (p.scoreMod && !p.scoreModVjp)
+    invalid("a score_mod needs its scoreModVjp (the backward goes through "
+            "the mod's derivative)");
+  if (p.scoreModVjp && !p.scoreMod)
+    invalid("scoreModVjp is set without the scoreMod it differentiates");
   if (p.rows)
     invalid("a row filter is not supported (dk and dv depend on every row)");
 
@@ -89,16 +97,50 @@ bool pairAllowed(const Problem &p, int64_t b, int64_t h, int64_t row,
          (!p.maskMod || p.maskMod(b, h, row, key));
 }
 
-/// What phase 2 needs of a query row. sum == 0 marks a row with no allowed
-/// key (otherwise sum >= 1: the maximum's exponential is exactly 1).
+/// The scaled score s = scale * q.k of a pair the masks keep, and s', the
+/// score the softmax sees: scoreMod(s), or s without a score_mod. s' = -inf
+/// masks the pair, as in forward(). Every phase goes through here, so they
+/// agree to the last bit.
+struct PairScore {
+  double scaled, modified;
+};
+
+constexpr double kMasked = -std::numeric_limits<double>::infinity();
+
+PairScore pairScore(const Problem &p, const HostTensor &q, const HostTensor &k,
+                    const float *qRow, const float *kRow, int64_t b, int64_t h,
+                    int64_t row, int64_t key) {
+  const double s =
+      p.scale * dot(qRow, q.strides[3], kRow, k.strides[3], p.headDim);
+  return {s, p.scoreMod ? p.scoreMod(s, b, h, row, key) : s};
+}
+
+/// dS of a kept pair from dS' = P (dP - Delta), the gradient with respect to
+/// the modified score: through the score_mod's VJP, without its captures.
+/// A pair of weight 0 (an underflowed exponential) has dS' = 0 and is not
+/// passed to the VJP, where 0 times an infinite derivative would make NaN.
+double scoreGradient(const Problem &p, double prob, double dSModified,
+                     const PairScore &score, int64_t b, int64_t h, int64_t row,
+                     int64_t key) {
+  if (!p.scoreMod)
+    return dSModified;
+  if (prob == 0)
+    return 0;
+  return p.scoreModVjp(dSModified, score.scaled, b, h, row, key,
+                       /*accumulateCaptures=*/false);
+}
+
+/// What phase 2 needs of a query row. sum == 0 marks a row with no kept
+/// pair (otherwise sum >= 1: the maximum's exponential is exactly 1).
 struct RowStats {
   double max = 0, sum = 0, delta = 0;
 };
 
-/// The operands of one problem, shared by both phases.
+/// The operands of one problem, shared by the phases.
 struct Operands {
   const Problem &p;
   const HostTensor &q, &k, &v, &dO;
+  const HostTensor *o; // the stored output, or null
   float *dq, *dk, *dv;
   std::vector<RowStats> &stats; // [B, Hq, Sq]
 
@@ -114,9 +156,11 @@ double probability(double score, const RowStats &row) {
   return std::exp(score - row.max) / row.sum;
 }
 
-/// Per-thread scratch of phase 1: one row of scores, of dP and of dq.
+/// Per-thread scratch of phase 1: one row of scores (before and after the
+/// score_mod), of dP and of dq.
 struct RowScratch {
-  std::vector<double> scores, dP, dqAccum;
+  std::vector<PairScore> scores;
+  std::vector<double> dP, dqAccum;
 };
 
 /// Phase 1 for one query row: its statistics and dq.
@@ -130,21 +174,21 @@ void computeRow(const Operands &x, int64_t b, int64_t h, int64_t row,
   float *dqRow = x.dq + ((b * p.seqlenQ + row) * p.qHeads + h) * d;
   RowStats &stats = x.statsAt(b, h, row);
 
-  // Pass 1: scores of allowed keys and their maximum.
-  constexpr double kMasked = -std::numeric_limits<double>::infinity();
-  bool anyAllowed = false;
+  // Pass 1: scores of kept pairs and their maximum.
+  bool anyKept = false;
   for (int64_t key = 0; key < p.seqlenK; ++key) {
-    scratch.scores[key] = kMasked;
+    PairScore &score = scratch.scores[key];
+    score = {kMasked, kMasked};
     if (!pairAllowed(p, b, h, row, key))
       continue;
-    double s =
-        p.scale * dot(qRow, x.q.strides[3], rowPointer(x.k, b, key, kvHead),
-                      x.k.strides[3], d);
-    scratch.scores[key] = s;
-    stats.max = anyAllowed ? std::max(stats.max, s) : s;
-    anyAllowed = true;
+    score = pairScore(p, x.q, x.k, qRow, rowPointer(x.k, b, key, kvHead), b, h,
+                      row, key);
+    if (score.modified == kMasked)
+      continue;
+    stats.max = anyKept ? std::max(stats.max, score.modified) : score.modified;
+    anyKept = true;
   }
-  if (!anyAllowed) {
+  if (!anyKept) {
     // No key, no output, no gradient: o is the constant 0 here.
     stats = RowStats{};
     std::fill(dqRow, dqRow + d, 0.0f);
@@ -154,25 +198,30 @@ void computeRow(const Operands &x, int64_t b, int64_t h, int64_t row,
   // Pass 2: the normaliser, dP = dO.v and Delta = sum_j P_j dP_j.
   stats.sum = 0;
   for (int64_t key = 0; key < p.seqlenK; ++key)
-    if (scratch.scores[key] != kMasked)
-      stats.sum += std::exp(scratch.scores[key] - stats.max);
+    if (scratch.scores[key].modified != kMasked)
+      stats.sum += std::exp(scratch.scores[key].modified - stats.max);
   double delta = 0;
   for (int64_t key = 0; key < p.seqlenK; ++key) {
-    if (scratch.scores[key] == kMasked)
+    if (scratch.scores[key].modified == kMasked)
       continue;
     scratch.dP[key] = dot(dORow, x.dO.strides[3],
                           rowPointer(x.v, b, key, kvHead), x.v.strides[3], d);
-    delta += probability(scratch.scores[key], stats) * scratch.dP[key];
+    delta += probability(scratch.scores[key].modified, stats) * scratch.dP[key];
   }
+  // Delta from the stored output, as the kernels compute it.
+  if (x.o)
+    delta = dot(dORow, x.dO.strides[3], rowPointer(*x.o, b, row, h), x.o->strides[3], d);
   stats.delta = delta;
 
-  // Pass 3: dS = P (dP - Delta) and dq = scale * sum_j dS_j k_j.
+  // Pass 3: dS (through the score_mod) and dq = scale * sum_j dS_j k_j.
   std::fill(scratch.dqAccum.begin(), scratch.dqAccum.end(), 0.0);
   for (int64_t key = 0; key < p.seqlenK; ++key) {
-    if (scratch.scores[key] == kMasked)
+    const PairScore &score = scratch.scores[key];
+    if (score.modified == kMasked)
       continue;
-    double dS = probability(scratch.scores[key], stats) *
-                (scratch.dP[key] - delta);
+    const double prob = probability(score.modified, stats);
+    const double dS = scoreGradient(p, prob, prob * (scratch.dP[key] - delta),
+                                    score, b, h, row, key);
     addScaled(scratch.dqAccum.data(), dS, rowPointer(x.k, b, key, kvHead),
               x.k.strides[3], d);
   }
@@ -206,12 +255,16 @@ void computeKeys(const Operands &x, int64_t b, int64_t kvHead,
         if (!pairAllowed(p, b, h, row, key))
           continue;
         // The same expressions as computeRow(), so the same P and dS.
-        const float *kRow = rowPointer(x.k, b, key, kvHead);
-        double s = p.scale * dot(qRow, x.q.strides[3], kRow, x.k.strides[3], d);
-        double prob = probability(s, stats);
-        double dP = dot(dORow, x.dO.strides[3], rowPointer(x.v, b, key, kvHead),
-                        x.v.strides[3], d);
-        double dS = prob * (dP - stats.delta);
+        const PairScore score = pairScore(
+            p, x.q, x.k, qRow, rowPointer(x.k, b, key, kvHead), b, h, row, key);
+        if (score.modified == kMasked)
+          continue;
+        const double prob = probability(score.modified, stats);
+        const double dP =
+            dot(dORow, x.dO.strides[3], rowPointer(x.v, b, key, kvHead),
+                x.v.strides[3], d);
+        const double dS = scoreGradient(p, prob, prob * (dP - stats.delta),
+                                        score, b, h, row, key);
         const size_t at = size_t((key - keyBegin) * d);
         addScaled(&scratch.dvAccum[at], prob, dORow, x.dO.strides[3], d);
         addScaled(&scratch.dkAccum[at], dS, qRow, x.q.strides[3], d);
@@ -230,18 +283,76 @@ void computeKeys(const Operands &x, int64_t b, int64_t kvHead,
   }
 }
 
+/// Phase 3, with a score_mod: the VJP adds the captures' gradients at every
+/// kept pair of nonzero weight, in (batch, head, row, key) order. P and dS'
+/// are recomputed with the expressions of the other phases.
+void accumulateCaptureGradients(const Operands &x) {
+  const Problem &p = x.p;
+  const int64_t d = p.headDim;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t h = 0; h < p.qHeads; ++h) {
+      const int64_t kvHead = h / x.group();
+      for (int64_t row = 0; row < p.seqlenQ; ++row) {
+        const RowStats &stats = x.statsAt(b, h, row);
+        if (stats.sum == 0)
+          continue;
+        const float *qRow = rowPointer(x.q, b, row, h);
+        const float *dORow = rowPointer(x.dO, b, row, h);
+        for (int64_t key = 0; key < p.seqlenK; ++key) {
+          if (!pairAllowed(p, b, h, row, key))
+            continue;
+          const PairScore score =
+              pairScore(p, x.q, x.k, qRow, rowPointer(x.k, b, key, kvHead), b,
+                        h, row, key);
+          if (score.modified == kMasked)
+            continue;
+          const double prob = probability(score.modified, stats);
+          if (prob == 0)
+            continue;
+          const double dP =
+              dot(dORow, x.dO.strides[3], rowPointer(x.v, b, key, kvHead),
+                  x.v.strides[3], d);
+          p.scoreModVjp(prob * (dP - stats.delta), score.scaled, b, h, row, key,
+                        /*accumulateCaptures=*/true);
+        }
+      }
+    }
+  }
+}
+
+} // namespace
+
+namespace {
+void backwardFrom(const Problem &problem, const HostTensor &q, const HostTensor &k,
+                  const HostTensor &v, const HostTensor &dO, const HostTensor *o, float *dq,
+                  float *dk, float *dv);
 } // namespace
 
 void backward(const Problem &problem, const HostTensor &q, const HostTensor &k,
               const HostTensor &v, const HostTensor &dO, float *dq, float *dk,
               float *dv) {
+  backwardFrom(problem, q, k, v, dO, nullptr, dq, dk, dv);
+}
+
+void backward(const Problem &problem, const HostTensor &q, const HostTensor &k,
+              const HostTensor &v, const HostTensor &o, const HostTensor &dO, float *dq,
+              float *dk, float *dv) {
+  if (problem.batch > 0 && problem.seqlenQ > 0 && !o.data)
+    invalid("o is null");
+  backwardFrom(problem, q, k, v, dO, &o, dq, dk, dv);
+}
+
+namespace {
+void backwardFrom(const Problem &problem, const HostTensor &q, const HostTensor &k,
+                  const HostTensor &v, const HostTensor &dO, const HostTensor *o, float *dq,
+                  float *dk, float *dv) {
   validate(problem, q, k, v, dO, dq, dk, dv);
   if (problem.batch == 0)
     return;
 
   std::vector<RowStats> stats(
       size_t(problem.batch * problem.qHeads * problem.seqlenQ));
-  const Operands x{problem, q, k, v, dO, dq, dk, dv, stats};
+  const Operands x{problem, q, k, v, dO, o, dq, dk, dv, stats};
 
   // Counted as the forward's multiply-adds (the backward does about four
   // times as many), so both take threads from the same problem size on.
@@ -282,6 +393,11 @@ void backward(const Problem &problem, const HostTensor &q, const HostTensor &k,
           KeyScratch &scratch) {
         computeKeys(x, batch, kvHead, keyBegin, keyEnd, scratch);
       });
+
+  if (problem.scoreMod)
+    accumulateCaptureGradients(x);
 }
+
+} // namespace
 
 } // namespace attn::reference

@@ -134,12 +134,30 @@ struct BackwardSharedMemoryOffsets {
 
 // The backward softmax kernels (templates/attn_bwd_sm90.cuh): tile.blockM
 // query rows a step, tile.blockN keys a block (64 per consumer warpgroup).
+// The backward's user regions (attn-differentiate-mods, lowered by
+// attn-lower-mods), evaluated a pair at a time. Each function name is empty
+// without its region.
+struct BackwardMods {
+  std::string source; // the functions, printed by MLIR's C++ emitter
+  // (b, h, q, kv, captures...) -> bool
+  std::string maskFunction;
+  // (s, b, h, q, kv, captures...) -> float
+  std::string scoreFunction;
+  // (dy, s, b, h, q, kv, captures..., gradients...) -> dy * d score / d s,
+  // adding into the gradients of the learnable captures.
+  std::string scoreVjpFunction;
+  std::vector<CaptureShape> captures;
+  // The rank of each learnable capture's gradient, in declaration order.
+  std::vector<int> gradientRanks;
+};
+
 struct BackwardKernelConfig {
   std::string kernelName; // for the header comment only
   ElementKind element = ElementKind::BF16;
   int headDim = 128;
   TileConfig tile;
   MaskPolicy mask;
+  BackwardMods mods;
   BackwardSharedMemoryOffsets smem;
 };
 

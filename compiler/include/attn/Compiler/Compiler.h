@@ -19,6 +19,7 @@
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Pass/PassManager.h"
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -142,11 +143,21 @@ SpecTuningKey tuningKeyOfSpec(const std::string &specText, const std::string &bu
 /// and `score_mod` regions become the problem's maskMod and scoreMod,
 /// evaluated by a ModInterpreter over copies of `captures` (one per declared
 /// capture, in declaration order; the problem keeps what they need alive).
-/// Throws attn::Error, naming the capture when one does not match its
-/// declaration (count, dtype, rank, extents).
+/// A score_mod also gives the problem's scoreModVjp: the function
+/// attn-differentiate-mods derives, interpreted (none when it has no
+/// derivative). Throws attn::Error, naming
+/// the capture when one does not match its declaration (count, dtype, rank,
+/// extents).
+///
+/// With `captureGradients`, it receives the gradients of the captures
+/// declared with `grad` (one f32 vector each, row-major, in declaration
+/// order, zero), which reference::backward() on the returned problem fills.
+using CaptureGradients = std::vector<std::vector<float>>;
 reference::Problem referenceProblemFromSpec(const std::string &specText, int64_t batch,
                                             int64_t seqlenQ, int64_t seqlenK,
-                                            const std::vector<HostCapture> &captures = {});
+                                            const std::vector<HostCapture> &captures = {},
+                                            std::shared_ptr<CaptureGradients> *captureGradients =
+                                                nullptr);
 /// The CPU reference problem of a linear attention or retention spec: heads,
 /// head dim, scale, causality, feature map, normalization and decay (the
 /// per-head gammas of a fixed decay; `logDecay`, [batch, seqlen, q_heads],

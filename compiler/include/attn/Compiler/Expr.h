@@ -163,6 +163,13 @@ public:
   const std::string &name() const { return captureName; }
   DType dtype() const { return elementType; }
   const std::vector<CaptureExtent> &extents() const { return captureExtents; }
+  /// Whether the backward computes this capture's gradient (f32 only: the
+  /// spec's verifier refuses it on an i32 buffer).
+  bool requiresGrad() const { return gradient; }
+  Capture &setRequiresGrad(bool on = true) {
+    gradient = on;
+    return *this;
+  }
 
   /// Throws attn::Error unless there is one index operand per extent.
   Expr operator()(std::vector<Expr> indices) const;
@@ -178,6 +185,7 @@ private:
   std::string captureName;
   DType elementType;
   std::vector<CaptureExtent> captureExtents;
+  bool gradient = false;
 };
 
 /// Whether some node of `root` has operation `op`.

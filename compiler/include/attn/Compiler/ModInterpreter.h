@@ -1,19 +1,22 @@
 //===- ModInterpreter.h - CPU evaluation of user regions --------*- C++ -*-===//
 //
 // Evaluates the `mask_mod` and `score_mod` regions of an `attn.kernel` on the
-// CPU, for the reference evaluator. The region is translated once into a flat
-// list of steps over numbered value slots; an evaluation runs those steps
-// without touching MLIR, so the oracle can afford one evaluation per (query,
-// key) pair of a problem.
+// CPU, for the reference evaluator, and the functions derived from them (the
+// regions as `func.func`, and their vector-Jacobian products, which add into
+// the gradients of captures). The region is translated once into a flat list
+// of steps over numbered value slots; an evaluation runs those steps without
+// touching MLIR, so the oracle can afford one evaluation per (query, key) pair
+// of a problem.
 //
 // Semantics follow the GPU lowering: f32 operations are evaluated in float,
 // integer operations at the operation's bit width in two's complement
-// (wrapping), `index` as 64 bits, and a `memref.load` outside a capture's
-// extents reads 0. Where MLIR leaves a result undefined the interpreter picks
-// a value instead of trapping: integer division or remainder by zero gives
-// 0, the signed minimum divided by -1 wraps, shifts by the width or more
-// give 0 (the sign for `shrsi`), and float-to-integer conversions saturate
-// (NaN gives 0), as the GPU's conversions do.
+// (wrapping), `index` as 64 bits, a `memref.load` outside a capture's extents
+// reads 0 and a `memref.atomic_rmw addf` outside them writes nothing. Where
+// MLIR leaves a result undefined the interpreter picks a value instead of
+// trapping: integer division or remainder by zero gives 0, the signed minimum
+// divided by -1 wraps, shifts by the width or more give 0 (the sign for
+// `shrsi`), and float-to-integer conversions saturate (NaN gives 0), as the
+// GPU's conversions do.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTN_COMPILER_MODINTERPRETER_H
@@ -32,7 +35,8 @@ class Region;
 namespace attn {
 
 /// A captured buffer in host memory: contiguous, row-major, `dtype` F32 or
-/// I32, rank 1..3.
+/// I32, rank 1..3. A capture the region updates with `memref.atomic_rmw` is
+/// written through `data`: the caller passes writable memory.
 struct HostCapture {
   const void *data = nullptr;
   DType dtype = DType::F32;
@@ -64,15 +68,20 @@ struct ModValue {
 };
 
 /// The program of one user region. Immutable once built, holds no reference
-/// to MLIR, and evaluations use only the caller's stack, so one instance may
-/// be evaluated from any number of threads at once.
+/// to MLIR, and evaluations use only the caller's stack and captures, so one
+/// instance may be evaluated from any number of threads at once, except that
+/// evaluations which write captures (`memref.atomic_rmw`) must not run
+/// concurrently on the same buffers: their read-modify-writes are not atomic.
 class ModInterpreter {
 public:
-  /// Translates `region` (one block ending in `attn.yield` of one value).
-  /// Block arguments of type `index`, integer or f32 are scalars, bound in
-  /// order; `memref` arguments are captures, bound in order. Throws
-  /// std::invalid_argument naming the operation and its location for an
-  /// operation or type it cannot evaluate.
+  /// Translates `region`: one block ending in `attn.yield` or `func.return`
+  /// of one value, so a kernel's region or the body of a `func.func`. Each
+  /// block argument of type `index`, integer or f32 is a scalar and each
+  /// `memref` argument a capture; scalars are bound in their order among the
+  /// scalars and captures in theirs among the captures. `memref.atomic_rmw
+  /// addf` adds an f32 into a capture and yields the element's old value
+  /// (0 outside the extents). Throws std::invalid_argument naming the
+  /// operation and its location for an operation or type it cannot evaluate.
   explicit ModInterpreter(mlir::Region &region);
   ~ModInterpreter();
   ModInterpreter(ModInterpreter &&) noexcept;

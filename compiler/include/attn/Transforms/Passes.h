@@ -35,6 +35,10 @@ std::string tuningSpecHash(KernelOp kernel);
 /// attn-lower-mods, then attn-emit-cuda. `pm` must run on a module.
 void buildEmitPipeline(OpPassManager &pm);
 
+/// Adds what prepares the user regions for the backward kernel:
+/// attn-differentiate-mods, then attn-lower-mods. `pm` must run on a module.
+void buildBackwardModsPipeline(OpPassManager &pm);
+
 /// Registers the passes (attn-tile, attn-plan-smem, attn-classify-blocks,
 /// attn-lower-mods, attn-emit-cuda) and the `attn-plan`
 /// pipeline (option `tile-override`) with the global registry, for
@@ -44,6 +48,15 @@ void registerAttnPasses();
 /// The C++ type of a captured buffer of `rank` extents in the mod functions
 /// attn-lower-mods emits (attn_dev::Capture in templates/device/captures.cuh).
 std::string getCaptureCppType(Type elementType, int64_t rank);
+
+/// Erases the ops of a user region's `block` whose results are unused and
+/// that only compute (a capture load reads a buffer the kernel never writes).
+void eraseDeadModOps(Block &block);
+
+/// The C++ type of a learnable capture's gradient of `rank` extents in the
+/// backward's vector-Jacobian product: the kernel's per-thread accumulator
+/// (attn_dev::CaptureGradient in templates/device/captures.cuh), by reference.
+std::string getGradientCppType(int64_t rank);
 
 /// Whether attn-lower-mods emits calls of `callee` (attn-emit-cuda accepts
 /// no other callee in a mod function).

@@ -181,6 +181,56 @@ def AttnClassifyBlocks : Pass<"attn-classify-blocks"> {
   let dependentDialects = ["::mlir::attn::AttnDialect"];
 }
 
+def AttnDifferentiateMods : Pass<"attn-differentiate-mods", "::mlir::ModuleOp"> {
+  let summary = "Derive the backward's functions from mask_mod and score_mod";
+  let description = [{
+    Prepares the user regions of each softmax `attn.kernel` for its
+    backward. It copies `mask_mod` into `func.func @attn_mask_mod_full_N`
+    and `score_mod` into `func.func @attn_score_mod_full_N` (whole: the
+    backward evaluates a pair at a time, without the forward's split into
+    row and diagonal functions), and derives from `score_mod` its
+    vector-Jacobian product
+
+    ```mlir
+    func.func @attn_score_mod_vjp_N(%dy: f32, %s: f32, %b: index, %h: index,
+        %q: index, %kv: index, <captures>..., <gradients>...) -> f32
+    ```
+
+    which returns dy * d score_mod / d s and adds dy * d score_mod / d v,
+    with `memref.atomic_rmw addf`, into the gradient buffer of every value v
+    read from a capture declared with `grad` (one `memref` argument per such
+    capture, in declaration order, shaped as the capture), at the indices
+    of the read. The kernel passes dy = dS', the gradient of the modified
+    score. The names go to the kernel's `backward_mask_mod_fn`,
+    `backward_score_mod_fn` and `backward_score_mod_vjp_fn`, which
+    `attn-lower-mods` lowers to EmitC with the forward's functions.
+
+    The derivative is reverse-mode over the region's single block: the
+    function recomputes the region, then walks it backwards, accumulating
+    each value's adjoint. Only values that depend on the score or on a
+    learnable capture carry one. Derivatives: `arith.addf`, `subf`, `mulf`,
+    `divf`, `negf`, `remf` (d/da = 1, d/db = -trunc(a / b)), `select` (to
+    the chosen operand), `maximumf`, `minimumf`, `maxnumf`, `minnumf` (to
+    the chosen operand; the first on a tie); `math.absf` (sign, 0 at 0),
+    `exp`, `exp2`, `expm1`, `log`, `log2`, `log1p`, `sqrt`, `rsqrt`, `tanh`
+    (1 - tanh^2 of the kernel's own tanh), `sin`, `cos`, `erf`, `powf` (the
+    exponent's derivative only where the base is positive), `fma`,
+    `copysign` (to the magnitude); `floor`, `ceil` and `round` have
+    derivative 0, as comparisons do. Index and integer arithmetic carries
+    no gradient. A value that carries one and reaches a float-to-integer
+    conversion or a bitcast is an error at that operation: the gradient
+    would silently be 0 through it. So is any other operation such a value
+    reaches.
+
+    Kernels whose normalizer is not the softmax (no backward yet) and
+    kernels without user regions are left alone.
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::func::FuncDialect",
+                           "::mlir::math::MathDialect",
+                           "::mlir::memref::MemRefDialect"];
+}
+
 def AttnLowerMods : Pass<"attn-lower-mods", "::mlir::ModuleOp"> {
   let summary = "Lower mask_mod and score_mod regions to EmitC functions";
   let description = [{

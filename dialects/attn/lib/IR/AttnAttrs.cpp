@@ -504,11 +504,18 @@ Attribute CaptureAttr::parse(AsmParser &parser, Type) {
     sizes.push_back(0);
     return success();
   };
-  if (parser.parseCommaSeparatedList(AsmParser::Delimiter::Square, parseExtent) ||
-      parser.parseGreater())
+  if (parser.parseCommaSeparatedList(AsmParser::Delimiter::Square, parseExtent))
+    return {};
+  bool requiresGrad = false;
+  if (succeeded(parser.parseOptionalComma())) {
+    if (parser.parseKeyword("grad"))
+      return {};
+    requiresGrad = true;
+  }
+  if (parser.parseGreater())
     return {};
   return getChecked([&] { return parser.emitError(parser.getNameLoc()); },
-                    parser.getContext(), name, elementType, kinds, sizes);
+                    parser.getContext(), name, elementType, kinds, sizes, requiresGrad);
 }
 
 void CaptureAttr::print(AsmPrinter &printer) const {
@@ -521,18 +528,24 @@ void CaptureAttr::print(AsmPrinter &printer) const {
     else
       printer << captureDimKeyword(kind);
   });
-  printer << "]>";
+  printer << "]";
+  if (getRequiresGrad())
+    printer << ", grad";
+  printer << ">";
 }
 
 LogicalResult CaptureAttr::verify(function_ref<InFlightDiagnostic()> emitError, StringRef name,
                                   Type elementType, ArrayRef<CaptureDimKind> kinds,
-                                  ArrayRef<int64_t> sizes) {
+                                  ArrayRef<int64_t> sizes, bool requiresGrad) {
   if (!isIdentifier(name))
     return emitError() << "capture name '" << name
                        << "' must be an identifier ([A-Za-z_][A-Za-z0-9_]*)";
   if (!elementType || !(elementType.isF32() || elementType.isSignlessInteger(32)))
     return emitError() << "capture '" << name << "': unsupported element type " << elementType
                        << "; supported: f32, i32";
+  if (requiresGrad && !elementType.isF32())
+    return emitError() << "capture '" << name << "': only an f32 capture has a gradient, got "
+                       << elementType;
   if (kinds.size() != sizes.size())
     return emitError() << "capture '" << name << "': extent kinds and sizes differ in length";
   if (kinds.empty() || static_cast<int64_t>(kinds.size()) > kMaxRank)

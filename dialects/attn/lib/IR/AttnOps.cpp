@@ -27,7 +27,10 @@ void KernelOp::build(OpBuilder &builder, OperationState &state, StringRef name,
         /*score_mod_row_fns=*/ArrayAttr(), /*score_mod_diagonal_fns=*/ArrayAttr(),
         /*score_mod_row_offset_fn=*/FlatSymbolRefAttr(), /*score_mod_key_relative=*/false,
         /*score_input_scale=*/FloatAttr(),
-        /*score_output_scale=*/FloatAttr(), /*score_bound=*/FloatAttr());
+        /*score_output_scale=*/FloatAttr(), /*score_bound=*/FloatAttr(),
+        /*backward_mask_mod_fn=*/FlatSymbolRefAttr(),
+        /*backward_score_mod_fn=*/FlatSymbolRefAttr(),
+        /*backward_score_mod_vjp_fn=*/FlatSymbolRefAttr());
 }
 
 SmallVector<CaptureAttr> KernelOp::getCaptureList() {

@@ -38,6 +38,9 @@ struct CaptureDecl {
   std::string name;             // identifier from the spec, used in error messages
   DType dtype = DType::F32;     // F32 or I32
   std::vector<CaptureDim> dims; // rank 1..kMaxCaptureRank
+  /// The backward writes this (f32) capture's gradient (AttnBackwardArgs::
+  /// captureGrads); the forward reads it like any other.
+  bool requiresGrad = false;
 };
 
 /// How a declared extent is written in launch metadata and messages: the

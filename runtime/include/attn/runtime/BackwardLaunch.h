@@ -36,6 +36,12 @@ struct AttnBackwardArgs {
   void *workspace = nullptr;
   uint64_t workspaceBytes = 0;
   bool deterministic = false;
+  /// The spec's captured buffers, as the forward takes them.
+  std::vector<CaptureView> captures;
+  /// One per capture declared with `grad`, in declaration order: overwritten
+  /// with the gradient of the loss with respect to the capture (float
+  /// atomics: not bitwise reproducible, so `deterministic` refuses them).
+  std::vector<CaptureGradView> captureGrads;
 };
 
 /// Bytes of workspace a call needs: log-sum-exp in base 2 and delta (fp32

@@ -18,12 +18,13 @@
 //   scale 0x1.6a09e6p-4
 //   captures 2
 //   capture.0 slopes f32 q_heads
-//   capture.1 bias f32 q_heads,?,16
+//   capture.1 bias f32 q_heads,?,16 grad
 //
 // The scale is a C99 hex float so it survives the round trip bit-exactly.
 // `captures N` is followed by capture.0 to capture.N-1, each `NAME DTYPE
 // DIMS` with DIMS comma-separated: a size, `?` (any), `batch`, `q_heads`,
-// `kv_heads`, `seqlen_q` or `seqlen_k` (captureDimSpelling).
+// `kv_heads`, `seqlen_q` or `seqlen_k` (captureDimSpelling), then `grad`
+// for a capture whose gradient the backward computes.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTN_RUNTIME_LAUNCHMETADATA_H
@@ -39,8 +40,8 @@ namespace attn {
 /// The version written by serializeLaunchConfig; parseLaunchConfig accepts
 /// only this one.
 /// Version 3 added the captured buffers, 5 even_work_tiles, 6
-/// automatic_work_order.
-inline constexpr int kLaunchMetadataVersion = 6;
+/// automatic_work_order, 7 the captures' `grad`.
+inline constexpr int kLaunchMetadataVersion = 7;
 
 std::string serializeLaunchConfig(const AttnLaunchConfig &config);
 

@@ -53,6 +53,14 @@ struct CaptureView {
   std::vector<int64_t> shape;
 };
 
+/// The gradient of a learnable captured buffer (one declared with `grad`),
+/// written by the backward: contiguous row-major f32 device memory of the
+/// capture's shape.
+struct CaptureGradView {
+  float *data = nullptr;
+  std::vector<int64_t> shape;
+};
+
 } // namespace attn
 
 #endif // ATTN_RUNTIME_TENSOR_H

@@ -264,16 +264,24 @@ def Attn_CaptureAttr : Attn_Attr<"Capture", "capture"> {
     in declaration order, with the capture's rank (all extents dynamic) and
     element type. A read outside the extents yields 0.
 
+    A trailing `grad` marks an `f32` capture as learnable: the backward of
+    the spec takes a gradient buffer of the capture's shape and writes into
+    it the sum, over every pair the forward keeps, of dS * d score_mod /
+    d value for each value of the capture `score_mod` read (dS being the
+    gradient of the modified score); `attn-differentiate-mods` derives it.
+
     ```mlir
     #attn.capture<"slopes", f32, [q_heads]>
     #attn.capture<"bias", f32, [16, ?]>
+    #attn.capture<"table", f32, [q_heads, 32], grad>
     ```
   }];
   let parameters = (ins
     StringRefParameter<"identifier naming the buffer">:$name,
     "::mlir::Type":$element_type,
     ArrayRefParameter<"::mlir::attn::CaptureDimKind", "extent kinds">:$dim_kinds,
-    ArrayRefParameter<"int64_t", "sizes of the fixed extents (0 elsewhere)">:$dim_sizes
+    ArrayRefParameter<"int64_t", "sizes of the fixed extents (0 elsewhere)">:$dim_sizes,
+    DefaultValuedParameter<"bool", "false", "whether the backward computes its gradient">:$requires_grad
   );
   let hasCustomAssemblyFormat = 1;
   let genVerifyDecl = 1;

@@ -76,6 +76,12 @@ def Attn_KernelOp : Attn_Op<"kernel", [
     `score_mod_key_relative` lets the kernel pass kv relative to an origin
     it chooses per work tile, which the offset function takes last.
 
+    For the backward, `attn-differentiate-mods` copies the regions whole
+    into functions named in `backward_mask_mod_fn` and
+    `backward_score_mod_fn`, and derives from `score_mod` its
+    vector-Jacobian product, named in `backward_score_mod_vjp_fn`;
+    `attn-lower-mods` lowers them with the others.
+
     ```mlir
     attn.kernel @k problem = #attn.problem<...> mask = #attn.no_mask
         normalizer = #attn.softmax
@@ -111,7 +117,10 @@ def Attn_KernelOp : Attn_Op<"kernel", [
     UnitAttr:$score_mod_key_relative,
     OptionalAttr<F32Attr>:$score_input_scale,
     OptionalAttr<F32Attr>:$score_output_scale,
-    OptionalAttr<F32Attr>:$score_bound
+    OptionalAttr<F32Attr>:$score_bound,
+    OptionalAttr<FlatSymbolRefAttr>:$backward_mask_mod_fn,
+    OptionalAttr<FlatSymbolRefAttr>:$backward_score_mod_fn,
+    OptionalAttr<FlatSymbolRefAttr>:$backward_score_mod_vjp_fn
   );
   let regions = (region MaxSizedRegion<1>:$mask_mod,
                         MaxSizedRegion<1>:$score_mod);

@@ -1,0 +1,160 @@
+// The backward through mask_mod and score_mod regions, and the gradients of
+// learnable captures, against the CPU reference: its gradients (double) come
+// through the vector-Jacobian product attn-differentiate-mods derives, which
+// the unit tests check against finite differences. Every example with a
+// region runs its backward; the learnable examples (ALiBi's slopes, a
+// relative-position table, T5's buckets) also compare the capture gradients.
+#include <catch2/catch.hpp>
+
+#include "LoadedBackward.h"
+#include "LoadedKernel.h"
+#include "VariantCaptures.h"
+
+#include <random>
+
+using namespace attn;
+using attn::gputest::CaptureMaker;
+using attn::gputest::exampleWithHeads;
+using attn::gputest::LoadedBackward;
+using attn::gputest::LoadedKernel;
+using attn::gputest::replaceAll;
+
+namespace {
+
+// T5's bucket table: [q_heads, 32] of N(0, 0.5).
+const CaptureMaker kBucketTable = gputest::normalBiasTable(32);
+// The relative-position examples read bias[h, q - kv + 8191].
+const CaptureMaker kPositionTable = gputest::normalBiasTable(2 * 8192 - 1);
+
+// BigBird's chosen blocks of 64 x 64, one in ten.
+void addBlocks(harness::ForwardProblem &data, const AttnLaunchConfig &,
+               const harness::Shape &shape, std::mt19937_64 &random) {
+  int64_t rows = (shape.seqlenQ + 63) / 64, columns = (shape.seqlenK + 63) / 64;
+  std::vector<int32_t> chosen(rows * columns);
+  for (int32_t &value : chosen)
+    value = random() % 10 == 0;
+  data.addCapture(chosen, {rows, columns});
+}
+
+/// Runs `spec`'s forward and backward on random inputs and compares dq, dk,
+/// dv and every learnable capture's gradient with the reference's.
+void runBackwardVariant(const std::string &spec, const harness::Shape &shape,
+                        const CaptureMaker &captures, uint64_t seed) {
+  LoadedKernel &forward = gputest::loadKernel(spec);
+  LoadedBackward &backward = gputest::loadBackward(spec);
+  harness::ForwardProblem data(forward.compiled.launch, shape, seed);
+  std::mt19937_64 random(seed * 7919 + 1);
+  if (captures)
+    captures(data, forward.compiled.launch, shape, random);
+  launchForward(forward.function, forward.compiled.launch, data.args(), nullptr);
+  harness::BackwardProblem gradients(backward.compiled.launch, data, seed + 1000);
+  gradients.poisonGradients();
+  for (DeviceBuffer &gradient : gradients.captureGrads)
+    gradient.fill32(0x7FC00000u); // NaN: the launch must clear them
+  launchBackward(backward.functions, backward.compiled.launch, gradients.args(data), nullptr);
+  ATTN_CU_CHECK(cuCtxSynchronize);
+
+  std::shared_ptr<CaptureGradients> expectedCaptures;
+  reference::Problem problem =
+      referenceProblemFromSpec(spec, shape.batch, shape.seqlenQ, shape.seqlenK,
+                               gputest::hostCaptures(data), &expectedCaptures);
+  const harness::ReferenceGradients expected =
+      harness::computeReferenceGradients(problem, data, gradients);
+  INFO("spec: " << spec << "B=" << shape.batch << " Sq=" << shape.seqlenQ
+                << " Sk=" << shape.seqlenK << " headMajor=" << shape.headMajor);
+  gputest::checkGradients(
+      harness::compareGradients(problem, expected, gradients, backward.compiled.launch.dtype));
+  REQUIRE(expectedCaptures->size() == gradients.captureGrads.size());
+  for (size_t index = 0; index < gradients.captureGrads.size(); ++index) {
+    const harness::CaptureGradientError error = harness::compareCaptureGradient(
+        (*expectedCaptures)[index], gradients.captureGrads[index].download<float>());
+    INFO("capture gradient " << index << ": rel-L2 " << error.relativeL2
+                             << ", max error / max " << error.maxErrorOverMax);
+    // Sums over every pair of fp32 products of bf16 inputs, against double.
+    CHECK(error.passed(2e-2));
+  }
+}
+
+const std::vector<harness::Shape> &awkwardShapes() {
+  static const std::vector<harness::Shape> shapes = {
+      {2, 300, 300, false}, // not a tile multiple
+      {1, 200, 333, false}, // Sq < Sk
+      {1, 333, 130, true},  // Sq > Sk: bottom-right rows with no key; head-major
+  };
+  return shapes;
+}
+
+struct Variant {
+  const char *example;
+  CaptureMaker captures;
+};
+
+const std::vector<Variant> &regionVariants() {
+  static const std::vector<Variant> variants = {
+      {"alibi_causal_hd128.mlir", gputest::addSlopes},
+      {"softcap_causal_hd128.mlir", {}},
+      {"relpos_bias_causal_hd128.mlir", kPositionTable},
+      {"document_mask_hd128.mlir", gputest::addDocuments},
+      {"longformer_hd128.mlir", {}},
+      {"prefix_lm_hd128.mlir", {}},
+      {"chunked_local_hd128.mlir", {}},
+      {"bigbird_hd128.mlir", addBlocks},
+      {"alibi_learned_hd128.mlir", gputest::addSlopes},
+      {"relpos_learned_hd128.mlir", kPositionTable},
+      {"t5_bias_hd128.mlir", kBucketTable},
+  };
+  return variants;
+}
+
+} // namespace
+
+TEST_CASE("the backward of every example with regions matches the reference",
+          "[gpu][backward][mods]") {
+  uint64_t seed = 100;
+  for (const Variant &variant : regionVariants())
+    for (const harness::Shape &shape : awkwardShapes()) {
+      INFO(variant.example);
+      runBackwardVariant(exampleWithHeads(variant.example), shape, variant.captures, seed++);
+    }
+}
+
+TEST_CASE("regions in the backward at head dims 64 and 256, f16 and MQA", "[gpu][backward][mods]") {
+  const std::string softcap = exampleWithHeads("softcap_causal_hd128.mlir");
+  const std::string slopes = exampleWithHeads("alibi_learned_hd128.mlir");
+  for (const char *headDim : {"head_dim = 64", "head_dim = 256"}) {
+    runBackwardVariant(replaceAll(softcap, "head_dim = 128", headDim), {1, 257, 190, false}, {},
+                       200);
+    runBackwardVariant(replaceAll(slopes, "head_dim = 128", headDim), {2, 190, 257, false},
+                       gputest::addSlopes, 201);
+  }
+  runBackwardVariant(replaceAll(softcap, "bf16", "f16"), {1, 300, 300, false}, {}, 202);
+  runBackwardVariant(exampleWithHeads("t5_bias_hd128.mlir", "q_heads = 4, kv_heads = 1"),
+                     {2, 200, 200, false}, kBucketTable, 203);
+}
+
+TEST_CASE("a learnable soft-capped ALiBi: capture gradients through tanh",
+          "[gpu][backward][mods]") {
+  // The slope's gradient depends on the score through tanh's derivative.
+  const std::string spec = replaceAll(
+      exampleWithHeads("alibi_learned_hd128.mlir"),
+      "      attn.yield %biased : f32",
+      "      %cap = arith.constant 20.0 : f32\n"
+      "      %inverse = arith.constant 0.05 : f32\n"
+      "      %scaled = arith.mulf %biased, %inverse : f32\n"
+      "      %squashed = math.tanh %scaled : f32\n"
+      "      %capped = arith.mulf %squashed, %cap : f32\n"
+      "      attn.yield %capped : f32");
+  REQUIRE(spec.find("math.tanh") != std::string::npos);
+  runBackwardVariant(spec, {2, 300, 300, false}, gputest::addSlopes, 300);
+  runBackwardVariant(spec, {1, 333, 130, false}, gputest::addSlopes, 301);
+}
+
+TEST_CASE("the backward through regions on small shapes, for the sanitizers",
+          "[gpu][backward][mods][sanitize]") {
+  runBackwardVariant(exampleWithHeads("alibi_learned_hd128.mlir"), {1, 130, 70, false},
+                     gputest::addSlopes, 400);
+  runBackwardVariant(exampleWithHeads("document_mask_hd128.mlir"), {2, 70, 130, false},
+                     gputest::addDocuments, 401);
+  runBackwardVariant(exampleWithHeads("t5_bias_hd128.mlir"), {1, 100, 100, false}, kBucketTable,
+                     402);
+}
