@@ -214,22 +214,11 @@ def attention(query, key, value, score_mod=None, mask_mod=None, block_mask=None,
     else:
         captures = _spec.launch_captures(capture_tensors, query.device)
     has_regions = _spec.has_regions(spec)
-    if has_regions and torch.is_grad_enabled() and any(
-            t.requires_grad for t in (query, key, value)):
-        raise NotImplementedError(
-            "attnc.attention: the backward of score_mod and mask_mod regions is not "
-            "implemented yet (only the built-in masks: causal, window, and a mask_mod of "
-            "exactly q_idx >= kv_idx); run under torch.no_grad() or detach q, k, v")
-    if capture_tensors and torch.is_grad_enabled() and any(
-            t.requires_grad for t in capture_tensors):
-        raise NotImplementedError(
-            "attnc.attention: gradients into captured tensors are not implemented yet; "
-            "detach them or run under torch.no_grad()")
     coverage = key_bits = None
     if block_mask is not None and has_regions and query.is_cuda:
         kernel = _ops.kernel_for(spec)
         coverage, key_bits = block_mask._coverage(spec, kernel, query, key, value, captures)
-    if _eager_without_autograd(query, key, value):
+    if _eager_without_autograd(query, key, value, *capture_tensors):
         # The operator's CUDA implementation directly: the dispatcher and the
         # autograd wrapper would add tens of microseconds to a call that
         # records nothing (no grad, no torch.compile, no dispatch mode).

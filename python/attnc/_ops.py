@@ -111,8 +111,8 @@ torch.library.define(
     "Tensor? tile_key_bits) -> (Tensor, Tensor)")
 torch.library.define(
     "attnc::attention_backward",
-    "(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, str spec, "
-    "bool deterministic) -> (Tensor, Tensor, Tensor)")
+    "(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
+    "Tensor[] captures, str spec, bool deterministic) -> (Tensor, Tensor, Tensor, Tensor[])")
 
 
 def forward_args(q, k, v, o, lse, captures, tile_coverage=None, tile_key_bits=None,
@@ -183,33 +183,47 @@ def _dense_head_dim(t):
     return t if t.stride(-1) == 1 and t.data_ptr() % 16 == 0 else t.contiguous()
 
 
-def _attention_backward_cuda(grad_out, q, k, v, out, lse, spec, deterministic):
+def _capture_gradients(captures, spec):
+    """Empty f32 gradients of the captures the spec declares with `grad`."""
+    return [torch.empty(captures[i].shape, dtype=torch.float32, device=captures[i].device)
+            for i in _spec.learnable_captures(spec)]
+
+
+def _attention_backward_cuda(grad_out, q, k, v, out, lse, captures, spec, deterministic):
     kernel = kernel_for(spec, backward=True)
     grad_out = _dense_head_dim(grad_out)
     dq = _empty_bhsd(*q.shape, q)
     dk = _empty_bhsd(*k.shape, k)
     dv = _empty_bhsd(*v.shape, v)
+    capture_grads = _capture_gradients(captures, spec)
     fields = [bshd_fields(t, n) for t, n in ((q, "q"), (k, "k"), (v, "v"), (out, "out"),
                                               (grad_out, "grad_out"))]
     grads = [bshd_fields(t, n) for t, n in ((dq, "dq"), (dk, "dk"), (dv, "dv"))]
-    probe = _lib.pack_backward(*fields, lse.data_ptr(), *grads, deterministic=deterministic)
+    capture_array, capture_count = capture_fields(captures)
+    grad_array, grad_count = capture_fields(capture_grads)
+    buffers = dict(deterministic=deterministic, captures_pointer=_address(capture_array),
+                   num_captures=capture_count, grads_pointer=_address(grad_array),
+                   num_grads=grad_count)
+    probe = _lib.pack_backward(*fields, lse.data_ptr(), *grads, **buffers)
     workspace_bytes = kernel.backward_workspace_bytes(probe)
     workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=q.device)
     args = _lib.pack_backward(*fields, lse.data_ptr(), *grads, workspace=workspace.data_ptr(),
-                              workspace_bytes=workspace_bytes, deterministic=deterministic)
+                              workspace_bytes=workspace_bytes, **buffers)
     kernel.run_backward(args, _stream(q))
-    return dq, dk, dv
+    return dq, dk, dv, capture_grads
 
 
 @torch.library.register_fake("attnc::attention_backward")
-def _attention_backward_fake(grad_out, q, k, v, out, lse, spec, deterministic):
-    return _empty_bhsd(*q.shape, q), _empty_bhsd(*k.shape, k), _empty_bhsd(*v.shape, v)
+def _attention_backward_fake(grad_out, q, k, v, out, lse, captures, spec, deterministic):
+    return (_empty_bhsd(*q.shape, q), _empty_bhsd(*k.shape, k), _empty_bhsd(*v.shape, v),
+            [c.new_empty(c.shape, dtype=torch.float32)
+             for c in (captures[i] for i in _spec.learnable_captures(spec))])
 
 
 def _setup_context(ctx, inputs, output):
     q, k, v, captures, spec, _, _ = inputs
     o, lse = output
-    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.save_for_backward(q, k, v, o, lse, *captures)
     ctx.spec = spec
     ctx.capture_count = len(captures)
     ctx.set_materialize_grads(False)
@@ -228,12 +242,16 @@ def _backward(ctx, grad_out, grad_lse):
         raise NotImplementedError(
             "attnc.attention: a gradient through the returned log-sum-exp is not supported "
             "by the backward kernels yet; use the lse without differentiating it (detach it)")
-    q, k, v, o, lse = ctx.saved_tensors
+    q, k, v, o, lse, *captures = ctx.saved_tensors
     if grad_out is None:
         grad_out = torch.zeros_like(o)
-    dq, dk, dv = torch.ops.attnc.attention_backward(grad_out, q, k, v, o, lse, ctx.spec,
-                                                    deterministic_enabled())
-    return dq, dk, dv, [None] * ctx.capture_count, None, None, None
+    dq, dk, dv, learned = torch.ops.attnc.attention_backward(
+        grad_out, q, k, v, o, lse, captures, ctx.spec, deterministic_enabled())
+    capture_grads = [None] * ctx.capture_count
+    for index, gradient in zip(_spec.learnable_captures(ctx.spec), learned):
+        capture = captures[index]
+        capture_grads[index] = gradient.to(capture.dtype).reshape(capture.shape)
+    return dq, dk, dv, capture_grads, None, None, None
 
 
 torch.library.register_autograd("attnc::attention_forward", _backward,

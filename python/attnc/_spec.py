@@ -9,6 +9,7 @@ so a repeated call builds nothing.
 
 import hashlib
 import math
+import re
 import types
 
 import torch
@@ -144,7 +145,10 @@ def launch_captures(tensors, device):
                 and t.is_contiguous()):
             out.append(t)
             continue
-        t = t.detach()
+        # A learnable tensor's conversion stays in the graph: its gradient
+        # flows back through it.
+        if not t.requires_grad:
+            t = t.detach()
         if t.dim() == 0:
             t = t.reshape(1)
         t = t.to(device=device, dtype=torch.float32 if t.is_floating_point() else torch.int32)
@@ -186,6 +190,9 @@ def _closure_key(fn):
 def _value_key(value):
     if isinstance(value, (int, float, bool, str, type(None))):
         return (type(value), value)
+    # Whether a captured tensor requires grad decides its declaration.
+    if isinstance(value, torch.Tensor):
+        return ("tensor", id(value), value.requires_grad)
     return ("id", id(value))
 
 
@@ -233,6 +240,20 @@ def has_regions(key):
     """Whether the spec of a key has a score_mod or mask_mod region (told by
     the key itself, so torch.compile can trace the test)."""
     return key.startswith("attnc-mods-")
+
+
+_learnable = {}
+
+
+def learnable_captures(key):
+    """The positions of the captures a spec declares with `grad` (the
+    backward returns their gradients), in declaration order."""
+    found = _learnable.get(key)
+    if found is None:
+        declarations = re.findall(r"#attn\.capture<[^>]*>", text_of(key))
+        found = tuple(i for i, d in enumerate(declarations) if d.endswith(", grad>"))
+        _learnable[key] = found
+    return found
 
 
 def text_of(key):

@@ -86,9 +86,15 @@ class Capture:
     def memref(self):
         return f"memref<{'?x' * self.rank}{self.element}>"
 
+    @property
+    def learnable(self):
+        """A float tensor that requires grad: the backward writes its gradient."""
+        return self.element == "f32" and self.tensor.requires_grad
+
     def declaration(self):
         dims = ", ".join(["?"] * self.rank)
-        return f'#attn.capture<"c{self.number}", {self.element}, [{dims}]>'
+        grad = ", grad" if self.learnable else ""
+        return f'#attn.capture<"c{self.number}", {self.element}, [{dims}]{grad}>'
 
 
 class Region:

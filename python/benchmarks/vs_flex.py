@@ -1,6 +1,8 @@
 """attnc.attention against FlexAttention (torch.compile) and SDPA from
 Python, on the same tensors and the same GPU: the forward of common
-variants, and a training step (forward + backward) of causal attention.
+variants, a training step (forward + backward) of each of them and of two
+with learnable captured tensors (ALiBi's slopes, a relative-position
+table), and the causal training step beside SDPA's.
 Medians of --repeats timed runs (CUDA events) after warm-up; TFLOP/s count
 4·B·H·Sq·Sk·D per forward (halved for causal), 2.5× that for a backward.
 
@@ -89,13 +91,42 @@ def main():
     qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
     grad = torch.randn_like(q)
     causal_block = create_block_mask(causal, None, None, s, s)
+    learned_slopes = slopes.clone().requires_grad_()
+    table = (torch.randn(h, 2 * s - 1, device="cuda") * 0.1).requires_grad_()
 
-    def step(fn):
+    def step(fn, learned=()):
         def run():
-            for t in (qg, kg, vg):
+            for t in (qg, kg, vg, *learned):
                 t.grad = None
             fn().backward(grad)
         return run
+
+    def learned_alibi(score, b_, h_, qi, kv):
+        return score - learned_slopes[h_] * (qi - kv)
+
+    def learned_relpos(score, b_, h_, qi, kv):
+        return score + table[h_, qi - kv + s - 1]
+
+    trained = dict(variants)
+    trained["learned alibi causal"] = (learned_alibi, causal)
+    trained["learned relpos causal"] = (learned_relpos, causal)
+    learned = {"learned alibi causal": (learned_slopes,), "learned relpos causal": (table,)}
+    results["variant_training"] = {}
+    print("training step (forward + backward) ms: attnc, flex, flex/attnc")
+    for name, (score_mod, mask_mod) in trained.items():
+        block_mask = (create_block_mask(mask_mod, b if mask_mod is document_causal else None,
+                                        None, s, s) if mask_mod is not None else None)
+        attnc_block = (attnc.create_block_mask(mask_mod, b, None, s, s)
+                       if mask_mod is not None else None)
+        extra = learned.get(name, ())
+        attnc_ms = timed_ms(step(lambda: attnc.attention(qg, kg, vg, score_mod=score_mod,
+                                                         block_mask=attnc_block), extra),
+                            args.repeats)
+        flex_ms = timed_ms(step(lambda: flex(qg, kg, vg, score_mod=score_mod,
+                                             block_mask=block_mask), extra), args.repeats)
+        results["variant_training"][name] = {"attnc_ms": attnc_ms, "flex_ms": flex_ms}
+        print(f"  {name:22s} attnc {attnc_ms:7.3f}  flex {flex_ms:7.3f}  "
+              f"flex/attnc {flex_ms / attnc_ms:5.2f}")
 
     steps = {
         "attnc": step(lambda: attnc.attention(qg, kg, vg, causal=True)),

@@ -59,9 +59,18 @@ def test_backward_module_of_a_builtin_mask():
     assert "wgmma.mma_async" in kernel.ptx
 
 
-def test_backward_of_a_region_is_an_error_not_a_kernel():
-    text = attnc.attention_spec(8, 8, 64, score_mod=lambda s, b, h, q, kv: s * 2)
-    with pytest.raises(attnc.AttncError):
+def test_backward_module_of_a_region_derives_its_product():
+    text = attnc.attention_spec(8, 8, 64, score_mod=lambda s, b, h, q, kv: torch.tanh(s))
+    kernel = attnc.compile_spec(text, backward=True)
+    assert kernel.info["backward"] == 1
+    assert "tanh.approx.f32" in kernel.ptx
+
+
+def test_backward_of_a_score_rounded_to_an_index_is_an_error_not_a_kernel():
+    table = torch.zeros(64)
+    text = attnc.attention_spec(8, 8, 64,
+                                score_mod=lambda s, b, h, q, kv: s + table[s.to(torch.int32)])
+    with pytest.raises(attnc.AttncError, match="arith.fptosi"):
         attnc.compile_spec(text, backward=True)
 
 

@@ -281,14 +281,19 @@ def test_argument_errors_name_the_argument():
         attnc.attention(q, k, k, enable_gqa=True)
 
 
-def test_gradients_through_regions_are_refused_not_wrong():
-    q = torch.zeros(1, 2, 16, 64, dtype=torch.bfloat16, requires_grad=True)
-    with pytest.raises(NotImplementedError, match="backward of score_mod"):
-        attnc.attention(q, q, q, score_mod=lambda s, b, h, qi, kv: s * 2)
+def test_a_captured_tensor_that_requires_grad_is_declared_learnable():
+    from attnc import _spec
     bias = torch.zeros(2, 16, requires_grad=True)
-    with pytest.raises(NotImplementedError, match="captured tensors"):
-        attnc.attention(q.detach(), q.detach(), q.detach(),
-                        score_mod=lambda s, b, h, qi, kv: s + bias[h, kv])
+    ids = torch.zeros(16, dtype=torch.int32)
+    variant = attnc.variant(score_mod=lambda s, b, h, qi, kv: s + bias[h, kv] + ids[kv])
+    assert '#attn.capture<"c0", f32, [?, ?], grad>' in variant.captures_text
+    assert '#attn.capture<"c1", i32, [?]>' in variant.captures_text
+    key = _spec.register(_spec.kernel_text("k", "p", "m", captures=variant.captures_text))
+    assert _spec.learnable_captures(key) == (0,)
+    # The same tensor without requires_grad is another variant, not learnable.
+    frozen = bias.detach()
+    plain = attnc.variant(score_mod=lambda s, b, h, qi, kv: s + frozen[h, kv])
+    assert ", grad>" not in plain.captures_text
 
 
 def test_launch_pack_is_kept_only_for_captures_used_as_they_are():

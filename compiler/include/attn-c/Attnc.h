@@ -79,7 +79,10 @@ typedef struct {
   uint64_t workspace_bytes;
 } attnc_forward_args;
 
-/* attn::AttnBackwardArgs. d_o is dO; deterministic is 0 or 1. 776 bytes. */
+/* attn::AttnBackwardArgs. d_o is dO; deterministic is 0 or 1. captures as
+ * the forward's; capture_grads: one f32 buffer per capture declared with
+ * `grad`, in declaration order, shaped as it (overwritten with its
+ * gradient). 808 bytes. */
 typedef struct {
   attnc_tensor q, k, v, o, d_o;
   const float *lse;
@@ -88,6 +91,10 @@ typedef struct {
   void *workspace;
   uint64_t workspace_bytes;
   int64_t deterministic;
+  const attnc_tensor *captures;
+  int64_t num_captures;
+  const attnc_tensor *capture_grads;
+  int64_t num_capture_grads;
 } attnc_backward_args;
 
 /* attn::AttnLinearArgs (linear attention and retention over a sequence;

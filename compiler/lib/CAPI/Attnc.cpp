@@ -47,12 +47,14 @@ static_assert(offsetof(attnc_forward_args, o) == 3 * 88 &&
               offsetof(attnc_forward_args, packed) == 4 * 88 + 24 &&
               offsetof(attnc_forward_args, tile_coverage) == 4 * 88 + 64 &&
               offsetof(attnc_forward_args, workspace_bytes) == 4 * 88 + 96);
-static_assert(sizeof(attnc_backward_args) == 776 && alignof(attnc_backward_args) == 8);
+static_assert(sizeof(attnc_backward_args) == 808 && alignof(attnc_backward_args) == 8);
 static_assert(offsetof(attnc_backward_args, lse) == 5 * 88 &&
               offsetof(attnc_backward_args, dq) == 5 * 88 + 8 &&
               offsetof(attnc_backward_args, packed) == 8 * 88 + 8 &&
               offsetof(attnc_backward_args, workspace) == 8 * 88 + 48 &&
-              offsetof(attnc_backward_args, deterministic) == 8 * 88 + 64);
+              offsetof(attnc_backward_args, deterministic) == 8 * 88 + 64 &&
+              offsetof(attnc_backward_args, captures) == 8 * 88 + 72 &&
+              offsetof(attnc_backward_args, capture_grads) == 8 * 88 + 88);
 static_assert(sizeof(attnc_linear_args) == 416 && alignof(attnc_linear_args) == 8);
 static_assert(offsetof(attnc_linear_args, initial_state) == 4 * 88 &&
               offsetof(attnc_linear_args, log_decay) == 4 * 88 + 32 &&
@@ -169,8 +171,9 @@ attn::TensorView toTensorView(const attnc_tensor &tensor, const char *name) {
 /// CaptureView has no strides, so a strided view is refused here rather
 /// than read wrongly by the kernel. Extents of 1 may have any stride, as in
 /// PyTorch's is_contiguous().
-attn::CaptureView toCaptureView(const attnc_tensor &tensor, int64_t index) {
-  const std::string name = fmt::format("captures[{}]", index);
+attn::CaptureView toCaptureView(const attnc_tensor &tensor, int64_t index,
+                                const char *list = "captures") {
+  const std::string name = fmt::format("{}[{}]", list, index);
   if (tensor.rank < 1 || tensor.rank > attn_abi::kMaxCaptureRank)
     throw attn::Error(fmt::format("{}: rank {}, expected 1 to {}", name, tensor.rank,
                                   attn_abi::kMaxCaptureRank));
@@ -215,21 +218,28 @@ template <typename CArgs, typename Args> void convertOperands(const CArgs &from,
   to.o = toTensorView(from.o, "o");
 }
 
+/// `count` buffers of `list` ("captures", "capture_grads").
+std::vector<attn::CaptureView> toCaptureViews(const attnc_tensor *tensors, int64_t count,
+                                              const char *list) {
+  // Bounded before reading the array, so that a garbage count reads no
+  // memory past what a kernel can declare.
+  if (count < 0 || count > attn_abi::kMaxCaptures)
+    throw attn::Error(
+        fmt::format("num_{}: {} is not in 0 to {}", list, count, attn_abi::kMaxCaptures));
+  if (count > 0 && !tensors)
+    throw attn::Error(fmt::format("{}: null pointer with num_{} {}", list, list, count));
+  std::vector<attn::CaptureView> views;
+  for (int64_t index = 0; index < count; ++index)
+    views.push_back(toCaptureView(tensors[index], index, list));
+  return views;
+}
+
 attn::AttnForwardArgs toForwardArgs(const attnc_forward_args *args) {
   requirePointer(args, "args");
   attn::AttnForwardArgs forward;
   convertOperands(*args, forward);
   forward.lse = args->lse;
-  // Bounded before reading the array, so that a garbage count reads no
-  // memory past what a kernel can declare.
-  if (args->num_captures < 0 || args->num_captures > attn_abi::kMaxCaptures)
-    throw attn::Error(fmt::format("num_captures: {} is not in 0 to {}", args->num_captures,
-                                  attn_abi::kMaxCaptures));
-  if (args->num_captures > 0 && !args->captures)
-    throw attn::Error(
-        fmt::format("captures: null pointer with num_captures {}", args->num_captures));
-  for (int64_t index = 0; index < args->num_captures; ++index)
-    forward.captures.push_back(toCaptureView(args->captures[index], index));
+  forward.captures = toCaptureViews(args->captures, args->num_captures, "captures");
   forward.packed = toPacked(args->packed);
   forward.tileCoverage = static_cast<const unsigned char *>(args->tile_coverage);
   forward.tileKeyBits = args->tile_key_bits;
@@ -254,6 +264,16 @@ attn::AttnBackwardArgs toBackwardArgs(const attnc_backward_args *args) {
   if (args->deterministic != 0 && args->deterministic != 1)
     throw attn::Error(fmt::format("deterministic: must be 0 or 1, got {}", args->deterministic));
   backward.deterministic = args->deterministic == 1;
+  backward.captures = toCaptureViews(args->captures, args->num_captures, "captures");
+  for (const attn::CaptureView &gradient :
+       toCaptureViews(args->capture_grads, args->num_capture_grads, "capture_grads")) {
+    if (gradient.dtype != attn::DType::F32)
+      throw attn::Error(fmt::format("capture_grads: dtype {}, expected f32",
+                                    attn::dtypeName(gradient.dtype)));
+    backward.captureGrads.push_back(
+        attn::CaptureGradView{static_cast<float *>(const_cast<void *>(gradient.data)),
+                              gradient.shape});
+  }
   return backward;
 }
 
