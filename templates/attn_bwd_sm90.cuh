@@ -152,6 +152,10 @@ struct KeyBlock {
   int rotation;
   int rotationStride; // query blocks between two key tiles' starts
   bool rotated;       // the deterministic mode's rotation (additionTurn) is on
+  // Steps whose query block the mask_mod's proved formula keeps no pair of
+  // are skipped by every role alike. Not in the deterministic mode (its
+  // turns count every key tile of a query block's run) nor with passes.
+  bool skipsEmptySteps;
 
   __device__ bool empty() const { return keyTile * kBlockN >= sequence.seqlenK; }
   __device__ int queryBlocks() const { return queryBlockEnd - queryBlockBegin; }
@@ -172,6 +176,20 @@ struct KeyBlock {
     const int offset = step % queryBlocks() + rotation;
     return queryBlockBegin + (offset < queryBlocks() ? offset : offset - queryBlocks());
   }
+  // What the mask_mod keeps of the step's (query block, key tile).
+  __device__ Coverage maskCoverageOf(int step) const {
+    const i64 query0 = static_cast<i64>(queryBlockOf(step)) * kBlockM;
+    const i64 key0 = static_cast<i64>(keyTile) * kBlockN;
+    return Mods::maskCoverage(batch, headOf(step), query0,
+                              minI64(query0 + kBlockM, sequence.seqlenQ) - 1, key0,
+                              minI64(key0 + kBlockN, sequence.seqlenK) - 1);
+  }
+  __device__ bool skips(int step) const {
+    if constexpr (Mods::kMaskProved && kPasses == 1)
+      return skipsEmptySteps && maskCoverageOf(step) == Coverage::Empty;
+    else
+      return false;
+  }
 };
 
 __device__ __forceinline__ KeyBlock keyBlockOf(const attn_abi::AttnBwdParams &p) {
@@ -188,6 +206,7 @@ __device__ __forceinline__ KeyBlock keyBlockOf(const attn_abi::AttnBwdParams &p)
   block.queryBlockBegin = block.queryBlockEnd = block.rotation = 0;
   block.rotated = false;
   block.rotationStride = 1;
+  block.skipsEmptySteps = !p.deterministic;
   if (block.empty())
     return block;
   const i64 keyFirst = static_cast<i64>(block.keyTile) * kBlockN;
@@ -281,9 +300,12 @@ __device__ void produce(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
                                      barriers.kvFull(), keyRow, block.kvHead, sequence.mapBatch);
 
   const int steps = block.steps();
+  int issued = 0;
   for (int step = 0; step < steps; ++step) {
-    const RingSlot slot = ringSlot<kStages>(step);
-    if (step >= kStages)
+    if (block.skips(step))
+      continue;
+    const RingSlot slot = ringSlot<kStages>(issued);
+    if (issued++ >= kStages)
       mbarrierWait(barriers.empty(slot.stage), slot.phase ^ 1);
     const int head = block.headOf(step), queryBlock = block.queryBlockOf(step);
     const int queryRow = sequence.rowQ + queryBlock * kBlockM;
@@ -401,7 +423,7 @@ __device__ __forceinline__ void regionGradientsOf(const attn_abi::AttnBwdParams 
                                                   typename Mods::Gradients &captureGradients,
                                                   float (&scores)[kScoreRegs],
                                                   float (&gradients)[kScoreRegs], u32 lse,
-                                                  u32 delta, bool partial,
+                                                  u32 delta, bool partial, bool maskPartial,
                                                   const Sequence &sequence, int batch, int head,
                                                   int key0, int query0, int lane) {
 #pragma unroll
@@ -418,7 +440,7 @@ __device__ __forceinline__ void regionGradientsOf(const attn_abi::AttnBwdParams 
         const int key = key0 + 8 * half, query = query0 + column + e;
         bool keep = !partial || (key < sequence.seqlenK && Mask::allows(query, key, sequence.shift));
         if constexpr (Mods::kHasMaskMod)
-          keep = keep && Mods::keeps(p, batch, head, query, key);
+          keep = keep && (!maskPartial || Mods::keeps(p, batch, head, query, key));
         const float score = scores[i] * p.scale;
         float probability = 0.f;
         if (keep)
@@ -494,9 +516,12 @@ __device__ void writeDq(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
                         const KeyBlock &block) {
   const i64 queryBlocks = attn_abi::bwdPaddedQueries(p.seqlen_q, kBlockM) / kBlockM;
   const int steps = block.steps();
+  int written = 0;
   for (int step = 0; step < steps; ++step) {
+    if (block.skips(step))
+      continue;
     const int head = block.headOf(step), queryBlock = block.queryBlockOf(step);
-    const RingSlot slot = ringSlot<kDqBuffers>(step);
+    const RingSlot slot = ringSlot<kDqBuffers>(written++);
     for (int consumer = 0; consumer < kConsumers; ++consumer)
       mbarrierWait(barriers.dqFull(consumer, slot.stage), slot.phase);
     int *counter = nullptr;
@@ -594,8 +619,12 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
 
   mbarrierWait(barriers.kvFull(), 0);
   const int steps = block.steps();
+  int computed = 0; // steps not skipped: the rings' positions
   for (int step = 0; step < steps; ++step) {
-    const RingSlot slot = ringSlot<kStages>(step);
+    if (block.skips(step))
+      continue;
+    const int position = computed++;
+    const RingSlot slot = ringSlot<kStages>(position);
     const int queryBlock = block.queryBlockOf(step);
     // A constant 0 without passes (computed, it cost the head-dim-64
     // consumers an 8-byte spill).
@@ -614,8 +643,11 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
     float scores[kScoreRegs], gradients[kScoreRegs];
     issueKeyRowProduct(scores, kSlice, qTile);
     issueKeyRowProduct(gradients, vSlice, doTile);
+    // A proved mask_mod that keeps the whole tile needs no per-pair test.
+    const bool maskPartial =
+        Mods::kHasMaskMod && (!Mods::kMaskProved || block.maskCoverageOf(step) != Coverage::Full);
     const bool partial =
-        Mods::kHasMaskMod || sliceLast >= sequence.seqlenK ||
+        maskPartial || sliceLast >= sequence.seqlenK ||
         !Mask::coversTile(query0, query0 + kBlockM - 1, sliceFirst, sliceLast, sequence.shift);
     u32 probabilities[kPackedRegs], scoreGradients[kPackedRegs];
     if constexpr (kExponentialsBesideDp) {
@@ -637,8 +669,8 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
       fenceRegisters(gradients);
       if constexpr (kHasRegions) {
         regionGradientsOf(p, captureGradients, scores, gradients, stageLse(smemBase, slot.stage),
-                          stageDelta(smemBase, slot.stage), partial, sequence, block.batch,
-                          block.headOf(step), key0, query0, lane);
+                          stageDelta(smemBase, slot.stage), partial, maskPartial, sequence,
+                          block.batch, block.headOf(step), key0, query0, lane);
       } else {
         probabilitiesOf(scores, stageLse(smemBase, slot.stage), p.scale_log2, partial, sequence,
                         key0, query0, lane);
@@ -654,7 +686,7 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
     // dSᵀ of every slice, for dQ: two buffers, so that a consumer may write
     // the next step's while another still reads this one (the barrier below
     // is passed only once every consumer finished the step before).
-    const u32 dsTile = smemBase + attn_plan::kSmemDs + (step & 1) * kDsTileBytes;
+    const u32 dsTile = smemBase + attn_plan::kSmemDs + (position & 1) * kDsTileBytes;
     storeFragmentSwizzled<Element, kBlockM>(gradients, dsTile, kBlockN,
                                             consumer * kWarpsPerWarpgroup + warp, lane);
     fenceSharedForAsyncProxy();
@@ -670,7 +702,7 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
     mbarrierArriveForWarp(barriers.empty(slot.stage), lane);
     const int turn =
         p.deterministic && consumer == 0 && thread == 0 ? additionTurn(block, queryBlock) : 0;
-    stageDqPiece(smemBase, barriers, dq, step, consumer, thread, turn);
+    stageDqPiece(smemBase, barriers, dq, position, consumer, thread, turn);
     if (kPasses > 1 && step + 1 < steps && block.passOf(step + 1) != pass)
       storePassGradients(p, dK, dV, block, key0, lane, pass);
   }

@@ -62,6 +62,11 @@ def main():
     def softcap(score, b_, h_, qi, kv):
         return torch.tanh(score / 30) * 30
 
+    # One compiled FlexAttention per variant, forward and training: more than
+    # dynamo's default number of recompilations of one function, past which
+    # Flex would silently run unfused.
+    torch._dynamo.config.cache_size_limit = 64
+    torch._dynamo.config.accumulated_cache_size_limit = 512
     flex = torch.compile(flex_attention, dynamic=False)
     variants = {
         "causal": (None, causal),

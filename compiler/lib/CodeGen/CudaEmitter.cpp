@@ -362,6 +362,18 @@ void emitBackwardMods(const BackwardMods &mods, std::ostringstream &out) {
       << ";\n"
       << "  static constexpr bool kHasScoreMod = "
       << (mods.scoreFunction.empty() ? "false" : "true") << ";\n"
+      << "  static constexpr bool kMaskProved = " << (mods.hasMaskFormula ? "true" : "false")
+      << ";\n"
+      << "  // Whether mask_mod keeps all, none or some pairs of the tile [q0, q1] x [k0, k1].\n"
+      << "  static __device__ __forceinline__ attn_dev::Coverage maskCoverage(long long b, long "
+         "long h, long long q0, long long q1, long long k0, long long k1) {\n"
+      << "    using namespace attn_dev;\n"
+      << "    return ";
+  if (mods.hasMaskFormula)
+    emitCoverage(mods.maskFormula, out);
+  else
+    out << (mods.maskFunction.empty() ? "Coverage::Full" : "Coverage::Partial");
+  out << ";\n  }\n"
       << "  // A consumer thread's accumulators of the learnable captures' gradients.\n"
       << "  struct Gradients {\n";
   for (size_t i = 0; i < mods.gradientRanks.size(); ++i)

@@ -383,6 +383,12 @@ LogicalResult collectBackwardMods(KernelOp op, ::attn::codegen::BackwardMods &mo
              << function.arguments << " arguments and return one value";
     function.name = func->getSymName().str();
   }
+  if (TileFormulaAttr formula = op.getMaskTileFormulaAttr()) {
+    if (!mods.maskFunction.empty()) {
+      mods.hasMaskFormula = true;
+      mods.maskFormula = tileFormulaFor(formula);
+    }
+  }
   return success();
 }
 

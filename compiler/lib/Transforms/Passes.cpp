@@ -32,6 +32,7 @@ void mlir::attn::buildEmitPipeline(OpPassManager &pm) {
 }
 
 void mlir::attn::buildBackwardModsPipeline(OpPassManager &pm) {
+  pm.addPass(createAttnClassifyBlocks());
   pm.addPass(createAttnDifferentiateMods());
   pm.addPass(createAttnLowerMods());
 }

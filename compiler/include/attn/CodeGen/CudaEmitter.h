@@ -149,6 +149,9 @@ struct BackwardMods {
   std::vector<CaptureShape> captures;
   // The rank of each learnable capture's gradient, in declaration order.
   std::vector<int> gradientRanks;
+  // What attn-classify-blocks proved of the mask_mod (the forward's).
+  bool hasMaskFormula = false;
+  TileFormula maskFormula;
 };
 
 struct BackwardKernelConfig {

@@ -36,7 +36,8 @@ std::string tuningSpecHash(KernelOp kernel);
 void buildEmitPipeline(OpPassManager &pm);
 
 /// Adds what prepares the user regions for the backward kernel:
-/// attn-differentiate-mods, then attn-lower-mods. `pm` must run on a module.
+/// attn-classify-blocks, attn-differentiate-mods, then attn-lower-mods.
+/// `pm` must run on a module.
 void buildBackwardModsPipeline(OpPassManager &pm);
 
 /// Registers the passes (attn-tile, attn-plan-smem, attn-classify-blocks,
