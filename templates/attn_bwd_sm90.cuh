@@ -136,6 +136,10 @@ __device__ __forceinline__ Sequence sequenceOf(const attn_abi::AttnBwdParams &p,
   return attn_dev::sequenceOf(p, batch, attn_plan::kMaskBottomRight);
 }
 
+// Whether a kernel may skip steps (KeyBlock::skips): a mask_mod's, without
+// passes.
+constexpr bool kSkipsSteps = Mods::kHasMaskMod && kPasses == 1;
+
 // The block's unit of work: key tile `keyTile` of kv head `kvHead` in batch
 // `batch`, and the query blocks [queryBlockBegin, queryBlockEnd) whose rows
 // may see one of its keys, walked for each pass and each of the group's
@@ -152,10 +156,6 @@ struct KeyBlock {
   int rotation;
   int rotationStride; // query blocks between two key tiles' starts
   bool rotated;       // the deterministic mode's rotation (additionTurn) is on
-  // Steps whose query block the mask_mod's proved formula keeps no pair of
-  // are skipped by every role alike. Not in the deterministic mode (its
-  // turns count every key tile of a query block's run) nor with passes.
-  bool skipsEmptySteps;
 
   __device__ bool empty() const { return keyTile * kBlockN >= sequence.seqlenK; }
   __device__ int queryBlocks() const { return queryBlockEnd - queryBlockBegin; }
@@ -176,17 +176,42 @@ struct KeyBlock {
     const int offset = step % queryBlocks() + rotation;
     return queryBlockBegin + (offset < queryBlocks() ? offset : offset - queryBlocks());
   }
-  // What the mask_mod keeps of the step's (query block, key tile).
-  __device__ Coverage maskCoverageOf(int step) const {
+  // What the mask_mod keeps of the step's (query block, key tile): its
+  // proved formula's coverage, else the forward's tile coverage of the
+  // forward tiles the step overlaps (empty or full when they all are).
+  __device__ Coverage maskCoverageOf(const attn_abi::AttnBwdParams &p, int step) const {
     const i64 query0 = static_cast<i64>(queryBlockOf(step)) * kBlockM;
     const i64 key0 = static_cast<i64>(keyTile) * kBlockN;
-    return Mods::maskCoverage(batch, headOf(step), query0,
-                              minI64(query0 + kBlockM, sequence.seqlenQ) - 1, key0,
-                              minI64(key0 + kBlockN, sequence.seqlenK) - 1);
+    const i64 queryLast = minI64(query0 + kBlockM, sequence.seqlenQ) - 1;
+    const i64 keyLast = minI64(key0 + kBlockN, sequence.seqlenK) - 1;
+    if constexpr (Mods::kMaskProved) {
+      return Mods::maskCoverage(batch, headOf(step), query0, queryLast, key0, keyLast);
+    } else {
+      if (!p.tile_coverage)
+        return Coverage::Partial;
+      const i64 queryBlocks = (p.seqlen_q + p.coverage_block_m - 1) / p.coverage_block_m;
+      const i64 keyTiles = (p.seqlen_k + p.coverage_block_n - 1) / p.coverage_block_n;
+      const unsigned char *rows =
+          p.tile_coverage + (static_cast<i64>(batch) * p.q_heads + headOf(step)) * queryBlocks *
+                                keyTiles;
+      bool empty = true, full = true;
+      for (i64 block = query0 / p.coverage_block_m; block <= queryLast / p.coverage_block_m;
+           ++block)
+        for (i64 tile = key0 / p.coverage_block_n; tile <= keyLast / p.coverage_block_n; ++tile) {
+          const Coverage coverage = static_cast<Coverage>(__ldg(rows + block * keyTiles + tile));
+          empty = empty && coverage == Coverage::Empty;
+          full = full && coverage == Coverage::Full;
+        }
+      return empty ? Coverage::Empty : full ? Coverage::Full : Coverage::Partial;
+    }
   }
-  __device__ bool skips(int step) const {
-    if constexpr (Mods::kMaskProved && kPasses == 1)
-      return skipsEmptySteps && maskCoverageOf(step) == Coverage::Empty;
+  // Steps whose query block the mask_mod keeps no pair of (its proved
+  // formula, or the forward's tile coverage) are skipped by every role
+  // alike. Not in the deterministic mode (its turns count every key tile of
+  // a query block's run) nor with passes.
+  __device__ bool skips(const attn_abi::AttnBwdParams &p, int step) const {
+    if constexpr (kSkipsSteps)
+      return !p.deterministic && maskCoverageOf(p, step) == Coverage::Empty;
     else
       return false;
   }
@@ -206,7 +231,6 @@ __device__ __forceinline__ KeyBlock keyBlockOf(const attn_abi::AttnBwdParams &p)
   block.queryBlockBegin = block.queryBlockEnd = block.rotation = 0;
   block.rotated = false;
   block.rotationStride = 1;
-  block.skipsEmptySteps = !p.deterministic;
   if (block.empty())
     return block;
   const i64 keyFirst = static_cast<i64>(block.keyTile) * kBlockN;
@@ -300,12 +324,16 @@ __device__ void produce(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
                                      barriers.kvFull(), keyRow, block.kvHead, sequence.mapBatch);
 
   const int steps = block.steps();
-  int issued = 0;
+  int issued = 0; // steps not skipped: the ring's positions
   for (int step = 0; step < steps; ++step) {
-    if (block.skips(step))
-      continue;
-    const RingSlot slot = ringSlot<kStages>(issued);
-    if (issued++ >= kStages)
+    int position = step;
+    if constexpr (kSkipsSteps) {
+      if (block.skips(p, step))
+        continue;
+      position = issued++;
+    }
+    const RingSlot slot = ringSlot<kStages>(position);
+    if (position >= kStages)
       mbarrierWait(barriers.empty(slot.stage), slot.phase ^ 1);
     const int head = block.headOf(step), queryBlock = block.queryBlockOf(step);
     const int queryRow = sequence.rowQ + queryBlock * kBlockM;
@@ -516,12 +544,16 @@ __device__ void writeDq(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
                         const KeyBlock &block) {
   const i64 queryBlocks = attn_abi::bwdPaddedQueries(p.seqlen_q, kBlockM) / kBlockM;
   const int steps = block.steps();
-  int written = 0;
+  int written = 0; // steps not skipped: the ring's positions
   for (int step = 0; step < steps; ++step) {
-    if (block.skips(step))
-      continue;
+    int position = step;
+    if constexpr (kSkipsSteps) {
+      if (block.skips(p, step))
+        continue;
+      position = written++;
+    }
     const int head = block.headOf(step), queryBlock = block.queryBlockOf(step);
-    const RingSlot slot = ringSlot<kDqBuffers>(written++);
+    const RingSlot slot = ringSlot<kDqBuffers>(position);
     for (int consumer = 0; consumer < kConsumers; ++consumer)
       mbarrierWait(barriers.dqFull(consumer, slot.stage), slot.phase);
     int *counter = nullptr;
@@ -621,9 +653,12 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
   const int steps = block.steps();
   int computed = 0; // steps not skipped: the rings' positions
   for (int step = 0; step < steps; ++step) {
-    if (block.skips(step))
-      continue;
-    const int position = computed++;
+    int position = step;
+    if constexpr (kSkipsSteps) {
+      if (block.skips(p, step))
+        continue;
+      position = computed++;
+    }
     const RingSlot slot = ringSlot<kStages>(position);
     const int queryBlock = block.queryBlockOf(step);
     // A constant 0 without passes (computed, it cost the head-dim-64
@@ -643,9 +678,11 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
     float scores[kScoreRegs], gradients[kScoreRegs];
     issueKeyRowProduct(scores, kSlice, qTile);
     issueKeyRowProduct(gradients, vSlice, doTile);
-    // A proved mask_mod that keeps the whole tile needs no per-pair test.
-    const bool maskPartial =
-        Mods::kHasMaskMod && (!Mods::kMaskProved || block.maskCoverageOf(step) != Coverage::Full);
+    // A mask_mod the coverage shows keeping the whole tile needs no per-pair
+    // test.
+    bool maskPartial = false;
+    if constexpr (Mods::kHasMaskMod)
+      maskPartial = block.maskCoverageOf(p, step) != Coverage::Full;
     const bool partial =
         maskPartial || sliceLast >= sequence.seqlenK ||
         !Mask::coversTile(query0, query0 + kBlockM - 1, sliceFirst, sliceLast, sequence.shift);

@@ -183,6 +183,13 @@ struct AttnBwdParams {
   // accumulated into by the main kernel.
   CaptureArg captures[kMaxCaptures];
   CaptureArg capture_grads[kMaxCaptures];
+  // Optional (null when absent): the forward's tile coverage of the masks
+  // for the same shapes and captures (AttnFwdParams::tile_coverage), over
+  // the forward's tiles of coverage_block_m x coverage_block_n. The main
+  // kernel skips the steps whose tiles it marks empty.
+  const unsigned char *tile_coverage;
+  int coverage_block_m;
+  int coverage_block_n;
 };
 
 // The backward's passes over a head's query blocks: one per 128 columns of

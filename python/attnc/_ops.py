@@ -112,7 +112,8 @@ torch.library.define(
 torch.library.define(
     "attnc::attention_backward",
     "(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
-    "Tensor[] captures, str spec, bool deterministic) -> (Tensor, Tensor, Tensor, Tensor[])")
+    "Tensor[] captures, str spec, bool deterministic, Tensor? tile_coverage) "
+    "-> (Tensor, Tensor, Tensor, Tensor[])")
 
 
 def forward_args(q, k, v, o, lse, captures, tile_coverage=None, tile_key_bits=None,
@@ -189,7 +190,8 @@ def _capture_gradients(captures, spec):
             for i in _spec.learnable_captures(spec)]
 
 
-def _attention_backward_cuda(grad_out, q, k, v, out, lse, captures, spec, deterministic):
+def _attention_backward_cuda(grad_out, q, k, v, out, lse, captures, spec, deterministic,
+                             tile_coverage):
     kernel = kernel_for(spec, backward=True)
     grad_out = _dense_head_dim(grad_out)
     dq = _empty_bhsd(*q.shape, q)
@@ -204,6 +206,11 @@ def _attention_backward_cuda(grad_out, q, k, v, out, lse, captures, spec, determ
     buffers = dict(deterministic=deterministic, captures_pointer=_address(capture_array),
                    num_captures=capture_count, grads_pointer=_address(grad_array),
                    num_grads=grad_count)
+    if tile_coverage is not None:
+        # The forward kernel's coverage, over that kernel's tiles.
+        info = kernel_for(spec).info
+        buffers.update(tile_coverage=tile_coverage.data_ptr(),
+                       coverage_block_m=info["block_m"], coverage_block_n=info["block_n"])
     probe = _lib.pack_backward(*fields, lse.data_ptr(), *grads, **buffers)
     workspace_bytes = kernel.backward_workspace_bytes(probe)
     workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=q.device)
@@ -214,16 +221,17 @@ def _attention_backward_cuda(grad_out, q, k, v, out, lse, captures, spec, determ
 
 
 @torch.library.register_fake("attnc::attention_backward")
-def _attention_backward_fake(grad_out, q, k, v, out, lse, captures, spec, deterministic):
+def _attention_backward_fake(grad_out, q, k, v, out, lse, captures, spec, deterministic,
+                             tile_coverage):
     return (_empty_bhsd(*q.shape, q), _empty_bhsd(*k.shape, k), _empty_bhsd(*v.shape, v),
             [c.new_empty(c.shape, dtype=torch.float32)
              for c in (captures[i] for i in _spec.learnable_captures(spec))])
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, captures, spec, _, _ = inputs
+    q, k, v, captures, spec, tile_coverage, _ = inputs
     o, lse = output
-    ctx.save_for_backward(q, k, v, o, lse, *captures)
+    ctx.save_for_backward(q, k, v, o, lse, tile_coverage, *captures)
     ctx.spec = spec
     ctx.capture_count = len(captures)
     ctx.set_materialize_grads(False)
@@ -242,11 +250,11 @@ def _backward(ctx, grad_out, grad_lse):
         raise NotImplementedError(
             "attnc.attention: a gradient through the returned log-sum-exp is not supported "
             "by the backward kernels yet; use the lse without differentiating it (detach it)")
-    q, k, v, o, lse, *captures = ctx.saved_tensors
+    q, k, v, o, lse, tile_coverage, *captures = ctx.saved_tensors
     if grad_out is None:
         grad_out = torch.zeros_like(o)
     dq, dk, dv, learned = torch.ops.attnc.attention_backward(
-        grad_out, q, k, v, o, lse, captures, ctx.spec, deterministic_enabled())
+        grad_out, q, k, v, o, lse, captures, ctx.spec, deterministic_enabled(), tile_coverage)
     capture_grads = [None] * ctx.capture_count
     for index, gradient in zip(_spec.learnable_captures(ctx.spec), learned):
         capture = captures[index]

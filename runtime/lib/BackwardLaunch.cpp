@@ -85,6 +85,16 @@ BackwardGrids backwardGrids(const AttnLaunchConfig &config, const LogicalShape &
                     static_cast<unsigned>(shape.batch)};
   return grids;
 }
+/// Bytes of the forward's tile coverage for this call: one per (batch, query
+/// head, forward query block, forward key tile).
+uint64_t coverageBytes(const AttnLaunchConfig &config, const AttnBackwardArgs &args,
+                       const LogicalShape &shape) {
+  const uint64_t queryBlocks =
+      (uint64_t(shape.seqlenQ) + uint64_t(args.coverageBlockM) - 1) / uint64_t(args.coverageBlockM);
+  const uint64_t keyTiles =
+      (uint64_t(shape.seqlenK) + uint64_t(args.coverageBlockN) - 1) / uint64_t(args.coverageBlockN);
+  return uint64_t(shape.batch) * uint64_t(config.qHeads) * queryBlocks * keyTiles;
+}
 } // namespace
 
 void validateBackwardArgs(const AttnLaunchConfig &config, const AttnBackwardArgs &args) {
@@ -128,6 +138,10 @@ void validateBackwardArgs(const AttnLaunchConfig &config, const AttnBackwardArgs
   backwardGrids(config, shape);
   validateCaptureViews(config, args.captures, shape);
   validateCaptureGradients(config, args.captureGrads, shape);
+  if (args.tileCoverage && (args.coverageBlockM <= 0 || args.coverageBlockN <= 0))
+    fail("tileCoverage", fmt::format("needs the forward's tile (coverageBlockM, coverageBlockN "
+                                     "positive), got {} x {}",
+                                     args.coverageBlockM, args.coverageBlockN));
   if (args.deterministic && !args.captureGrads.empty())
     fail("captureGrads", "capture gradients are summed with float atomics, which are not "
                          "bitwise reproducible: launch with deterministic = false");
@@ -213,6 +227,9 @@ attn_abi::AttnBwdParams encodeBackwardParams(const AttnLaunchConfig &config,
   for (const CaptureGradView &gradient : args.captureGrads)
     gradients.push_back(CaptureView{gradient.data, DType::F32, gradient.shape});
   fillCaptureEntries(gradients, params.capture_grads);
+  params.tile_coverage = args.tileCoverage;
+  params.coverage_block_m = args.coverageBlockM;
+  params.coverage_block_n = args.coverageBlockN;
   return params;
 }
 } // namespace
@@ -262,6 +279,9 @@ void launchBackward(BackwardFunctions &functions, const AttnLaunchConfig &config
   }
   requireDeviceMemory(args.workspace, workspaceLayout(config, shape).total, "workspace", device);
   requireCaptureMemory(config, args.captures, device);
+  if (args.tileCoverage)
+    requireDeviceMemory(args.tileCoverage, coverageBytes(config, args, shape), "tileCoverage",
+                        device);
   std::vector<CaptureView> gradients;
   for (const CaptureGradView &gradient : args.captureGrads)
     gradients.push_back(CaptureView{gradient.data, DType::F32, gradient.shape});

@@ -37,21 +37,31 @@ void addBlocks(harness::ForwardProblem &data, const AttnLaunchConfig &,
 }
 
 /// Runs `spec`'s forward and backward on random inputs and compares dq, dk,
-/// dv and every learnable capture's gradient with the reference's.
+/// dv and every learnable capture's gradient with the reference's. With
+/// `coverage`, the forward's tile coverage goes to both.
 void runBackwardVariant(const std::string &spec, const harness::Shape &shape,
-                        const CaptureMaker &captures, uint64_t seed) {
+                        const CaptureMaker &captures, uint64_t seed, bool coverage = false) {
   LoadedKernel &forward = gputest::loadKernel(spec);
   LoadedBackward &backward = gputest::loadBackward(spec);
   harness::ForwardProblem data(forward.compiled.launch, shape, seed);
   std::mt19937_64 random(seed * 7919 + 1);
   if (captures)
     captures(data, forward.compiled.launch, shape, random);
-  launchForward(forward.function, forward.compiled.launch, data.args(), nullptr);
+  AttnForwardArgs forwardArgs = data.args();
+  gputest::PreparedBuffers prepared =
+      gputest::prepare(forward, forwardArgs, coverage ? gputest::kTileCoverage : gputest::kNothing);
+  launchForward(forward.function, forward.compiled.launch, forwardArgs, nullptr);
   harness::BackwardProblem gradients(backward.compiled.launch, data, seed + 1000);
   gradients.poisonGradients();
   for (DeviceBuffer &gradient : gradients.captureGrads)
     gradient.fill32(0x7FC00000u); // NaN: the launch must clear them
-  launchBackward(backward.functions, backward.compiled.launch, gradients.args(data), nullptr);
+  AttnBackwardArgs backwardArgs = gradients.args(data);
+  if (coverage) {
+    backwardArgs.tileCoverage = forwardArgs.tileCoverage;
+    backwardArgs.coverageBlockM = forward.compiled.launch.blockM;
+    backwardArgs.coverageBlockN = forward.compiled.launch.blockN;
+  }
+  launchBackward(backward.functions, backward.compiled.launch, backwardArgs, nullptr);
   ATTN_CU_CHECK(cuCtxSynchronize);
 
   std::shared_ptr<CaptureGradients> expectedCaptures;
@@ -118,6 +128,20 @@ TEST_CASE("the backward of every example with regions matches the reference",
     }
 }
 
+TEST_CASE("the forward's tile coverage lets the backward skip a buffer mask's empty steps",
+          "[gpu][backward][mods]") {
+  const std::string documents = exampleWithHeads("document_mask_hd128.mlir");
+  const std::string bigbird = exampleWithHeads("bigbird_hd128.mlir");
+  uint64_t seed = 500;
+  for (const harness::Shape &shape : awkwardShapes()) {
+    runBackwardVariant(documents, shape, gputest::addDocuments, seed++, /*coverage=*/true);
+    runBackwardVariant(bigbird, shape, addBlocks, seed++, /*coverage=*/true);
+  }
+  // Head dim 64: other forward and backward tiles.
+  runBackwardVariant(replaceAll(documents, "head_dim = 128", "head_dim = 64"),
+                     {2, 700, 900, false}, gputest::addDocuments, seed++, true);
+}
+
 TEST_CASE("regions in the backward at head dims 64 and 256, f16 and MQA", "[gpu][backward][mods]") {
   const std::string softcap = exampleWithHeads("softcap_causal_hd128.mlir");
   const std::string slopes = exampleWithHeads("alibi_learned_hd128.mlir");
@@ -157,4 +181,6 @@ TEST_CASE("the backward through regions on small shapes, for the sanitizers",
                      gputest::addDocuments, 401);
   runBackwardVariant(exampleWithHeads("t5_bias_hd128.mlir"), {1, 100, 100, false}, kBucketTable,
                      402);
+  runBackwardVariant(exampleWithHeads("document_mask_hd128.mlir"), {1, 200, 150, false},
+                     gputest::addDocuments, 403, /*coverage=*/true);
 }

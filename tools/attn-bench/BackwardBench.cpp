@@ -46,8 +46,10 @@ struct PairTimes {
 };
 
 PairTimes timePair(LoadedPair &pair, harness::ForwardProblem &data,
-                   harness::BackwardProblem &gradients, int warmup, int repeats) {
+                   harness::BackwardProblem &gradients, int warmup, int repeats,
+                   const unsigned char *coverage = nullptr) {
   AttnForwardArgs forwardArgs = data.args();
+  forwardArgs.tileCoverage = coverage;
   DeviceBuffer workspace = harness::attachForwardWorkspace({&pair.forward.launch}, forwardArgs);
   PairTimes times;
   times.forwardMs = harness::medianLaunchMs(pair.forwardFunction, pair.forward.launch,
@@ -57,7 +59,12 @@ PairTimes timePair(LoadedPair &pair, harness::ForwardProblem &data,
     // Capture gradients have no deterministic mode (the launch refuses it).
     if (deterministic && !gradients.captureGrads.empty())
       continue;
-    const AttnBackwardArgs args = gradients.args(data, deterministic);
+    AttnBackwardArgs args = gradients.args(data, deterministic);
+    if (coverage) {
+      args.tileCoverage = coverage;
+      args.coverageBlockM = pair.forward.launch.blockM;
+      args.coverageBlockN = pair.forward.launch.blockN;
+    }
     const double ms = harness::medianMs(
         [&] { launchBackward(pair.backwardFunctions, pair.backward.launch, args, nullptr); },
         warmup, repeats);
@@ -98,11 +105,18 @@ int runBackwardGrid(int warmup, int repeats) {
 
 int runBackwardSpec(const std::string &spec, const std::string &name, int64_t batch,
                     int64_t seqlen, int64_t seqlenK, const std::vector<std::string> &captures,
-                    bool check, int warmup, int repeats) {
+                    bool tileCoverage, bool check, int warmup, int repeats) {
   LoadedPair pair = loadPair(spec, name, batch, seqlen, seqlenK);
   const harness::Shape shape{batch, seqlen, seqlenK, false};
   harness::ForwardProblem data(pair.forward.launch, shape, 2026);
   harness::addGeneratedCaptures(data, pair.forward.launch, shape, captures);
+  DeviceBuffer coverage;
+  if (tileCoverage) {
+    coverage = buildTileCoverage(pair.forwardModule, pair.forward.launch, data.args(), nullptr);
+    ATTN_CU_CHECK(cuCtxSynchronize);
+  }
+  const unsigned char *coverageData =
+      tileCoverage ? static_cast<const unsigned char *>(coverage.data()) : nullptr;
   AttnForwardArgs forwardArgs = data.args();
   launchForward(pair.forwardFunction, pair.forward.launch, forwardArgs, nullptr);
   harness::BackwardProblem gradients(pair.backward.launch, data, 2027);
@@ -138,7 +152,7 @@ int runBackwardSpec(const std::string &spec, const std::string &name, int64_t ba
     }
     std::printf(": %s\n", passed ? "PASS" : "FAIL");
   }
-  const PairTimes times = timePair(pair, data, gradients, warmup, repeats);
+  const PairTimes times = timePair(pair, data, gradients, warmup, repeats, coverageData);
   const double flops =
       harness::backwardFlops(launch, shape, harness::specHasCausalMask(spec));
   std::printf("backward %.3f ms (median of %d), %.1f TFLOP/s; deterministic %s; forward "

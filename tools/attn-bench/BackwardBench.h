@@ -18,7 +18,7 @@ int runBackwardGrid(int warmup, int repeats);
 /// seqlen, seqlenK), optionally checked against the CPU reference first.
 int runBackwardSpec(const std::string &spec, const std::string &name, int64_t batch,
                     int64_t seqlen, int64_t seqlenK, const std::vector<std::string> &captures,
-                    bool check, int warmup, int repeats);
+                    bool tileCoverage, bool check, int warmup, int repeats);
 
 } // namespace attn::bench
 

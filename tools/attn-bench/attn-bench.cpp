@@ -747,7 +747,7 @@ int main(int argc, char **argv) {
                                           seqlenK ? seqlenK : seqlen,
                                           std::vector<std::string>(captureOptions.begin(),
                                                                    captureOptions.end()),
-                                          check, warmup, repeats);
+                                          tileCoverage, check, warmup, repeats);
     }
     return grid ? runGrid() : linearGrid ? runLinearGrid() : runSpec();
   } catch (const attn::Error &error) {

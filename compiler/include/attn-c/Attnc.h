@@ -82,7 +82,8 @@ typedef struct {
 /* attn::AttnBackwardArgs. d_o is dO; deterministic is 0 or 1. captures as
  * the forward's; capture_grads: one f32 buffer per capture declared with
  * `grad`, in declaration order, shaped as it (overwritten with its
- * gradient). 808 bytes. */
+ * gradient). tile_coverage (may be null): the forward kernel's, with that
+ * kernel's block_m and block_n. 832 bytes. */
 typedef struct {
   attnc_tensor q, k, v, o, d_o;
   const float *lse;
@@ -95,6 +96,9 @@ typedef struct {
   int64_t num_captures;
   const attnc_tensor *capture_grads;
   int64_t num_capture_grads;
+  const void *tile_coverage;
+  int64_t coverage_block_m;
+  int64_t coverage_block_n;
 } attnc_backward_args;
 
 /* attn::AttnLinearArgs (linear attention and retention over a sequence;

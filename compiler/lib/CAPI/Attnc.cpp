@@ -47,14 +47,15 @@ static_assert(offsetof(attnc_forward_args, o) == 3 * 88 &&
               offsetof(attnc_forward_args, packed) == 4 * 88 + 24 &&
               offsetof(attnc_forward_args, tile_coverage) == 4 * 88 + 64 &&
               offsetof(attnc_forward_args, workspace_bytes) == 4 * 88 + 96);
-static_assert(sizeof(attnc_backward_args) == 808 && alignof(attnc_backward_args) == 8);
+static_assert(sizeof(attnc_backward_args) == 832 && alignof(attnc_backward_args) == 8);
 static_assert(offsetof(attnc_backward_args, lse) == 5 * 88 &&
               offsetof(attnc_backward_args, dq) == 5 * 88 + 8 &&
               offsetof(attnc_backward_args, packed) == 8 * 88 + 8 &&
               offsetof(attnc_backward_args, workspace) == 8 * 88 + 48 &&
               offsetof(attnc_backward_args, deterministic) == 8 * 88 + 64 &&
               offsetof(attnc_backward_args, captures) == 8 * 88 + 72 &&
-              offsetof(attnc_backward_args, capture_grads) == 8 * 88 + 88);
+              offsetof(attnc_backward_args, capture_grads) == 8 * 88 + 88 &&
+              offsetof(attnc_backward_args, tile_coverage) == 8 * 88 + 104);
 static_assert(sizeof(attnc_linear_args) == 416 && alignof(attnc_linear_args) == 8);
 static_assert(offsetof(attnc_linear_args, initial_state) == 4 * 88 &&
               offsetof(attnc_linear_args, log_decay) == 4 * 88 + 32 &&
@@ -265,6 +266,13 @@ attn::AttnBackwardArgs toBackwardArgs(const attnc_backward_args *args) {
     throw attn::Error(fmt::format("deterministic: must be 0 or 1, got {}", args->deterministic));
   backward.deterministic = args->deterministic == 1;
   backward.captures = toCaptureViews(args->captures, args->num_captures, "captures");
+  backward.tileCoverage = static_cast<const unsigned char *>(args->tile_coverage);
+  for (int64_t extent : {args->coverage_block_m, args->coverage_block_n})
+    if (extent < 0 || extent > 65536)
+      throw attn::Error(fmt::format("coverage_block_m, coverage_block_n: {} x {} is not a tile",
+                                    args->coverage_block_m, args->coverage_block_n));
+  backward.coverageBlockM = static_cast<int>(args->coverage_block_m);
+  backward.coverageBlockN = static_cast<int>(args->coverage_block_n);
   for (const attn::CaptureView &gradient :
        toCaptureViews(args->capture_grads, args->num_capture_grads, "capture_grads")) {
     if (gradient.dtype != attn::DType::F32)

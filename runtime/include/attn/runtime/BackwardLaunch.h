@@ -42,6 +42,13 @@ struct AttnBackwardArgs {
   /// with the gradient of the loss with respect to the capture (float
   /// atomics: not bitwise reproducible, so `deterministic` refuses them).
   std::vector<CaptureGradView> captureGrads;
+  /// Optional: the forward kernel's tile coverage of the masks for the same
+  /// shapes and captures (Kernel::buildTileCoverage), and that kernel's tile
+  /// (its launch config's blockM and blockN). A spec whose mask_mod the
+  /// compiler cannot prove (it reads a buffer) then skips the steps the
+  /// coverage marks empty, outside the deterministic mode.
+  const unsigned char *tileCoverage = nullptr;
+  int coverageBlockM = 0, coverageBlockN = 0;
 };
 
 /// Bytes of workspace a call needs: log-sum-exp in base 2 and delta (fp32
