@@ -12,7 +12,7 @@ import os
 import struct
 import threading
 
-C_API_VERSION = 1
+C_API_VERSION = 2
 
 BF16, F16, F32, I32 = 0, 1, 2, 3
 

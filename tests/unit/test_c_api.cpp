@@ -134,7 +134,7 @@ TEST_CASE("C API: versions", "[c-api]") {
   CHECK(std::string(attnc_version()) == attn::attncVersion());
   CHECK(std::string(attnc_version()) == "0.1.0");
   CHECK(attnc_c_api_version() == ATTNC_C_API_VERSION);
-  CHECK(ATTNC_C_API_VERSION == 1);
+  CHECK(ATTNC_C_API_VERSION == 2);
 }
 
 TEST_CASE("C API: null handles and outputs are errors naming the parameter", "[c-api]") {
@@ -387,6 +387,17 @@ TEST_CASE("C API: the backward's workspace is the runtime's", "[c-api]") {
   // Without a workspace the launch is refused before the driver.
   args.d_o.rank = 4;
   checkFailure(attnc_run_backward(kernel.get(), &args, nullptr), "workspace: pointer is null");
+  // The captures' and gradients' arrays are bounded and checked before use.
+  args.num_capture_grads = 9;
+  checkFailure(attnc_backward_workspace_bytes(kernel.get(), &args, &bytes),
+               "num_capture_grads: 9 is not in 0 to 4");
+  args.num_capture_grads = 1;
+  checkFailure(attnc_backward_workspace_bytes(kernel.get(), &args, &bytes),
+               "capture_grads: null pointer with num_capture_grads 1");
+  args.num_capture_grads = 0;
+  args.coverage_block_m = -1;
+  checkFailure(attnc_backward_workspace_bytes(kernel.get(), &args, &bytes),
+               "coverage_block_m, coverage_block_n: -1 x 0 is not a tile");
 }
 
 TEST_CASE("C API: the linear family's workspace checks its arguments first", "[c-api]") {

@@ -1039,3 +1039,46 @@ TEST_CASE("uploadPackedSequences checks the lengths before touching the device",
   CHECK_THROWS_WITH(uploadPackedSequences({1, 2}, {INT_MAX, 1}),
                     StartsWith("seqlensK[1]: the packed rows up to here, 2147483648, exceed"));
 }
+
+TEST_CASE("backward capture gradients and tile coverage are checked with the config",
+          "[runtime][validate][backward]") {
+  AttnLaunchConfig config;
+  config.headDim = 128;
+  config.qHeads = config.kvHeads = 4;
+  config.dtype = DType::BF16;
+  config.scale = 0.088f;
+  config.blockM = 64;
+  config.blockN = 128;
+  config.threadsPerBlock = 384;
+  config.sharedMemoryBytes = 1024;
+  config.backward = 1;
+  config.captures = {CaptureDecl{"slopes", DType::F32, {{CaptureDim::Kind::QHeads, 0}}, true}};
+  AttnBackwardArgs args;
+  args.q = args.o = args.dO = args.dq =
+      contiguousBSHD(fakePointer(0x10000000), DType::BF16, 2, 100, 4, 128);
+  args.k = args.v = args.dk = args.dv =
+      contiguousBSHD(fakePointer(0x20000000), DType::BF16, 2, 300, 4, 128);
+  args.lse = static_cast<const float *>(fakePointer(0x30000000));
+  args.workspace = fakePointer(0x40000000);
+  args.workspaceBytes = backwardWorkspaceBytes(config, args);
+  args.captures = {CaptureView{fakePointer(0x50000000), DType::F32, {4}}};
+  float *gradient = static_cast<float *>(fakePointer(0x60000000));
+
+  CHECK_THROWS_WITH(validateBackwardArgs(config, args),
+                    StartsWith("captureGrads: the kernel declares 1 learnable capture (slopes), "
+                               "got 0 gradient buffers"));
+  args.captureGrads = {CaptureGradView{gradient, {3}}};
+  CHECK_THROWS_WITH(validateBackwardArgs(config, args),
+                    StartsWith("gradient of capture 'slopes': dim 0 is 3, expected 4 (q_heads)"));
+  args.captureGrads = {CaptureGradView{gradient, {4}}};
+  CHECK_NOTHROW(validateBackwardArgs(config, args));
+  args.deterministic = true;
+  CHECK_THROWS_WITH(validateBackwardArgs(config, args),
+                    StartsWith("captureGrads: capture gradients are summed with float atomics"));
+  args.deterministic = false;
+  args.tileCoverage = static_cast<const unsigned char *>(fakePointer(0x70000000));
+  CHECK_THROWS_WITH(validateBackwardArgs(config, args),
+                    StartsWith("tileCoverage: needs the forward's tile"));
+  args.coverageBlockM = args.coverageBlockN = 128;
+  CHECK_NOTHROW(validateBackwardArgs(config, args));
+}

@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 /* Bumped when a struct or function below changes. */
-#define ATTNC_C_API_VERSION 1
+#define ATTNC_C_API_VERSION 2
 
 typedef int32_t attnc_status;
 enum { ATTNC_OK = 0, ATTNC_ERROR = 1 };
