@@ -85,6 +85,14 @@ BackwardGrids backwardGrids(const AttnLaunchConfig &config, const LogicalShape &
                     static_cast<unsigned>(shape.batch)};
   return grids;
 }
+/// The capture gradients as the capture views they are laid out as.
+std::vector<CaptureView> gradientViews(const AttnBackwardArgs &args) {
+  std::vector<CaptureView> views;
+  for (const CaptureGradView &gradient : args.captureGrads)
+    views.push_back(CaptureView{gradient.data, DType::F32, gradient.shape});
+  return views;
+}
+
 /// Bytes of the forward's tile coverage for this call: one per (batch, query
 /// head, forward query block, forward key tile).
 uint64_t coverageBytes(const AttnLaunchConfig &config, const AttnBackwardArgs &args,
@@ -223,9 +231,7 @@ attn_abi::AttnBwdParams encodeBackwardParams(const AttnLaunchConfig &config,
     params.total_k = static_cast<int>(args.k.seqlen());
   }
   fillCaptureEntries(args.captures, params.captures);
-  std::vector<CaptureView> gradients;
-  for (const CaptureGradView &gradient : args.captureGrads)
-    gradients.push_back(CaptureView{gradient.data, DType::F32, gradient.shape});
+  const std::vector<CaptureView> gradients = gradientViews(args);
   fillCaptureEntries(gradients, params.capture_grads);
   params.tile_coverage = args.tileCoverage;
   params.coverage_block_m = args.coverageBlockM;
@@ -282,9 +288,7 @@ void launchBackward(BackwardFunctions &functions, const AttnLaunchConfig &config
   if (args.tileCoverage)
     requireDeviceMemory(args.tileCoverage, coverageBytes(config, args, shape), "tileCoverage",
                         device);
-  std::vector<CaptureView> gradients;
-  for (const CaptureGradView &gradient : args.captureGrads)
-    gradients.push_back(CaptureView{gradient.data, DType::F32, gradient.shape});
+  const std::vector<CaptureView> gradients = gradientViews(args);
   requireCaptureMemory(config, gradients, device);
 
   // Validated above: encode without checking again.
