@@ -447,6 +447,31 @@ __device__ __forceinline__ void scoreGradientsOf(float (&gradients)[kScoreRegs],
 // score, adding into the learnable captures' gradients on the way. A pair
 // whose gradient is 0 skips the product: a masked pair's region need not
 // even be finite there.
+__device__ __forceinline__ void regionPairGradient(
+    const attn_abi::AttnBwdParams &p, typename Mods::Gradients &captureGradients, float &score,
+    float &gradient, float rowLse, float rowDelta, bool partial, bool maskPartial,
+    const Sequence &sequence, int batch, int head, int key, int query) {
+  bool keep = !partial || (key < sequence.seqlenK && Mask::allows(query, key, sequence.shift));
+  if constexpr (Mods::kHasMaskMod)
+    keep = keep && (!maskPartial || Mods::keeps(p, batch, head, query, key));
+  const float scaled = score * p.scale;
+  float probability = 0.f;
+  if (keep)
+    probability = fastExp2(Mods::score(p, scaled, batch, head, query, key) * kLog2e - rowLse);
+  const float modGradient = probability * (gradient - rowDelta);
+  score = probability;
+  gradient = modGradient != 0.f ? Mods::scoreVjp(p, captureGradients, modGradient, scaled, batch,
+                                                 head, query, key)
+                                : 0.f;
+}
+
+// Every pair of the thread's fragments. With learnable captures the pairs
+// go diagonal by diagonal (q - k ascending): a thread's pairs (key0, column
+// c) and (key0 + 8, column c + 8) lie on one diagonal and come one after
+// the other, so a capture indexed by q - k (a relative-position or bucketed
+// bias) sums both in a register before one addition to memory. Without,
+// the fragment order (a row pair's statistics loaded once) keeps the
+// consumers' registers within budget.
 __device__ __forceinline__ void regionGradientsOf(const attn_abi::AttnBwdParams &p,
                                                   typename Mods::Gradients &captureGradients,
                                                   float (&scores)[kScoreRegs],
@@ -454,33 +479,39 @@ __device__ __forceinline__ void regionGradientsOf(const attn_abi::AttnBwdParams 
                                                   u32 delta, bool partial, bool maskPartial,
                                                   const Sequence &sequence, int batch, int head,
                                                   int key0, int query0, int lane) {
+  if constexpr (Mods::kLearnsCaptures) {
 #pragma unroll
-  for (int group = 0; group < kBlockM / 8; ++group) {
-    const int column = group * 8 + 2 * (lane & 3);
-    float rowLse[2], rowDelta[2];
-    loadSharedPair(lse + column * 4, rowLse[0], rowLse[1]);
-    loadSharedPair(delta + column * 4, rowDelta[0], rowDelta[1]);
+    for (int e = 0; e < 2; ++e)
 #pragma unroll
-    for (int half = 0; half < 2; ++half)
+      for (int group = 0; group < kBlockM / 8; ++group) {
+        const int column = group * 8 + 2 * (lane & 3) + e;
+        const float rowLse = __uint_as_float(loadShared<u32>(lse + column * 4));
+        const float rowDelta = __uint_as_float(loadShared<u32>(delta + column * 4));
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int i = group * 4 + half * 2 + e;
-        const int key = key0 + 8 * half, query = query0 + column + e;
-        bool keep = !partial || (key < sequence.seqlenK && Mask::allows(query, key, sequence.shift));
-        if constexpr (Mods::kHasMaskMod)
-          keep = keep && (!maskPartial || Mods::keeps(p, batch, head, query, key));
-        const float score = scores[i] * p.scale;
-        float probability = 0.f;
-        if (keep)
-          probability =
-              fastExp2(Mods::score(p, score, batch, head, query, key) * kLog2e - rowLse[e]);
-        const float modGradient = probability * (gradients[i] - rowDelta[e]);
-        scores[i] = probability;
-        gradients[i] =
-            modGradient != 0.f
-                ? Mods::scoreVjp(p, captureGradients, modGradient, score, batch, head, query, key)
-                : 0.f;
+        for (int half = 1; half >= 0; --half) {
+          const int i = group * 4 + half * 2 + e;
+          regionPairGradient(p, captureGradients, scores[i], gradients[i], rowLse, rowDelta,
+                             partial, maskPartial, sequence, batch, head, key0 + 8 * half,
+                             query0 + column);
+        }
       }
+  } else {
+#pragma unroll
+    for (int group = 0; group < kBlockM / 8; ++group) {
+      const int column = group * 8 + 2 * (lane & 3);
+      float rowLse[2], rowDelta[2];
+      loadSharedPair(lse + column * 4, rowLse[0], rowLse[1]);
+      loadSharedPair(delta + column * 4, rowDelta[0], rowDelta[1]);
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int i = group * 4 + half * 2 + e;
+          regionPairGradient(p, captureGradients, scores[i], gradients[i], rowLse[e],
+                             rowDelta[e], partial, maskPartial, sequence, batch, head,
+                             key0 + 8 * half, query0 + column + e);
+        }
+    }
   }
 }
 

@@ -179,10 +179,16 @@ struct AttnBwdParams {
   int total_k;
   // The spec's captured buffers, in declaration order (unused entries null),
   // and the gradients of those declared with `grad`, in declaration order
-  // among them: f32, the capture's extents, cleared by the runtime and
-  // accumulated into by the main kernel.
+  // among them, with the capture's extents, cleared by the runtime and
+  // accumulated into by the main kernel. With capture_grads_exact, each
+  // entry's data is a record of attn_exact::kExactSumWords int64 words per
+  // element (exact_sum.h; in the workspace), which the sum kernel turns into
+  // the floats at capture_grad_outputs; otherwise the f32 gradients
+  // themselves, added to with float atomics.
   CaptureArg captures[kMaxCaptures];
   CaptureArg capture_grads[kMaxCaptures];
+  int capture_grads_exact;
+  float *capture_grad_outputs[kMaxCaptures];
   // Optional (null when absent): the forward's tile coverage of the masks
   // for the same shapes and captures (AttnFwdParams::tile_coverage), over
   // the forward's tiles of coverage_block_m x coverage_block_n. The main
@@ -209,6 +215,9 @@ constexpr long long bwdPaddedQueries(long long seqlenQ, int blockM) {
 #define ATTN_BWD_PREPROCESS_KERNEL_NAME "attn_bwd_preprocess_kernel"
 #define ATTN_BWD_KERNEL_NAME "attn_bwd_kernel"
 #define ATTN_BWD_CONVERT_KERNEL_NAME "attn_bwd_convert_kernel"
+// The exact capture gradients' records to floats: a 1-D grid of
+// ATTN_BWD_ROW_THREADS threads, an element a thread at a time.
+#define ATTN_BWD_CAPTURE_SUM_KERNEL_NAME "attn_bwd_capture_sum_kernel"
 // The preprocess and the conversion: grid (query blocks of bwd block_m
 // rows, q_heads, batch), ATTN_BWD_ROW_THREADS threads, a warp per row at a
 // time.

@@ -23,7 +23,7 @@ from ._trace import TraceError
 
 __all__ = ["attention", "create_block_mask", "BlockMask", "Variant", "variant",
            "linear_attention", "retention", "attention_spec", "compile_spec",
-           "deterministic_backward", "AttncError", "TraceError", "library_version"]
+           "deterministic_backward", "capture_grad_atomics", "AttncError", "TraceError", "library_version"]
 
 
 def library_version():
@@ -243,15 +243,29 @@ def _eager_without_autograd(*tensors):
 
 
 @contextlib.contextmanager
-def deterministic_backward(enabled=True):
-    """Backward calls inside run the deterministic kernels: dq, dk and dv
-    are bitwise identical from run to run (docs/guide/backward.md)."""
-    previous = _ops.deterministic_enabled()
-    _ops._deterministic.value = enabled
+def _backward_option(name, enabled):
+    previous = getattr(_ops._BackwardOptions, name)
+    setattr(_ops._BackwardOptions, name, enabled)
     try:
         yield
     finally:
-        _ops._deterministic.value = previous
+        setattr(_ops._BackwardOptions, name, previous)
+
+
+def deterministic_backward(enabled=True):
+    """Backward calls inside run the deterministic kernels: dq, dk and dv
+    are bitwise identical from run to run (docs/guide/backward.md). The
+    setting is process-wide (autograd runs backward functions on its own
+    threads)."""
+    return _backward_option("deterministic", enabled)
+
+
+def capture_grad_atomics(enabled=True):
+    """Backward calls inside sum the gradients of learnable captures with
+    float atomics instead of exactly: their last bits then vary from run to
+    run, and deterministic_backward refuses it (docs/guide/backward.md).
+    Process-wide, as deterministic_backward."""
+    return _backward_option("capture_grad_atomics", enabled)
 
 
 _FEATURE_MAPS = {"identity": "identity", "relu": "relu", "elu+1": "elu_plus_one",

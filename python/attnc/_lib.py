@@ -12,7 +12,7 @@ import os
 import struct
 import threading
 
-C_API_VERSION = 2
+C_API_VERSION = 3
 
 BF16, F16, F32, I32 = 0, 1, 2, 3
 
@@ -20,14 +20,14 @@ _TENSOR = "Q q q 4q 4q"  # data, dtype, rank, shape[4], strides[4]
 _PACKED = "Q Q q q q"
 _FORWARD = "<" + " ".join([_TENSOR] * 4 + ["Q Q q", _PACKED, "Q Q Q Q Q"])
 _BACKWARD = "<" + " ".join([_TENSOR] * 5 + ["Q"] + [_TENSOR] * 3 +
-                          [_PACKED, "Q Q q", "Q q Q q", "Q q q"])
+                          [_PACKED, "Q Q q", "Q q Q q", "Q q q q"])
 _LINEAR = "<" + " ".join([_TENSOR] * 4 + ["Q Q Q Q Q Q Q q"])
 _INFO = "<4q d 11q"
 
 FORWARD_BYTES = struct.calcsize(_FORWARD)
 BACKWARD_BYTES = struct.calcsize(_BACKWARD)
 LINEAR_BYTES = struct.calcsize(_LINEAR)
-assert FORWARD_BYTES == 456 and BACKWARD_BYTES == 832 and LINEAR_BYTES == 416
+assert FORWARD_BYTES == 456 and BACKWARD_BYTES == 840 and LINEAR_BYTES == 416
 assert struct.calcsize(_INFO) == 128
 
 
@@ -277,12 +277,12 @@ def pack_forward(q, k, v, o, lse, captures_pointer, num_captures, packed=None,
 def pack_backward(q, k, v, o, d_o, lse, dq, dk, dv, packed=None, workspace=0,
                   workspace_bytes=0, deterministic=False, captures_pointer=0, num_captures=0,
                   grads_pointer=0, num_grads=0, tile_coverage=0, coverage_block_m=0,
-                  coverage_block_n=0):
+                  coverage_block_n=0, capture_grad_atomics=False):
     return struct.pack(_BACKWARD, *q, *k, *v, *o, *d_o, lse, *dq, *dk, *dv,
                        *(packed or _NO_PACKED), workspace, workspace_bytes,
                        1 if deterministic else 0, captures_pointer, num_captures,
                        grads_pointer, num_grads, tile_coverage, coverage_block_m,
-                       coverage_block_n)
+                       coverage_block_n, 1 if capture_grad_atomics else 0)
 
 
 def pack_linear(q, k, v, o, initial_state=0, final_state=0, initial_key_sum=0,

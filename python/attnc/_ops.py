@@ -112,7 +112,8 @@ torch.library.define(
 torch.library.define(
     "attnc::attention_backward",
     "(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
-    "Tensor[] captures, str spec, bool deterministic, Tensor? tile_coverage) "
+    "Tensor[] captures, str spec, bool deterministic, bool capture_grad_atomics, "
+    "Tensor? tile_coverage) "
     "-> (Tensor, Tensor, Tensor, Tensor[])")
 
 
@@ -191,7 +192,7 @@ def _capture_gradients(captures, spec):
 
 
 def _attention_backward_cuda(grad_out, q, k, v, out, lse, captures, spec, deterministic,
-                             tile_coverage):
+                             capture_grad_atomics, tile_coverage):
     kernel = kernel_for(spec, backward=True)
     grad_out = _dense_head_dim(grad_out)
     dq = _empty_bhsd(*q.shape, q)
@@ -205,7 +206,7 @@ def _attention_backward_cuda(grad_out, q, k, v, out, lse, captures, spec, determ
     grad_array, grad_count = capture_fields(capture_grads)
     buffers = dict(deterministic=deterministic, captures_pointer=_address(capture_array),
                    num_captures=capture_count, grads_pointer=_address(grad_array),
-                   num_grads=grad_count)
+                   num_grads=grad_count, capture_grad_atomics=capture_grad_atomics)
     if tile_coverage is not None:
         # The forward kernel's coverage, over that kernel's tiles.
         info = kernel_for(spec).info
@@ -222,7 +223,7 @@ def _attention_backward_cuda(grad_out, q, k, v, out, lse, captures, spec, determ
 
 @torch.library.register_fake("attnc::attention_backward")
 def _attention_backward_fake(grad_out, q, k, v, out, lse, captures, spec, deterministic,
-                             tile_coverage):
+                             capture_grad_atomics, tile_coverage):
     return (_empty_bhsd(*q.shape, q), _empty_bhsd(*k.shape, k), _empty_bhsd(*v.shape, v),
             [c.new_empty(c.shape, dtype=torch.float32)
              for c in (captures[i] for i in _spec.learnable_captures(spec))])
@@ -237,12 +238,21 @@ def _setup_context(ctx, inputs, output):
     ctx.set_materialize_grads(False)
 
 
-# Deterministic backward kernels on request (attnc.deterministic_backward).
-_deterministic = threading.local()
+class _BackwardOptions:
+    """The backward kernels' options (attnc.deterministic_backward,
+    attnc.capture_grad_atomics). Process-wide, not per thread: autograd runs
+    CUDA backward functions on its own device threads, which would not see
+    a thread-local value set around loss.backward()."""
+    deterministic = False
+    capture_grad_atomics = False
 
 
 def deterministic_enabled():
-    return getattr(_deterministic, "value", False)
+    return _BackwardOptions.deterministic
+
+
+def capture_grad_atomics_enabled():
+    return _BackwardOptions.capture_grad_atomics
 
 
 def _backward(ctx, grad_out, grad_lse):
@@ -254,7 +264,8 @@ def _backward(ctx, grad_out, grad_lse):
     if grad_out is None:
         grad_out = torch.zeros_like(o)
     dq, dk, dv, learned = torch.ops.attnc.attention_backward(
-        grad_out, q, k, v, o, lse, captures, ctx.spec, deterministic_enabled(), tile_coverage)
+        grad_out, q, k, v, o, lse, captures, ctx.spec, deterministic_enabled(),
+        capture_grad_atomics_enabled(), tile_coverage)
     capture_grads = [None] * ctx.capture_count
     for index, gradient in zip(_spec.learnable_captures(ctx.spec), learned):
         capture = captures[index]

@@ -316,6 +316,53 @@ def test_learnable_captured_tensors_get_their_gradients():
         assert error < 3e-2, f"{name}: relative L2 error {error}"
 
 
+def _learnable_slope_grads(runs, **options):
+    torch.manual_seed(5)
+    slopes = (torch.rand(8, device=DEVICE) * 0.05).requires_grad_()
+    q, k, v = (rand(2, 8, 1000, 128) for _ in range(3))
+    grad = rand(2, 8, 1000, 128)
+    results = []
+    for _ in range(runs):
+        slopes.grad = None
+        attnc.attention(q, k, v, causal=True,
+                        score_mod=lambda x, b, h, qi, kv: x - slopes[h] * (qi - kv)).backward(grad)
+        results.append(slopes.grad.clone())
+    return results
+
+
+def test_capture_gradients_are_the_same_bits_on_every_run():
+    first, *later = _learnable_slope_grads(20)
+    for other in later:
+        assert torch.equal(first, other)
+    # Float atomics on request: the same values to rounding.
+    with attnc.capture_grad_atomics():
+        atomic = _learnable_slope_grads(1)[0]
+    assert ((atomic - first).norm() / first.norm()).item() < 1e-4
+
+
+def test_backward_options_reach_autograd_threads(monkeypatch):
+    # Autograd runs CUDA backward functions on its own threads: the options
+    # set around .backward() must still reach the launch.
+    seen = []
+    pack = attnc._lib.pack_backward
+
+    def spy(*args, **kwargs):
+        seen.append((kwargs.get("deterministic"), kwargs.get("capture_grad_atomics")))
+        return pack(*args, **kwargs)
+
+    monkeypatch.setattr(attnc._lib, "pack_backward", spy)
+    q, k, v = (rand(1, 4, 256, 64).requires_grad_() for _ in range(3))
+    out = attnc.attention(q, k, v, causal=True)
+    with attnc.deterministic_backward():
+        out.sum().backward()
+    assert seen and all(options == (True, False) for options in seen)
+    seen.clear()
+    out = attnc.attention(q, k, v, causal=True)
+    with attnc.capture_grad_atomics():
+        out.sum().backward()
+    assert seen and all(options == (False, True) for options in seen)
+
+
 def test_causal_mask_mod_trains_through_the_builtin_mask():
     q, k, v = (rand(1, 4, 256, 64).requires_grad_() for _ in range(3))
     attnc.attention(q, k, v, mask_mod=lambda b, h, qi, kv: qi >= kv).sum().backward()

@@ -6,6 +6,8 @@
 
 #include "attn/runtime/TensorMap.h"
 
+#include "exact_sum.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -29,12 +31,22 @@ LogicalShape backwardShape(const AttnBackwardArgs &args) {
   return {args.q.batch(), args.q.seqlen(), args.k.seqlen()};
 }
 
+/// Whether the main kernel sums the capture gradients into exact records.
+bool exactCaptureGrads(const AttnBackwardArgs &args) {
+  return !args.captureGrads.empty() &&
+         args.captureGradSum == AttnBackwardArgs::CaptureGradSum::Exact;
+}
+
 /// The workspace's parts, in order, each 256-byte aligned.
 struct WorkspaceLayout {
-  uint64_t lseLog2 = 0, delta = 0, dqAccum = 0, semaphores = 0, total = 0;
+  uint64_t lseLog2 = 0, delta = 0, dqAccum = 0, semaphores = 0;
+  /// The exact capture gradients' records, one part per gradient.
+  std::vector<uint64_t> captureRecords;
+  uint64_t captureRecordsBegin = 0, total = 0;
 };
 
-WorkspaceLayout workspaceLayout(const AttnLaunchConfig &config, const LogicalShape &shape) {
+WorkspaceLayout workspaceLayout(const AttnLaunchConfig &config, const LogicalShape &shape,
+                                const AttnBackwardArgs &args) {
   const uint64_t rows = uint64_t(shape.batch) * uint64_t(config.qHeads) *
                         uint64_t(attn_abi::bwdPaddedQueries(shape.seqlenQ, config.blockM));
   const uint64_t queryBlocks = rows / uint64_t(config.blockM);
@@ -46,7 +58,23 @@ WorkspaceLayout workspaceLayout(const AttnLaunchConfig &config, const LogicalSha
       layout.dqAccum + alignUp(rows * uint64_t(config.headDim) * sizeof(float), kWorkspaceAlign);
   // The deterministic mode's counters: one per query block and pass.
   const uint64_t counters = queryBlocks * uint64_t(attn_abi::bwdPasses(config.headDim));
-  layout.total = layout.semaphores + alignUp(counters * sizeof(int32_t), kWorkspaceAlign);
+  layout.captureRecordsBegin =
+      layout.semaphores + alignUp(counters * sizeof(int32_t), kWorkspaceAlign);
+  layout.total = layout.captureRecordsBegin;
+  if (exactCaptureGrads(args))
+    for (const CaptureGradView &gradient : args.captureGrads) {
+      const uint64_t elements =
+          uint64_t(captureBytes(CaptureView{gradient.data, DType::F32, gradient.shape},
+                                "captureGrads")) /
+          sizeof(float);
+      if (elements > (uint64_t(1) << 52))
+        fail("captureGrads", fmt::format("{} elements need more exact-sum workspace than 2^57 "
+                                         "bytes; use CaptureGradSum::Atomic",
+                                         elements));
+      layout.captureRecords.push_back(layout.total);
+      layout.total +=
+          alignUp(elements * attn_exact::kExactSumWords * sizeof(int64_t), kWorkspaceAlign);
+    }
   return layout;
 }
 
@@ -150,10 +178,11 @@ void validateBackwardArgs(const AttnLaunchConfig &config, const AttnBackwardArgs
     fail("tileCoverage", fmt::format("needs the forward's tile (coverageBlockM, coverageBlockN "
                                      "positive), got {} x {}",
                                      args.coverageBlockM, args.coverageBlockN));
-  if (args.deterministic && !args.captureGrads.empty())
-    fail("captureGrads", "capture gradients are summed with float atomics, which are not "
-                         "bitwise reproducible: launch with deterministic = false");
-  const uint64_t needed = workspaceLayout(config, shape).total;
+  if (args.deterministic && !args.captureGrads.empty() &&
+      args.captureGradSum == AttnBackwardArgs::CaptureGradSum::Atomic)
+    fail("captureGradSum", "Atomic sums the capture gradients with float atomics, which are not "
+                           "bitwise reproducible: the deterministic mode needs Exact");
+  const uint64_t needed = workspaceLayout(config, shape, args).total;
   if (shape.batch > 0 && (shape.seqlenQ > 0 || shape.seqlenK > 0)) {
     if (!args.workspace)
       fail("workspace",
@@ -177,7 +206,7 @@ uint64_t backwardWorkspaceBytes(const AttnLaunchConfig &config, const AttnBackwa
   const LogicalShape shape = backwardShape(shapes);
   if (shape.batch < 0 || shape.seqlenQ < 0 || shape.seqlenK < 0)
     fail("q", "negative extents in shape " + shapeString(args.q));
-  return workspaceLayout(config, shape).total;
+  return workspaceLayout(config, shape, shapes).total;
 }
 
 namespace {
@@ -206,7 +235,7 @@ attn_abi::AttnBwdParams encodeBackwardParams(const AttnLaunchConfig &config,
   copyStrides(args.dv, params.dv_strides);
   params.lse = args.lse;
   const LogicalShape shape = backwardShape(args);
-  const WorkspaceLayout layout = workspaceLayout(config, shape);
+  const WorkspaceLayout layout = workspaceLayout(config, shape, args);
   char *workspace = static_cast<char *>(args.workspace);
   params.lse_log2 = reinterpret_cast<float *>(workspace + layout.lseLog2);
   params.delta = reinterpret_cast<float *>(workspace + layout.delta);
@@ -233,6 +262,15 @@ attn_abi::AttnBwdParams encodeBackwardParams(const AttnLaunchConfig &config,
   fillCaptureEntries(args.captures, params.captures);
   const std::vector<CaptureView> gradients = gradientViews(args);
   fillCaptureEntries(gradients, params.capture_grads);
+  if (exactCaptureGrads(args)) {
+    // The main kernel adds into the records; the sum kernel writes the
+    // gradients from them.
+    params.capture_grads_exact = 1;
+    for (size_t index = 0; index < gradients.size(); ++index) {
+      params.capture_grad_outputs[index] = args.captureGrads[index].data;
+      params.capture_grads[index].data = workspace + layout.captureRecords[index];
+    }
+  }
   params.tile_coverage = args.tileCoverage;
   params.coverage_block_m = args.coverageBlockM;
   params.coverage_block_n = args.coverageBlockN;
@@ -251,6 +289,7 @@ BackwardFunctions loadBackwardFunctions(const Module &module, const AttnLaunchCo
   functions.preprocess = module.function(ATTN_BWD_PREPROCESS_KERNEL_NAME);
   functions.main = module.function(config.kernelName);
   functions.convert = module.function(ATTN_BWD_CONVERT_KERNEL_NAME);
+  functions.captureSum = module.function(ATTN_BWD_CAPTURE_SUM_KERNEL_NAME);
   functions.main.setMaxDynamicSharedMemory(config.sharedMemoryBytes);
   return functions;
 }
@@ -283,7 +322,8 @@ void launchBackward(BackwardFunctions &functions, const AttnLaunchConfig &config
     requireDeviceMemory(args.packed.cuSeqlensQ, offsetBytes, "packed.cuSeqlensQ", device);
     requireDeviceMemory(args.packed.cuSeqlensK, offsetBytes, "packed.cuSeqlensK", device);
   }
-  requireDeviceMemory(args.workspace, workspaceLayout(config, shape).total, "workspace", device);
+  const WorkspaceLayout layout = workspaceLayout(config, shape, args);
+  requireDeviceMemory(args.workspace, layout.total, "workspace", device);
   requireCaptureMemory(config, args.captures, device);
   if (args.tileCoverage)
     requireDeviceMemory(args.tileCoverage, coverageBytes(config, args, shape), "tileCoverage",
@@ -296,12 +336,23 @@ void launchBackward(BackwardFunctions &functions, const AttnLaunchConfig &config
   void *kernelArgs[] = {&params};
   const BackwardGrids grids = backwardGrids(config, shape);
   const Dim3 rowBlock{ATTN_BWD_ROW_THREADS, 1, 1};
-  // The main kernel adds into the capture gradients.
+  // The main kernel adds into the capture gradients, or into their exact
+  // records (then the sum kernel overwrites every element).
+  const bool exact = exactCaptureGrads(args);
+  uint64_t gradientElements = 0;
   for (const CaptureView &gradient : gradients)
-    if (uint64_t bytes = captureBytes(gradient, "captureGrads"))
-      ATTN_CU_CHECK_CTX("captureGrads: clearing a gradient", cuMemsetD32Async,
-                        reinterpret_cast<CUdeviceptr>(gradient.data), 0, bytes / sizeof(float),
-                        stream);
+    if (uint64_t bytes = captureBytes(gradient, "captureGrads")) {
+      gradientElements = std::max<uint64_t>(gradientElements, bytes / sizeof(float));
+      if (!exact)
+        ATTN_CU_CHECK_CTX("captureGrads: clearing a gradient", cuMemsetD32Async,
+                          reinterpret_cast<CUdeviceptr>(gradient.data), 0,
+                          bytes / sizeof(float), stream);
+    }
+  if (exact && gradientElements > 0)
+    ATTN_CU_CHECK_CTX("workspace: clearing the capture gradients' sums", cuMemsetD32Async,
+                      reinterpret_cast<CUdeviceptr>(static_cast<char *>(args.workspace) +
+                                                    layout.captureRecordsBegin),
+                      0, (layout.total - layout.captureRecordsBegin) / sizeof(int32_t), stream);
   if (grids.rows.x > 0)
     functions.preprocess.launch(grids.rows, rowBlock, 0, stream, kernelArgs);
   if (grids.main.x > 0)
@@ -310,6 +361,13 @@ void launchBackward(BackwardFunctions &functions, const AttnLaunchConfig &config
                           config.sharedMemoryBytes, stream, kernelArgs);
   if (grids.rows.x > 0)
     functions.convert.launch(grids.rows, rowBlock, 0, stream, kernelArgs);
+  if (exact && gradientElements > 0) {
+    const uint64_t blocks = std::min<uint64_t>(
+        (gradientElements + ATTN_BWD_ROW_THREADS - 1) / ATTN_BWD_ROW_THREADS,
+        uint64_t(multiprocessorsOf(device)) * 8);
+    functions.captureSum.launch(Dim3{static_cast<unsigned>(blocks), 1, 1}, rowBlock, 0, stream,
+                                kernelArgs);
+  }
 }
 
 } // namespace attn

@@ -1,7 +1,8 @@
-// The backward's two row kernels around the main kernel (attn_bwd_sm90.cuh):
-// the preprocess, which prepares the per-row inputs in the workspace, and
-// the conversion of dQ's fp32 accumulator. Grid (query blocks, q_heads,
-// batch) of ATTN_BWD_ROW_THREADS threads each.
+// The backward's kernels around the main kernel (attn_bwd_sm90.cuh): the
+// preprocess, which prepares the per-row inputs in the workspace, and the
+// conversion of dQ's fp32 accumulator, over a grid (query blocks, q_heads,
+// batch) of ATTN_BWD_ROW_THREADS threads each; and the reading of the
+// exact capture gradients' sums.
 #pragma once
 
 namespace attn_bwd {
@@ -116,5 +117,30 @@ extern "C" __global__ void __launch_bounds__(ATTN_BWD_ROW_THREADS)
         rowElement(p.dq_strides, sequence, queryBlock * kBlockM + row, head) + column;
     *reinterpret_cast<u32 *>(dq + element * kElementBytes) =
         packPair<Element>(value.x * p.scale, value.y * p.scale);
+  }
+}
+
+// Each element of each capture gradient from its record of exact sums
+// (attn_exact::exactSumValue), when the main kernel kept them.
+extern "C" __global__ void __launch_bounds__(ATTN_BWD_ROW_THREADS)
+    attn_bwd_capture_sum_kernel(const __grid_constant__ attn_abi::AttnBwdParams p) {
+  using namespace attn_exact;
+  const long long first = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  for (int capture = 0; capture < attn_abi::kMaxCaptures; ++capture) {
+    float *output = p.capture_grad_outputs[capture];
+    if (!output)
+      continue;
+    const attn_abi::CaptureArg &records = p.capture_grads[capture];
+    long long elements = 1;
+    for (int dim = 0; dim < attn_abi::kMaxCaptureRank; ++dim)
+      elements *= records.extents[dim];
+    const long long *words = static_cast<const long long *>(records.data);
+    for (long long element = first; element < elements; element += stride) {
+      long long record[kExactSumWords];
+      for (int word = 0; word < kExactSumWords; ++word)
+        record[word] = words[element * kExactSumWords + word];
+      output[element] = exactSumValue(record);
+    }
   }
 }

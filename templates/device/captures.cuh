@@ -25,6 +25,8 @@ typedef ptrdiff_t ssize_t;
 #define NAN __int_as_float(0x7fffffff)
 #endif
 
+#include "exact_sum.h"
+
 namespace attn_dev {
 
 // A captured buffer: contiguous, row-major, Rank extents.
@@ -82,42 +84,70 @@ __device__ __forceinline__ T loadCapture(const Capture<T, 3> &c, size_t i, size_
 }
 
 // A learnable capture's gradient as a consumer thread accumulates into it
-// (memref.atomic_rmw addf of score_mod's vector-Jacobian product): the
-// buffer (cleared by the runtime) and the one element whose additions the
-// thread is summing in a register. A thread's pairs of a step mostly add to
-// one element (a per-head slope: every pair; a relative-position table:
-// each diagonal twice in a row), so the sum goes to memory, with a float
-// atomic, only when the element changes and at flushGradient. An index
-// outside the extents adds nothing, as a read there gives 0. Float atomics:
-// the sum's order, and so its last bits, vary from run to run.
+// (memref.atomic_rmw addf of score_mod's vector-Jacobian product): where
+// the sums go (cleared by the runtime) and the one element whose additions
+// the thread is summing in a register. A thread's pairs of a step mostly
+// add to one element (a per-head slope: every pair; a relative-position
+// table: each diagonal twice in a row), so the sum goes to memory only when
+// the element changes and at flushGradient. An index outside the extents
+// adds nothing, as a read there gives 0.
+// Two ways to memory: `exact` adds each sum to the element's record of
+// integer words (exact_sum.h), whose total does not depend on the order the
+// threads arrive in, so the gradient is the same bits on every run; without
+// it, a float atomic adds to the gradient itself, in an order (and so with
+// last bits) that vary from run to run.
 // `enabled` off ignores the additions: a walk that recomputes pairs it has
 // already added (the backward's later passes) turns it off.
 template <int Rank> struct CaptureGradient {
-  Capture<float, Rank> buffer;
-  float *pending;
+  Capture<float, Rank> buffer; // data: the floats, or the records if exact
+  long long pending;           // the element being summed, or -1
   float sum;
   bool enabled;
+  bool exact;
 };
 
 template <int Rank>
-__device__ __forceinline__ CaptureGradient<Rank> gradientOf(const attn_abi::CaptureArg &arg) {
-  return CaptureGradient<Rank>{captureOf<float, Rank>(arg), nullptr, 0.f, true};
+__device__ __forceinline__ CaptureGradient<Rank> gradientOf(const attn_abi::CaptureArg &arg,
+                                                            int exact) {
+  return CaptureGradient<Rank>{captureOf<float, Rank>(arg), -1, 0.f, true, exact != 0};
 }
 
-__device__ __forceinline__ float *gradientAt(const Capture<float, 1> &g, size_t i) {
-  return i < static_cast<size_t>(g.extent[0]) ? const_cast<float *>(g.data) + i : nullptr;
+// The element's index in the row-major buffer, or -1 outside the extents.
+__device__ __forceinline__ long long gradientIndex(const Capture<float, 1> &g, size_t i) {
+  return i < static_cast<size_t>(g.extent[0]) ? static_cast<long long>(i) : -1;
 }
-__device__ __forceinline__ float *gradientAt(const Capture<float, 2> &g, size_t i, size_t j) {
+__device__ __forceinline__ long long gradientIndex(const Capture<float, 2> &g, size_t i,
+                                                   size_t j) {
   bool inside = i < static_cast<size_t>(g.extent[0]) && j < static_cast<size_t>(g.extent[1]);
-  return inside ? const_cast<float *>(g.data) + i * static_cast<size_t>(g.extent[1]) + j
-                : nullptr;
+  return inside ? static_cast<long long>(i * static_cast<size_t>(g.extent[1]) + j) : -1;
 }
-__device__ __forceinline__ float *gradientAt(const Capture<float, 3> &g, size_t i, size_t j,
-                                             size_t k) {
+__device__ __forceinline__ long long gradientIndex(const Capture<float, 3> &g, size_t i,
+                                                   size_t j, size_t k) {
   bool inside = i < static_cast<size_t>(g.extent[0]) && j < static_cast<size_t>(g.extent[1]) &&
                 k < static_cast<size_t>(g.extent[2]);
-  return inside ? const_cast<float *>(g.data) + (i * g.extent[1] + j) * g.extent[2] + k
-                : nullptr;
+  return inside ? static_cast<long long>((i * g.extent[1] + j) * g.extent[2] + k) : -1;
+}
+
+// One sum into element `index`'s record: its nonzero parts, each an
+// integer atomic add.
+__device__ __forceinline__ void addExact(unsigned long long *records, long long index,
+                                         float value) {
+  const attn_exact::ExactParts parts = attn_exact::exactPartsOf(value);
+  unsigned long long *record = records + index * attn_exact::kExactSumWords;
+#pragma unroll
+  for (int word = 0; word < attn_exact::kExactSumWords; ++word)
+    if (parts.words[word] != 0)
+      atomicAdd(record + word, static_cast<unsigned long long>(parts.words[word]));
+}
+
+template <int Rank>
+__device__ __forceinline__ void addGradient(const CaptureGradient<Rank> &gradient,
+                                            long long index, float value) {
+  float *data = const_cast<float *>(gradient.buffer.data);
+  if (gradient.exact)
+    addExact(reinterpret_cast<unsigned long long *>(data), index, value);
+  else
+    atomicAdd(data + index, value);
 }
 
 template <int Rank, typename... Indices>
@@ -125,30 +155,31 @@ __device__ __forceinline__ void accumulateGradient(CaptureGradient<Rank> &gradie
                                                    Indices... indices) {
   if (!gradient.enabled)
     return;
-  float *address = gradientAt(gradient.buffer, static_cast<size_t>(indices)...);
-  if (address != gradient.pending) {
-    if (gradient.pending)
-      atomicAdd(gradient.pending, gradient.sum);
-    gradient.pending = address;
+  const long long index = gradientIndex(gradient.buffer, static_cast<size_t>(indices)...);
+  if (index != gradient.pending) {
+    if (gradient.pending >= 0)
+      addGradient(gradient, gradient.pending, gradient.sum);
+    gradient.pending = index;
     gradient.sum = 0.f;
   }
   gradient.sum += value;
 }
 
 // Adds the pending sums to memory; every lane of the warp calls it. Where
-// all lanes hold the same element, the warp adds first and one lane stores.
+// all lanes hold the same element, the warp adds first (in a fixed order)
+// and one lane stores.
 template <int Rank> __device__ __forceinline__ void flushGradient(CaptureGradient<Rank> &gradient) {
   int same = 0;
-  __match_all_sync(0xffffffffu, reinterpret_cast<unsigned long long>(gradient.pending), &same);
+  __match_all_sync(0xffffffffu, static_cast<unsigned long long>(gradient.pending), &same);
   float sum = gradient.sum;
   if (same) {
 #pragma unroll
     for (int offset = 16; offset > 0; offset /= 2)
       sum += __shfl_xor_sync(0xffffffffu, sum, offset);
   }
-  if (gradient.pending && (!same || (threadIdx.x & 31) == 0))
-    atomicAdd(gradient.pending, sum);
-  gradient.pending = nullptr;
+  if (gradient.pending >= 0 && (!same || (threadIdx.x & 31) == 0))
+    addGradient(gradient, gradient.pending, sum);
+  gradient.pending = -1;
   gradient.sum = 0.f;
 }
 

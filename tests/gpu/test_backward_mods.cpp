@@ -10,6 +10,7 @@
 #include "LoadedKernel.h"
 #include "VariantCaptures.h"
 
+#include <cstring>
 #include <random>
 
 using namespace attn;
@@ -36,11 +37,25 @@ void addBlocks(harness::ForwardProblem &data, const AttnLaunchConfig &,
   data.addCapture(chosen, {rows, columns});
 }
 
+/// How a test launches the backward.
+struct RunOptions {
+  /// The forward's tile coverage goes to both kernels.
+  bool coverage = false;
+  bool deterministic = false;
+  AttnBackwardArgs::CaptureGradSum captureGradSum = AttnBackwardArgs::CaptureGradSum::Exact;
+};
+RunOptions withCoverage() {
+  RunOptions options;
+  options.coverage = true;
+  return options;
+}
+
 /// Runs `spec`'s forward and backward on random inputs and compares dq, dk,
-/// dv and every learnable capture's gradient with the reference's. With
-/// `coverage`, the forward's tile coverage goes to both.
+/// dv and every learnable capture's gradient with the reference's.
 void runBackwardVariant(const std::string &spec, const harness::Shape &shape,
-                        const CaptureMaker &captures, uint64_t seed, bool coverage = false) {
+                        const CaptureMaker &captures, uint64_t seed,
+                        const RunOptions &options = {}) {
+  const bool coverage = options.coverage;
   LoadedKernel &forward = gputest::loadKernel(spec);
   LoadedBackward &backward = gputest::loadBackward(spec);
   harness::ForwardProblem data(forward.compiled.launch, shape, seed);
@@ -55,7 +70,8 @@ void runBackwardVariant(const std::string &spec, const harness::Shape &shape,
   gradients.poisonGradients();
   for (DeviceBuffer &gradient : gradients.captureGrads)
     gradient.fill32(0x7FC00000u); // NaN: the launch must clear them
-  AttnBackwardArgs backwardArgs = gradients.args(data);
+  AttnBackwardArgs backwardArgs = gradients.args(data, options.deterministic);
+  backwardArgs.captureGradSum = options.captureGradSum;
   if (coverage) {
     backwardArgs.tileCoverage = forwardArgs.tileCoverage;
     backwardArgs.coverageBlockM = forward.compiled.launch.blockM;
@@ -134,12 +150,12 @@ TEST_CASE("the forward's tile coverage lets the backward skip a buffer mask's em
   const std::string bigbird = exampleWithHeads("bigbird_hd128.mlir");
   uint64_t seed = 500;
   for (const harness::Shape &shape : awkwardShapes()) {
-    runBackwardVariant(documents, shape, gputest::addDocuments, seed++, /*coverage=*/true);
-    runBackwardVariant(bigbird, shape, addBlocks, seed++, /*coverage=*/true);
+    runBackwardVariant(documents, shape, gputest::addDocuments, seed++, withCoverage());
+    runBackwardVariant(bigbird, shape, addBlocks, seed++, withCoverage());
   }
   // Head dim 64: other forward and backward tiles.
   runBackwardVariant(replaceAll(documents, "head_dim = 128", "head_dim = 64"),
-                     {2, 700, 900, false}, gputest::addDocuments, seed++, true);
+                     {2, 700, 900, false}, gputest::addDocuments, seed++, withCoverage());
 }
 
 TEST_CASE("regions in the backward at head dims 64 and 256, f16 and MQA", "[gpu][backward][mods]") {
@@ -182,5 +198,70 @@ TEST_CASE("the backward through regions on small shapes, for the sanitizers",
   runBackwardVariant(exampleWithHeads("t5_bias_hd128.mlir"), {1, 100, 100, false}, kBucketTable,
                      402);
   runBackwardVariant(exampleWithHeads("document_mask_hd128.mlir"), {1, 200, 150, false},
-                     gputest::addDocuments, 403, /*coverage=*/true);
+                     gputest::addDocuments, 403, withCoverage());
+}
+
+namespace {
+/// Launches the backward of `spec` `runs` times on the same inputs: each
+/// run's capture gradients, and in the deterministic mode dq, dk and dv,
+/// must be the first run's bits.
+void checkRepeatable(const std::string &spec, const harness::Shape &shape,
+                     const CaptureMaker &captures, uint64_t seed, bool deterministic, int runs) {
+  LoadedKernel &forward = gputest::loadKernel(spec);
+  LoadedBackward &backward = gputest::loadBackward(spec);
+  harness::ForwardProblem data(forward.compiled.launch, shape, seed);
+  std::mt19937_64 random(seed * 7919 + 1);
+  captures(data, forward.compiled.launch, shape, random);
+  AttnForwardArgs forwardArgs = data.args();
+  gputest::PreparedBuffers prepared = gputest::prepare(forward, forwardArgs, gputest::kNothing);
+  launchForward(forward.function, forward.compiled.launch, forwardArgs, nullptr);
+  harness::BackwardProblem gradients(backward.compiled.launch, data, seed + 1000);
+  REQUIRE_FALSE(gradients.captureGrads.empty());
+  const AttnBackwardArgs args = gradients.args(data, deterministic);
+  std::vector<std::vector<float>> first;
+  for (int run = 0; run < runs; ++run) {
+    for (DeviceBuffer &gradient : gradients.captureGrads)
+      gradient.fill32(0x7FC00000u);
+    launchBackward(backward.functions, backward.compiled.launch, args, nullptr);
+    ATTN_CU_CHECK(cuCtxSynchronize);
+    std::vector<std::vector<float>> results;
+    for (DeviceBuffer &gradient : gradients.captureGrads)
+      results.push_back(gradient.download<float>());
+    if (deterministic)
+      for (const harness::HostDeviceTensor *tensor : {&gradients.dq, &gradients.dk, &gradients.dv})
+        results.push_back(harness::downloadBSHD(*tensor));
+    if (run == 0) {
+      first = std::move(results);
+      continue;
+    }
+    INFO("spec: " << spec << "run " << run << (deterministic ? ", deterministic" : ""));
+    for (size_t index = 0; index < results.size(); ++index) {
+      INFO("result " << index << " (capture gradients first, then dq, dk, dv)");
+      REQUIRE(results[index].size() == first[index].size());
+      CHECK(std::memcmp(results[index].data(), first[index].data(),
+                        results[index].size() * sizeof(float)) == 0);
+    }
+  }
+}
+} // namespace
+
+TEST_CASE("exact capture gradients are the same bits on every run; atomics match the reference",
+          "[gpu][backward][mods]") {
+  const std::string slopes = exampleWithHeads("alibi_learned_hd128.mlir");
+  const std::string positions = exampleWithHeads("relpos_learned_hd128.mlir");
+  const std::string buckets = exampleWithHeads("t5_bias_hd128.mlir");
+  // Many key tiles and heads adding into each element, in both modes.
+  const harness::Shape shape{2, 1000, 1000, false};
+  for (bool deterministic : {false, true}) {
+    checkRepeatable(slopes, shape, gputest::addSlopes, 600, deterministic, 20);
+    checkRepeatable(positions, shape, kPositionTable, 601, deterministic, 20);
+    checkRepeatable(buckets, shape, kBucketTable, 602, deterministic, 20);
+  }
+  RunOptions atomics;
+  atomics.captureGradSum = AttnBackwardArgs::CaptureGradSum::Atomic;
+  runBackwardVariant(slopes, {2, 300, 300, false}, gputest::addSlopes, 603, atomics);
+  runBackwardVariant(buckets, {1, 333, 130, true}, kBucketTable, 604, atomics);
+  RunOptions deterministic;
+  deterministic.deterministic = true;
+  runBackwardVariant(positions, {2, 300, 300, false}, kPositionTable, 605, deterministic);
 }

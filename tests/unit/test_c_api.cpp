@@ -134,7 +134,7 @@ TEST_CASE("C API: versions", "[c-api]") {
   CHECK(std::string(attnc_version()) == attn::attncVersion());
   CHECK(std::string(attnc_version()) == "0.1.0");
   CHECK(attnc_c_api_version() == ATTNC_C_API_VERSION);
-  CHECK(ATTNC_C_API_VERSION == 2);
+  CHECK(ATTNC_C_API_VERSION == 3);
 }
 
 TEST_CASE("C API: null handles and outputs are errors naming the parameter", "[c-api]") {
@@ -398,6 +398,10 @@ TEST_CASE("C API: the backward's workspace is the runtime's", "[c-api]") {
   args.coverage_block_m = -1;
   checkFailure(attnc_backward_workspace_bytes(kernel.get(), &args, &bytes),
                "coverage_block_m, coverage_block_n: -1 x 0 is not a tile");
+  args.coverage_block_m = 0;
+  args.capture_grad_atomics = 2;
+  checkFailure(attnc_backward_workspace_bytes(kernel.get(), &args, &bytes),
+               "capture_grad_atomics: must be 0 or 1, got 2");
 }
 
 TEST_CASE("C API: the linear family's workspace checks its arguments first", "[c-api]") {

@@ -1071,10 +1071,22 @@ TEST_CASE("backward capture gradients and tile coverage are checked with the con
   CHECK_THROWS_WITH(validateBackwardArgs(config, args),
                     StartsWith("gradient of capture 'slopes': dim 0 is 3, expected 4 (q_heads)"));
   args.captureGrads = {CaptureGradView{gradient, {4}}};
+  // Exact sums keep a 32-byte record per gradient element in the workspace
+  // (one 256-byte aligned part here); atomics need none.
+  const uint64_t withoutGradients = args.workspaceBytes;
+  CHECK_THROWS_WITH(validateBackwardArgs(config, args), StartsWith("workspace: "));
+  args.workspaceBytes = backwardWorkspaceBytes(config, args);
+  CHECK(args.workspaceBytes == withoutGradients + 256);
+  CHECK_NOTHROW(validateBackwardArgs(config, args));
+  args.captureGradSum = AttnBackwardArgs::CaptureGradSum::Atomic;
+  CHECK(backwardWorkspaceBytes(config, args) == withoutGradients);
   CHECK_NOTHROW(validateBackwardArgs(config, args));
   args.deterministic = true;
   CHECK_THROWS_WITH(validateBackwardArgs(config, args),
-                    StartsWith("captureGrads: capture gradients are summed with float atomics"));
+                    StartsWith("captureGradSum: Atomic sums the capture gradients with float "
+                               "atomics"));
+  args.captureGradSum = AttnBackwardArgs::CaptureGradSum::Exact;
+  CHECK_NOTHROW(validateBackwardArgs(config, args));
   args.deterministic = false;
   args.tileCoverage = static_cast<const unsigned char *>(fakePointer(0x70000000));
   CHECK_THROWS_WITH(validateBackwardArgs(config, args),

@@ -40,9 +40,11 @@ LoadedPair loadPair(const std::string &spec, const std::string &name, int64_t ba
   return pair;
 }
 
-/// Median times of the forward, the backward and the deterministic backward.
+/// Median times of the forward, the backward and the deterministic backward
+/// (capture gradients summed exactly), and of the backward with the capture
+/// gradients summed by float atomics (0 without capture gradients).
 struct PairTimes {
-  double forwardMs, backwardMs, deterministicMs;
+  double forwardMs, backwardMs, deterministicMs, atomicMs;
 };
 
 PairTimes timePair(LoadedPair &pair, harness::ForwardProblem &data,
@@ -54,12 +56,14 @@ PairTimes timePair(LoadedPair &pair, harness::ForwardProblem &data,
   PairTimes times;
   times.forwardMs = harness::medianLaunchMs(pair.forwardFunction, pair.forward.launch,
                                             forwardArgs, warmup, repeats);
-  times.deterministicMs = 0;
-  for (bool deterministic : {false, true}) {
-    // Capture gradients have no deterministic mode (the launch refuses it).
-    if (deterministic && !gradients.captureGrads.empty())
+  times.deterministicMs = times.atomicMs = 0;
+  enum Mode { Default, Deterministic, Atomic };
+  for (Mode mode : {Default, Deterministic, Atomic}) {
+    if (mode == Atomic && gradients.captureGrads.empty())
       continue;
-    AttnBackwardArgs args = gradients.args(data, deterministic);
+    AttnBackwardArgs args = gradients.args(data, mode == Deterministic);
+    if (mode == Atomic)
+      args.captureGradSum = AttnBackwardArgs::CaptureGradSum::Atomic;
     if (coverage) {
       args.tileCoverage = coverage;
       args.coverageBlockM = pair.forward.launch.blockM;
@@ -68,7 +72,8 @@ PairTimes timePair(LoadedPair &pair, harness::ForwardProblem &data,
     const double ms = harness::medianMs(
         [&] { launchBackward(pair.backwardFunctions, pair.backward.launch, args, nullptr); },
         warmup, repeats);
-    (deterministic ? times.deterministicMs : times.backwardMs) = ms;
+    (mode == Default ? times.backwardMs
+                     : mode == Deterministic ? times.deterministicMs : times.atomicMs) = ms;
   }
   return times;
 }
@@ -155,12 +160,14 @@ int runBackwardSpec(const std::string &spec, const std::string &name, int64_t ba
   const PairTimes times = timePair(pair, data, gradients, warmup, repeats, coverageData);
   const double flops =
       harness::backwardFlops(launch, shape, harness::specHasCausalMask(spec));
-  std::printf("backward %.3f ms (median of %d), %.1f TFLOP/s; deterministic %s; forward "
+  std::printf("backward %.3f ms (median of %d), %.1f TFLOP/s; deterministic %.3f ms; forward "
               "%.3f ms\n",
-              times.backwardMs, repeats, flops / times.backwardMs / 1e9,
-              gradients.captureGrads.empty() ? fmt::format("{:.3f} ms", times.deterministicMs).c_str()
-                                             : "none (capture gradients)",
+              times.backwardMs, repeats, flops / times.backwardMs / 1e9, times.deterministicMs,
               times.forwardMs);
+  if (!gradients.captureGrads.empty())
+    std::printf("capture gradients: exact sums %.3f ms, float atomics %.3f ms (exact %+.1f %%)\n",
+                times.backwardMs, times.atomicMs,
+                100 * (times.backwardMs / times.atomicMs - 1));
   return passed ? 0 : 1;
 }
 

@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 /* Bumped when a struct or function below changes. */
-#define ATTNC_C_API_VERSION 2
+#define ATTNC_C_API_VERSION 3
 
 typedef int32_t attnc_status;
 enum { ATTNC_OK = 0, ATTNC_ERROR = 1 };
@@ -83,7 +83,9 @@ typedef struct {
  * the forward's; capture_grads: one f32 buffer per capture declared with
  * `grad`, in declaration order, shaped as it (overwritten with its
  * gradient). tile_coverage (may be null): the forward kernel's, with that
- * kernel's block_m and block_n. 832 bytes. */
+ * kernel's block_m and block_n. capture_grad_atomics: 0 sums the capture
+ * gradients exactly (the same bits on every run), 1 with float atomics
+ * (CaptureGradSum::Atomic). 840 bytes. */
 typedef struct {
   attnc_tensor q, k, v, o, d_o;
   const float *lse;
@@ -99,6 +101,7 @@ typedef struct {
   const void *tile_coverage;
   int64_t coverage_block_m;
   int64_t coverage_block_n;
+  int64_t capture_grad_atomics;
 } attnc_backward_args;
 
 /* attn::AttnLinearArgs (linear attention and retention over a sequence;

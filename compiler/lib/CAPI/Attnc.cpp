@@ -47,7 +47,7 @@ static_assert(offsetof(attnc_forward_args, o) == 3 * 88 &&
               offsetof(attnc_forward_args, packed) == 4 * 88 + 24 &&
               offsetof(attnc_forward_args, tile_coverage) == 4 * 88 + 64 &&
               offsetof(attnc_forward_args, workspace_bytes) == 4 * 88 + 96);
-static_assert(sizeof(attnc_backward_args) == 832 && alignof(attnc_backward_args) == 8);
+static_assert(sizeof(attnc_backward_args) == 840 && alignof(attnc_backward_args) == 8);
 static_assert(offsetof(attnc_backward_args, lse) == 5 * 88 &&
               offsetof(attnc_backward_args, dq) == 5 * 88 + 8 &&
               offsetof(attnc_backward_args, packed) == 8 * 88 + 8 &&
@@ -55,7 +55,8 @@ static_assert(offsetof(attnc_backward_args, lse) == 5 * 88 &&
               offsetof(attnc_backward_args, deterministic) == 8 * 88 + 64 &&
               offsetof(attnc_backward_args, captures) == 8 * 88 + 72 &&
               offsetof(attnc_backward_args, capture_grads) == 8 * 88 + 88 &&
-              offsetof(attnc_backward_args, tile_coverage) == 8 * 88 + 104);
+              offsetof(attnc_backward_args, tile_coverage) == 8 * 88 + 104 &&
+              offsetof(attnc_backward_args, capture_grad_atomics) == 8 * 88 + 128);
 static_assert(sizeof(attnc_linear_args) == 416 && alignof(attnc_linear_args) == 8);
 static_assert(offsetof(attnc_linear_args, initial_state) == 4 * 88 &&
               offsetof(attnc_linear_args, log_decay) == 4 * 88 + 32 &&
@@ -265,6 +266,12 @@ attn::AttnBackwardArgs toBackwardArgs(const attnc_backward_args *args) {
   if (args->deterministic != 0 && args->deterministic != 1)
     throw attn::Error(fmt::format("deterministic: must be 0 or 1, got {}", args->deterministic));
   backward.deterministic = args->deterministic == 1;
+  if (args->capture_grad_atomics != 0 && args->capture_grad_atomics != 1)
+    throw attn::Error(fmt::format("capture_grad_atomics: must be 0 or 1, got {}",
+                                  args->capture_grad_atomics));
+  backward.captureGradSum = args->capture_grad_atomics == 1
+                                ? attn::AttnBackwardArgs::CaptureGradSum::Atomic
+                                : attn::AttnBackwardArgs::CaptureGradSum::Exact;
   backward.captures = toCaptureViews(args->captures, args->num_captures, "captures");
   backward.tileCoverage = static_cast<const unsigned char *>(args->tile_coverage);
   for (int64_t extent : {args->coverage_block_m, args->coverage_block_n})

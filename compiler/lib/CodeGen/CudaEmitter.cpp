@@ -364,6 +364,8 @@ void emitBackwardMods(const BackwardMods &mods, std::ostringstream &out) {
       << (mods.scoreFunction.empty() ? "false" : "true") << ";\n"
       << "  static constexpr bool kMaskProved = " << (mods.hasMaskFormula ? "true" : "false")
       << ";\n"
+      << "  static constexpr bool kLearnsCaptures = "
+      << (mods.gradientRanks.empty() ? "false" : "true") << ";\n"
       << "  // Whether mask_mod keeps all, none or some pairs of the tile [q0, q1] x [k0, k1].\n"
       << "  static __device__ __forceinline__ attn_dev::Coverage maskCoverage(long long b, long "
          "long h, long long q0, long long q1, long long k0, long long k1) {\n"
@@ -381,7 +383,7 @@ void emitBackwardMods(const BackwardMods &mods, std::ostringstream &out) {
   out << "    __device__ __forceinline__ void init(" << params << ") {\n";
   for (size_t i = 0; i < mods.gradientRanks.size(); ++i)
     out << "      g" << i << " = attn_dev::gradientOf<" << mods.gradientRanks[i]
-        << ">(p.capture_grads[" << i << "]);\n";
+        << ">(p.capture_grads[" << i << "], p.capture_grads_exact);\n";
   out << "    }\n"
       << "    __device__ __forceinline__ void enable(bool on) {\n";
   for (size_t i = 0; i < mods.gradientRanks.size(); ++i)

@@ -39,9 +39,16 @@ struct AttnBackwardArgs {
   /// The spec's captured buffers, as the forward takes them.
   std::vector<CaptureView> captures;
   /// One per capture declared with `grad`, in declaration order: overwritten
-  /// with the gradient of the loss with respect to the capture (float
-  /// atomics: not bitwise reproducible, so `deterministic` refuses them).
+  /// with the gradient of the loss with respect to the capture.
   std::vector<CaptureGradView> captureGrads;
+  /// How the capture gradients are summed. Exact (the default): each
+  /// element as an exact fixed-point sum in the workspace (64 fraction bits,
+  /// templates/exact_sum.h), the same bits on every run, NaN where a value
+  /// was not finite or reached 2^63. Atomic: float atomics into the
+  /// gradients, whose last bits vary from run to run (`deterministic`
+  /// refuses it).
+  enum class CaptureGradSum { Exact, Atomic };
+  CaptureGradSum captureGradSum = CaptureGradSum::Exact;
   /// Optional: the forward kernel's tile coverage of the masks for the same
   /// shapes and captures (Kernel::buildTileCoverage), and that kernel's tile
   /// (its launch config's blockM and blockN). A spec whose mask_mod the
@@ -54,8 +61,9 @@ struct AttnBackwardArgs {
 /// Bytes of workspace a call needs: log-sum-exp in base 2 and delta (fp32
 /// per padded query row), dQ's accumulator (head_dim fp32 per padded row)
 /// and one int32 counter per query block, for every (batch, query head);
-/// rows padded to whole blocks of the plan's blockM, 256-byte aligned
-/// parts. Validates the shapes first.
+/// rows padded to whole blocks of the plan's blockM; with exact capture
+/// gradients, 32 bytes per gradient element; 256-byte aligned parts.
+/// Validates the shapes first.
 uint64_t backwardWorkspaceBytes(const AttnLaunchConfig &config, const AttnBackwardArgs &args);
 
 /// Checks the arguments against a backward config without the driver;
@@ -68,10 +76,10 @@ void validateBackwardArgs(const AttnLaunchConfig &config, const AttnBackwardArgs
 attn_abi::AttnBwdParams makeBackwardParams(const AttnLaunchConfig &config,
                                            const AttnBackwardArgs &args);
 
-/// The three kernels of a backward module, looked up once, with the main
+/// The kernels of a backward module, looked up once, with the main
 /// kernel's dynamic shared memory allowed once.
 struct BackwardFunctions {
-  KernelFunction preprocess, main, convert;
+  KernelFunction preprocess, main, convert, captureSum;
 };
 BackwardFunctions loadBackwardFunctions(const Module &module, const AttnLaunchConfig &config);
 
