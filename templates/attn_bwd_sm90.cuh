@@ -455,9 +455,11 @@ __device__ __forceinline__ void regionPairGradient(
   if constexpr (Mods::kHasMaskMod)
     keep = keep && (!maskPartial || Mods::keeps(p, batch, head, query, key));
   const float scaled = score * p.scale;
-  float probability = 0.f;
-  if (keep)
-    probability = fastExp2(Mods::score(p, scaled, batch, head, query, key) * kLog2e - rowLse);
+  // Evaluated for every pair (a masked one's result is dropped): out of the
+  // branch, its evaluation dominates the vector-Jacobian product's, which
+  // the compiler then reuses instead of evaluating the region again.
+  const float modified = Mods::score(p, scaled, batch, head, query, key);
+  const float probability = keep ? fastExp2(modified * kLog2e - rowLse) : 0.f;
   const float modGradient = probability * (gradient - rowDelta);
   score = probability;
   gradient = modGradient != 0.f ? Mods::scoreVjp(p, captureGradients, modGradient, scaled, batch,
@@ -466,12 +468,13 @@ __device__ __forceinline__ void regionPairGradient(
 }
 
 // Every pair of the thread's fragments. With learnable captures the pairs
-// go diagonal by diagonal (q - k ascending): a thread's pairs (key0, column
-// c) and (key0 + 8, column c + 8) lie on one diagonal and come one after
-// the other, so a capture indexed by q - k (a relative-position or bucketed
-// bias) sums both in a register before one addition to memory. Without,
-// the fragment order (a row pair's statistics loaded once) keeps the
-// consumers' registers within budget.
+// go diagonal by diagonal (q - kv ascending): a thread's pairs (key0,
+// column c) and (key0 + 8, column c + 8) lie on one diagonal and come one
+// after the other, so a capture indexed by q - kv (a relative-position or
+// bucketed bias) sums both in a register before one addition to memory.
+// A score_mod that reads captures takes that order too, and the others the
+// fragment order (a row pair's statistics loaded once): so each example's
+// consumers stay within their registers (ptxas; unit.codegen pins them).
 __device__ __forceinline__ void regionGradientsOf(const attn_abi::AttnBwdParams &p,
                                                   typename Mods::Gradients &captureGradients,
                                                   float (&scores)[kScoreRegs],
@@ -479,7 +482,7 @@ __device__ __forceinline__ void regionGradientsOf(const attn_abi::AttnBwdParams 
                                                   u32 delta, bool partial, bool maskPartial,
                                                   const Sequence &sequence, int batch, int head,
                                                   int key0, int query0, int lane) {
-  if constexpr (Mods::kLearnsCaptures) {
+  if constexpr (Mods::kLearnsCaptures || (Mods::kHasScoreMod && Mods::kHasCaptures)) {
 #pragma unroll
     for (int e = 0; e < 2; ++e)
 #pragma unroll

@@ -3,14 +3,15 @@
 // system header, so it uses builtin types only.
 //
 // A sum is a fixed-point number with kExactFractionBits fraction bits, held
-// in a record of kExactSumWords int64 words: word 0 adds the fraction's low
-// 32 bits, word 1 its high 32 bits, word 2 the integer part, and word 3
-// counts the values that could not be added (NaN, infinity, |v| >= 2^63).
-// Each value is cut exactly into those parts and each part added with an
-// integer addition, which is associative: the record, and so the float read
-// from it, is the same bits whatever order the values arrive in. Words 0
-// and 1 take parts below 2^32, so 2^31 additions cannot overflow them.
-// Parts of a value below 2^-64 are dropped (rounded toward zero).
+// in a record of kExactSumWords int64 words. A float's 24 significant bits
+// start at some bit s of the fixed-point number; word k adds values whose s
+// lies in [8k, 8k + 8), shifted by s - 8k, so every value is one integer
+// below 2^31 added to one word: exact, and integer addition does not depend
+// on the order, so the record, and the float read from it, is the same
+// bits whatever order the values arrive in. A word takes 2^31 additions
+// without overflow. The last word counts the values that could not be added
+// (NaN, infinity, |v| >= 2^63). Bits of a value below 2^-64 are dropped
+// (rounded toward zero).
 #ifndef ATTN_TEMPLATES_EXACT_SUM_H
 #define ATTN_TEMPLATES_EXACT_SUM_H
 
@@ -23,12 +24,46 @@
 namespace attn_exact {
 
 constexpr int kExactFractionBits = 64;
-constexpr int kExactSumWords = 4;
+constexpr int kExactWindowBits = 8;
+// 128 bytes: one cache line per element.
+constexpr int kExactSumWords = 16;
+constexpr int kExactPoisonWord = kExactSumWords - 1;
 
-// The additions one value makes to a record's words (each may be 0).
-struct ExactParts {
-  long long words[kExactSumWords];
+// One value's addition: `amount` into word `word` (amount 0: nothing).
+struct ExactPart {
+  int word;
+  long long amount;
 };
+
+ATTN_EXACT_FN unsigned floatBits(float value) {
+#if defined(__CUDACC__)
+  return __float_as_uint(value);
+#else
+  return __builtin_bit_cast(unsigned, value);
+#endif
+}
+
+ATTN_EXACT_FN ExactPart exactPartOf(float value) {
+  const unsigned bits = floatBits(value);
+  const int biased = static_cast<int>((bits >> 23) & 0xffu);
+  // 0x5f000000 is 2^63: larger magnitudes, infinity and NaN.
+  if ((bits & 0x7fffffffu) >= 0x5f000000u)
+    return ExactPart{kExactPoisonWord, 1};
+  // |value| = significand * 2^(start - kExactFractionBits): start is the
+  // bit of the fixed-point number where the significand's lowest bit lies.
+  long long significand = bits & 0x7fffffu;
+  int start = 1 - 150 + kExactFractionBits; // subnormal: the least exponent
+  if (biased != 0) {
+    significand |= 0x800000;
+    start = biased - 150 + kExactFractionBits;
+  }
+  if (start < 0) {
+    significand = start > -24 ? significand >> -start : 0;
+    start = 0;
+  }
+  const long long amount = significand << (start % kExactWindowBits);
+  return ExactPart{start / kExactWindowBits, (bits >> 31) ? -amount : amount};
+}
 
 ATTN_EXACT_FN float quietNan() {
 #if defined(__CUDACC__)
@@ -38,48 +73,24 @@ ATTN_EXACT_FN float quietNan() {
 #endif
 }
 
-// The parts are cut with float operations that are all exact: the integer
-// part by truncation (|value| < 2^63 fits int64), the fraction as value -
-// integer, scaled by 2^64 (a power of two) and truncated to an integer,
-// which drops only the bits below 2^-64.
-ATTN_EXACT_FN ExactParts exactPartsOf(float value) {
-  ExactParts parts = {{0, 0, 0, 0}};
-  const float magnitude = value < 0.f ? -value : value;
-  if (!(magnitude < 0x1p63f)) { // also NaN
-    parts.words[3] = 1;
-    return parts;
-  }
-  const float whole = static_cast<float>(static_cast<long long>(magnitude));
-  const unsigned long long fraction =
-      static_cast<unsigned long long>((magnitude - whole) * 0x1p64f);
-  long long low = static_cast<long long>(fraction & 0xffffffffu);
-  long long high = static_cast<long long>(fraction >> 32);
-  long long integer = static_cast<long long>(whole);
-  if (value < 0.f) {
-    low = -low;
-    high = -high;
-    integer = -integer;
-  }
-  parts.words[0] = low;
-  parts.words[1] = high;
-  parts.words[2] = integer;
-  return parts;
-}
-
-// The record's sum as a float: the words' carries are propagated exactly,
-// then the value is rounded once through double (53 bits, far more than
-// the float keeps). NaN if a value could not be added.
+// The record's sum as a float. The words are first carried into 8-bit
+// digits (exactly, in integers), then read top down in double, whose 53
+// bits hold far more than the float keeps; the result is rounded to float
+// once more. NaN if a value could not be added.
 ATTN_EXACT_FN float exactSumValue(const long long (&words)[kExactSumWords]) {
-  if (words[3] != 0)
+  if (words[kExactPoisonWord] != 0)
     return quietNan();
-  const long long low = words[0] & 0xffffffffll;
-  const long long carryLow = words[0] >> 32; // arithmetic: floor division
-  const long long middleSum = words[1] + carryLow;
-  const long long middle = middleSum & 0xffffffffll;
-  const long long whole = words[2] + (middleSum >> 32);
-  const double fraction = (static_cast<double>(middle) + static_cast<double>(low) * 0x1p-32) *
-                          0x1p-32;
-  return static_cast<float>(static_cast<double>(whole) + fraction);
+  unsigned digits[kExactPoisonWord];
+  long long carry = 0;
+  for (int word = 0; word < kExactPoisonWord; ++word) {
+    const long long total = words[word] + carry;
+    digits[word] = static_cast<unsigned>(total & 0xff);
+    carry = total >> kExactWindowBits; // arithmetic: floor division
+  }
+  double value = static_cast<double>(carry);
+  for (int word = kExactPoisonWord - 1; word >= 0; --word)
+    value = value * 256.0 + static_cast<double>(digits[word]);
+  return static_cast<float>(value * 0x1p-64);
 }
 
 } // namespace attn_exact

@@ -128,16 +128,13 @@ __device__ __forceinline__ long long gradientIndex(const Capture<float, 3> &g, s
   return inside ? static_cast<long long>((i * g.extent[1] + j) * g.extent[2] + k) : -1;
 }
 
-// One sum into element `index`'s record: its nonzero parts, each an
-// integer atomic add.
+// One sum into element `index`'s record: one integer atomic add.
 __device__ __forceinline__ void addExact(unsigned long long *records, long long index,
                                          float value) {
-  const attn_exact::ExactParts parts = attn_exact::exactPartsOf(value);
-  unsigned long long *record = records + index * attn_exact::kExactSumWords;
-#pragma unroll
-  for (int word = 0; word < attn_exact::kExactSumWords; ++word)
-    if (parts.words[word] != 0)
-      atomicAdd(record + word, static_cast<unsigned long long>(parts.words[word]));
+  const attn_exact::ExactPart part = attn_exact::exactPartOf(value);
+  if (part.amount != 0)
+    atomicAdd(records + index * attn_exact::kExactSumWords + part.word,
+              static_cast<unsigned long long>(part.amount));
 }
 
 template <int Rank>

@@ -23,11 +23,10 @@ struct Record {
   long long words[kExactSumWords] = {0, 0, 0, 0};
 
   void add(float value) {
-    const ExactParts parts = exactPartsOf(value);
-    // The GPU adds with 64-bit atomics, which wrap: add the same way.
-    for (int word = 0; word < kExactSumWords; ++word)
-      words[word] = static_cast<long long>(static_cast<unsigned long long>(words[word]) +
-                                           static_cast<unsigned long long>(parts.words[word]));
+    const ExactPart part = exactPartOf(value);
+    // The GPU adds with a 64-bit atomic, which wraps: add the same way.
+    words[part.word] = static_cast<long long>(static_cast<unsigned long long>(words[part.word]) +
+                                              static_cast<unsigned long long>(part.amount));
   }
   float value() const { return exactSumValue(words); }
 };
@@ -45,12 +44,11 @@ uint32_t bitsOf(float value) {
   return bits;
 }
 
-/// A value's parts put back together, in long double (64-bit mantissa).
-long double partsValue(float value) {
-  const ExactParts parts = exactPartsOf(value);
-  return std::ldexp(static_cast<long double>(parts.words[0]), -64) +
-         std::ldexp(static_cast<long double>(parts.words[1]), -32) +
-         static_cast<long double>(parts.words[2]);
+/// A value's part as the number it adds, in long double (64-bit mantissa).
+long double partValue(float value) {
+  const ExactPart part = exactPartOf(value);
+  return std::ldexp(static_cast<long double>(part.amount),
+                    kExactWindowBits * part.word - kExactFractionBits);
 }
 
 } // namespace
@@ -69,11 +67,16 @@ TEST_CASE("exact sums: hand-computed cases", "[exact_sum]") {
   CHECK(sumOf({std::numeric_limits<float>::denorm_min()}) == 0.f);
 }
 
-TEST_CASE("exact sums: a value's parts are the value", "[exact_sum]") {
+TEST_CASE("exact sums: a value's part is the value", "[exact_sum]") {
   for (float value : {1.f, -1.f, 0.1f, -0.1f, 1.5e-10f, 123456.789f, -0x1.fffffep62f,
                       0x1p-64f, 3.3e-3f, -7.25e9f}) {
     INFO("value " << value);
-    CHECK(partsValue(value) == static_cast<long double>(value));
+    CHECK(partValue(value) == static_cast<long double>(value));
+    // One integer below 2^31 into a word that holds values, not the count.
+    const ExactPart part = exactPartOf(value);
+    CHECK(part.word >= 0);
+    CHECK(part.word < kExactPoisonWord);
+    CHECK(std::llabs(part.amount) < (1ll << 31));
     CHECK(sumOf({value}) == value);
   }
 }

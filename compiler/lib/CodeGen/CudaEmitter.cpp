@@ -366,6 +366,8 @@ void emitBackwardMods(const BackwardMods &mods, std::ostringstream &out) {
       << ";\n"
       << "  static constexpr bool kLearnsCaptures = "
       << (mods.gradientRanks.empty() ? "false" : "true") << ";\n"
+      << "  static constexpr bool kHasCaptures = " << (mods.captures.empty() ? "false" : "true")
+      << ";\n"
       << "  // Whether mask_mod keeps all, none or some pairs of the tile [q0, q1] x [k0, k1].\n"
       << "  static __device__ __forceinline__ attn_dev::Coverage maskCoverage(long long b, long "
          "long h, long long q0, long long q1, long long k0, long long k1) {\n"

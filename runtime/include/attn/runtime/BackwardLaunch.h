@@ -62,7 +62,7 @@ struct AttnBackwardArgs {
 /// per padded query row), dQ's accumulator (head_dim fp32 per padded row)
 /// and one int32 counter per query block, for every (batch, query head);
 /// rows padded to whole blocks of the plan's blockM; with exact capture
-/// gradients, 32 bytes per gradient element; 256-byte aligned parts.
+/// gradients, 128 bytes per gradient element; 256-byte aligned parts.
 /// Validates the shapes first.
 uint64_t backwardWorkspaceBytes(const AttnLaunchConfig &config, const AttnBackwardArgs &args);
 
