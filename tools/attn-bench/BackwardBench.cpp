@@ -25,12 +25,14 @@ struct LoadedPair {
 };
 
 LoadedPair loadPair(const std::string &spec, const std::string &name, int64_t batch,
-                    int64_t seqlen, int64_t seqlenK) {
+                    int64_t seqlen, int64_t seqlenK, const std::string &backwardTile = "") {
   CompileOptions options;
   options.tuningShape = fmt::format("{},{},{}", batch, seqlen, seqlenK);
   LoadedPair pair;
   pair.forward = compileSpec(spec, name, options);
-  pair.backward = compileBackwardSpec(spec, name);
+  CompileOptions backwardOptions;
+  backwardOptions.tileOverride = backwardTile;
+  pair.backward = compileBackwardSpec(spec, name, backwardOptions);
   pair.forwardModule = Module::loadPtx(
       std::string_view(pair.forward.binary.data(), pair.forward.binary.size()));
   pair.backwardModule = Module::loadPtx(
@@ -110,8 +112,9 @@ int runBackwardGrid(int warmup, int repeats) {
 
 int runBackwardSpec(const std::string &spec, const std::string &name, int64_t batch,
                     int64_t seqlen, int64_t seqlenK, const std::vector<std::string> &captures,
-                    bool tileCoverage, bool check, int warmup, int repeats) {
-  LoadedPair pair = loadPair(spec, name, batch, seqlen, seqlenK);
+                    bool tileCoverage, bool check, int warmup, int repeats,
+                    const std::string &backwardTile) {
+  LoadedPair pair = loadPair(spec, name, batch, seqlen, seqlenK, backwardTile);
   const harness::Shape shape{batch, seqlen, seqlenK, false};
   harness::ForwardProblem data(pair.forward.launch, shape, 2026);
   harness::addGeneratedCaptures(data, pair.forward.launch, shape, captures);

@@ -15,10 +15,12 @@ namespace attn::bench {
 int runBackwardGrid(int warmup, int repeats);
 
 /// `attn-bench spec.mlir --backward`: one spec's backward at (batch,
-/// seqlen, seqlenK), optionally checked against the CPU reference first.
+/// seqlen, seqlenK), optionally checked against the CPU reference first;
+/// `backwardTile` overrides settings of the backward's plan.
 int runBackwardSpec(const std::string &spec, const std::string &name, int64_t batch,
                     int64_t seqlen, int64_t seqlenK, const std::vector<std::string> &captures,
-                    bool tileCoverage, bool check, int warmup, int repeats);
+                    bool tileCoverage, bool check, int warmup, int repeats,
+                    const std::string &backwardTile = "");
 
 } // namespace attn::bench
 

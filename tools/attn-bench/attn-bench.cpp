@@ -84,7 +84,9 @@ cl::opt<bool> check("check", cl::desc("Compare with the CPU reference evaluator"
                     cl::init(false));
 cl::opt<int> warmup("warmup", cl::desc("Untimed launches first"), cl::init(5));
 cl::opt<int> repeats("repeats", cl::desc("Timed launches (median reported)"), cl::init(20));
-cl::opt<std::string> tileOverride("tile", cl::desc("Tile override passed to attn-tile"),
+cl::opt<std::string> tileOverride("tile",
+                                  cl::desc("Tile override passed to attn-tile (with --backward: "
+                                           "over the backward's plan)"),
                                   cl::init(""));
 cl::opt<std::string> tuningDatabase(
     "tuning-db",
@@ -747,7 +749,7 @@ int main(int argc, char **argv) {
                                           seqlenK ? seqlenK : seqlen,
                                           std::vector<std::string>(captureOptions.begin(),
                                                                    captureOptions.end()),
-                                          tileCoverage, check, warmup, repeats);
+                                          tileCoverage, check, warmup, repeats, tileOverride);
     }
     return grid ? runGrid() : linearGrid ? runLinearGrid() : runSpec();
   } catch (const attn::Error &error) {
