@@ -37,6 +37,14 @@ bool exactCaptureGrads(const AttnBackwardArgs &args) {
          args.captureGradSum == AttnBackwardArgs::CaptureGradSum::Exact;
 }
 
+/// The capture gradients as the capture views they are laid out as.
+std::vector<CaptureView> gradientViews(const AttnBackwardArgs &args) {
+  std::vector<CaptureView> views;
+  for (const CaptureGradView &gradient : args.captureGrads)
+    views.push_back(CaptureView{gradient.data, DType::F32, gradient.shape});
+  return views;
+}
+
 /// The workspace's parts, in order, each 256-byte aligned.
 struct WorkspaceLayout {
   uint64_t lseLog2 = 0, delta = 0, dqAccum = 0, semaphores = 0;
@@ -62,11 +70,8 @@ WorkspaceLayout workspaceLayout(const AttnLaunchConfig &config, const LogicalSha
       layout.semaphores + alignUp(counters * sizeof(int32_t), kWorkspaceAlign);
   layout.total = layout.captureRecordsBegin;
   if (exactCaptureGrads(args))
-    for (const CaptureGradView &gradient : args.captureGrads) {
-      const uint64_t elements =
-          uint64_t(captureBytes(CaptureView{gradient.data, DType::F32, gradient.shape},
-                                "captureGrads")) /
-          sizeof(float);
+    for (const CaptureView &gradient : gradientViews(args)) {
+      const uint64_t elements = uint64_t(captureBytes(gradient, "captureGrads")) / sizeof(float);
       if (elements > (uint64_t(1) << 52))
         fail("captureGrads", fmt::format("{} elements need more exact-sum workspace than 2^57 "
                                          "bytes; use CaptureGradSum::Atomic",
@@ -113,14 +118,6 @@ BackwardGrids backwardGrids(const AttnLaunchConfig &config, const LogicalShape &
                     static_cast<unsigned>(shape.batch)};
   return grids;
 }
-/// The capture gradients as the capture views they are laid out as.
-std::vector<CaptureView> gradientViews(const AttnBackwardArgs &args) {
-  std::vector<CaptureView> views;
-  for (const CaptureGradView &gradient : args.captureGrads)
-    views.push_back(CaptureView{gradient.data, DType::F32, gradient.shape});
-  return views;
-}
-
 /// Bytes of the forward's tile coverage for this call: one per (batch, query
 /// head, forward query block, forward key tile).
 uint64_t coverageBytes(const AttnLaunchConfig &config, const AttnBackwardArgs &args,
@@ -210,9 +207,12 @@ uint64_t backwardWorkspaceBytes(const AttnLaunchConfig &config, const AttnBackwa
 }
 
 namespace {
-/// The parameter block of arguments validateBackwardArgs has accepted.
+/// The parameter block of arguments validateBackwardArgs has accepted, with
+/// their workspace layout and capture gradients' views.
 attn_abi::AttnBwdParams encodeBackwardParams(const AttnLaunchConfig &config,
-                                             const AttnBackwardArgs &args) {
+                                             const AttnBackwardArgs &args,
+                                             const WorkspaceLayout &layout,
+                                             const std::vector<CaptureView> &gradients) {
   attn_abi::AttnBwdParams params{};
   params.q_map = encodeBSHDTensorMap(args.q, config.blockM, kTmaBoxCols, "q");
   params.k_map = encodeBSHDTensorMap(args.k, config.blockN, kTmaBoxCols, "k");
@@ -235,7 +235,6 @@ attn_abi::AttnBwdParams encodeBackwardParams(const AttnLaunchConfig &config,
   copyStrides(args.dv, params.dv_strides);
   params.lse = args.lse;
   const LogicalShape shape = backwardShape(args);
-  const WorkspaceLayout layout = workspaceLayout(config, shape, args);
   char *workspace = static_cast<char *>(args.workspace);
   params.lse_log2 = reinterpret_cast<float *>(workspace + layout.lseLog2);
   params.delta = reinterpret_cast<float *>(workspace + layout.delta);
@@ -260,7 +259,6 @@ attn_abi::AttnBwdParams encodeBackwardParams(const AttnLaunchConfig &config,
     params.total_k = static_cast<int>(args.k.seqlen());
   }
   fillCaptureEntries(args.captures, params.captures);
-  const std::vector<CaptureView> gradients = gradientViews(args);
   fillCaptureEntries(gradients, params.capture_grads);
   if (exactCaptureGrads(args)) {
     // The main kernel adds into the records; the sum kernel writes the
@@ -281,7 +279,8 @@ attn_abi::AttnBwdParams encodeBackwardParams(const AttnLaunchConfig &config,
 attn_abi::AttnBwdParams makeBackwardParams(const AttnLaunchConfig &config,
                                            const AttnBackwardArgs &args) {
   validateBackwardArgs(config, args);
-  return encodeBackwardParams(config, args);
+  return encodeBackwardParams(config, args, workspaceLayout(config, backwardShape(args), args),
+                              gradientViews(args));
 }
 
 BackwardFunctions loadBackwardFunctions(const Module &module, const AttnLaunchConfig &config) {
@@ -332,7 +331,7 @@ void launchBackward(BackwardFunctions &functions, const AttnLaunchConfig &config
   requireCaptureMemory(config, gradients, device);
 
   // Validated above: encode without checking again.
-  attn_abi::AttnBwdParams params = encodeBackwardParams(config, args);
+  attn_abi::AttnBwdParams params = encodeBackwardParams(config, args, layout, gradients);
   void *kernelArgs[] = {&params};
   const BackwardGrids grids = backwardGrids(config, shape);
   const Dim3 rowBlock{ATTN_BWD_ROW_THREADS, 1, 1};
