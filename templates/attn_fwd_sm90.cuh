@@ -69,3 +69,5 @@ extern "C" __global__ void __launch_bounds__(attn_kernel::kThreads, 1)
 }
 
 #include "attn_fwd_prepass_sm90.cuh"
+
+#include "attn_split_kv_sm90.cuh"

@@ -120,6 +120,88 @@ struct AttnFwdParams {
   int *tail_counters;
 };
 
+// Parameters of the short-query (split-KV) kernels of a softmax module:
+// decode, speculative verification and other calls with few query rows,
+// and every call over a paged KV cache.
+//
+// The query heads of one kv head are packed as the rows of one tile: packed
+// row r of (batch b, kv head g) is query position r / group of query head
+// g * group + r % group, where group = q_heads / kv_heads (so a decode step
+// of 8 query heads over one kv head fills 8 rows of one tile instead of one
+// row of 8). A block takes kSplitKvRows packed rows and one of `splits`
+// equal pieces of the keys those rows may see; with splits > 1 each piece
+// writes its normalized O in fp32 and its log-sum-exp (base 2) to
+// partial_o [splits][batch][q_heads][seqlen_q][head_dim] and partial_lse
+// [splits][batch][q_heads][seqlen_q], and the combine kernel merges them
+// into o and lse.
+//
+// q, o: [batch, seqlen_q, q_heads, head_dim]; element strides of the batch,
+// row and head dimensions, head_dim contiguous. k, v: contiguous caches
+// [batch, seqlen_k, kv_heads, head_dim] (page_size 0), or paged caches
+// [num_pages, page_size, kv_heads, head_dim] (page_size > 0): key j of
+// sequence b lies in page block_table[b * block_table_stride + j /
+// page_size], row j % page_size, and the sequence holds seqlens_k[b] keys
+// (clamped to [0, min(seqlen_k, max_pages * page_size)]; page numbers to
+// [0, num_pages)). Strides of k and v: [page or batch, row, head].
+// lse: [batch, q_heads, seqlen_q] fp32, natural logarithm.
+struct AttnSplitKvParams {
+  const void *q;
+  const void *k;
+  const void *v;
+  void *o;
+  long long q_strides[3];
+  long long k_strides[3];
+  long long v_strides[3];
+  long long o_strides[3];
+  float *lse;
+  float *partial_o;
+  float *partial_lse;
+  const int *block_table;
+  const int *seqlens_k;
+  long long block_table_stride;
+  int max_pages;
+  int num_pages;
+  int page_size;
+  // log2(page_size) for a power of two, else -1.
+  int page_shift;
+  int batch;
+  int seqlen_q;
+  int seqlen_k;
+  int q_heads;
+  int kv_heads;
+  // Blocks of kSplitKvRows packed rows per (batch, kv head).
+  int row_blocks;
+  int splits;
+  // The softmax scale, and it multiplied by log2(e).
+  float scale;
+  float scale_log2;
+  CaptureArg captures[kMaxCaptures];
+};
+
+// The short-query plan, a function of the head dim: key rows a pipeline
+// stage holds (K and V), stages, and the block's shared memory (Q's
+// kSplitKvRows rows, then the stages), all 16-bit elements.
+constexpr int kSplitKvRows = 64;
+constexpr int kSplitKvThreads = 128;
+constexpr int splitKvBlockN(int headDim) { return headDim <= 64 ? 128 : (headDim <= 128 ? 64 : 32); }
+constexpr int splitKvStages(int headDim) { return 3; }
+constexpr int splitKvSharedBytes(int headDim) {
+  return (kSplitKvRows + splitKvStages(headDim) * 2 * splitKvBlockN(headDim)) * headDim * 2;
+}
+// The most query rows a call sends down the short-query path by itself
+// (longer queries take the forward kernel unless the KV cache is paged;
+// attn::shortQueryPlanFor says which shorter ones take it).
+constexpr int kShortQueryMaxRows = 64;
+#define ATTN_SPLIT_KV_KERNEL_NAME "attn_split_kv_kernel"
+// The most splits of a call: beyond them the combine's reads of the pieces
+// cost more than the keys.
+constexpr int kMaxKeySplits = 1024;
+// The combine: grid (batch * q_heads * seqlen_q, head_dim /
+// ATTN_SPLIT_KV_COMBINE_COLUMNS), a block per output row's columns.
+#define ATTN_SPLIT_KV_COMBINE_KERNEL_NAME "attn_split_kv_combine_kernel"
+#define ATTN_SPLIT_KV_COMBINE_THREADS 128
+#define ATTN_SPLIT_KV_COMBINE_COLUMNS 32
+
 // Parameters of the backward softmax attention kernels (the preprocess, the
 // main kernel over key tiles, and dQ's conversion), one block for all three.
 //

@@ -334,7 +334,11 @@ void validateForwardArgs(const AttnLaunchConfig &config,
       fail("v", "shape " + shapeString(args.v) + " does not match k's " +
                     shapeString(args.k));
   }
-  requireQueryKeyExtents(args.q, args.k);
+  if (args.paged.active())
+    validatePagedKvCache(args);
+  else
+    requireQueryKeyExtents(args.q, args.k);
+  validateShortQueryArgs(config, args);
 
   // Layout: Q, K, V and O all go through TMA, so one set of rules covers
   // all four.
@@ -375,6 +379,17 @@ void validateDevicePointers(const AttnLaunchConfig &config,
   uint64_t lseElements = lseElementCount(config, args);
   if (lseElements != 0)
     requireDeviceMemory(args.lse, lseElements * sizeof(float), "lse", device);
+  if (args.paged.active()) {
+    const uint64_t rows = uint64_t(args.q.batch());
+    if (rows > 0) {
+      requireDeviceMemory(args.paged.blockTable,
+                          ((rows - 1) * uint64_t(args.paged.blockTableStride) +
+                           uint64_t(args.paged.maxPages)) *
+                              sizeof(int32_t),
+                          "paged.blockTable", device);
+      requireDeviceMemory(args.paged.seqlensK, rows * sizeof(int32_t), "paged.seqlensK", device);
+    }
+  }
   if (args.packed.active()) {
     uint64_t offsetBytes = uint64_t(args.packed.batch + 1) * sizeof(int32_t);
     requireDeviceMemory(args.packed.cuSeqlensQ, offsetBytes, "packed.cuSeqlensQ", device);
@@ -512,6 +527,9 @@ ForwardTail forwardTailOf(const AttnLaunchConfig &config, const AttnForwardArgs 
 void launchForward(KernelFunction &kernel, const AttnLaunchConfig &config,
                    const AttnForwardArgs &args, CUstream stream) {
   validateForwardArgs(config, args);
+  if (args.paged.active())
+    fail("paged", "the forward kernel does not read a paged KV cache: launch the call with "
+                  "launchShortQuery (Kernel::run chooses it)");
   const LogicalShape shape = logicalShape(args);
   if (args.q.batch() == 0 || args.q.seqlen() == 0 || shape.batch == 0 || shape.seqlenQ == 0)
     return;
@@ -547,6 +565,9 @@ uint64_t forwardWorkspaceBytes(const AttnLaunchConfig &config, const AttnForward
   const LogicalShape shape = logicalShape(args);
   if (shape.batch == 0 || shape.seqlenQ == 0)
     return 0;
+  if (std::optional<uint64_t> bytes =
+          shortQueryWorkspaceBytes(config, args, multiprocessorsOf(currentDevice())))
+    return *bytes;
   const Dim3 grid = forwardGrid(config, static_cast<int>(shape.batch),
                                 static_cast<int>(shape.seqlenQ), multiprocessorsOf(currentDevice()));
   return forwardTailOf(config, args, shape, static_cast<int>(grid.x)).scratch.bytes();

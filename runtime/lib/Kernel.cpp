@@ -4,12 +4,15 @@
 
 #include "attn/runtime/LaunchMetadata.h"
 
+#include "LaunchChecks.h"
+
 #include <fmt/format.h>
 
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <mutex>
+#include <optional>
 
 namespace attn {
 
@@ -19,6 +22,10 @@ struct Kernel::Loaded {
   KernelFunction function;
   LinearFunctions linear;     // linear-family kernels only
   BackwardFunctions backward; // backward modules only
+  // Softmax forward modules: the short-query path's kernels (absent from
+  // modules compiled before it existed, which then run every call on the
+  // forward kernel).
+  std::optional<ShortQueryFunctions> shortQuery;
   AutomaticWorkOrders workOrders;
 };
 
@@ -152,6 +159,13 @@ Kernel::Loaded &Kernel::loadedForCurrentContext() const {
     loaded->linear = loadLinearFunctions(module, kernel.launch);
   if (kernel.launch.backward)
     loaded->backward = loadBackwardFunctions(module, kernel.launch);
+  if (!kernel.launch.linearFamily && !kernel.launch.backward) {
+    try {
+      loaded->shortQuery = loadShortQueryFunctions(module, kernel.launch);
+    } catch (const Error &) {
+      loaded->shortQuery.reset();
+    }
+  }
   loaded->module = std::move(module);
   state->loaded.push_back(std::move(loaded));
   return *state->loaded.back();
@@ -188,6 +202,18 @@ void Kernel::run(const AttnForwardArgs &args, CUstream stream) const {
   if (args.q.batch() == 0 || args.q.seqlen() == 0)
     return;
   Loaded &loaded = loadedForCurrentContext();
+  // Decode, short queries and paged caches: the split-KV kernels.
+  const ShortQueryPlan shortQuery =
+      shortQueryPlanFor(config, args, detail::multiprocessorsOf(currentDevice()));
+  if (shortQuery.splits > 0) {
+    if (loaded.shortQuery) {
+      launchShortQuery(*loaded.shortQuery, config, args, stream);
+      return;
+    }
+    if (args.paged.active() || args.keySplits > 0)
+      throw Error("kernel '" + name() + "': its module has no short-query kernels (compiled "
+                  "before attnc had them): recompile it for paged KV caches and keySplits");
+  }
   if (const int32_t *order = loaded.workOrders.orderFor(loaded.module, config, args, stream)) {
     AttnForwardArgs ordered = args;
     ordered.workOrder = order;

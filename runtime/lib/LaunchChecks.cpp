@@ -130,6 +130,8 @@ int multiprocessorsOf(int device) {
 LogicalShape logicalShape(const AttnForwardArgs &args) {
   if (args.packed.active())
     return {args.packed.batch, args.packed.maxSeqlenQ, args.packed.maxSeqlenK};
+  if (args.paged.active())
+    return {args.q.batch(), args.q.seqlen(), args.paged.maxSeqlenK};
   return {args.q.batch(), args.q.seqlen(), args.k.seqlen()};
 }
 

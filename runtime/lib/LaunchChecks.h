@@ -15,6 +15,7 @@
 #include "attn/runtime/AttentionLaunch.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -108,6 +109,15 @@ void fillCaptureEntries(const std::vector<CaptureView> &captures,
 attn_abi::AttnFwdParams encodeForwardParams(const AttnLaunchConfig &config,
                                             const AttnForwardArgs &args);
 
+/// What a paged KV cache needs of its arrays and pools beyond the views'
+/// plan checks ("paged.*", "k", "q", "keySplits").
+void validatePagedKvCache(const AttnForwardArgs &args);
+/// AttnForwardArgs::keySplits and the short-query path's grid limits.
+void validateShortQueryArgs(const AttnLaunchConfig &config, const AttnForwardArgs &args);
+/// The workspace a call uses on the short-query path when it has one;
+/// nullopt when the call takes the forward kernel.
+std::optional<uint64_t> shortQueryWorkspaceBytes(const AttnLaunchConfig &config,
+                                                 const AttnForwardArgs &args, int multiprocessors);
 } // namespace attn::detail
 
 #endif // ATTN_RUNTIME_LIB_LAUNCHCHECKS_H

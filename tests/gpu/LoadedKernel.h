@@ -235,6 +235,18 @@ inline std::vector<int32_t> referenceWorkCosts(const reference::Problem &problem
   return costs;
 }
 
+/// Checks a comparison with the reference: no non-finite output, no row
+/// masked on one side only, every element within tolerance; `what` names
+/// the case in the failure message.
+inline void checkComparison(const harness::Comparison &result, const std::string &what) {
+  INFO(what << "\nmax|dO|=" << result.maxAbsError << " rel-L2=" << result.relativeL2Error
+            << " max|dLSE|=" << result.maxLseError << "\nfirst violation: "
+            << result.firstViolation);
+  CHECK(result.nonFinite == 0);
+  CHECK(result.maskedRowMismatches == 0);
+  CHECK(result.toleranceViolations == 0);
+}
+
 /// The host copies of a problem's captures, as the reference reads them.
 inline std::vector<HostCapture> hostCaptures(const harness::ForwardProblem &data) {
   std::vector<HostCapture> host;

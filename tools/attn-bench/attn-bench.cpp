@@ -42,6 +42,7 @@
 #include "ToolVersion.h"
 #include "AttnHarness.h"
 #include "BackwardBench.h"
+#include "DecodeBench.h"
 #include "attn/Compiler/Compiler.h"
 #include "attn/Reference/LinearAttention.h"
 
@@ -70,6 +71,12 @@ cl::opt<bool> grid("grid", cl::desc("Run the peer-comparison grid"), cl::init(fa
 cl::opt<bool> linearGrid("linear-grid",
                          cl::desc("Run the linear attention / retention grid (see the header)"),
                          cl::init(false));
+cl::opt<bool> decodeGrid("decode-grid",
+                         cl::desc("Run the short-query grid: decode and speculative "
+                                  "verification, contiguous and paged (see DecodeBench.h)"),
+                         cl::init(false));
+cl::opt<bool> quickGrid("quick", cl::desc("With --decode-grid: batch 1 and 8, up to 32768 keys"),
+                        cl::init(false));
 cl::opt<bool> backwardGrid("backward-grid",
                            cl::desc("Run the backward grid (head dims 64 and 128)"),
                            cl::init(false));
@@ -725,9 +732,9 @@ int main(int argc, char **argv) {
   InitLLVM initLLVM(argc, argv);
   attn::installToolVersionPrinter();
   cl::ParseCommandLineOptions(argc, argv, "attn-bench: run and time attnc kernels\n");
-  if (!grid && !linearGrid && !backwardGrid && specFile.empty()) {
-    errs() << "attn-bench: give a spec file, --grid, --linear-grid or --backward-grid (see "
-              "--help)\n";
+  if (!grid && !linearGrid && !backwardGrid && !decodeGrid && specFile.empty()) {
+    errs() << "attn-bench: give a spec file, --grid, --linear-grid, --backward-grid or "
+              "--decode-grid (see --help)\n";
     return 1;
   }
   std::string reason = attn::harness::gpuUnavailableReason();
@@ -739,6 +746,8 @@ int main(int argc, char **argv) {
     attn::ensureContext();
     if (backwardGrid)
       return attn::bench::runBackwardGrid(warmup, repeats);
+    if (decodeGrid)
+      return attn::bench::runDecodeGrid(warmup, repeats, quickGrid);
     if (backwardRun) {
       auto buffer = MemoryBuffer::getFile(specFile);
       if (!buffer) {

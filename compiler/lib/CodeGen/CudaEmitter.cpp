@@ -207,7 +207,9 @@ void emitModHooks(const ModFunctions &mod, const std::string &captureArgs, const
                   const char *prefix, const char *result, const char *call,
                   const char *leadingParam, const char *leading, const char *fallback,
                   const char *diagonalParam, std::ostringstream &out) {
-  const char *params = "const attn_abi::AttnFwdParams &p";
+  // Generic in the parameter block: the forward kernel and the short-query
+  // kernels read the captures from their own.
+  const char *params = "const Params &p";
   out << "  static constexpr bool k" << name << "UsesKeyFloat = "
       << (mod.usesKeyFloat ? "true" : "false") << ";\n";
   out << "  static constexpr bool k" << name << "RowUsesQuery = "
@@ -216,13 +218,15 @@ void emitModHooks(const ModFunctions &mod, const std::string &captureArgs, const
   for (size_t i = 0; i < mod.rowTypes.size(); ++i)
     out << "    " << mod.rowTypes[i] << " v" << i << ";\n";
   out << "  };\n";
-  out << "  static __device__ __forceinline__ " << name << "Row " << prefix << "Row(" << params
+  out << "  template <class Params>\n"
+      << "  static __device__ __forceinline__ " << name << "Row " << prefix << "Row(" << params
       << ", long long b, long long h, long long q) {\n"
       << "    " << name << "Row row;\n";
   for (size_t i = 0; i < mod.rowFunctions.size(); ++i)
     out << "    row.v" << i << " = " << mod.rowFunctions[i] << "(b, h, q" << captureArgs << ");\n";
   out << "    return row;\n  }\n";
-  out << "  static __device__ __forceinline__ " << result << " " << call << "(" << params << ", const "
+  out << "  template <class Params>\n"
+      << "  static __device__ __forceinline__ " << result << " " << call << "(" << params << ", const "
       << name << "Row &row, " << leadingParam
       << "long long b, long long h, long long q, long long k, float kf" << diagonalParam
       << ") {\n";
@@ -304,7 +308,8 @@ void emitUserMods(const UserMods &mods, std::ostringstream &out) {
   emitModHooks(mods.mask, captureArgs.str(), "Mask", "mask", "bool", "keeps", "", "", "true", "",
                out);
   // For the run-time tile coverage, which tests pairs one at a time.
-  out << "  static __device__ __forceinline__ bool keeps(const attn_abi::AttnFwdParams &p, long "
+  out << "  template <class Params>\n"
+      << "  static __device__ __forceinline__ bool keeps(const Params &p, long "
          "long b, long long h, long long q, long long k) {\n"
       << "    return keeps(p, maskRow(p, b, h, q), b, h, q, k, "
          "attn_dev::exactIntToFloat(static_cast<int>(k)));\n  }\n";
@@ -314,8 +319,9 @@ void emitUserMods(const UserMods &mods, std::ostringstream &out) {
   out << "  static constexpr int kScoreDiagonals = " << score.diagonalFunctions.size() << ";\n"
       << "  static constexpr int kScoreDiagonalSlots = "
       << std::max<size_t>(1, score.diagonalFunctions.size()) << ";\n"
+      << "  template <class Params>\n"
       << "  static __device__ __forceinline__ unsigned scoreDiagonal(const "
-         "attn_abi::AttnFwdParams &p, int n, long long b, long long h, long long d) {\n";
+         "Params &p, int n, long long b, long long h, long long d) {\n";
   for (size_t i = 0; i < score.diagonalFunctions.size(); ++i)
     out << "    if (n == " << i << ")\n      return attn_dev::toBits("
         << score.diagonalFunctions[i] << "(b, h, d" << captureArgs.str() << "));\n";
@@ -330,7 +336,8 @@ void emitUserMods(const UserMods &mods, std::ostringstream &out) {
       << (score.rowOffsetFunction.empty() ? "false" : "true") << ";\n"
       << "  static constexpr bool kScoreKeyRelative = " << (score.keyRelative ? "true" : "false")
       << ";\n"
-      << "  static __device__ __forceinline__ float scoreRowOffset(const attn_abi::AttnFwdParams "
+      << "  template <class Params>\n"
+      << "  static __device__ __forceinline__ float scoreRowOffset(const Params "
          "&p, long long b, long long h, long long q, int keyOrigin) {\n";
   if (score.rowOffsetFunction.empty())
     out << "    return 0.f;\n";

@@ -134,6 +134,30 @@ struct PackedSequences {
   bool active() const { return cuSeqlensQ || cuSeqlensK || batch != 0; }
 };
 
+/// A paged KV cache (the vLLM / FlashInfer convention): k and v are
+/// [numPages, pageSize, Hkv, D] pools, and sequence b's key j lies in page
+/// blockTable[b * blockTableStride + j / pageSize], row j % pageSize. Pages
+/// may come in any order and be shared between sequences. blockTable is a
+/// device int32 array of batch rows of maxPages entries (row stride
+/// blockTableStride >= maxPages); seqlensK a device int32 array of the batch's
+/// key lengths, each at most maxSeqlenK <= maxPages * pageSize. The captures'
+/// `seqlen_k` extent and the grid's key range are maxSeqlenK.
+///
+/// The launch cannot read the arrays without a synchronization: the kernel
+/// clamps each length to [0, maxSeqlenK] and each page number to
+/// [0, numPages), so that no access leaves the pools, but entries out of
+/// those ranges give wrong rows.
+struct PagedKvCache {
+  const int32_t *blockTable = nullptr;
+  int64_t blockTableStride = 0;
+  int64_t maxPages = 0;
+  const int32_t *seqlensK = nullptr;
+  int64_t maxSeqlenK = 0;
+
+  /// Whether any field is set: k and v are then page pools.
+  bool active() const { return blockTable || seqlensK || maxPages != 0 || maxSeqlenK != 0; }
+};
+
 /// Device tensors of one forward call. q, o: [B, Sq, Hq, D]; k, v:
 /// [B, Sk, Hkv, D]; lse: [B, Hq, Sq] fp32 contiguous, device memory;
 /// captures: one per CaptureDecl of the config, in the same order. With
@@ -165,6 +189,16 @@ struct AttnForwardArgs {
   /// Launches that share a workspace must not run concurrently.
   void *workspace = nullptr;
   uint64_t workspaceBytes = 0;
+  /// Optional: a paged KV cache (PagedKvCache); such calls take the
+  /// short-query path at any query length.
+  PagedKvCache paged;
+  /// The short-query (split-KV) path: -1 lets the launch choose it for short
+  /// queries as shortQueryPlanFor says (and for every paged call), with its
+  /// split count; 0 keeps the forward
+  /// kernel; k >= 1 takes the path with k splits of the keys. Splits beyond
+  /// one need the workspace (forwardWorkspaceBytes sizes it); without one
+  /// the launch chooses a single split.
+  int keySplits = -1;
 };
 
 /// The offsets of packed sequences on the device (PackedSequences), made from
@@ -273,10 +307,48 @@ struct ForwardTailSplit {
 ForwardTailSplit forwardTailSplitFor(const AttnLaunchConfig &config, int batch, int seqlenQ,
                                      int seqlenK, int gridBlocks);
 
-/// Bytes of AttnForwardArgs::workspace that the call's tail split uses (0:
-/// none): per tail tile and consumer warp a counter, per block two pieces
-/// of BLOCK_M rows of fp32 O and log-sum-exp.
+/// How a call takes the short-query path (AttnForwardArgs::keySplits):
+/// `splits` pieces of the keys of each block of kSplitKvRows packed rows
+/// (the query heads of a kv head times the query positions), rowBlocks such
+/// blocks per (batch, kv head). splits == 0: the call takes the forward
+/// kernel. Chosen automatically, a call of up to 16 query rows takes the
+/// path, and one of up to kShortQueryMaxRows rows where its row blocks read
+/// K and V at most half as often as the forward kernel's work tiles would
+/// (GQA packing); the splits minimize waves of resident blocks (two a
+/// multiprocessor, one at head dim 256) times the stages each streams plus
+/// a block's overhead, leaving each split at least two stages of keys;
+/// without a workspace, one split.
+struct ShortQueryPlan {
+  int splits = 0;
+  int rowBlocks = 0;
+};
+ShortQueryPlan shortQueryPlanFor(const AttnLaunchConfig &config, const AttnForwardArgs &args,
+                                 int multiprocessors);
+
+/// Bytes of AttnForwardArgs::workspace that the call uses (0: none). On the
+/// forward kernel, its tail split's: per tail tile and consumer warp a
+/// counter, per block two pieces of BLOCK_M rows of fp32 O and log-sum-exp.
+/// On the short-query path, with its automatic or requested splits beyond
+/// one: per split and output row, head_dim fp32 values of O and a
+/// log-sum-exp.
 uint64_t forwardWorkspaceBytes(const AttnLaunchConfig &config, const AttnForwardArgs &args);
+
+/// The short-query path's two kernels in a softmax module
+/// (ATTN_SPLIT_KV_KERNEL_NAME, ATTN_SPLIT_KV_COMBINE_KERNEL_NAME).
+struct ShortQueryFunctions {
+  KernelFunction split;
+  KernelFunction combine;
+};
+/// Looks both up (throws attn::Error when the module lacks them: a module
+/// of another kind, or one compiled before the path existed) and allows
+/// the split kernel its shared memory.
+ShortQueryFunctions loadShortQueryFunctions(const Module &module, const AttnLaunchConfig &config);
+
+/// Launches a call shortQueryPlanFor sends down the short-query path (plan
+/// splits > 0) on `stream`: the split kernel, then with splits beyond one the
+/// combine. Validates like launchForward first.
+void launchShortQuery(ShortQueryFunctions &functions, const AttnLaunchConfig &config,
+                      const AttnForwardArgs &args, CUstream stream);
 
 /// Validates (validateForwardArgs, then validateDevicePointers), builds the
 /// parameters, raises the kernel's dynamic shared memory limit and launches

@@ -1,0 +1,291 @@
+// The short-query (split-KV) path against the CPU reference: decode steps
+// and short queries under every built-in mask, head dim and several split
+// counts (rows with no key, Sq > Sk, head-major strides), the example
+// variants with their captures, paged KV caches with shuffled pages and
+// per-sequence lengths, and Kernel::run choosing the path by itself.
+#include <catch2/catch.hpp>
+
+#include "AttnHarness.h"
+#include "LoadedKernel.h"
+#include "VariantCaptures.h"
+#include "attn/Compiler/Compiler.h"
+#include "attn/runtime/Kernel.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+using namespace attn;
+using attn::gputest::LoadedKernel;
+using attn::gputest::checkComparison;
+using attn::gputest::loadKernel;
+
+namespace {
+
+/// The module's split and combine kernels, looked up once per spec.
+ShortQueryFunctions &shortQueryFunctions(LoadedKernel &kernel) {
+  static std::map<const LoadedKernel *, ShortQueryFunctions> functions;
+  auto found = functions.find(&kernel);
+  if (found == functions.end())
+    found = functions
+                .emplace(&kernel, loadShortQueryFunctions(kernel.module, kernel.compiled.launch))
+                .first;
+  return found->second;
+}
+
+/// Launches `args` down the short-query path with `keySplits`, giving it the
+/// workspace it asks for, NaN-filled so that a piece read before it was
+/// written shows.
+void launchShortQueryWithWorkspace(LoadedKernel &kernel, AttnForwardArgs &args, int keySplits) {
+  const AttnLaunchConfig &launch = kernel.compiled.launch;
+  args.keySplits = keySplits;
+  // Where the automatic choice is the forward kernel, two splits.
+  if (keySplits < 0 && shortQueryPlanFor(launch, args, 132).splits == 0)
+    args.keySplits = 2;
+  const uint64_t bytes = forwardWorkspaceBytes(launch, args);
+  DeviceBuffer workspace(std::max<uint64_t>(bytes, 16));
+  workspace.fill32(0x7fc00000u);
+  args.workspace = workspace.data();
+  args.workspaceBytes = workspace.size();
+  REQUIRE(shortQueryPlanFor(launch, args, 132).splits > 0);
+  launchShortQuery(shortQueryFunctions(kernel), launch, args, nullptr);
+  ATTN_CU_CHECK(cuCtxSynchronize);
+}
+
+void runShortQuery(const std::string &spec, const harness::Shape &shape, int keySplits,
+                   uint64_t seed, const gputest::CaptureMaker &captures = {}) {
+  LoadedKernel &kernel = loadKernel(spec);
+  const AttnLaunchConfig &launch = kernel.compiled.launch;
+  harness::ForwardProblem data(launch, shape, seed);
+  std::mt19937_64 random(seed * 7919 + 1);
+  if (captures)
+    captures(data, launch, shape, random);
+  data.poisonOutputs();
+  AttnForwardArgs args = data.args();
+  launchShortQueryWithWorkspace(kernel, args, keySplits);
+  reference::Problem problem = referenceProblemFromSpec(
+      spec, shape.batch, shape.seqlenQ, shape.seqlenK, gputest::hostCaptures(data));
+  std::ostringstream what;
+  what << "spec: " << spec << "\nB=" << shape.batch << " Sq=" << shape.seqlenQ
+       << " Sk=" << shape.seqlenK << " headMajor=" << shape.headMajor
+       << " keySplits=" << keySplits;
+  checkComparison(harness::compareWithReference(problem, data, launch.dtype), what.str());
+}
+
+const harness::Shape kShortShapes[] = {
+    {2, 1, 1000, false}, // decode
+    {1, 5, 77, false},   // a few rows over less than one stage of keys
+    {1, 64, 20, false},  // Sq > Sk: bottom-right rows with no key
+    {1, 3, 3001, true},  // head-major strides
+};
+
+} // namespace
+
+TEST_CASE("short queries match the reference under every built-in mask and split count",
+          "[gpu][short]") {
+  for (const char *mask : gputest::kBuiltInMasks) {
+    // GQA 4:1 (four packed rows a query position), head dim 128.
+    const std::string spec = gputest::specText(128, "bf16", mask, 8, 2);
+    uint64_t seed = 1;
+    for (const harness::Shape &shape : kShortShapes)
+      for (int keySplits : {-1, 1, 7})
+        runShortQuery(spec, shape, keySplits, seed++);
+  }
+}
+
+TEST_CASE("short queries match the reference at head dims 64 and 256", "[gpu][short]") {
+  // f16 at 64 with MHA (one row a query position); MQA at 256 (16 packed
+  // rows a position: 64 positions fill 16 blocks).
+  const std::string small = gputest::specText(64, "f16", "#attn.causal<bottom_right>", 4, 4);
+  const std::string wide = gputest::specText(256, "bf16", "#attn.causal<bottom_right>", 16, 1);
+  uint64_t seed = 100;
+  for (const std::string &spec : {small, wide})
+    for (const harness::Shape &shape : kShortShapes)
+      for (int keySplits : {-1, 3})
+        runShortQuery(spec, shape, keySplits, seed++);
+  // Many splits of few keys: most pieces are empty.
+  runShortQuery(wide, {1, 2, 100}, 40, seed++);
+}
+
+TEST_CASE("the example variants match the reference on the short-query path",
+          "[gpu][short][variants]") {
+  using gputest::exampleWithHeads;
+  const harness::Shape shapes[] = {{2, 1, 1500, false}, {1, 16, 700, false}};
+  struct Variant {
+    const char *example;
+    gputest::CaptureMaker captures;
+  };
+  const Variant variants[] = {
+      {"softcap_causal_hd128.mlir", {}},
+      {"alibi_causal_hd128.mlir", gputest::addSlopes},
+      {"alibi_learned_hd128.mlir", gputest::addSlopes},
+      {"relpos_bias_causal_hd128.mlir", gputest::normalBiasTable(2 * 8192 - 1)},
+      {"document_mask_hd128.mlir", gputest::addDocuments},
+      {"prefix_lm_hd128.mlir", {}},
+      {"sliding_window_hd128.mlir", {}},
+  };
+  uint64_t seed = 200;
+  for (const Variant &variant : variants)
+    for (const harness::Shape &shape : shapes)
+      for (int keySplits : {-1, 3})
+        runShortQuery(exampleWithHeads(variant.example, "q_heads = 8, kv_heads = 2"), shape,
+                      keySplits, seed++, variant.captures);
+}
+
+namespace {
+
+/// K and V of a ForwardProblem copied into page pools of `pageSize` rows,
+/// the pages of every sequence shuffled among spare ones, with sequence b
+/// holding lengths[b] keys.
+struct PagedCopy {
+  DeviceBuffer kPool, vPool, blockTable, seqlens;
+  int64_t pages = 0, maxPages = 0;
+  AttnForwardArgs args;
+};
+
+PagedCopy pageProblem(const harness::ForwardProblem &data, const AttnLaunchConfig &launch,
+                      int64_t pageSize, const std::vector<int64_t> &lengths, uint64_t seed) {
+  const harness::Shape &shape = data.shape();
+  const int64_t rowElements = int64_t(launch.kvHeads) * launch.headDim;
+  PagedCopy copy;
+  copy.maxPages = (shape.seqlenK + pageSize - 1) / pageSize;
+  int64_t used = 0;
+  for (int64_t length : lengths)
+    used += (length + pageSize - 1) / pageSize;
+  copy.pages = used + 3; // spare pages nobody reads
+  std::vector<int32_t> order(copy.pages);
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 random(seed);
+  std::shuffle(order.begin(), order.end(), random);
+
+  std::vector<uint16_t> kBits(shape.batch * shape.seqlenK * rowElements);
+  std::vector<uint16_t> vBits(kBits.size());
+  data.k.buffer.copyToHost(kBits.data(), kBits.size() * 2);
+  data.v.buffer.copyToHost(vBits.data(), vBits.size() * 2);
+  std::vector<uint16_t> kPool(copy.pages * pageSize * rowElements, 0xFFFF);
+  std::vector<uint16_t> vPool(kPool.size(), 0xFFFF); // NaN where nothing is copied
+  std::vector<int32_t> table(shape.batch * copy.maxPages, 0);
+  int64_t next = 0;
+  for (int64_t b = 0; b < shape.batch; ++b)
+    for (int64_t page = 0; page * pageSize < lengths[b]; ++page) {
+      const int32_t physical = order[next++];
+      table[b * copy.maxPages + page] = physical;
+      const int64_t rows = std::min(pageSize, shape.seqlenK - page * pageSize);
+      const int64_t from = (b * shape.seqlenK + page * pageSize) * rowElements;
+      std::memcpy(&kPool[physical * pageSize * rowElements], &kBits[from], rows * rowElements * 2);
+      std::memcpy(&vPool[physical * pageSize * rowElements], &vBits[from], rows * rowElements * 2);
+    }
+  std::vector<int32_t> seqlens(lengths.begin(), lengths.end());
+  copy.kPool = DeviceBuffer(kPool.size() * 2);
+  copy.kPool.upload(kPool);
+  copy.vPool = DeviceBuffer(vPool.size() * 2);
+  copy.vPool.upload(vPool);
+  copy.blockTable = DeviceBuffer(table.size() * 4);
+  copy.blockTable.upload(table);
+  copy.seqlens = DeviceBuffer(seqlens.size() * 4);
+  copy.seqlens.upload(seqlens);
+
+  copy.args = data.args();
+  copy.args.k = contiguousBSHD(copy.kPool.data(), launch.dtype, copy.pages, pageSize,
+                               launch.kvHeads, launch.headDim);
+  copy.args.v = contiguousBSHD(copy.vPool.data(), launch.dtype, copy.pages, pageSize,
+                               launch.kvHeads, launch.headDim);
+  copy.args.paged.blockTable = static_cast<const int32_t *>(copy.blockTable.data());
+  copy.args.paged.blockTableStride = copy.maxPages;
+  copy.args.paged.maxPages = copy.maxPages;
+  copy.args.paged.seqlensK = static_cast<const int32_t *>(copy.seqlens.data());
+  copy.args.paged.maxSeqlenK = shape.seqlenK;
+  return copy;
+}
+
+/// The reference of each sequence over its own keys, laid out as one
+/// batch's outputs.
+harness::ReferenceOutputs pagedReference(const std::string &spec,
+                                         const harness::ForwardProblem &data,
+                                         const AttnLaunchConfig &launch,
+                                         const std::vector<int64_t> &lengths) {
+  const harness::Shape &shape = data.shape();
+  const int64_t hq = launch.qHeads, hk = launch.kvHeads, d = launch.headDim;
+  const int64_t sq = shape.seqlenQ, sk = shape.seqlenK;
+  harness::ReferenceOutputs outputs;
+  outputs.o.assign(shape.batch * sq * hq * d, 0.f);
+  outputs.lse.assign(shape.batch * hq * sq, 0.f);
+  for (int64_t b = 0; b < shape.batch; ++b) {
+    reference::Problem problem = referenceProblemFromSpec(spec, 1, sq, lengths[b]);
+    reference::HostTensor q{data.q.host.data() + b * sq * hq * d, {sq * hq * d, hq * d, d, 1}};
+    reference::HostTensor k{data.k.host.data() + b * sk * hk * d, {sk * hk * d, hk * d, d, 1}};
+    reference::HostTensor v{data.v.host.data() + b * sk * hk * d, {sk * hk * d, hk * d, d, 1}};
+    reference::forward(problem, q, k, v, outputs.o.data() + b * sq * hq * d,
+                       outputs.lse.data() + b * hq * sq);
+  }
+  return outputs;
+}
+
+void runPaged(const std::string &spec, int64_t seqlenQ, int64_t pageSize,
+              const std::vector<int64_t> &lengths, int keySplits, uint64_t seed) {
+  LoadedKernel &kernel = loadKernel(spec);
+  const AttnLaunchConfig &launch = kernel.compiled.launch;
+  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  const harness::Shape shape{int64_t(lengths.size()), seqlenQ, longest, false};
+  harness::ForwardProblem data(launch, shape, seed);
+  data.poisonOutputs();
+  PagedCopy paged = pageProblem(data, launch, pageSize, lengths, seed + 1);
+  launchShortQueryWithWorkspace(kernel, paged.args, keySplits);
+  reference::Problem whole = referenceProblemFromSpec(spec, shape.batch, seqlenQ, longest);
+  std::ostringstream what;
+  what << "spec: " << spec << "\nSq=" << seqlenQ << " page size " << pageSize
+       << " keySplits=" << keySplits << " lengths:";
+  for (int64_t length : lengths)
+    what << " " << length;
+  checkComparison(harness::compareOutputs(whole, pagedReference(spec, data, launch, lengths), data,
+                                          launch.dtype),
+                  what.str());
+}
+
+} // namespace
+
+TEST_CASE("a paged KV cache matches the reference with shuffled pages and per-sequence lengths",
+          "[gpu][short][paged]") {
+  const std::string causal = gputest::specText(128, "bf16", "#attn.causal<bottom_right>", 8, 2);
+  const std::vector<int64_t> lengths = {1000, 1, 333, 64};
+  uint64_t seed = 300;
+  for (int64_t pageSize : {16, 64, 256})
+    for (int64_t seqlenQ : {1, 4})
+      for (int keySplits : {-1, 1, 5})
+        runPaged(causal, seqlenQ, pageSize, lengths, keySplits, seed++);
+  // A window, no mask and soft-capping over pages; then a prefill of 100
+  // query rows over a paged cache (beyond the automatic short-query rows).
+  runPaged(gputest::specText(128, "bf16", "#attn.sliding_window<left = 100, right = 0>", 8, 2), 1,
+           16, lengths, -1, seed++);
+  runPaged(gputest::specText(128, "bf16", "#attn.no_mask", 8, 2), 3, 64, lengths, 2, seed++);
+  runPaged(gputest::exampleWithHeads("softcap_causal_hd128.mlir", "q_heads = 8, kv_heads = 2"), 2,
+           32, lengths, -1, seed++);
+  runPaged(causal, 100, 64, {700, 1200}, -1, seed++);
+}
+
+TEST_CASE("Kernel::run takes the short-query path for decode and matches the reference",
+          "[gpu][short]") {
+  const std::string spec = gputest::specText(128, "bf16", "#attn.causal<bottom_right>", 8, 2);
+  LoadedKernel &loaded = loadKernel(spec);
+  KernelImage image;
+  image.name = "short";
+  image.ptx.assign(loaded.compiled.binary.begin(), loaded.compiled.binary.end());
+  image.launch = loaded.compiled.launch;
+  const Kernel kernel(image);
+  const harness::Shape shape{3, 1, 5000, false};
+  harness::ForwardProblem data(image.launch, shape, 400);
+  data.poisonOutputs();
+  AttnForwardArgs args = data.args();
+  DeviceBuffer workspace(std::max<uint64_t>(forwardWorkspaceBytes(image.launch, args), 16));
+  args.workspace = workspace.data();
+  args.workspaceBytes = workspace.size();
+  REQUIRE(shortQueryPlanFor(image.launch, args, 132).splits > 1);
+  kernel.run(args);
+  ATTN_CU_CHECK(cuCtxSynchronize);
+  checkComparison(harness::compareWithReference(
+                      referenceProblemFromSpec(spec, shape.batch, shape.seqlenQ, shape.seqlenK),
+                      data, image.launch.dtype),
+                  "Kernel::run, decode");
+}

@@ -1,0 +1,168 @@
+// The short-query path's host side without a GPU: which calls take it, how
+// many splits of the keys they get, and the paged cache's argument checks.
+#include "attn/runtime/AttentionLaunch.h"
+#include "attn/runtime/Error.h"
+
+#include <catch2/catch.hpp>
+
+#include <climits>
+#include <functional>
+
+using namespace attn;
+using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
+
+namespace {
+
+void *fakePointer(uintptr_t address) { return reinterpret_cast<void *>(address); }
+
+/// Hq = 32 over Hkv kv heads, head dim `headDim`, bf16.
+AttnLaunchConfig decodeConfig(int kvHeads, int headDim = 128) {
+  AttnLaunchConfig config;
+  config.headDim = headDim;
+  config.qHeads = 32;
+  config.kvHeads = kvHeads;
+  config.dtype = DType::BF16;
+  config.scale = 0.088388f;
+  config.blockM = 128;
+  config.blockN = 128;
+  config.threadsPerBlock = 384;
+  config.sharedMemoryBytes = 200 * 1024;
+  return config;
+}
+
+AttnForwardArgs decodeArgs(const AttnLaunchConfig &config, int64_t batch, int64_t seqlenQ,
+                           int64_t seqlenK) {
+  AttnForwardArgs args;
+  const int d = config.headDim;
+  args.q = contiguousBSHD(fakePointer(0x10000000), DType::BF16, batch, seqlenQ, config.qHeads, d);
+  args.k = contiguousBSHD(fakePointer(0x20000000), DType::BF16, batch, seqlenK, config.kvHeads, d);
+  args.v = contiguousBSHD(fakePointer(0x30000000), DType::BF16, batch, seqlenK, config.kvHeads, d);
+  args.o = contiguousBSHD(fakePointer(0x40000000), DType::BF16, batch, seqlenQ, config.qHeads, d);
+  args.lse = static_cast<float *>(fakePointer(0x50000000));
+  args.workspace = fakePointer(0x60000000);
+  args.workspaceBytes = uint64_t(1) << 30;
+  return args;
+}
+
+/// A paged decode call: pools of 1000 pages of 64 rows, a table of 512
+/// pages a sequence.
+AttnForwardArgs pagedArgs(const AttnLaunchConfig &config, int64_t batch) {
+  AttnForwardArgs args = decodeArgs(config, batch, 1, 1);
+  args.k = contiguousBSHD(fakePointer(0x20000000), DType::BF16, 1000, 64, config.kvHeads, 128);
+  args.v = contiguousBSHD(fakePointer(0x30000000), DType::BF16, 1000, 64, config.kvHeads, 128);
+  args.paged.blockTable = static_cast<const int32_t *>(fakePointer(0x70000000));
+  args.paged.blockTableStride = 512;
+  args.paged.maxPages = 512;
+  args.paged.seqlensK = static_cast<const int32_t *>(fakePointer(0x71000000));
+  args.paged.maxSeqlenK = 30000;
+  return args;
+}
+
+void expectPagedInvalid(const std::function<void(AttnForwardArgs &)> &mutate,
+                        const std::string &prefix, const std::string &detail) {
+  const AttnLaunchConfig config = decodeConfig(8);
+  AttnForwardArgs args = pagedArgs(config, 4);
+  mutate(args);
+  CHECK_THROWS_WITH(validateForwardArgs(config, args), StartsWith(prefix) && Contains(detail));
+}
+
+} // namespace
+
+TEST_CASE("short queries take the split-KV path, longer ones the forward kernel",
+          "[runtime][short]") {
+  const AttnLaunchConfig config = decodeConfig(8);
+  // One query token over 32768 keys, batch 1: 8 (batch, kv head) blocks
+  // split until they fill 132 multiprocessors twice (64 keys a stage).
+  ShortQueryPlan plan = shortQueryPlanFor(config, decodeArgs(config, 1, 1, 32768), 132);
+  CHECK(plan.rowBlocks == 1);
+  CHECK(plan.splits == 32);
+  // Batch 64 already fills the GPU: no split.
+  CHECK(shortQueryPlanFor(config, decodeArgs(config, 64, 1, 4096), 132).splits == 1);
+  // 16 rows of 4 heads: 64 packed rows, one block a kv head.
+  CHECK(shortQueryPlanFor(config, decodeArgs(config, 8, 16, 8192), 132).rowBlocks == 1);
+  // 64 rows of 4 heads: four blocks a kv head would read K and V as often
+  // as the forward kernel's 32 work tiles: the forward kernel. MQA packs 32
+  // heads: two blocks read them instead of 32 work tiles.
+  CHECK(shortQueryPlanFor(config, decodeArgs(config, 8, 64, 8192), 132).splits == 0);
+  const AttnLaunchConfig mqa128 = decodeConfig(1);
+  ShortQueryPlan packed = shortQueryPlanFor(mqa128, decodeArgs(mqa128, 8, 4, 8192), 132);
+  CHECK(packed.rowBlocks == 2);
+  CHECK(packed.splits >= 1);
+  // 65 rows take the forward kernel, as does keySplits 0.
+  CHECK(shortQueryPlanFor(config, decodeArgs(config, 1, 65, 8192), 132).splits == 0);
+  AttnForwardArgs forward = decodeArgs(config, 1, 1, 8192);
+  forward.keySplits = 0;
+  CHECK(shortQueryPlanFor(config, forward, 132).splits == 0);
+  // Without a workspace the pieces have nowhere to meet: one split.
+  AttnForwardArgs bare = decodeArgs(config, 1, 1, 32768);
+  bare.workspace = nullptr;
+  bare.workspaceBytes = 0;
+  CHECK(shortQueryPlanFor(config, bare, 132).splits == 1);
+  // A requested count is kept, at any query length.
+  AttnForwardArgs requested = decodeArgs(config, 1, 300, 1000);
+  requested.keySplits = 5;
+  CHECK(shortQueryPlanFor(config, requested, 132).splits == 5);
+  // Few keys: every split keeps at least two stages (here 3 stages: 1 split).
+  CHECK(shortQueryPlanFor(config, decodeArgs(config, 1, 1, 150), 132).splits == 1);
+  // Head dim 256: one block a multiprocessor, 32-key stages: 128 splits of
+  // 8 stages (132 would take 8 stages each too).
+  const AttnLaunchConfig mqa = decodeConfig(1, 256);
+  CHECK(shortQueryPlanFor(mqa, decodeArgs(mqa, 1, 1, 32768), 132).splits == 128);
+}
+
+TEST_CASE("a paged cache takes the short-query path at any query length",
+          "[runtime][short][paged]") {
+  const AttnLaunchConfig config = decodeConfig(8);
+  AttnForwardArgs args = pagedArgs(config, 4);
+  CHECK_NOTHROW(validateForwardArgs(config, args));
+  CHECK(shortQueryPlanFor(config, args, 132).splits >= 1);
+  args.q = contiguousBSHD(args.q.data, DType::BF16, 4, 500, 32, 128);
+  args.o = contiguousBSHD(args.o.data, DType::BF16, 4, 500, 32, 128);
+  CHECK(shortQueryPlanFor(config, args, 132).rowBlocks == 32);
+}
+
+TEST_CASE("paged cache errors name the argument", "[runtime][validate][paged]") {
+  expectPagedInvalid([](auto &a) { a.paged.blockTable = nullptr; }, "paged.blockTable: ",
+                     "pointer is null");
+  expectPagedInvalid([](auto &a) { a.paged.seqlensK = nullptr; }, "paged.seqlensK: ",
+                     "pointer is null");
+  expectPagedInvalid(
+      [](auto &a) { a.paged.seqlensK = static_cast<const int32_t *>(fakePointer(0x71000002)); },
+      "paged.seqlensK: ", "4-byte aligned");
+  expectPagedInvalid([](auto &a) { a.paged.maxPages = 0; }, "paged.maxPages: ",
+                     "must be positive, got 0");
+  expectPagedInvalid([](auto &a) { a.paged.blockTableStride = 100; }, "paged.blockTableStride: ",
+                     "100 is shorter than a row of paged.maxPages = 512 pages");
+  expectPagedInvalid([](auto &a) { a.paged.maxSeqlenK = 512 * 64 + 1; }, "paged.maxSeqlenK: ",
+                     "32769 is outside [0, paged.maxPages x page size = 32768]");
+  expectPagedInvalid([](auto &a) { a.keySplits = 0; }, "keySplits: ",
+                     "does not read a paged KV cache");
+  expectPagedInvalid([](auto &a) { a.keySplits = -2; }, "keySplits: ", "must be -1");
+  expectPagedInvalid([](auto &a) { a.keySplits = 5000; }, "keySplits: ",
+                     "5000 splits exceed the limit of 1024");
+  expectPagedInvalid(
+      [](auto &a) {
+        a.v = contiguousBSHD(a.v.data, DType::BF16, 1000, 32, 8, 128);
+      },
+      "v: ", "does not match k's");
+  expectPagedInvalid([](auto &a) { a.tileCoverage = static_cast<const unsigned char *>(
+                                       fakePointer(0x72000000)); },
+                     "paged: ", "no tile coverage");
+  // Setting only the lengths makes the call a paged one: the table is missing.
+  expectPagedInvalid(
+      [](auto &a) {
+        a.paged = PagedKvCache{};
+        a.paged.seqlensK = static_cast<const int32_t *>(fakePointer(0x71000000));
+      },
+      "paged.blockTable: ", "pointer is null");
+}
+
+TEST_CASE("requested splits need a softmax forward module", "[runtime][short]") {
+  AttnForwardArgs args = decodeArgs(decodeConfig(8), 1, 1, 100);
+  args.keySplits = 2;
+  AttnLaunchConfig backward = decodeConfig(8);
+  backward.backward = 1;
+  CHECK_THROWS_WITH(validateForwardArgs(backward, args),
+                    StartsWith("keySplits: ") && Contains("softmax forward modules"));
+}

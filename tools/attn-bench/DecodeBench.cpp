@@ -1,0 +1,228 @@
+//===- DecodeBench.cpp - attn-bench's serving measurements ----------------===//
+//
+// `attn-bench --decode-grid`: the short-query (split-KV) path at decode and
+// speculative-verification shapes, contiguous and paged, beside the forward
+// kernel. Effective bandwidth = bytes of K and V read once / time, the time
+// a call takes queued back to back with others (the device's time per call,
+// as a serving loop or a CUDA graph sees it). Calls rotate over copies of K
+// and V that together exceed the L2 several times, so that every call reads
+// them from memory.
+//
+//===----------------------------------------------------------------------===//
+
+#include "DecodeBench.h"
+
+#include "AttnHarness.h"
+#include "attn/Compiler/Compiler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <cstdio>
+#include <numeric>
+#include <random>
+
+namespace attn::bench {
+
+namespace {
+
+/// Random 16-bit values of a normal bf16 range, uploaded in 64 MiB pieces
+/// (a host copy of the largest caches would not fit in memory).
+DeviceBuffer randomDeviceBuffer(uint64_t bytes, std::mt19937_64 &random) {
+  DeviceBuffer buffer(std::max<uint64_t>(bytes, 16));
+  std::vector<uint16_t> piece(std::min<uint64_t>(bytes, uint64_t(64) << 20) / 2);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  for (uint16_t &value : piece) {
+    const float x = normal(random);
+    uint32_t bits;
+    std::memcpy(&bits, &x, 4);
+    value = static_cast<uint16_t>(bits >> 16);
+  }
+  for (uint64_t offset = 0; offset < bytes; offset += piece.size() * 2)
+    buffer.copyFromHost(piece.data(), std::min<uint64_t>(piece.size() * 2, bytes - offset),
+                        offset);
+  return buffer;
+}
+
+struct DecodePoint {
+  int64_t seqlenQ, batch, kvHeads, headDim, seqlenK;
+};
+
+/// One cache copy: K, V and (for the paged calls) a block table over pages
+/// of it in a shuffled order.
+struct CacheCopy {
+  DeviceBuffer k, v;
+};
+
+struct LoadedModule {
+  CompiledKernel compiled;
+  Module module;
+  KernelFunction function;
+};
+
+LoadedModule loadModule(const std::string &spec) {
+  LoadedModule loaded;
+  loaded.compiled = compileSpec(spec, "decode.mlir");
+  loaded.module = Module::loadPtx(
+      std::string_view(loaded.compiled.binary.data(), loaded.compiled.binary.size()));
+  loaded.function = loaded.module.function(loaded.compiled.launch.kernelName);
+  return loaded;
+}
+
+} // namespace
+
+int runDecodeGrid(int warmup, int repeats, bool quick) {
+  std::vector<DecodePoint> points;
+  const std::vector<int64_t> batches = quick ? std::vector<int64_t>{1, 8}
+                                             : std::vector<int64_t>{1, 8, 64};
+  const std::vector<int64_t> keys = quick ? std::vector<int64_t>{4096, 32768}
+                                          : std::vector<int64_t>{4096, 32768, 131072};
+  for (auto [kvHeads, headDim] : {std::pair<int64_t, int64_t>{8, 128}, {1, 128}, {1, 256}})
+    for (int64_t batch : batches)
+      for (int64_t seqlenK : keys)
+        points.push_back({1, batch, kvHeads, headDim, seqlenK});
+  for (int64_t seqlenQ : {4, 16, 64})
+    for (int64_t seqlenK : {8192, 32768})
+      points.push_back({seqlenQ, 8, 8, 128, seqlenK});
+
+  // Two copies of K and V at most this large fit an 80 GB card beside the
+  // rest.
+  constexpr uint64_t kMaxCopiesBytes = uint64_t(60) << 30;
+  std::printf("## Short-query path (attn-bench --decode-grid)\n\n"
+              "Hq = 32, bf16, causal aligned bottom-right; TB/s = bytes of K and V read once / "
+              "time. `splits`: the automatic split count (`forward (1)`: the automatic choice is the forward kernel; the path ran with one split); paged: pages of 64 and 16 rows in a "
+              "shuffled order; forward: the 128-row forward kernel (keySplits = 0).\n\n"
+              "| Sq | batch | Hkv | D | Sk | splits | ms | TB/s | paged 64 ms | TB/s | "
+              "paged 16 ms | TB/s | forward ms | TB/s |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::mt19937_64 random(1);
+  std::map<std::pair<int64_t, int64_t>, LoadedModule> modules;
+  for (const DecodePoint &point : points) {
+    const uint64_t cacheBytes =
+        uint64_t(point.batch) * point.seqlenK * point.kvHeads * point.headDim * 2;
+    // K and V twice over (a copy to rotate to) must leave room.
+    if (4 * cacheBytes > kMaxCopiesBytes) {
+      std::printf("| %lld | %lld | %lld | %lld | %lld | skipped: K and V need %.1f GB |\n",
+                  (long long)point.seqlenQ, (long long)point.batch, (long long)point.kvHeads,
+                  (long long)point.headDim, (long long)point.seqlenK, 2.0 * cacheBytes / 1e9);
+      continue;
+    }
+    auto key = std::make_pair(point.kvHeads, point.headDim);
+    if (!modules.count(key))
+      modules.emplace(key, loadModule(harness::softmaxSpecText(
+                               fmt::format("decode_kv{}_d{}", point.kvHeads, point.headDim),
+                               int(point.headDim), "bf16", "#attn.causal<bottom_right>", 32,
+                               point.kvHeads)));
+    LoadedModule &loaded = modules.at(key);
+    const AttnLaunchConfig &launch = loaded.compiled.launch;
+    ShortQueryFunctions functions = loadShortQueryFunctions(loaded.module, launch);
+
+    // Copies enough to exceed 256 MiB together (at least two).
+    const int copies = int(std::clamp<uint64_t>((uint64_t(256) << 20) / (2 * cacheBytes) + 1, 2, 16));
+    std::vector<CacheCopy> caches;
+    for (int copy = 0; copy < copies; ++copy)
+      caches.push_back({randomDeviceBuffer(cacheBytes, random), randomDeviceBuffer(cacheBytes, random)});
+    DeviceBuffer q = randomDeviceBuffer(uint64_t(point.batch) * point.seqlenQ * 32 * point.headDim * 2,
+                                        random);
+    DeviceBuffer o(uint64_t(point.batch) * point.seqlenQ * 32 * point.headDim * 2);
+    DeviceBuffer lse(uint64_t(point.batch) * 32 * point.seqlenQ * 4);
+    auto argsFor = [&](const CacheCopy &cache) {
+      AttnForwardArgs args;
+      args.q = contiguousBSHD(q.data(), DType::BF16, point.batch, point.seqlenQ, 32, point.headDim);
+      args.o = contiguousBSHD(o.data(), DType::BF16, point.batch, point.seqlenQ, 32, point.headDim);
+      args.k = contiguousBSHD(cache.k.data(), DType::BF16, point.batch, point.seqlenK,
+                              point.kvHeads, point.headDim);
+      args.v = contiguousBSHD(cache.v.data(), DType::BF16, point.batch, point.seqlenK,
+                              point.kvHeads, point.headDim);
+      args.lse = static_cast<float *>(lse.data());
+      return args;
+    };
+    AttnForwardArgs base = argsFor(caches[0]);
+    DeviceBuffer workspace(std::max<uint64_t>(forwardWorkspaceBytes(launch, base), 16));
+    // Where the automatic choice is the forward kernel, the path still runs
+    // with one split, for the comparison.
+    int keySplits = -1;
+    auto withWorkspace = [&](AttnForwardArgs args) {
+      args.workspace = workspace.data();
+      args.workspaceBytes = workspace.size();
+      args.keySplits = keySplits;
+      return args;
+    };
+    const int multiprocessors = queryDevice(currentDevice()).multiprocessorCount;
+    const int splits = shortQueryPlanFor(launch, withWorkspace(base), multiprocessors).splits;
+    if (splits == 0)
+      keySplits = 1;
+
+    int next = 0;
+    auto timeShortQuery = [&](auto &&argsOf) {
+      return harness::backToBackMs(
+                 [&] {
+                   launchShortQuery(functions, launch, argsOf(caches[next]), nullptr);
+                   next = (next + 1) % copies;
+                 },
+                 warmup, repeats)
+          .deviceMs;
+    };
+    const double contiguousMs = timeShortQuery([&](const CacheCopy &cache) {
+      return withWorkspace(argsFor(cache));
+    });
+
+    // Paged: the same bytes as pools of pages, each sequence's pages in a
+    // shuffled order.
+    double pagedMs[2] = {0, 0};
+    const int64_t pageSizes[2] = {64, 16};
+    for (int index = 0; index < 2; ++index) {
+      const int64_t pageSize = pageSizes[index];
+      const int64_t pagesPerSequence = (point.seqlenK + pageSize - 1) / pageSize;
+      if (point.seqlenK % pageSize != 0)
+        continue;
+      std::vector<int32_t> table(point.batch * pagesPerSequence);
+      std::iota(table.begin(), table.end(), 0);
+      std::shuffle(table.begin(), table.end(), random);
+      DeviceBuffer blockTable(table.size() * 4), seqlens(point.batch * 4);
+      blockTable.upload(table);
+      seqlens.upload(std::vector<int32_t>(point.batch, int32_t(point.seqlenK)));
+      pagedMs[index] = timeShortQuery([&](const CacheCopy &cache) {
+        AttnForwardArgs args = withWorkspace(argsFor(cache));
+        const int64_t pages = point.batch * pagesPerSequence;
+        args.k = contiguousBSHD(cache.k.data(), DType::BF16, pages, pageSize, point.kvHeads,
+                                point.headDim);
+        args.v = contiguousBSHD(cache.v.data(), DType::BF16, pages, pageSize, point.kvHeads,
+                                point.headDim);
+        args.paged.blockTable = static_cast<const int32_t *>(blockTable.data());
+        args.paged.blockTableStride = pagesPerSequence;
+        args.paged.maxPages = pagesPerSequence;
+        args.paged.seqlensK = static_cast<const int32_t *>(seqlens.data());
+        args.paged.maxSeqlenK = point.seqlenK;
+        return args;
+      });
+    }
+
+    const double forwardMs = harness::backToBackMs(
+                                 [&] {
+                                   AttnForwardArgs args = argsFor(caches[next]);
+                                   args.keySplits = 0;
+                                   launchForward(loaded.function, launch, args, nullptr);
+                                   next = (next + 1) % copies;
+                                 },
+                                 warmup, repeats)
+                                 .deviceMs;
+
+    const double kvBytes = 2.0 * cacheBytes;
+    auto rate = [&](double ms) { return ms > 0 ? fmt::format("{:.2f}", kvBytes / ms / 1e9) : std::string(); };
+    auto time = [](double ms) { return ms > 0 ? fmt::format("{:.4f}", ms) : std::string("-"); };
+    const std::string splitsCell = splits > 0 ? std::to_string(splits) : "forward (1)";
+    std::printf("| %lld | %lld | %lld | %lld | %lld | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+                (long long)point.seqlenQ, (long long)point.batch, (long long)point.kvHeads,
+                (long long)point.headDim, (long long)point.seqlenK, splitsCell.c_str(),
+                time(contiguousMs).c_str(), rate(contiguousMs).c_str(), time(pagedMs[0]).c_str(),
+                rate(pagedMs[0]).c_str(), time(pagedMs[1]).c_str(), rate(pagedMs[1]).c_str(),
+                time(forwardMs).c_str(), rate(forwardMs).c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+} // namespace attn::bench
