@@ -128,7 +128,7 @@ struct AttnFwdParams {
 // row r of (batch b, kv head g) is query position r / group of query head
 // g * group + r % group, where group = q_heads / kv_heads (so a decode step
 // of 8 query heads over one kv head fills 8 rows of one tile instead of one
-// row of 8). A block takes kSplitKvRows packed rows and one of `splits`
+// row of 8). A block takes splitKvRows(head_dim) packed rows and one of `splits`
 // equal pieces of the keys those rows may see; with splits > 1 each piece
 // writes its normalized O in fp32 and its log-sum-exp (base 2) to
 // partial_o [splits][batch][q_heads][seqlen_q][head_dim] and partial_lse
@@ -169,7 +169,7 @@ struct AttnSplitKvParams {
   int seqlen_k;
   int q_heads;
   int kv_heads;
-  // Blocks of kSplitKvRows packed rows per (batch, kv head).
+  // Blocks of splitKvRows(head_dim) packed rows per (batch, kv head).
   int row_blocks;
   int splits;
   // The softmax scale, and it multiplied by log2(e).
@@ -180,13 +180,14 @@ struct AttnSplitKvParams {
 
 // The short-query plan, a function of the head dim: key rows a pipeline
 // stage holds (K and V), stages, and the block's shared memory (Q's
-// kSplitKvRows rows, then the stages), all 16-bit elements.
-constexpr int kSplitKvRows = 64;
+// splitKvRows rows, then the stages), all 16-bit elements. Head dim 256
+// packs 32 rows a block, so that two blocks share a multiprocessor.
+constexpr int splitKvRows(int headDim) { return headDim <= 128 ? 64 : 32; }
 constexpr int kSplitKvThreads = 128;
 constexpr int splitKvBlockN(int headDim) { return headDim <= 64 ? 128 : (headDim <= 128 ? 64 : 32); }
 constexpr int splitKvStages(int headDim) { return 3; }
 constexpr int splitKvSharedBytes(int headDim) {
-  return (kSplitKvRows + splitKvStages(headDim) * 2 * splitKvBlockN(headDim)) * headDim * 2;
+  return (splitKvRows(headDim) + splitKvStages(headDim) * 2 * splitKvBlockN(headDim)) * headDim * 2;
 }
 // The most query rows a call sends down the short-query path by itself
 // (longer queries take the forward kernel unless the KV cache is paged;

@@ -29,7 +29,7 @@ typedef long long i64;
 constexpr int kHeadDim = attn_plan::kHeadDim;
 constexpr int kBlockN = attn_abi::splitKvBlockN(kHeadDim);
 constexpr int kStages = attn_abi::splitKvStages(kHeadDim);
-constexpr int kRows = attn_abi::kSplitKvRows;
+constexpr int kRows = attn_abi::splitKvRows(kHeadDim);
 constexpr int kThreads = attn_abi::kSplitKvThreads;
 constexpr int kWarps = kThreads / 32;
 constexpr int kRowChunks = kHeadDim / 8; // 16-byte chunks of a row
@@ -37,7 +37,7 @@ constexpr int kKeySteps = kHeadDim / 16; // k-steps of S = Q Kᵀ
 constexpr int kDimTiles = kHeadDim / 8;  // 8-column tiles of O
 constexpr u32 kQBytes = kRows * kHeadDim * 2;
 constexpr u32 kTileBytes = kBlockN * kHeadDim * 2;
-static_assert(kRows == 16 * kWarps, "each warp can own 16 rows");
+static_assert(kRows % 16 == 0 && kRows <= 16 * kWarps, "a warp owns 16 rows");
 static_assert(kBlockN % 16 == 0 && kHeadDim % 64 == 0, "whole mma tiles");
 static_assert(kQBytes + 2 * kStages * kTileBytes == attn_abi::splitKvSharedBytes(kHeadDim),
               "the launch reserves this layout");
@@ -155,6 +155,14 @@ __device__ __forceinline__ int rowInPage(const attn_abi::AttnSplitKvParams &p, i
   return p.page_shift >= 0 ? key & (p.page_size - 1) : key % p.page_size;
 }
 
+// A block table entry, loaded where the call stands: a volatile load is
+// not sunk next to its use, so its latency overlaps the products between.
+__device__ __forceinline__ int loadTableEntry(const int *address) {
+  int value;
+  asm volatile("ld.global.nc.b32 %0, [%1];" : "=r"(value) : "l"(address));
+  return value;
+}
+
 __device__ __forceinline__ StagePages lookupStagePages(const attn_abi::AttnSplitKvParams &p,
                                                        const Work &work, int tile) {
   StagePages pages;
@@ -162,8 +170,8 @@ __device__ __forceinline__ StagePages lookupStagePages(const attn_abi::AttnSplit
   for (int i = 0; i < kRowsPerThread; ++i)
     pages.entry[i] =
         p.page_size > 0
-            ? __ldg(p.block_table + work.batch * p.block_table_stride +
-                    pageOf(p, max(stageKey(work, tile, i), 0)))
+            ? loadTableEntry(p.block_table + work.batch * p.block_table_stride +
+                             pageOf(p, max(stageKey(work, tile, i), 0)))
             : work.batch;
   return pages;
 }
@@ -203,6 +211,9 @@ struct RowContext {
   int position[2];
   int head[2];
   int keyOrigin[2];
+  // The keys the built-in mask keeps for the row (a range for each of
+  // them), cut to the split's keys.
+  int keyLow[2], keyHigh[2];
   typename Mods::MaskRow maskRow[2];
   typename Mods::ScoreRow scoreRow[2];
 };
@@ -219,6 +230,9 @@ __device__ __forceinline__ RowContext rowContext(const attn_abi::AttnSplitKvPara
     // A score_mod measuring keys from an origin: the row's diagonal.
     rows.keyOrigin[half] = static_cast<int>(
         minI64(maxI64(rows.position[half] + work.shift, 0), work.seqlenK));
+    const KeyRange kept = rowKeyRange<Mask>(rows.position[half], work.shift, work.seqlenK);
+    rows.keyLow[half] = static_cast<int>(kept.begin);
+    rows.keyHigh[half] = static_cast<int>(minI64(kept.end, work.keyEnd));
     rows.maskRow[half] = Mods::maskRow(p, work.batch, rows.head[half], rows.position[half]);
     rows.scoreRow[half] = Mods::scoreRow(p, work.batch, rows.head[half], rows.position[half]);
   }
@@ -231,7 +245,7 @@ __device__ __forceinline__ float scoreLog2(const attn_abi::AttnSplitKvParams &p,
                                            const Work &work, const RowContext &rows, int half,
                                            int key, float raw) {
   const int q = rows.position[half], h = rows.head[half];
-  bool kept = key < work.keyEnd && Mask::allows(q, key, work.shift);
+  bool kept = key >= rows.keyLow[half] && key < rows.keyHigh[half];
   if constexpr (Mods::kHasMaskMod)
     kept = kept && Mods::keeps(p, rows.maskRow[half], work.batch, h, q, key,
                                exactIntToFloat(key));

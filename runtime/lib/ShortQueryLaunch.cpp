@@ -33,6 +33,10 @@ bool shortQueryModule(const AttnLaunchConfig &config) {
   return !config.linearFamily && !config.backward;
 }
 
+int64_t rowsPerBlock(const AttnLaunchConfig &config) {
+  return attn_abi::splitKvRows(config.headDim);
+}
+
 int64_t packedRowsOf(const AttnLaunchConfig &config, int64_t seqlenQ) {
   return int64_t(config.qHeads / config.kvHeads) * seqlenQ;
 }
@@ -75,7 +79,7 @@ ShortQueryPlan planOf(const AttnLaunchConfig &config, const AttnForwardArgs &arg
        args.tileCoverage || args.tileKeyBits || args.workOrder))
     return plan;
   const int64_t rowBlocks =
-      (packedRowsOf(config, shape.seqlenQ) + attn_abi::kSplitKvRows - 1) / attn_abi::kSplitKvRows;
+      (packedRowsOf(config, shape.seqlenQ) + rowsPerBlock(config) - 1) / rowsPerBlock(config);
   // Past a few rows the forward kernel's WGMMA tiles outrun the path's
   // warp-level products, unless packing the heads halves the reads of K and
   // V (each row block reads them once, each forward work tile once).
@@ -215,14 +219,14 @@ void detail::validateShortQueryArgs(const AttnLaunchConfig &config, const AttnFo
   if (args.keySplits >= 1 && args.packed.active())
     fail("keySplits", "packed sequences take the forward kernel: leave keySplits at -1 or 0");
   const LogicalShape shape = logicalShape(args);
-  const int64_t rowBlocks = (packedRowsOf(config, shape.seqlenQ) + attn_abi::kSplitKvRows - 1) /
-                            attn_abi::kSplitKvRows;
+  const int64_t rowBlocks =
+      (packedRowsOf(config, shape.seqlenQ) + rowsPerBlock(config) - 1) / rowsPerBlock(config);
   // The grid's y dimension holds each (row block, kv head).
   if (args.paged.active() || args.keySplits >= 1) {
     if (rowBlocks * config.kvHeads > 65535)
       fail("q", fmt::format("{} query rows are too many for the short-query path's grid ({} "
                             "blocks of {} packed rows per kv head)",
-                            shape.seqlenQ, rowBlocks, attn_abi::kSplitKvRows));
+                            shape.seqlenQ, rowBlocks, rowsPerBlock(config)));
     if (shape.batch > 65535)
       fail("q", fmt::format("batch {} exceeds the short-query path's limit of 65535",
                             shape.batch));

@@ -185,4 +185,16 @@ template <i64 Left, i64 Right> struct SlidingWindowMask {
   }
 };
 
+// The keys [begin, end) mask `Mask` keeps for row q, within [0, seqlenK]:
+// each built-in mask keeps one run of keys a row, so this range and
+// allows() agree on every key of the sequence.
+struct KeyRange {
+  i64 begin, end;
+};
+template <class Mask>
+__device__ __forceinline__ KeyRange rowKeyRange(i64 q, i64 shift, i64 seqlenK) {
+  const i64 begin = minI64(maxI64(Mask::keyBegin(q, shift), 0), seqlenK);
+  return KeyRange{begin, maxI64(minI64(Mask::keyEnd(q, shift, seqlenK), seqlenK), begin)};
+}
+
 } // namespace attn_dev

@@ -105,10 +105,12 @@ TEST_CASE("short queries take the split-KV path, longer ones the forward kernel"
   CHECK(shortQueryPlanFor(config, requested, 132).splits == 5);
   // Few keys: every split keeps at least two stages (here 3 stages: 1 split).
   CHECK(shortQueryPlanFor(config, decodeArgs(config, 1, 1, 150), 132).splits == 1);
-  // Head dim 256: one block a multiprocessor, 32-key stages: 128 splits of
-  // 8 stages (132 would take 8 stages each too).
+  // Head dim 256: 32-key stages, blocks of 32 rows (the 32 heads), two a
+  // multiprocessor: 256 splits of 4 stages (264 would take 4 each too).
   const AttnLaunchConfig mqa = decodeConfig(1, 256);
-  CHECK(shortQueryPlanFor(mqa, decodeArgs(mqa, 1, 1, 32768), 132).splits == 128);
+  ShortQueryPlan wide = shortQueryPlanFor(mqa, decodeArgs(mqa, 1, 1, 32768), 132);
+  CHECK(wide.rowBlocks == 1);
+  CHECK(wide.splits == 256);
 }
 
 TEST_CASE("a paged cache takes the short-query path at any query length",

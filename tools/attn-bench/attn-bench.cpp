@@ -33,6 +33,9 @@
 //       --tuning-db each point runs the heuristic plan and the plan recorded
 //       nearest its shape in 6 interleaved rounds (alternating which goes
 //       first) and prints both.
+//   attn-bench --decode-grid [--quick]
+//       the short-query path at decode and speculative-verification shapes,
+//       contiguous and paged, beside the forward kernel (DecodeBench.h).
 //
 // TFLOP/s = 4*B*H*Sq*Sk*D / time (halved for causal masks); the time is the
 // median of --repeats launches after --warmup launches, timed with events.

@@ -308,14 +308,14 @@ ForwardTailSplit forwardTailSplitFor(const AttnLaunchConfig &config, int batch, 
                                      int seqlenK, int gridBlocks);
 
 /// How a call takes the short-query path (AttnForwardArgs::keySplits):
-/// `splits` pieces of the keys of each block of kSplitKvRows packed rows
+/// `splits` pieces of the keys of each block of splitKvRows packed rows
 /// (the query heads of a kv head times the query positions), rowBlocks such
 /// blocks per (batch, kv head). splits == 0: the call takes the forward
 /// kernel. Chosen automatically, a call of up to 16 query rows takes the
 /// path, and one of up to kShortQueryMaxRows rows where its row blocks read
 /// K and V at most half as often as the forward kernel's work tiles would
 /// (GQA packing); the splits minimize waves of resident blocks (two a
-/// multiprocessor, one at head dim 256) times the stages each streams plus
+/// multiprocessor) times the stages each streams plus
 /// a block's overhead, leaving each split at least two stages of keys;
 /// without a workspace, one split.
 struct ShortQueryPlan {
