@@ -1,0 +1,120 @@
+// The short-query block's copies: Q once, then K and V a stage at a time
+// through cp.async, from a contiguous or a paged cache.
+#pragma once
+
+#include "splitkv/work.cuh"
+
+namespace attn_split_kv {
+
+// Element offset of key `key`'s row for kv head `kvHead` in a cache of
+// `strides` (a paged one's page looked up in the block table).
+__device__ __forceinline__ i64 keyRowOffset(const attn_abi::AttnSplitKvParams &p,
+                                            const long long (&strides)[3], const Work &work,
+                                            i64 page, int row) {
+  return page * strides[0] + static_cast<i64>(row) * strides[1] +
+         static_cast<i64>(work.kvHead) * strides[2];
+}
+
+__device__ __forceinline__ void loadQuery(const attn_abi::AttnSplitKvParams &p, u32 smemBase,
+                                          const Work &work) {
+  for (int index = threadIdx.x; index < kRows * kRowChunks; index += kThreads) {
+    const int row = index / kRowChunks, chunk = index % kRowChunks;
+    const int packed = work.rowBegin + row;
+    const bool valid = packed < work.packedRows;
+    const unsigned short *source = static_cast<const unsigned short *>(p.q);
+    if (valid) {
+      const int position = packed / work.group;
+      const int head = work.kvHead * work.group + packed % work.group;
+      source += work.batch * p.q_strides[0] + position * p.q_strides[1] +
+                head * p.q_strides[2] + chunk * 8;
+    }
+    copyAsync16(smemBase + swizzledChunk<kRowChunks>(row, chunk), source, valid);
+  }
+}
+
+__device__ __forceinline__ u32 keyStage(u32 smemBase, int stage) {
+  return smemBase + kQBytes + stage * 2 * kTileBytes;
+}
+__device__ __forceinline__ u32 valueStage(u32 smemBase, int stage) {
+  return keyStage(smemBase, stage) + kTileBytes;
+}
+
+// Each thread copies one 16-byte column chunk of kRowsPerThread rows of a
+// stage, for K and for V.
+static_assert(kThreads % kRowChunks == 0, "a thread keeps one column chunk");
+constexpr int kRowStep = kThreads / kRowChunks;
+constexpr int kRowsPerThread = kBlockN / kRowStep;
+static_assert(kBlockN % kRowStep == 0, "whole rows per thread");
+
+// The pages of a stage's rows this thread copies (a paged cache's block
+// table entries; unused for a contiguous one). The kernel looks them up a
+// stage before the copies that use them, so that the table's loads hide
+// behind a stage's products instead of delaying the copies.
+struct StagePages {
+  int entry[kRowsPerThread];
+};
+
+__device__ __forceinline__ int stageKey(const Work &work, int tile, int i) {
+  const int key = work.keyBegin + tile * kBlockN + threadIdx.x / kRowChunks + i * kRowStep;
+  return min(key, work.keyEnd - 1);
+}
+
+// A key's page of the block table, and its row in it: shifts for the
+// power-of-two page sizes, a division otherwise.
+__device__ __forceinline__ int pageOf(const attn_abi::AttnSplitKvParams &p, int key) {
+  return p.page_shift >= 0 ? key >> p.page_shift : key / p.page_size;
+}
+__device__ __forceinline__ int rowInPage(const attn_abi::AttnSplitKvParams &p, int key) {
+  return p.page_shift >= 0 ? key & (p.page_size - 1) : key % p.page_size;
+}
+
+// A block table entry, loaded where the call stands: a volatile load is
+// not sunk next to its use, so its latency overlaps the products between.
+__device__ __forceinline__ int loadTableEntry(const int *address) {
+  int value;
+  asm volatile("ld.global.nc.b32 %0, [%1];" : "=r"(value) : "l"(address));
+  return value;
+}
+
+__device__ __forceinline__ StagePages lookupStagePages(const attn_abi::AttnSplitKvParams &p,
+                                                       const Work &work, int tile) {
+  StagePages pages;
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i)
+    pages.entry[i] =
+        p.page_size > 0
+            ? loadTableEntry(p.block_table + work.batch * p.block_table_stride +
+                             pageOf(p, max(stageKey(work, tile, i), 0)))
+            : work.batch;
+  return pages;
+}
+
+// Keys keyBegin + tile kBlockN ... of the split into stage `stage` (zeros
+// past its end), from the pages `pages` looked up for them.
+__device__ __forceinline__ void loadKeyTile(const attn_abi::AttnSplitKvParams &p, u32 smemBase,
+                                            const Work &work, int tile, int stage,
+                                            const StagePages &pages) {
+  const int firstKey = work.keyBegin + tile * kBlockN;
+  const int chunk = threadIdx.x % kRowChunks, firstRow = threadIdx.x / kRowChunks;
+  const unsigned short *k = static_cast<const unsigned short *>(p.k) + chunk * 8;
+  const unsigned short *v = static_cast<const unsigned short *>(p.v) + chunk * 8;
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const int row = firstRow + i * kRowStep;
+    const int key = stageKey(work, tile, i);
+    const bool valid = firstKey + row < work.keyEnd;
+    i64 page = pages.entry[i];
+    int pageRow = key;
+    if (p.page_size > 0) {
+      page = min(max(pages.entry[i], 0), p.num_pages - 1);
+      pageRow = rowInPage(p, key);
+    }
+    const u32 offset = swizzledChunk<kRowChunks>(row, chunk);
+    copyAsync16(keyStage(smemBase, stage) + offset,
+                k + keyRowOffset(p, p.k_strides, work, page, pageRow), valid);
+    copyAsync16(valueStage(smemBase, stage) + offset,
+                v + keyRowOffset(p, p.v_strides, work, page, pageRow), valid);
+  }
+}
+
+} // namespace attn_split_kv

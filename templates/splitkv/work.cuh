@@ -1,0 +1,57 @@
+// Which rows and keys a short-query block takes (its tile scheduler).
+#pragma once
+
+#include "splitkv/plan.cuh"
+
+namespace attn_split_kv {
+
+// Where one block's work lies: its (batch, kv head), its packed rows and
+// its split's keys.
+struct Work {
+  int batch, kvHead, split;
+  int group;             // query heads per kv head
+  int packedRows;        // group * seqlen_q
+  int rowBegin;          // the block's first packed row
+  int seqlenK;           // the sequence's keys
+  i64 shift;             // the built-in mask's (Sk - Sq when aligned bottom-right)
+  int keyBegin, keyEnd;  // the split's keys
+};
+
+// The keys sequence `batch` holds: seqlen_k, or with a paged cache its own
+// length, clamped so that no key lies past the pages of its table row.
+__device__ __forceinline__ int sequenceKeys(const attn_abi::AttnSplitKvParams &p, int batch) {
+  if (p.page_size == 0)
+    return p.seqlen_k;
+  const i64 capacity = static_cast<i64>(p.max_pages) * p.page_size;
+  return static_cast<int>(minI64(maxI64(__ldg(p.seqlens_k + batch), 0), minI64(capacity, p.seqlen_k)));
+}
+
+__device__ __forceinline__ i64 maskShift(const attn_abi::AttnSplitKvParams &p, int seqlenK) {
+  return attn_plan::kMaskBottomRight ? static_cast<i64>(seqlenK) - p.seqlen_q : 0;
+}
+
+__device__ Work workOf(const attn_abi::AttnSplitKvParams &p) {
+  Work work;
+  work.split = blockIdx.x;
+  work.kvHead = blockIdx.y % p.kv_heads;
+  work.rowBegin = (blockIdx.y / p.kv_heads) * kRows;
+  work.batch = blockIdx.z;
+  work.group = p.q_heads / p.kv_heads;
+  work.packedRows = work.group * p.seqlen_q;
+  work.seqlenK = sequenceKeys(p, work.batch);
+  work.shift = maskShift(p, work.seqlenK);
+  // The keys any of the block's query positions may see, in equal runs of
+  // whole stages per split.
+  const int rowEnd = min(work.rowBegin + kRows, work.packedRows);
+  const i64 first = Mask::keyBegin(work.rowBegin / work.group, work.shift);
+  const i64 last = Mask::keyEnd((rowEnd - 1) / work.group, work.shift, work.seqlenK);
+  const int begin = static_cast<int>(minI64(maxI64(first, 0), work.seqlenK));
+  const int end = static_cast<int>(maxI64(minI64(last, work.seqlenK), begin));
+  const int tiles = (end - begin + kBlockN - 1) / kBlockN;
+  const int tilesPerSplit = (tiles + p.splits - 1) / p.splits;
+  work.keyBegin = min(end, begin + work.split * tilesPerSplit * kBlockN);
+  work.keyEnd = min(end, work.keyBegin + tilesPerSplit * kBlockN);
+  return work;
+}
+
+} // namespace attn_split_kv
