@@ -204,7 +204,7 @@ void Kernel::run(const AttnForwardArgs &args, CUstream stream) const {
   Loaded &loaded = loadedForCurrentContext();
   // Decode, short queries and paged caches: the split-KV kernels.
   const ShortQueryPlan shortQuery =
-      shortQueryPlanFor(config, args, detail::multiprocessorsOf(currentDevice()));
+      detail::shortQueryPlanOf(config, args, detail::multiprocessorsOf(currentDevice()));
   if (shortQuery.splits > 0) {
     if (loaded.shortQuery) {
       launchShortQuery(*loaded.shortQuery, config, args, stream);

@@ -114,6 +114,9 @@ attn_abi::AttnFwdParams encodeForwardParams(const AttnLaunchConfig &config,
 void validatePagedKvCache(const AttnForwardArgs &args);
 /// AttnForwardArgs::keySplits and the short-query path's grid limits.
 void validateShortQueryArgs(const AttnLaunchConfig &config, const AttnForwardArgs &args);
+/// shortQueryPlanFor for arguments validateForwardArgs has accepted.
+ShortQueryPlan shortQueryPlanOf(const AttnLaunchConfig &config, const AttnForwardArgs &args,
+                                int multiprocessors);
 /// The workspace a call uses on the short-query path when it has one;
 /// nullopt when the call takes the forward kernel.
 std::optional<uint64_t> shortQueryWorkspaceBytes(const AttnLaunchConfig &config,

@@ -37,8 +37,17 @@ int64_t rowsPerBlock(const AttnLaunchConfig &config) {
   return attn_abi::splitKvRows(config.headDim);
 }
 
-int64_t packedRowsOf(const AttnLaunchConfig &config, int64_t seqlenQ) {
-  return int64_t(config.qHeads / config.kvHeads) * seqlenQ;
+/// Blocks of packed rows (the query heads of a kv head times the query
+/// positions) per (batch, kv head).
+int64_t rowBlocksOf(const AttnLaunchConfig &config, int64_t seqlenQ) {
+  const int64_t packedRows = int64_t(config.qHeads / config.kvHeads) * seqlenQ;
+  return (packedRows + rowsPerBlock(config) - 1) / rowsPerBlock(config);
+}
+
+/// Whether the split kernel's grid holds the call: y holds each (row block,
+/// kv head), z each batch index.
+bool fitsShortQueryGrid(const AttnLaunchConfig &config, int64_t rowBlocks, int64_t batch) {
+  return rowBlocks * config.kvHeads <= 65535 && batch <= 65535;
 }
 
 /// Query rows few enough that the short-query path's products cost little
@@ -78,8 +87,7 @@ ShortQueryPlan planOf(const AttnLaunchConfig &config, const AttnForwardArgs &arg
       (shape.seqlenQ > attn_abi::kShortQueryMaxRows || args.packed.active() ||
        args.tileCoverage || args.tileKeyBits || args.workOrder))
     return plan;
-  const int64_t rowBlocks =
-      (packedRowsOf(config, shape.seqlenQ) + rowsPerBlock(config) - 1) / rowsPerBlock(config);
+  const int64_t rowBlocks = rowBlocksOf(config, shape.seqlenQ);
   // Past a few rows the forward kernel's WGMMA tiles outrun the path's
   // warp-level products, unless packing the heads halves the reads of K and
   // V (each row block reads them once, each forward work tile once).
@@ -219,17 +227,15 @@ void detail::validateShortQueryArgs(const AttnLaunchConfig &config, const AttnFo
   if (args.keySplits >= 1 && args.packed.active())
     fail("keySplits", "packed sequences take the forward kernel: leave keySplits at -1 or 0");
   const LogicalShape shape = logicalShape(args);
-  const int64_t rowBlocks =
-      (packedRowsOf(config, shape.seqlenQ) + rowsPerBlock(config) - 1) / rowsPerBlock(config);
-  // The grid's y dimension holds each (row block, kv head).
-  if (args.paged.active() || args.keySplits >= 1) {
-    if (rowBlocks * config.kvHeads > 65535)
+  const int64_t rowBlocks = rowBlocksOf(config, shape.seqlenQ);
+  if ((args.paged.active() || args.keySplits >= 1) &&
+      !fitsShortQueryGrid(config, rowBlocks, shape.batch)) {
+    if (!fitsShortQueryGrid(config, rowBlocks, /*batch=*/1))
       fail("q", fmt::format("{} query rows are too many for the short-query path's grid ({} "
                             "blocks of {} packed rows per kv head)",
                             shape.seqlenQ, rowBlocks, rowsPerBlock(config)));
-    if (shape.batch > 65535)
-      fail("q", fmt::format("batch {} exceeds the short-query path's limit of 65535",
-                            shape.batch));
+    fail("q", fmt::format("batch {} exceeds the short-query path's limit of 65535",
+                          shape.batch));
   }
 }
 
@@ -239,18 +245,22 @@ namespace {
 ShortQueryPlan checkedPlanOf(const AttnLaunchConfig &config, const AttnForwardArgs &args,
                              int multiprocessors, bool withWorkspace) {
   const ShortQueryPlan plan = planOf(config, args, multiprocessors, withWorkspace);
-  const LogicalShape shape = logicalShape(args);
   if (plan.splits > 0 && !args.paged.active() && args.keySplits < 0 &&
-      (int64_t(plan.rowBlocks) * config.kvHeads > 65535 || shape.batch > 65535))
+      !fitsShortQueryGrid(config, plan.rowBlocks, logicalShape(args).batch))
     return ShortQueryPlan{};
   return plan;
 }
 } // namespace
 
+ShortQueryPlan detail::shortQueryPlanOf(const AttnLaunchConfig &config,
+                                        const AttnForwardArgs &args, int multiprocessors) {
+  return checkedPlanOf(config, args, multiprocessors, args.workspace != nullptr);
+}
+
 ShortQueryPlan shortQueryPlanFor(const AttnLaunchConfig &config, const AttnForwardArgs &args,
                                  int multiprocessors) {
   validateForwardArgs(config, args);
-  return checkedPlanOf(config, args, multiprocessors, args.workspace != nullptr);
+  return shortQueryPlanOf(config, args, multiprocessors);
 }
 
 std::optional<uint64_t> detail::shortQueryWorkspaceBytes(const AttnLaunchConfig &config,
@@ -272,8 +282,7 @@ ShortQueryFunctions loadShortQueryFunctions(const Module &module, const AttnLaun
 void launchShortQuery(ShortQueryFunctions &functions, const AttnLaunchConfig &config,
                       const AttnForwardArgs &args, CUstream stream) {
   validateForwardArgs(config, args);
-  const int device = currentDevice();
-  const ShortQueryPlan plan = shortQueryPlanFor(config, args, multiprocessorsOf(device));
+  const ShortQueryPlan plan = shortQueryPlanOf(config, args, multiprocessorsOf(currentDevice()));
   if (plan.splits == 0)
     fail("keySplits", "the call does not take the short-query path (keySplits 0, or an "
                       "automatic choice of the forward kernel)");

@@ -24,10 +24,10 @@ __device__ __forceinline__ RowResult finishRow(const Params &p, int batch, int h
   if (logSumExp2 == negativeInfinity())
     return RowResult{0.f, negativeInfinity()};
   if constexpr (Mods::kHasScoreRowOffset) {
-    const int origin = static_cast<int>(
-        minI64(maxI64(position + maskShift(p, seqlenK), 0), seqlenK));
     const float offset =
-        Mods::kScoreOutputScale * Mods::scoreRowOffset(p, batch, head, position, origin);
+        Mods::kScoreOutputScale *
+        Mods::scoreRowOffset(p, batch, head, position,
+                             diagonalKey(position, maskShift(p, seqlenK), seqlenK));
     if (offset == negativeInfinity())
       result = RowResult{0.f, negativeInfinity()};
     else if (!isfinite(offset))

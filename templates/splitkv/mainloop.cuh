@@ -30,8 +30,7 @@ __device__ __forceinline__ RowContext rowContext(const attn_abi::AttnSplitKvPara
     rows.position[half] = packed / work.group;
     rows.head[half] = work.kvHead * work.group + packed % work.group;
     // A score_mod measuring keys from an origin: the row's diagonal.
-    rows.keyOrigin[half] = static_cast<int>(
-        minI64(maxI64(rows.position[half] + work.shift, 0), work.seqlenK));
+    rows.keyOrigin[half] = diagonalKey(rows.position[half], work.shift, work.seqlenK);
     const KeyRange kept = rowKeyRange<Mask>(rows.position[half], work.shift, work.seqlenK);
     rows.keyLow[half] = static_cast<int>(kept.begin);
     rows.keyHigh[half] = static_cast<int>(minI64(kept.end, work.keyEnd));

@@ -30,6 +30,12 @@ __device__ __forceinline__ i64 maskShift(const attn_abi::AttnSplitKvParams &p, i
   return attn_plan::kMaskBottomRight ? static_cast<i64>(seqlenK) - p.seqlen_q : 0;
 }
 
+// The key on row `position`'s diagonal, within [0, seqlenK]: where a
+// score_mod that measures keys from an origin measures them from.
+__device__ __forceinline__ int diagonalKey(int position, i64 shift, int seqlenK) {
+  return static_cast<int>(minI64(maxI64(position + shift, 0), seqlenK));
+}
+
 __device__ Work workOf(const attn_abi::AttnSplitKvParams &p) {
   Work work;
   work.split = blockIdx.x;

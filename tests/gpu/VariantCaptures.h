@@ -18,6 +18,17 @@ namespace attn::gputest {
 using CaptureMaker = std::function<void(harness::ForwardProblem &, const AttnLaunchConfig &,
                                         const harness::Shape &, std::mt19937_64 &)>;
 
+// Adds the captures `captures` makes for `shape` (none when it is empty),
+// drawn from a generator seeded from the problem's seed.
+inline void addCaptures(harness::ForwardProblem &data, const AttnLaunchConfig &launch,
+                        const harness::Shape &shape, const CaptureMaker &captures,
+                        uint64_t seed) {
+  if (!captures)
+    return;
+  std::mt19937_64 random(seed * 7919 + 1);
+  captures(data, launch, shape, random);
+}
+
 // A [q_heads, columns] f32 table of N(0, 0.5) values, the capture of a
 // relative-position bias.
 inline CaptureMaker normalBiasTable(int64_t columns) {

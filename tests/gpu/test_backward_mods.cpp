@@ -59,9 +59,7 @@ void runBackwardVariant(const std::string &spec, const harness::Shape &shape,
   LoadedKernel &forward = gputest::loadKernel(spec);
   LoadedBackward &backward = gputest::loadBackward(spec);
   harness::ForwardProblem data(forward.compiled.launch, shape, seed);
-  std::mt19937_64 random(seed * 7919 + 1);
-  if (captures)
-    captures(data, forward.compiled.launch, shape, random);
+  gputest::addCaptures(data, forward.compiled.launch, shape, captures, seed);
   AttnForwardArgs forwardArgs = data.args();
   gputest::PreparedBuffers prepared =
       gputest::prepare(forward, forwardArgs, coverage ? gputest::kTileCoverage : gputest::kNothing);
@@ -210,8 +208,7 @@ void checkRepeatable(const std::string &spec, const harness::Shape &shape,
   LoadedKernel &forward = gputest::loadKernel(spec);
   LoadedBackward &backward = gputest::loadBackward(spec);
   harness::ForwardProblem data(forward.compiled.launch, shape, seed);
-  std::mt19937_64 random(seed * 7919 + 1);
-  captures(data, forward.compiled.launch, shape, random);
+  gputest::addCaptures(data, forward.compiled.launch, shape, captures, seed);
   AttnForwardArgs forwardArgs = data.args();
   gputest::PreparedBuffers prepared = gputest::prepare(forward, forwardArgs, gputest::kNothing);
   launchForward(forward.function, forward.compiled.launch, forwardArgs, nullptr);

@@ -59,9 +59,7 @@ void runShortQuery(const std::string &spec, const harness::Shape &shape, int key
   LoadedKernel &kernel = loadKernel(spec);
   const AttnLaunchConfig &launch = kernel.compiled.launch;
   harness::ForwardProblem data(launch, shape, seed);
-  std::mt19937_64 random(seed * 7919 + 1);
-  if (captures)
-    captures(data, launch, shape, random);
+  gputest::addCaptures(data, launch, shape, captures, seed);
   data.poisonOutputs();
   AttnForwardArgs args = data.args();
   launchShortQueryWithWorkspace(kernel, args, keySplits);

@@ -44,9 +44,7 @@ void runVariant(const std::string &spec, const harness::Shape &shape, const Capt
   LoadedKernel &kernel = loadKernel(spec, options);
   const AttnLaunchConfig &launch = kernel.compiled.launch;
   harness::ForwardProblem data(launch, shape, seed);
-  std::mt19937_64 random(seed * 7919 + 1);
-  if (captures)
-    captures(data, launch, shape, random);
+  gputest::addCaptures(data, launch, shape, captures, seed);
   data.poisonOutputs();
   AttnForwardArgs args = data.args();
   gputest::PreparedBuffers buffers = gputest::prepare(kernel, args, prepared);

@@ -50,8 +50,7 @@ struct DecodePoint {
   int64_t seqlenQ, batch, kvHeads, headDim, seqlenK;
 };
 
-/// One cache copy: K, V and (for the paged calls) a block table over pages
-/// of it in a shuffled order.
+/// One copy of the cache's K and V (the paged calls view it as pages).
 struct CacheCopy {
   DeviceBuffer k, v;
 };

@@ -255,6 +255,11 @@ def fmt_cell(result, notes):
     return f"{ms:.4f}{suffix}", f"{tbps(nbytes, ms):.2f}"
 
 
+def larger_error(a, b):
+    """The larger of two max-error figures, either of which may be None."""
+    return a if b is None else (b if a is None else max(a, b))
+
+
 def best_of(results):
     """The fastest successful result, else the first error, else None."""
     good = [r for r in results if isinstance(r, tuple)]
@@ -371,32 +376,15 @@ class Runner:
         for variant in names(self.args.fi_decode_variants):
             if variant == "cc" and hq // hkv not in (1, 2, 3, 4, 6, 8):
                 continue  # FlashInfer's CUDA-core decode has no such group size
-            try:
-                w = self.wrapper("decode", variant, page_size)
-                self.first_plan(
-                    f"fi decode {variant} D={d} group={hq // hkv}",
-                    lambda: w.plan(indptr, indices, last, hq, hkv, d, page_size,
-                                   q_data_type=torch.bfloat16,
-                                   kv_data_type=torch.bfloat16))
-                ms, method, e = self.run_wrapper(w, q, views, ref)
-                err = e if err is None else max(err, e if e is not None else err)
-                results.append((ms, nbytes, variant, method))
-            except Exception as error:
-                results.append(f"FlashInfer decode {variant} p{page_size}: "
-                               f"{type(error).__name__}: {error}")
-            torch.cuda.synchronize()
+            result, e = self.measure_wrapper(
+                "decode", variant, page_size, f"fi decode {variant} D={d} group={hq // hkv}",
+                f"FlashInfer decode {variant} p{page_size}",
+                lambda w: w.plan(indptr, indices, last, hq, hkv, d, page_size,
+                                 q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16),
+                q, views, ref, nbytes)
+            results.append(result)
+            err = larger_error(err, e)
         return best_of(results), err
-
-    def run_wrapper(self, w, q, views, ref):
-        """Times w.run(q, kv) over the rotated views; returns (ms, method,
-        max |out - ref| or None)."""
-        fns = [lambda kv=kv: w.run(q, kv) for kv in views]
-        out = fns[0]()
-        e = None
-        if ref is not None and not self.args.no_check:
-            e = (out.float() - ref.reshape(out.shape).float()).abs().max().item()
-        ms, method = self.time_fns(fns)
-        return ms, method, e
 
     def fi_prefill(self, q, qo_indptr, paged, hq, hkv, d, page_size, causal, nbytes, ref):
         """q: [B*Sq, Hq, D]. Returns (best result, max |FI - ref|)."""
@@ -404,21 +392,36 @@ class Runner:
         views, indptr, indices, last = paged
         results, err = [], None
         for backend in names(self.args.fi_prefill_backends):
-            try:
-                w = self.wrapper("prefill", backend, page_size)
-                self.first_plan(
-                    f"fi prefill {backend} D={d}",
-                    lambda: w.plan(qo_indptr, indptr, indices, last, hq, hkv, d, page_size,
-                                   causal=causal, q_data_type=torch.bfloat16,
-                                   kv_data_type=torch.bfloat16))
-                ms, method, e = self.run_wrapper(w, q, views, ref)
-                err = e if err is None else max(err, e if e is not None else err)
-                results.append((ms, nbytes, backend, method))
-            except Exception as error:
-                results.append(f"FlashInfer prefill {backend} p{page_size} causal={causal}: "
-                               f"{type(error).__name__}: {error}")
-            torch.cuda.synchronize()
+            result, e = self.measure_wrapper(
+                "prefill", backend, page_size, f"fi prefill {backend} D={d}",
+                f"FlashInfer prefill {backend} p{page_size} causal={causal}",
+                lambda w: w.plan(qo_indptr, indptr, indices, last, hq, hkv, d, page_size,
+                                 causal=causal, q_data_type=torch.bfloat16,
+                                 kv_data_type=torch.bfloat16),
+                q, views, ref, nbytes)
+            results.append(result)
+            err = larger_error(err, e)
         return best_of(results), err
+
+    def measure_wrapper(self, kind, variant, page_size, jit_label, failure_label, plan, q,
+                        views, ref, nbytes):
+        """Plans a FlashInfer wrapper (its first plan() timed as the JIT's) and
+        times w.run(q, kv) over the rotated views. Returns (the result, or an
+        error text labelled failure_label; max |out - ref| or None)."""
+        try:
+            w = self.wrapper(kind, variant, page_size)
+            self.first_plan(jit_label, lambda: plan(w))
+            fns = [lambda kv=kv: w.run(q, kv) for kv in views]
+            out = fns[0]()
+            e = None
+            if ref is not None and not self.args.no_check:
+                e = (out.float() - ref.reshape(out.shape).float()).abs().max().item()
+            ms, method = self.time_fns(fns)
+            return (ms, nbytes, variant, method), e
+        except Exception as error:
+            return f"{failure_label}: {type(error).__name__}: {error}", None
+        finally:
+            self.torch.cuda.synchronize()
 
     # ---- K/V allocation for one point
     def alloc_kv(self, batch, sk, hkv, d):
