@@ -17,10 +17,10 @@
 // dK += dSᵀ Q in registers (A from the packed fragments), and stores dSᵀ to
 // shared memory, where all consumers' slices form dS for dQ = dS K: each
 // consumer computes one piece of the query block's dQ (64 rows when the
-// block has a slice per consumer, else head_dim / C columns) and stages it
-// in shared memory, from where warp 1 of warpgroup 0 adds it to the fp32
-// accumulator in global memory with one bulk reduction
-// (cp.reduce.async.bulk add.f32). Past head dim 128 the walk runs once per
+// block has a slice per consumer, else head_dim / C columns), issued ahead
+// of dK's product, and stages it in shared memory while dK's runs, from
+// where warp 1 of warpgroup 0 adds it to the fp32 accumulator in global
+// memory with one bulk reduction (cp.reduce.async.bulk add.f32). Past head dim 128 the walk runs once per
 // 128 columns of dK and dV (a pass), recomputing Sᵀ and dPᵀ.
 //
 // With p.deterministic each query block takes the key tiles' additions in
@@ -96,6 +96,11 @@ constexpr int kDqRegs = kDqColumns / 2;     // a dQ piece: 64 x kDqColumns fp32
 // complete first. The regions need both products before either result.
 constexpr bool kExponentialsBesideDp = kBlockM <= 64 && !kHasRegions;
 static_assert(kDqRegs % 4 == 0, "dQ staging stores four floats at a time");
+// dQ's product ahead of dK's, its piece staged while dK's runs (5-11 % at
+// head dim 128, docs/benchmarks.md). With 128 rows a step, the regions or
+// passes, dK's goes first (before the dSᵀ barrier) and dQ's piece waits for
+// both: the other order spills there.
+constexpr bool kDqBeforeDk = kExponentialsBesideDp && kPasses == 1;
 
 // dQ pieces are staged in a ring of kDqBuffers per consumer (two where
 // shared memory holds them), so that a consumer goes on while the writer
@@ -752,7 +757,8 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
                                                              doTile + passOffset);
     }
     packFragments(gradients, scoreGradients);
-    issueRegisterProduct<kPassColumns, kBlockM, Element>(dK, scoreGradients, qTile + passOffset);
+    if constexpr (!kDqBeforeDk)
+      issueRegisterProduct<kPassColumns, kBlockM, Element>(dK, scoreGradients, qTile + passOffset);
 
     // dSᵀ of every slice, for dQ: two buffers, so that a consumer may write
     // the next step's while another still reads this one (the barrier below
@@ -764,16 +770,31 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
     namedBarrierSync(kDsWrittenBarrier, kConsumers * kWarpgroupThreads);
     float dq[kDqRegs];
     issueDqProduct(dq, dsTile, kTile, consumer, pass);
-    wgmmaWaitGroup<0>();
-    fenceRegisters(dV);
-    fenceRegisters(dK);
-    fenceRegisters(dq);
-    fenceRegisters(probabilities);
-    fenceRegisters(scoreGradients);
-    mbarrierArriveForWarp(barriers.empty(slot.stage), lane);
-    const int turn =
-        p.deterministic && consumer == 0 && thread == 0 ? additionTurn(block, queryBlock) : 0;
-    stageDqPiece(smemBase, barriers, dq, position, consumer, thread, turn);
+    const auto releaseStage = [&] {
+      fenceRegisters(dV);
+      fenceRegisters(dK);
+      fenceRegisters(probabilities);
+      fenceRegisters(scoreGradients);
+      mbarrierArriveForWarp(barriers.empty(slot.stage), lane);
+    };
+    const auto stageDq = [&] {
+      const int turn =
+          p.deterministic && consumer == 0 && thread == 0 ? additionTurn(block, queryBlock) : 0;
+      stageDqPiece(smemBase, barriers, dq, position, consumer, thread, turn);
+    };
+    if constexpr (kDqBeforeDk) {
+      issueRegisterProduct<kPassColumns, kBlockM, Element>(dK, scoreGradients, qTile + passOffset);
+      wgmmaWaitGroup<1>();
+      fenceRegisters(dq);
+      stageDq();
+      wgmmaWaitGroup<0>();
+      releaseStage();
+    } else {
+      wgmmaWaitGroup<0>();
+      fenceRegisters(dq);
+      releaseStage();
+      stageDq();
+    }
     if (kPasses > 1 && step + 1 < steps && block.passOf(step + 1) != pass)
       storePassGradients(p, dK, dV, block, key0, lane, pass);
   }
