@@ -96,11 +96,11 @@ constexpr int kDqRegs = kDqColumns / 2;     // a dQ piece: 64 x kDqColumns fp32
 // complete first. The regions need both products before either result.
 constexpr bool kExponentialsBesideDp = kBlockM <= 64 && !kHasRegions;
 static_assert(kDqRegs % 4 == 0, "dQ staging stores four floats at a time");
-// dQ's product ahead of dK's, its piece staged while dK's runs (5-11 % at
-// head dim 128, docs/benchmarks.md). With 128 rows a step, the regions or
-// passes, dK's goes first (before the dSᵀ barrier) and dQ's piece waits for
-// both: the other order spills there.
-constexpr bool kDqBeforeDk = kExponentialsBesideDp && kPasses == 1;
+// dQ's product ahead of dK's, its piece staged while dK's runs (head dim
+// 128: 5-11 % dense, 1-2 % with a score_mod; docs/benchmarks.md). With
+// 128 rows a step, a mask_mod or passes, dK's goes first (before the dSᵀ
+// barrier) and dQ's piece waits for both: the other order spills there.
+constexpr bool kDqBeforeDk = kBlockM <= 64 && kPasses == 1 && !Mods::kHasMaskMod;
 
 // dQ pieces are staged in a ring of kDqBuffers per consumer (two where
 // shared memory holds them), so that a consumer goes on while the writer
