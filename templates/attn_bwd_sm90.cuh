@@ -23,7 +23,8 @@
 // memory with one bulk reduction (cp.reduce.async.bulk add.f32). Past head dim 128 the walk runs once per
 // 128 columns of dK and dV (a pass), recomputing Sᵀ and dPᵀ.
 //
-// With p.deterministic each query block takes the key tiles' additions in
+// With p.deterministic (and always where consumers split the columns:
+// orderedAdditions) each query block takes the key tiles' additions in
 // one order (additionTurn; a counter per query block and pass, waited on by
 // the writer warp, not the consumers), so dQ is bitwise reproducible; dK and
 // dV always are: one block owns a key tile of a kv head for all its query
@@ -66,17 +67,31 @@ constexpr u32 kKvTileBytes = kBlockN * kHeadDim * kElementBytes;
 constexpr u32 kRowStatBytes = kBlockM * 4;
 constexpr u32 kDsTileBytes = kBlockN * kBlockM * kElementBytes;
 
-static_assert(kBlockN == 64 * kConsumers, "one 64-key WGMMA slice per consumer warpgroup");
+// Past head dim 128, two consumers of one 64-key tile split dK's and dV's
+// columns (attn_abi::bwdSplitsColumns): consumer c holds columns
+// [c D / C, (c + 1) D / C) of dK and dV and computes Sᵀ and dPᵀ for the
+// step's query columns [c BLOCK_M / C, ...); Pᵀ and dSᵀ meet in shared
+// memory, the A operands of dV's and dK's products.
+constexpr bool kSplitsColumns = attn_abi::bwdSplitsColumns(kHeadDim, kBlockN, kConsumers);
+static_assert(kBlockN == (kSplitsColumns ? 64 : 64 * kConsumers),
+              "one 64-key WGMMA slice per consumer warpgroup, or one shared by all");
 static_assert(kHeadDim % kColumnBlock == 0, "head dim must be a multiple of 64");
 static_assert(kBlockM % 64 == 0 && kBlockM <= 256, "BLOCK_M is the N of Sᵀ's WGMMA");
+static_assert(!kSplitsColumns || kBlockM == 64, "split columns: 64 query rows a step");
 
-// Past head dim 128 the block walks its query blocks once per 128 columns
-// of dK and dV (attn_abi::bwdPasses): pass k accumulates columns
-// [128 k, 128 k + 128) of dK and dV and adds the same columns of dQ.
-constexpr int kPasses = attn_abi::bwdPasses(kHeadDim);
-constexpr int kPassColumns = attn_abi::bwdPassColumns(kHeadDim);
-static_assert(kPassColumns % kColumnBlock == 0 && kPassColumns <= 128,
-              "a pass spans whole 64-column blocks, at most 128 columns");
+// With one consumer, past head dim 128 the block walks its query blocks
+// once per 128 columns of dK and dV (attn_abi::bwdPasses): pass k
+// accumulates columns [128 k, 128 k + 128) of dK and dV and adds the same
+// columns of dQ.
+constexpr int kPasses = attn_abi::bwdPasses(kHeadDim, kSplitsColumns);
+constexpr int kPassColumns = attn_abi::bwdPassColumns(kHeadDim, kSplitsColumns);
+// The columns of dK and dV a consumer accumulates, and the query columns of
+// Sᵀ and dPᵀ it computes.
+constexpr int kGradColumns = kSplitsColumns ? kPassColumns / kConsumers : kPassColumns;
+constexpr int kQueryColumns = kSplitsColumns ? kBlockM / kConsumers : kBlockM;
+static_assert(kPassColumns % kColumnBlock == 0 && kGradColumns % kColumnBlock == 0 &&
+                  kGradColumns <= 128,
+              "a consumer's columns are whole 64-column blocks, at most 128");
 
 // A pass's dQ of a query block splits into one piece per consumer: its rows
 // when the block has 64 per consumer, else its columns.
@@ -86,10 +101,10 @@ constexpr int kDqColumns = kDqSplitsRows ? kPassColumns : kPassColumns / kConsum
 static_assert(kDqColumns % kColumnBlock == 0, "a dQ piece spans whole 64-column blocks");
 constexpr int kDqPieceFloats = 64 * kDqColumns;
 
-constexpr int kScoreRegs = kBlockM / 2;     // Sᵀ, dPᵀ: 64 keys x BLOCK_M fp32
-constexpr int kPackedRegs = kBlockM / 4;    // Pᵀ, dSᵀ: 64 keys x BLOCK_M packed 16-bit
-constexpr int kGradRegs = kPassColumns / 2; // dK, dV: 64 keys x a pass's columns fp32
-constexpr int kDqRegs = kDqColumns / 2;     // a dQ piece: 64 x kDqColumns fp32
+constexpr int kScoreRegs = kQueryColumns / 2;  // Sᵀ, dPᵀ: 64 keys x its query columns fp32
+constexpr int kPackedRegs = kQueryColumns / 4; // Pᵀ, dSᵀ packed 16-bit
+constexpr int kGradRegs = kGradColumns / 2;    // dK, dV: 64 keys x its columns fp32
+constexpr int kDqRegs = kDqColumns / 2;        // a dQ piece: 64 x kDqColumns fp32
 // With 64 query rows a step, Sᵀ's exponentials overlap dPᵀ's product and
 // dV's product dSᵀ's computation; with 128, Sᵀ, dPᵀ and P's packed copy
 // together would not fit the registers beside dK and dV, so both products
@@ -100,12 +115,22 @@ static_assert(kDqRegs % 4 == 0, "dQ staging stores four floats at a time");
 // 128: 5-11 % dense, 1-2 % with a score_mod; docs/benchmarks.md). With
 // 128 rows a step, a mask_mod or passes, dK's goes first (before the dSᵀ
 // barrier) and dQ's piece waits for both: the other order spills there.
-constexpr bool kDqBeforeDk = kBlockM <= 64 && kPasses == 1 && !Mods::kHasMaskMod;
+constexpr bool kDqBeforeDk =
+    kBlockM <= 64 && kPasses == 1 && !Mods::kHasMaskMod && !kSplitsColumns;
 
 // dQ pieces are staged in a ring of kDqBuffers per consumer (two where
 // shared memory holds them), so that a consumer goes on while the writer
 // warp's reduction of its last piece is in flight.
 constexpr int kDqBuffers = attn_plan::kDqStagingBuffers;
+
+// Whether dQ's additions follow the deterministic mode's orders
+// (additionTurn): on request, and always where consumers split the columns,
+// whose default-mode additions were the slower (H100, head dim 256: 2.85
+// against 2.35 ms at S = 2048 without a mask, 1.55 against 1.44 causal;
+// docs/benchmarks.md).
+__device__ __forceinline__ bool orderedAdditions(const attn_abi::AttnBwdParams &p) {
+  return kSplitsColumns || p.deterministic;
+}
 
 // Shared-memory barriers: [kv_full, full[S], empty[S], dq_full[C][B],
 // dq_empty[C][B]]. A stage holds one query block's Q, dO, log-sum-exp and
@@ -216,7 +241,7 @@ struct KeyBlock {
   // a query block's run) nor with passes.
   __device__ bool skips(const attn_abi::AttnBwdParams &p, int step) const {
     if constexpr (kSkipsSteps)
-      return !p.deterministic && maskCoverageOf(p, step) == Coverage::Empty;
+      return !orderedAdditions(p) && maskCoverageOf(p, step) == Coverage::Empty;
     else
       return false;
   }
@@ -227,7 +252,7 @@ __device__ __forceinline__ KeyBlock keyBlockOf(const attn_abi::AttnBwdParams &p)
   // The deterministic mode's orders wait on higher key tiles (additionTurn),
   // so its grid starts those first: a block waits only for blocks started
   // before it, whatever else the GPU runs.
-  block.keyTile = static_cast<int>(p.deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
+  block.keyTile = static_cast<int>(orderedAdditions(p) ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
   block.kvHead = static_cast<int>(blockIdx.y);
   block.batch = static_cast<int>(blockIdx.z);
   block.group = p.q_heads / p.kv_heads;
@@ -254,7 +279,7 @@ __device__ __forceinline__ KeyBlock keyBlockOf(const attn_abi::AttnBwdParams &p)
   // once (at most resident_blocks of them); otherwise, and with fewer query
   // blocks than key tiles, every walk starts at 0 and the last tile adds
   // first.
-  if (p.deterministic && Mask::kEveryQueryVisitsEveryKey &&
+  if (orderedAdditions(p) && Mask::kEveryQueryVisitsEveryKey &&
       block.queryBlocks() >= block.keyTiles && block.keyTiles <= p.resident_blocks) {
     block.rotated = true;
     block.rotationStride = block.queryBlocks() / block.keyTiles;
@@ -357,9 +382,10 @@ __device__ void produce(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
 // ---------------------------------------------------------------------------
 // Consumer pieces.
 
-// D[64 keys x BLOCK_M] = A[64 x head_dim] Bᵀ, issued as one WGMMA group: A is
-// this consumer's slice of the K or V tile, B the stage's Q or dO, both
-// K-major; each k-step of 16 columns advances 32 bytes inside a row.
+// D[64 keys x its query columns] = A[64 x head_dim] Bᵀ, issued as one WGMMA
+// group: A is this consumer's slice of the K or V tile, B the consumer's
+// rows of the stage's Q or dO, both K-major; each k-step of 16 columns
+// advances 32 bytes inside a row.
 __device__ __forceinline__ void issueKeyRowProduct(float (&d)[kScoreRegs], u32 slice, u32 tile) {
   wgmmaFence();
 #pragma unroll
@@ -367,7 +393,7 @@ __device__ __forceinline__ void issueKeyRowProduct(float (&d)[kScoreRegs], u32 s
     const u32 block = step / 4, inRow = (step % 4) * 32;
     const u64 a = swizzled128Descriptor(slice + block * kBlockN * kRowBytes + inRow, 16, kAtomBytes);
     const u64 b = swizzled128Descriptor(tile + block * kBlockM * kRowBytes + inRow, 16, kAtomBytes);
-    WgmmaSS<kBlockM, Element>::mma(d, a, b, step > 0);
+    WgmmaSS<kQueryColumns, Element>::mma(d, a, b, step > 0);
   }
   wgmmaCommitGroup();
 }
@@ -407,7 +433,7 @@ __device__ __forceinline__ void probabilitiesOf(float (&scores)[kScoreRegs], u32
                                                 const Sequence &sequence, int key0, int query0,
                                                 int lane) {
 #pragma unroll
-  for (int group = 0; group < kBlockM / 8; ++group) {
+  for (int group = 0; group < kQueryColumns / 8; ++group) {
     const int column = group * 8 + 2 * (lane & 3);
     float rowLse[2];
     loadSharedPair(lse + column * 4, rowLse[0], rowLse[1]);
@@ -432,7 +458,7 @@ __device__ __forceinline__ void scoreGradientsOf(float (&gradients)[kScoreRegs],
                                                  const float (&probabilities)[kScoreRegs],
                                                  u32 delta, int lane) {
 #pragma unroll
-  for (int group = 0; group < kBlockM / 8; ++group) {
+  for (int group = 0; group < kQueryColumns / 8; ++group) {
     float rowDelta[2];
     loadSharedPair(delta + (group * 8 + 2 * (lane & 3)) * 4, rowDelta[0], rowDelta[1]);
 #pragma unroll
@@ -491,7 +517,7 @@ __device__ __forceinline__ void regionGradientsOf(const attn_abi::AttnBwdParams 
 #pragma unroll
     for (int e = 0; e < 2; ++e)
 #pragma unroll
-      for (int group = 0; group < kBlockM / 8; ++group) {
+      for (int group = 0; group < kQueryColumns / 8; ++group) {
         const int column = group * 8 + 2 * (lane & 3) + e;
         const float rowLse = __uint_as_float(loadShared<u32>(lse + column * 4));
         const float rowDelta = __uint_as_float(loadShared<u32>(delta + column * 4));
@@ -505,7 +531,7 @@ __device__ __forceinline__ void regionGradientsOf(const attn_abi::AttnBwdParams 
       }
   } else {
 #pragma unroll
-    for (int group = 0; group < kBlockM / 8; ++group) {
+    for (int group = 0; group < kQueryColumns / 8; ++group) {
       const int column = group * 8 + 2 * (lane & 3);
       float rowLse[2], rowDelta[2];
       loadSharedPair(lse + column * 4, rowLse[0], rowLse[1]);
@@ -596,7 +622,7 @@ __device__ void writeDq(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
     for (int consumer = 0; consumer < kConsumers; ++consumer)
       mbarrierWait(barriers.dqFull(consumer, slot.stage), slot.phase);
     int *counter = nullptr;
-    if (p.deterministic) {
+    if (orderedAdditions(p)) {
       i64 counterIndex =
           (static_cast<i64>(block.batch) * p.q_heads + head) * queryBlocks + queryBlock;
       // Spelled out only where there are passes: the 24-register writer warp
@@ -646,7 +672,7 @@ __device__ __forceinline__ void storeKeyGradients(void *tensor, const long long 
     const i64 rowElement = block.sequence.mapBatch * strides[0] + row * strides[1] +
                            static_cast<i64>(block.kvHead) * strides[2] + firstColumn;
 #pragma unroll
-    for (int group = 0; group < kPassColumns / 8; ++group) {
+    for (int group = 0; group < kGradColumns / 8; ++group) {
       const int i = group * 4 + half * 2;
       const i64 element = rowElement + group * 8 + 2 * (lane & 3);
       const u32 packed = packPair<Element>(values[i] * factor, values[i + 1] * factor);
@@ -656,14 +682,15 @@ __device__ __forceinline__ void storeKeyGradients(void *tensor, const long long 
   }
 }
 
-// Stores a pass's columns of dK (scaled) and dV and clears the
-// accumulators for the next pass.
+// Stores this consumer's columns of a pass of dK (scaled) and dV and
+// clears the accumulators for the next pass.
 __device__ __forceinline__ void storePassGradients(const attn_abi::AttnBwdParams &p,
                                                    float (&dK)[kGradRegs], float (&dV)[kGradRegs],
                                                    const KeyBlock &block, int key0, int lane,
-                                                   int pass) {
-  storeKeyGradients(p.dk, p.dk_strides, dK, p.scale, block, key0, lane, pass * kPassColumns);
-  storeKeyGradients(p.dv, p.dv_strides, dV, 1.f, block, key0, lane, pass * kPassColumns);
+                                                   int consumer, int pass) {
+  const int firstColumn = pass * kPassColumns + (kSplitsColumns ? consumer * kGradColumns : 0);
+  storeKeyGradients(p.dk, p.dk_strides, dK, p.scale, block, key0, lane, firstColumn);
+  storeKeyGradients(p.dv, p.dv_strides, dV, 1.f, block, key0, lane, firstColumn);
 #pragma unroll
   for (int i = 0; i < kGradRegs; ++i)
     dK[i] = dV[i] = 0.f;
@@ -675,8 +702,12 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
   const int warp = thread / 32, lane = thread % 32;
   const Sequence &sequence = block.sequence;
   const u32 kTile = smemBase + attn_plan::kSmemK, vTile = smemBase + attn_plan::kSmemV;
-  const u32 kSlice = kTile + consumer * 64 * kRowBytes, vSlice = vTile + consumer * 64 * kRowBytes;
-  const int sliceFirst = block.keyTile * kBlockN + consumer * 64;
+  // The consumer's 64 keys (all the tile's when it splits columns) and
+  // first query column of each step.
+  const int keySlice = kSplitsColumns ? 0 : consumer;
+  const int firstQueryColumn = kSplitsColumns ? consumer * kQueryColumns : 0;
+  const u32 kSlice = kTile + keySlice * 64 * kRowBytes, vSlice = vTile + keySlice * 64 * kRowBytes;
+  const int sliceFirst = block.keyTile * kBlockN + keySlice * 64;
   const int sliceLast = sliceFirst + 63;
   // This thread's keys: rows key0 and key0 + 8 of the fragments.
   const int key0 = sliceFirst + warp * 16 + lane / 4;
@@ -709,102 +740,145 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
       captureGradients.enable(pass == 0);
     }
     const int query0 = queryBlock * kBlockM;
+    // The consumer's query columns of the step: its rows of Q and dO (B of
+    // Sᵀ's and dPᵀ's products), their statistics and positions.
+    const int queryFirst = query0 + firstQueryColumn;
     const u32 qTile = stageQ(smemBase, slot.stage), doTile = stageDo(smemBase, slot.stage);
-    // The pass's columns of Q and dO, the B operands of dK's and dV's products.
-    const u32 passOffset = pass * (kPassColumns / kColumnBlock) * kBlockM * kRowBytes;
+    // Computed where used: held across the products, they cost the
+    // head-dim-64 consumers a spill.
+    const auto lse = [&] { return stageLse(smemBase, slot.stage) + 4 * firstQueryColumn; };
+    const auto delta = [&] { return stageDelta(smemBase, slot.stage) + 4 * firstQueryColumn; };
+    // The consumer's columns of Q and dO in this pass, the B operands of dK's
+    // and dV's products.
+    const u32 gradOffset =
+        (pass * kPassColumns + (kSplitsColumns ? consumer * kGradColumns : 0)) / kColumnBlock *
+        kBlockM * kRowBytes;
     mbarrierWait(barriers.full(slot.stage), slot.phase);
 
     float scores[kScoreRegs], gradients[kScoreRegs];
-    issueKeyRowProduct(scores, kSlice, qTile);
-    issueKeyRowProduct(gradients, vSlice, doTile);
+    issueKeyRowProduct(scores, kSlice, qTile + firstQueryColumn * kRowBytes);
+    issueKeyRowProduct(gradients, vSlice, doTile + firstQueryColumn * kRowBytes);
     // A mask_mod the coverage shows keeping the whole tile needs no per-pair
     // test.
     bool maskPartial = false;
     if constexpr (Mods::kHasMaskMod)
       maskPartial = block.maskCoverageOf(p, step) != Coverage::Full;
-    const bool partial =
-        maskPartial || sliceLast >= sequence.seqlenK ||
-        !Mask::coversTile(query0, query0 + kBlockM - 1, sliceFirst, sliceLast, sequence.shift);
+    const bool partial = maskPartial || sliceLast >= sequence.seqlenK ||
+                         !Mask::coversTile(queryFirst, queryFirst + kQueryColumns - 1, sliceFirst,
+                                           sliceLast, sequence.shift);
     u32 probabilities[kPackedRegs], scoreGradients[kPackedRegs];
     if constexpr (kExponentialsBesideDp) {
       // Sᵀ and dPᵀ as two groups: the exponentials run while dPᵀ is on the
-      // tensor cores, and dV's product while dSᵀ is computed.
+      // tensor cores, and dV's product (from registers) while dSᵀ is
+      // computed.
       wgmmaWaitGroup<1>();
       fenceRegisters(scores);
-      probabilitiesOf(scores, stageLse(smemBase, slot.stage), p.scale_log2, partial, sequence,
-                      key0, query0, lane);
-      packFragments(scores, probabilities);
-      issueRegisterProduct<kPassColumns, kBlockM, Element>(dV, probabilities,
-                                                             doTile + passOffset);
-      wgmmaWaitGroup<1>();
+      probabilitiesOf(scores, lse(), p.scale_log2, partial, sequence, key0, queryFirst, lane);
+      if constexpr (kSplitsColumns) {
+        wgmmaWaitGroup<0>();
+      } else {
+        packFragments(scores, probabilities);
+        issueRegisterProduct<kGradColumns, kQueryColumns, Element>(dV, probabilities,
+                                                               doTile + gradOffset);
+        wgmmaWaitGroup<1>();
+      }
       fenceRegisters(gradients);
-      scoreGradientsOf(gradients, scores, stageDelta(smemBase, slot.stage), lane);
+      scoreGradientsOf(gradients, scores, delta(), lane);
     } else {
       wgmmaWaitGroup<0>();
       fenceRegisters(scores);
       fenceRegisters(gradients);
       if constexpr (kHasRegions) {
-        regionGradientsOf(p, captureGradients, scores, gradients, stageLse(smemBase, slot.stage),
-                          stageDelta(smemBase, slot.stage), partial, maskPartial, sequence,
-                          block.batch, block.headOf(step), key0, query0, lane);
+        regionGradientsOf(p, captureGradients, scores, gradients, lse(), delta(), partial,
+                          maskPartial, sequence, block.batch, block.headOf(step), key0,
+                          queryFirst, lane);
       } else {
-        probabilitiesOf(scores, stageLse(smemBase, slot.stage), p.scale_log2, partial, sequence,
-                        key0, query0, lane);
-        scoreGradientsOf(gradients, scores, stageDelta(smemBase, slot.stage), lane);
+        probabilitiesOf(scores, lse(), p.scale_log2, partial, sequence, key0, queryFirst, lane);
+        scoreGradientsOf(gradients, scores, delta(), lane);
       }
-      packFragments(scores, probabilities);
-      issueRegisterProduct<kPassColumns, kBlockM, Element>(dV, probabilities,
-                                                             doTile + passOffset);
+      if constexpr (!kSplitsColumns) {
+        packFragments(scores, probabilities);
+        issueRegisterProduct<kGradColumns, kQueryColumns, Element>(dV, probabilities,
+                                                               doTile + gradOffset);
+      }
     }
-    packFragments(gradients, scoreGradients);
-    if constexpr (!kDqBeforeDk)
-      issueRegisterProduct<kPassColumns, kBlockM, Element>(dK, scoreGradients, qTile + passOffset);
 
-    // dSᵀ of every slice, for dQ: two buffers, so that a consumer may write
-    // the next step's while another still reads this one (the barrier below
-    // is passed only once every consumer finished the step before).
+    // dSᵀ (and with split columns Pᵀ) of every consumer, for dQ (and dV and
+    // dK): two buffers, so that a consumer may write the next step's while
+    // another still reads this one (the barrier below is passed only once
+    // every consumer finished the step before).
     const u32 dsTile = smemBase + attn_plan::kSmemDs + (position & 1) * kDsTileBytes;
-    storeFragmentSwizzled<Element, kBlockM>(gradients, dsTile, kBlockN,
-                                            consumer * kWarpsPerWarpgroup + warp, lane);
-    fenceSharedForAsyncProxy();
-    namedBarrierSync(kDsWrittenBarrier, kConsumers * kWarpgroupThreads);
-    float dq[kDqRegs];
-    issueDqProduct(dq, dsTile, kTile, consumer, pass);
-    const auto releaseStage = [&] {
-      fenceRegisters(dV);
-      fenceRegisters(dK);
-      fenceRegisters(probabilities);
-      fenceRegisters(scoreGradients);
-      mbarrierArriveForWarp(barriers.empty(slot.stage), lane);
-    };
-    const auto stageDq = [&] {
-      const int turn =
-          p.deterministic && consumer == 0 && thread == 0 ? additionTurn(block, queryBlock) : 0;
-      stageDqPiece(smemBase, barriers, dq, position, consumer, thread, turn);
-    };
-    if constexpr (kDqBeforeDk) {
-      issueRegisterProduct<kPassColumns, kBlockM, Element>(dK, scoreGradients, qTile + passOffset);
+    if constexpr (kSplitsColumns) {
+      const u32 pTile = smemBase + attn_plan::kSmemP + (position & 1) * kDsTileBytes;
+      storeFragmentSwizzled<Element, kQueryColumns>(scores, pTile, kBlockN, warp, lane,
+                                                    firstQueryColumn);
+      storeFragmentSwizzled<Element, kQueryColumns>(gradients, dsTile, kBlockN, warp, lane,
+                                                    firstQueryColumn);
+      fenceSharedForAsyncProxy();
+      namedBarrierSync(kDsWrittenBarrier, kConsumers * kWarpgroupThreads);
+      // dV's, dQ's and dK's products in one go; dQ's piece is staged while
+      // dK's runs.
+      issueSharedProduct<kGradColumns, kBlockM, Element>(dV, pTile, doTile + gradOffset);
+      float dq[kDqRegs];
+      issueDqProduct(dq, dsTile, kTile, consumer, pass);
+      issueSharedProduct<kGradColumns, kBlockM, Element>(dK, dsTile, qTile + gradOffset);
       wgmmaWaitGroup<1>();
       fenceRegisters(dq);
-      stageDq();
+      const int turn =
+          orderedAdditions(p) && consumer == 0 && thread == 0 ? additionTurn(block, queryBlock) : 0;
+      stageDqPiece(smemBase, barriers, dq, position, consumer, thread, turn);
       wgmmaWaitGroup<0>();
-      releaseStage();
+      fenceRegisters(dV);
+      fenceRegisters(dK);
+      mbarrierArriveForWarp(barriers.empty(slot.stage), lane);
     } else {
-      wgmmaWaitGroup<0>();
-      fenceRegisters(dq);
-      releaseStage();
-      stageDq();
+      packFragments(gradients, scoreGradients);
+      if constexpr (!kDqBeforeDk)
+        issueRegisterProduct<kGradColumns, kQueryColumns, Element>(dK, scoreGradients,
+                                                               qTile + gradOffset);
+      storeFragmentSwizzled<Element, kQueryColumns>(gradients, dsTile, kBlockN,
+                                                    consumer * kWarpsPerWarpgroup + warp, lane);
+      fenceSharedForAsyncProxy();
+      namedBarrierSync(kDsWrittenBarrier, kConsumers * kWarpgroupThreads);
+      float dq[kDqRegs];
+      issueDqProduct(dq, dsTile, kTile, consumer, pass);
+      const auto releaseStage = [&] {
+        fenceRegisters(dV);
+        fenceRegisters(dK);
+        fenceRegisters(probabilities);
+        fenceRegisters(scoreGradients);
+        mbarrierArriveForWarp(barriers.empty(slot.stage), lane);
+      };
+      const auto stageDq = [&] {
+        const int turn =
+            orderedAdditions(p) && consumer == 0 && thread == 0 ? additionTurn(block, queryBlock) : 0;
+        stageDqPiece(smemBase, barriers, dq, position, consumer, thread, turn);
+      };
+      if constexpr (kDqBeforeDk) {
+        issueRegisterProduct<kGradColumns, kQueryColumns, Element>(dK, scoreGradients,
+                                                               qTile + gradOffset);
+        wgmmaWaitGroup<1>();
+        fenceRegisters(dq);
+        stageDq();
+        wgmmaWaitGroup<0>();
+        releaseStage();
+      } else {
+        wgmmaWaitGroup<0>();
+        fenceRegisters(dq);
+        releaseStage();
+        stageDq();
+      }
     }
     if (kPasses > 1 && step + 1 < steps && block.passOf(step + 1) != pass)
-      storePassGradients(p, dK, dV, block, key0, lane, pass);
+      storePassGradients(p, dK, dV, block, key0, lane, consumer, pass);
   }
   captureGradients.flush();
   // A key tile no query sees walks no step: every pass's gradients are 0.
   if constexpr (kPasses > 1)
     if (steps == 0)
       for (int pass = 0; pass + 1 < kPasses; ++pass)
-        storePassGradients(p, dK, dV, block, key0, lane, pass);
-  storePassGradients(p, dK, dV, block, key0, lane, kPasses - 1);
+        storePassGradients(p, dK, dV, block, key0, lane, consumer, pass);
+  storePassGradients(p, dK, dV, block, key0, lane, consumer, kPasses - 1);
 }
 
 } // namespace attn_bwd

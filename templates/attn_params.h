@@ -281,13 +281,26 @@ struct AttnBwdParams {
   int coverage_block_n;
 };
 
-// The backward's passes over a head's query blocks: one per 128 columns of
-// dK and dV past head dim 128 (the accumulators of a wider head would not
-// fit a consumer's registers). Each pass recomputes Sᵀ and dPᵀ and adds its
-// columns of dQ; the deterministic mode counts each pass's additions apart.
-constexpr int bwdPasses(int headDim) { return headDim > 128 ? headDim / 128 : 1; }
+// Past head dim 128 the accumulators of dK and dV for 64 keys would not
+// fit a consumer's registers. Two consumer warpgroups of one 64-key tile
+// split them by columns (bwdSplitsColumns): each holds half of dK's and
+// dV's columns and computes Sᵀ and dPᵀ for half of the step's queries,
+// which both read from shared memory as Pᵀ and dSᵀ.
+constexpr bool bwdSplitsColumns(int headDim, int blockN, int consumers) {
+  return headDim > 128 && consumers > 1 && blockN == 64;
+}
+// Otherwise (one consumer) the backward walks a head's query blocks once per
+// 128 columns of dK and dV, a pass. Each pass recomputes Sᵀ and dPᵀ and
+// adds its columns of dQ; the deterministic mode counts each pass's
+// additions apart. Without `splitsColumns`, the most passes a head dim may
+// take (what the host sizes counters by).
+constexpr int bwdPasses(int headDim, bool splitsColumns = false) {
+  return headDim > 128 && !splitsColumns ? headDim / 128 : 1;
+}
 // The columns of dK, dV and dQ one pass covers.
-constexpr int bwdPassColumns(int headDim) { return headDim / bwdPasses(headDim); }
+constexpr int bwdPassColumns(int headDim, bool splitsColumns = false) {
+  return headDim / bwdPasses(headDim, splitsColumns);
+}
 
 // Query positions of one (batch, query head) in the backward's workspace:
 // seqlen_q rounded up to whole query blocks.

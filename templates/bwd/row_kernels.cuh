@@ -73,7 +73,7 @@ extern "C" __global__ void __launch_bounds__(ATTN_BWD_ROW_THREADS)
   float4 *accumulator = reinterpret_cast<float4 *>(dqAccumBlock(p, batch, head, queryBlock));
   for (int i = threadIdx.x; i < kBlockM * kHeadDim / 4; i += ATTN_BWD_ROW_THREADS)
     accumulator[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (p.deterministic && threadIdx.x < kPasses) {
+  if (orderedAdditions(p) && threadIdx.x < kPasses) {
     const i64 queryBlocks = attn_abi::bwdPaddedQueries(p.seqlen_q, kBlockM) / kBlockM;
     p.dq_semaphores[((static_cast<i64>(batch) * p.q_heads + head) * queryBlocks + queryBlock) *
                         kPasses +

@@ -78,7 +78,8 @@ __device__ __forceinline__ u32 swizzledAddress(u32 tile, int rows, int row, int 
 }
 
 // Stores this warp's 16 rows of an m64 x N fp32 accumulator, rounded to
-// `Element`, into rows 16 * warp... of a swizzled tile (swizzledAddress).
+// `Element`, into rows 16 * warp... and columns firstColumn... of a
+// swizzled tile (swizzledAddress).
 // One stmatrix writes four 8 x 8 matrices, and each lane's pair in a matrix
 // is the pair the accumulator gives it: elements 4c..4c+1 are rows 0-7 and
 // 4c+2..4c+3 rows 8-15 of column block c. Lane l addresses row l % 8 of
@@ -86,14 +87,15 @@ __device__ __forceinline__ u32 swizzledAddress(u32 tile, int rows, int row, int 
 // instructions for the N / 4 single-word stores of the plain form.
 template <class Element, int N>
 __device__ __forceinline__ void storeFragmentSwizzled(const float (&fragment)[N / 2], u32 tile,
-                                                      int rows, int warp, int lane) {
+                                                      int rows, int warp, int lane,
+                                                      int firstColumn = 0) {
   static_assert(N % 16 == 0, "two 8-column blocks per stmatrix");
   const int matrix = lane / 8;
   const int row = warp * 16 + (matrix % 2) * 8 + lane % 8;
 #pragma unroll
   for (int block = 0; block < N / 8; block += 2) {
     const float *f = fragment + 4 * block;
-    u32 address = swizzledAddress(tile, rows, row, (block + matrix / 2) * 8);
+    u32 address = swizzledAddress(tile, rows, row, firstColumn + (block + matrix / 2) * 8);
     asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(address),
                  "r"(packPair<Element>(f[0], f[1])), "r"(packPair<Element>(f[2], f[3])),
                  "r"(packPair<Element>(f[4], f[5])), "r"(packPair<Element>(f[6], f[7]))
@@ -109,6 +111,10 @@ template <int N, class Element> struct WgmmaSS;
 // both MN-major (transposed): A's 64 rows and B's N columns are the
 // contiguous dimension.
 template <int N, class Element> struct WgmmaSSMN;
+
+// D[64 x N] (+)= A[64 x 16] * B[16 x N], both operands in shared memory, A
+// K-major, B MN-major (transposed): B's N columns are contiguous.
+template <int N, class Element> struct WgmmaSSBMN;
 
 // D[64 x N] (+)= A[64 x 16] * B[16 x N], A from registers (4 x 2 packed
 // 16-bit values per thread), B MN-major in shared memory (transposed).
@@ -130,6 +136,24 @@ __device__ __forceinline__ void issueRegisterProduct(float (&d)[N / 2], const u3
   for (int step = 0; step < Keys / 16; ++step)
     WgmmaRS<N, Element>::mma(d, a[4 * step], a[4 * step + 1], a[4 * step + 2], a[4 * step + 3],
                              advanceDescriptor(first, step * 16 * kRowBytes));
+  wgmmaCommitGroup();
+}
+
+// D[64 x N] += A[64 x Keys] * B[Keys x N], issued asynchronously as one
+// WGMMA group, both in shared memory as 128-byte swizzled rows: A K-major,
+// its Keys (at most 64) columns one column block, so that each k-step of 16
+// advances 32 bytes inside a row; B read MN-major as issueRegisterProduct's.
+template <int N, int Keys, class Element>
+__device__ __forceinline__ void issueSharedProduct(float (&d)[N / 2], u32 a, u32 b) {
+  static_assert(Keys <= 64, "A's keys are one 64-column block");
+  constexpr u32 kRowBytes = 128, kAtomBytes = 8 * kRowBytes;
+  const u64 aFirst = swizzled128Descriptor(a, 16, kAtomBytes);
+  const u64 bFirst = swizzled128Descriptor(b, Keys * kRowBytes, kAtomBytes);
+  wgmmaFence();
+#pragma unroll
+  for (int step = 0; step < Keys / 16; ++step)
+    WgmmaSSBMN<N, Element>::mma(d, advanceDescriptor(aFirst, step * 32),
+                                advanceDescriptor(bFirst, step * 16 * kRowBytes), 1);
   wgmmaCommitGroup();
 }
 

@@ -89,10 +89,14 @@ TEST_CASE("backward kernels match the reference on awkward shapes", "[gpu][backw
 TEST_CASE("backward plans with one consumer or one stage match the reference",
           "[gpu][backward]") {
   // block_n 64 (one consumer warpgroup): head dim 128 then splits dQ by
-  // rows as head dim 64 does with two.
-  const int headDim = GENERATE(64, 128);
-  const std::string overrideText =
-      GENERATE(std::string("consumer_warpgroups=1,block_m=64,consumer_registers=256"), std::string("stages=1"));
+  // rows as head dim 64 does with two, and head dim 256 walks two passes
+  // of 128 columns instead of splitting them between two consumers.
+  const auto [headDim, overrideText] =
+      GENERATE(std::make_tuple(64, std::string("consumer_warpgroups=1,block_m=64,consumer_registers=256")),
+               std::make_tuple(64, std::string("stages=1")),
+               std::make_tuple(128, std::string("consumer_warpgroups=1,block_m=64,consumer_registers=256")),
+               std::make_tuple(128, std::string("stages=1")),
+               std::make_tuple(256, std::string("consumer_warpgroups=1")));
   CompileOptions options;
   options.tileOverride = overrideText;
   checkBackward(specText(headDim, "bf16", kMasks[1], 4, 2), {4, 2, {2, 190, 190, false}}, 7,

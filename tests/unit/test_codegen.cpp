@@ -101,7 +101,8 @@ TEST_CASE("region backward kernels keep their register budgets", "[codegen][back
 
 TEST_CASE("a spec without a backward template is refused with its location", "[codegen][backward]") {
   attn::CompileOptions twoConsumers;
-  twoConsumers.tileOverride = "consumer_warpgroups=2,consumer_registers=240,producer_registers=24";
+  // Two consumers of 64 keys each (not sharing a tile) at head dim 256.
+  twoConsumers.tileOverride = "block_n=128";
   CHECK_THROWS_WITH(attn::compileBackwardSpec(spec(256, "bf16", "#attn.no_mask"), "k.mlir",
                                               twoConsumers),
                     Catch::Contains("k.mlir:1:1: error: 'attn.kernel' op backward plan is illegal: "

@@ -749,7 +749,8 @@ TEST_CASE("backward tile candidates: every legal point of the backward's space, 
     INFO("candidate " << text);
     CHECK_FALSE(checkBackwardTileLegality(problem, config));
     CHECK(estimateBackwardConsumerRegisters(problem, config) <= config.consumerRegisters);
-    CHECK(config.blockN == kWgmmaM * config.consumerWarpgroups);
+    // Past head dim 128 two consumers share a tile of 64 keys.
+    CHECK(config.blockN == (headDim > 128 ? kWgmmaM : kWgmmaM * config.consumerWarpgroups));
     CHECK(config.softmaxChains == 1);
     CHECK(config.persistentBlocksPerSm == 0);
     CHECK(seen.insert(text).second);
@@ -761,9 +762,10 @@ TEST_CASE("backward tile candidates: every legal point of the backward's space, 
   }
   CHECK(std::find(candidates.begin(), candidates.end(), heuristic) != candidates.end());
 
-  // The space by brute force: consumers 1 or 2, block_n 64 per consumer,
-  // block_m 64 or 64 per consumer, 1 to 4 stages, 240 registers (and 256
-  // with one consumer); the candidates are its legal points.
+  // The space by brute force: consumers 1 or 2, block_n 64 per consumer
+  // (64 in all past head dim 128), block_m 64 or 64 per consumer, 1 to 4
+  // stages, 240 registers (and 256 with one consumer; the producer then
+  // takes 40 past head dim 128); the candidates are its legal points.
   size_t legal = 0, total = 0;
   for (int consumers : {1, 2})
     for (int blockM : {64, 128})
@@ -773,10 +775,11 @@ TEST_CASE("backward tile candidates: every legal point of the backward's space, 
             continue;
           TileConfig config = heuristic;
           config.consumerWarpgroups = consumers;
-          config.blockN = 64 * consumers;
+          config.blockN = headDim > 128 ? 64 : 64 * consumers;
           config.blockM = blockM;
           config.stages = stages;
           config.consumerRegisters = registers;
+          config.producerRegisters = consumers == 1 && headDim > 128 ? 40 : 24;
           ++total;
           legal += !checkBackwardTileLegality(problem, config);
         }
@@ -785,11 +788,11 @@ TEST_CASE("backward tile candidates: every legal point of the backward's space, 
   // Pinned. Head dim 64: 10 (two consumers split its 64 dQ columns into
   // 32-column pieces, too narrow, and with 128-row tiles fit 2 stages);
   // head dim 128: 7 (one consumer needs 248 registers, two with 128-row
-  // tiles 280, and 64-row tiles fit 3 stages); head dim 256, two passes of
-  // 128 columns: 1 (one consumer at 256 registers and one stage; K, V, Q
-  // and dO tiles of 256 columns leave two consumers or a second stage no
-  // shared memory).
-  CHECK(candidates.size() == (headDim == 64 ? 10u : headDim == 128 ? 7u : 1u));
+  // tiles 280, and 64-row tiles fit 3 stages); head dim 256: 2, one stage
+  // each (K, V, Q and dO tiles of 256 columns leave a second stage no
+  // shared memory): two consumers splitting the columns at 64 rows, and
+  // one walking two passes of 128 columns at 256 registers.
+  CHECK(candidates.size() == (headDim == 64 ? 10u : headDim == 128 ? 7u : 2u));
 }
 
 TEST_CASE("backward tile candidates: none without a backward kernel", "[tuning][candidates][backward]") {

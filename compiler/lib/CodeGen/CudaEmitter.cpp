@@ -443,9 +443,14 @@ std::string expandTemplate(std::string_view rootFile, std::string &error) {
 std::string emitWgmmaWrapper(int n, ElementKind element, WgmmaForm form) {
   const int accumulators = n / 2;
   const bool fromRegisters = form == WgmmaForm::RS;
-  const char *name = fromRegisters ? "WgmmaRS" : (form == WgmmaForm::SSMN ? "WgmmaSSMN" : "WgmmaSS");
+  const char *name = fromRegisters              ? "WgmmaRS"
+                     : form == WgmmaForm::SSMN   ? "WgmmaSSMN"
+                     : form == WgmmaForm::SSBMN ? "WgmmaSSBMN"
+                                                 : "WgmmaSS";
   // The transpose immediates of A and B (shared-memory operands only).
-  const char *transpose = form == WgmmaForm::SSMN ? "1, 1" : "0, 0";
+  const char *transpose = form == WgmmaForm::SSMN    ? "1, 1"
+                          : form == WgmmaForm::SSBMN ? "0, 1"
+                                                     : "0, 0";
   std::ostringstream out;
   out << "template <> struct " << name << "<" << n << ", " << elementTag(element) << "> {\n";
   if (fromRegisters)
@@ -557,15 +562,22 @@ std::string emitBackwardKernelSource(const BackwardKernelConfig &config) {
     out << "// ---- user regions (attn-differentiate-mods, attn-lower-mods)\n"
         << config.mods.source << "\n";
 
-  // Sᵀ and dPᵀ (N = block_m), dV and dK (N = a pass's columns), dQ's
-  // pieces (templates/attn_bwd_sm90.cuh derives the same widths).
+  // Sᵀ and dPᵀ (N = a consumer's query columns), dV and dK (N = its
+  // columns of a pass, A from registers or, where consumers share a key
+  // tile, shared memory: the kernel names both forms), dQ's pieces (templates/attn_bwd_sm90.cuh derives
+  // the same widths).
   const int consumers = config.tile.consumerWarpgroups;
-  const int passColumns = attn_abi::bwdPassColumns(config.headDim);
+  const bool splitsColumns =
+      attn_abi::bwdSplitsColumns(config.headDim, config.tile.blockN, consumers);
+  const int passColumns = attn_abi::bwdPassColumns(config.headDim, splitsColumns);
+  const int gradColumns = splitsColumns ? passColumns / consumers : passColumns;
+  const int queryColumns = splitsColumns ? config.tile.blockM / consumers : config.tile.blockM;
   const bool dqSplitsRows = config.tile.blockM == 64 * consumers;
   const int dqColumns = dqSplitsRows ? passColumns : passColumns / consumers;
   out << "// ---- WGMMA shapes of this plan\nnamespace attn_dev {\n"
-      << emitWgmmaWrapper(config.tile.blockM, config.element, WgmmaForm::SS)
-      << emitWgmmaWrapper(passColumns, config.element, WgmmaForm::RS)
+      << emitWgmmaWrapper(queryColumns, config.element, WgmmaForm::SS)
+      << emitWgmmaWrapper(gradColumns, config.element, WgmmaForm::RS)
+      << emitWgmmaWrapper(gradColumns, config.element, WgmmaForm::SSBMN)
       << emitWgmmaWrapper(dqColumns, config.element, WgmmaForm::SSMN)
       << "} // namespace attn_dev\n\n";
 
@@ -588,6 +600,7 @@ std::string emitBackwardKernelSource(const BackwardKernelConfig &config) {
       << "constexpr unsigned kSmemLse = " << smem.lse << ";\n"
       << "constexpr unsigned kSmemDelta = " << smem.delta << ";\n"
       << "constexpr unsigned kSmemDs = " << smem.ds << ";\n"
+      << "constexpr unsigned kSmemP = " << smem.p << ";\n"
       << "constexpr unsigned kSmemDqStaging = " << smem.dqStaging << ";\n"
       << "constexpr int kDqStagingBuffers = " << smem.dqStagingBuffers << ";\n"
       << "constexpr unsigned kSmemDqTurns = " << smem.dqTurns << ";\n"

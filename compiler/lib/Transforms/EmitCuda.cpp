@@ -415,6 +415,8 @@ FailureOr<::attn::codegen::BackwardKernelConfig> buildBackwardKernelConfig(Kerne
                                 {"dq_turns", &smem.dqTurns},
                                 {"barriers", &smem.barriers}})))
     return failure();
+  if (SmemBufferAttr p = smemPlan.lookupBuffer("p"))
+    smem.p = p.getOffset();
   smem.total = smemPlan.getTotal();
   smem.dqStagingBuffers = smemPlan.lookupBuffer("dq_turns").getSlots();
   smem.barrierCount = smemPlan.lookupBuffer("barriers").getSlots();

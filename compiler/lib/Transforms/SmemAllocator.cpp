@@ -127,8 +127,13 @@ std::vector<SmemRequest> backwardKernelSmemRequests(const TileProblem &problem,
   requests.push_back({"lse", stages * statBytes, 16, 0, stages, kPhaseSetup, kPhaseEnd});
   requests.push_back({"delta", stages * statBytes, 16, 0, stages, kPhaseSetup, kPhaseEnd});
   requests.push_back({"ds", 2 * dsTile, kTileAlign, kSwizzle, 2, kPhaseSetup, kPhaseEnd});
+  const bool splitsColumns =
+      attn_abi::bwdSplitsColumns(problem.headDim, config.blockN, config.consumerWarpgroups);
+  // Consumers sharing a key tile meet Pᵀ there too.
+  if (splitsColumns)
+    requests.push_back({"p", 2 * dsTile, kTileAlign, kSwizzle, 2, kPhaseSetup, kPhaseEnd});
   // A pass's columns of dQ (attn_abi::bwdPasses), a piece per consumer.
-  const int64_t passColumns = attn_abi::bwdPassColumns(problem.headDim);
+  const int64_t passColumns = attn_abi::bwdPassColumns(problem.headDim, splitsColumns);
   requests.push_back({"dq_staging", int64_t(dqStagingBuffers) * config.blockM * passColumns * 4,
                       16, 0, stagingSlots, kPhaseSetup, kPhaseEnd});
   requests.push_back({"dq_turns", 4 * int64_t(dqStagingBuffers), 4, 0, dqStagingBuffers,

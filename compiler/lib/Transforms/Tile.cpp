@@ -118,10 +118,15 @@ FailureOr<::attn::TileConfig> mlir::attn::backwardTilePlan(KernelOp kernel, Stri
   ::attn::TileConfig tile = ::attn::applyLinearTileOverride(
       tunedOrDefaultBackwardConfig(kernel, problem, tuningDatabase, arch, bucket), override);
   // A tuned plan of one consumer may take 256 registers, which two cannot:
-  // as in the forward's overrides, the count follows overridden consumers
+  // as in the forward's overrides, the split follows overridden consumers
   // unless given.
-  if (override.consumerWarpgroups && !override.consumerRegisters)
-    tile.consumerRegisters = ::attn::backwardTileConfig(problem).consumerRegisters;
+  if (override.consumerWarpgroups && !override.consumerRegisters) {
+    ::attn::TileConfig fitted = tile;
+    ::attn::fitBackwardRegisters(problem, fitted);
+    tile.consumerRegisters = fitted.consumerRegisters;
+    if (!override.producerRegisters)
+      tile.producerRegisters = fitted.producerRegisters;
+  }
   if (std::optional<std::string> violation = ::attn::checkBackwardTileLegality(problem, tile))
     return kernel.emitOpError("backward plan is illegal: ") << *violation;
   return tile;

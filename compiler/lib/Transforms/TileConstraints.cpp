@@ -472,6 +472,15 @@ std::optional<std::string> checkLinearTileLegality(const TileProblem &problem,
 
 namespace attn {
 
+void fitBackwardRegisters(const TileProblem &problem, TileConfig &config) {
+  // One consumer past head dim 128 walks passes at 256 registers; the
+  // producer warpgroup then takes 40 (its dQ writer's pass arithmetic
+  // spilled 8-16 bytes at 24).
+  const bool passes = config.consumerWarpgroups == 1 && problem.headDim > 128;
+  config.consumerRegisters = passes ? 256 : 240;
+  config.producerRegisters = passes ? 40 : 24;
+}
+
 TileConfig backwardTileConfig(const TileProblem &problem) {
   TileConfig config;
   config.consumerWarpgroups = 2;
@@ -482,20 +491,15 @@ TileConfig backwardTileConfig(const TileProblem &problem) {
   // registers.
   config.blockM = problem.headDim == 64 ? 2 * kWgmmaM : kWgmmaM;
   config.stages = 2;
-  config.consumerRegisters = 240;
-  config.producerRegisters = 24;
-  if (attn_abi::bwdPasses(problem.headDim) > 1) {
-    // Head dim 256 walks its query blocks twice, 128 columns of dK and dV
-    // a pass: K, V, Q and dO tiles twice as wide leave shared memory for
-    // one consumer of 64 keys and one stage, at 256 registers. The producer
-    // warpgroup takes 40: its dQ writer's pass arithmetic spilled 8-16
-    // bytes at 24.
-    config.consumerWarpgroups = 1;
+  fitBackwardRegisters(problem, config);
+  if (problem.headDim > 128) {
+    // Head dim 256: two consumers share one tile of 64 keys and split dK's
+    // and dV's columns (attn_abi::bwdSplitsColumns), Pᵀ and dSᵀ meeting in
+    // shared memory. K, V, Q and dO tiles twice as wide and dQ's staging
+    // leave shared memory for one stage.
     config.blockN = kWgmmaM;
     config.blockM = kWgmmaM;
     config.stages = 1;
-    config.consumerRegisters = 256;
-    config.producerRegisters = 40;
   }
   config.softmaxChains = 1;
   config.persistentBlocksPerSm = 0;
@@ -503,29 +507,42 @@ TileConfig backwardTileConfig(const TileProblem &problem) {
 }
 
 int64_t estimateBackwardConsumerRegisters(const TileProblem &problem, const TileConfig &config) {
-  const int64_t passColumns = attn_abi::bwdPassColumns(problem.headDim);
-  const bool dqSplitsRows = config.blockM == kWgmmaM * config.consumerWarpgroups;
-  const int64_t dqColumns =
-      dqSplitsRows ? passColumns : passColumns / std::max(config.consumerWarpgroups, 1);
+  const int consumers = std::max(config.consumerWarpgroups, 1);
+  const bool splitsColumns =
+      attn_abi::bwdSplitsColumns(problem.headDim, config.blockN, consumers);
+  const int64_t passColumns = attn_abi::bwdPassColumns(problem.headDim, splitsColumns);
+  const int64_t gradColumns = splitsColumns ? passColumns / consumers : passColumns;
+  const bool dqSplitsRows = config.blockM == kWgmmaM * consumers;
+  const int64_t dqColumns = dqSplitsRows ? passColumns : passColumns / consumers;
+  if (splitsColumns)
+    // dK and dV hold the consumer's columns; Sᵀ and dPᵀ of its query
+    // columns are in shared memory before dQ's piece is computed.
+    return gradColumns + std::max<int64_t>(config.blockM / consumers, dqColumns / 2) + 24;
   // dK and dV hold a pass's columns. Sᵀ and dPᵀ in fp32 are dead once
   // packed; the packed pair (block_m / 2) lives on beside dQ's piece until
   // the step's products complete.
-  return passColumns + std::max<int64_t>(config.blockM, config.blockM / 2 + dqColumns / 2) + 24;
+  return gradColumns + std::max<int64_t>(config.blockM, config.blockM / 2 + dqColumns / 2) + 24;
 }
 
 std::optional<std::string> checkBackwardTileLegality(const TileProblem &problem,
                                                      const TileConfig &config) {
   std::ostringstream os;
   const int consumers = config.consumerWarpgroups;
-  const int passColumns = attn_abi::bwdPassColumns(problem.headDim);
+  const bool splitsColumns =
+      attn_abi::bwdSplitsColumns(problem.headDim, config.blockN, consumers);
+  const int passColumns = attn_abi::bwdPassColumns(problem.headDim, splitsColumns);
   if (problem.headDim != 64 && problem.headDim != 128 && problem.headDim != 256)
     os << "backward: head_dim " << problem.headDim
        << " has no backward kernel (64, 128 and 256 have)";
   else if (consumers < 1 || consumers > 2)
     os << "warpgroups: the backward takes 1 or 2 consumer warpgroups, got " << consumers;
-  else if (config.blockN != kWgmmaM * consumers)
+  else if (config.blockN != kWgmmaM * consumers && !splitsColumns)
     os << "WGMMA shape: backward block_n (" << config.blockN
-       << ") must be 64 keys per consumer warpgroup (" << kWgmmaM * consumers << ")";
+       << ") must be 64 keys per consumer warpgroup (" << kWgmmaM * consumers
+       << "), or 64 shared by two past head dim 128";
+  else if (splitsColumns && config.blockM != kWgmmaM)
+    os << "WGMMA shape: consumers sharing a key tile take backward block_m 64, got "
+       << config.blockM;
   else if (config.blockM != kWgmmaM && config.blockM != kWgmmaM * consumers)
     os << "WGMMA shape: backward block_m (" << config.blockM << ") must be 64 or "
        << kWgmmaM * consumers << " (64 per consumer warpgroup)";
@@ -575,17 +592,22 @@ std::vector<TileConfig> enumerateBackwardTileCandidates(const TileProblem &probl
       rows.push_back(kWgmmaM * consumers);
     // Two consumers at 256 registers leave the producer none (2 x 256 of
     // 65536 / 128 = 512); one consumer has room for 256.
+    TileConfig registers = backwardTileConfig(problem);
+    registers.consumerWarpgroups = consumers;
+    fitBackwardRegisters(problem, registers);
     const std::vector<int> budgets =
         consumers == 1 ? std::vector<int>{240, 256} : std::vector<int>{240};
     for (int blockM : rows)
       for (int stages = 1; stages <= 4; ++stages)
-        for (int registers : budgets) {
+        for (int budget : budgets) {
           TileConfig config = backwardTileConfig(problem);
           config.consumerWarpgroups = consumers;
-          config.blockN = kWgmmaM * consumers;
+          // Past head dim 128 two consumers share a 64-key tile.
+          config.blockN = problem.headDim > 128 ? kWgmmaM : kWgmmaM * consumers;
           config.blockM = blockM;
           config.stages = stages;
-          config.consumerRegisters = registers;
+          config.consumerRegisters = budget;
+          config.producerRegisters = registers.producerRegisters;
           if (!checkBackwardTileLegality(problem, config))
             candidates.push_back(config);
         }

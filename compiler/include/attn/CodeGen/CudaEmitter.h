@@ -124,10 +124,11 @@ std::string emitForwardKernelSource(const ForwardKernelConfig &config);
 
 // Byte offsets of the backward kernel's buffers (attn-plan-smem's backward
 // plan): the K and V tiles, rings of `stages` Q, dO, log-sum-exp and delta
-// slots, two dSᵀ tiles, dQ's fp32 staging and the mbarriers.
+// slots, two dSᵀ tiles (and two Pᵀ tiles where consumers share a key tile;
+// else p is 0), dQ's fp32 staging and the mbarriers.
 struct BackwardSharedMemoryOffsets {
-  int64_t k = 0, v = 0, q = 0, dO = 0, lse = 0, delta = 0, ds = 0, dqStaging = 0, dqTurns = 0,
-          barriers = 0, total = 0;
+  int64_t k = 0, v = 0, q = 0, dO = 0, lse = 0, delta = 0, ds = 0, p = 0, dqStaging = 0,
+          dqTurns = 0, barriers = 0, total = 0;
   int64_t dqStagingBuffers = 1; // per consumer warpgroup
   int64_t barrierCount = 0;
 };
@@ -203,7 +204,7 @@ std::string emitLinearKernelSource(const LinearKernelConfig &config);
 // SS: both operands from shared memory, K-major (Q Kᵀ). RS: A from
 // registers, B MN-major (P V). SSMN: both from shared memory, MN-major
 // (the backward's dS K).
-enum class WgmmaForm { SS, RS, SSMN };
+enum class WgmmaForm { SS, RS, SSMN, SSBMN };
 std::string emitWgmmaWrapper(int n, ElementKind element, WgmmaForm form);
 
 // Inlines `#include "..."` directives that name embedded template files,

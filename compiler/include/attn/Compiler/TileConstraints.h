@@ -260,14 +260,21 @@ std::optional<std::string> checkLinearTileLegality(const TileProblem &problem,
 /// query rows a step, a ring of `stages` (Q, dO) slots:
 ///   head_dim  64: block_m 128, block_n 128, 2 consumers (240), 2 stages;
 ///   head_dim 128: block_m  64, block_n 128, 2 consumers (240), 2 stages;
-///   head_dim 256: block_m  64, block_n  64, 1 consumer (256), 1 stage,
-///                 two passes over the query blocks of 128 columns of dK
-///                 and dV each (attn_abi::bwdPasses), 40 registers a
-///                 producer thread (24 at the others);
-/// one block per (key tile, kv head, batch).
+///   head_dim 256: block_m  64, block_n  64, 2 consumers (240) sharing
+///                 the keys, each with half of dK's and dV's columns
+///                 (attn_abi::bwdSplitsColumns), 1 stage;
+/// 24 registers a producer thread; one block per (key tile, kv head,
+/// batch). A one-consumer plan of head dim 256 walks the query blocks twice,
+/// 128 columns of dK and dV a pass (attn_abi::bwdPasses).
 TileConfig backwardTileConfig(const TileProblem &problem);
 
-/// The backward's constraints: block_n = 64 x consumer warpgroups, block_m
+/// Sets the backward's register split for config's consumer warpgroups:
+/// 240 a consumer thread and 24 a producer thread, or 256 and 40 for one
+/// consumer past head dim 128 (its passes).
+void fitBackwardRegisters(const TileProblem &problem, TileConfig &config);
+
+/// The backward's constraints: block_n = 64 x consumer warpgroups (or 64
+/// shared by two past head dim 128, with block_m 64), block_m
 /// 64 (dQ split by columns) or 64 x consumer warpgroups (by rows), head dim
 /// 64, 128 or 256, 1 to 4 stages, the register budget (dK and dV
 /// accumulators of a pass, Sᵀ and dPᵀ, dQ's piece) and the buffers within

@@ -89,7 +89,8 @@ std::vector<SmemRequest> linearKernelSmemRequests(const TileProblem &problem,
 /// The backward kernel's buffers, all live for the whole kernel, in
 /// allocation order: "k", "v" (block_n x head_dim), "q", "do" (rings of
 /// `stages` slots of block_m x head_dim), "lse", "delta" (stages x block_m
-/// fp32), "ds" (two block_n x block_m tiles of dSᵀ), "dq_staging"
+/// fp32), "ds" (two block_n x block_m tiles of dSᵀ), with consumers sharing
+/// a key tile (attn_abi::bwdSplitsColumns) "p" (two of Pᵀ), "dq_staging"
 /// (`dqStagingBuffers` x block_m x head_dim fp32, a piece per consumer
 /// warpgroup and buffer), "dq_turns" (an int32 per staging buffer: the
 /// deterministic mode's order of the piece's addition), "barriers"
