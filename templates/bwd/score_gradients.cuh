@@ -1,0 +1,184 @@
+// The consumers' products and per-pair pieces: Sᵀ and dPᵀ, dQ's piece, Pᵀ
+// and dSᵀ from them (with the user's regions where there are some), and the
+// packed fragments that feed dV's and dK's products.
+#pragma once
+
+#include "bwd/producer.cuh"
+
+namespace attn_bwd {
+
+// D[64 keys x its query columns] = A[64 x head_dim] Bᵀ, issued as one WGMMA
+// group: A is this consumer's slice of the K or V tile, B the consumer's
+// rows of the stage's Q or dO, both K-major; each k-step of 16 columns
+// advances 32 bytes inside a row.
+__device__ __forceinline__ void issueKeyRowProduct(float (&d)[kScoreRegs], u32 slice, u32 tile) {
+  wgmmaFence();
+#pragma unroll
+  for (int step = 0; step < kHeadDim / 16; ++step) {
+    const u32 block = step / 4, inRow = (step % 4) * 32;
+    const u64 a = swizzled128Descriptor(slice + block * kBlockN * kRowBytes + inRow, 16, kAtomBytes);
+    const u64 b = swizzled128Descriptor(tile + block * kBlockM * kRowBytes + inRow, 16, kAtomBytes);
+    WgmmaSS<kQueryColumns, Element>::mma(d, a, b, step > 0);
+  }
+  wgmmaCommitGroup();
+}
+
+// This consumer's dQ piece of pass `pass` = dS K over all BLOCK_N keys: A is
+// dSᵀ in shared memory read MN-major (the piece's 64 query columns), B the
+// K tile read MN-major (the piece's columns); each k-step of 16 keys
+// advances 16 rows.
+__device__ __forceinline__ void issueDqProduct(float (&dq)[kDqRegs], u32 dsTile, u32 kTile,
+                                               int consumer, int pass) {
+  const int aBlock = kDqSplitsRows ? consumer : 0;
+  const int bBlock = (pass * kPassColumns + (kDqSplitsRows ? 0 : consumer * kDqColumns)) /
+                     kColumnBlock;
+  const u32 aBase = dsTile + aBlock * kBlockN * kRowBytes;
+  const u32 bBase = kTile + bBlock * kBlockN * kRowBytes;
+  wgmmaFence();
+#pragma unroll
+  for (int step = 0; step < kBlockN / 16; ++step) {
+    const u64 a = swizzled128Descriptor(aBase + step * 16 * kRowBytes, kBlockN * kRowBytes, kAtomBytes);
+    const u64 b = swizzled128Descriptor(bBase + step * 16 * kRowBytes, kBlockN * kRowBytes, kAtomBytes);
+    WgmmaSSMN<kDqColumns, Element>::mma(dq, a, b, step > 0);
+  }
+  wgmmaCommitGroup();
+}
+
+// Two adjacent fp32 words of shared memory.
+__device__ __forceinline__ void loadSharedPair(u32 address, float &first, float &second) {
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(first), "=f"(second) : "r"(address));
+}
+
+// Turns Sᵀ into Pᵀ = exp2(scale_log2 Sᵀ - lse_log2), per query column,
+// with P = 0 for the pairs the mask or the key length excludes (`partial`:
+// the slice's tile is not kept whole). A row without keys has lse_log2 =
+// +inf, so its P is 0.
+__device__ __forceinline__ void probabilitiesOf(float (&scores)[kScoreRegs], u32 lse,
+                                                float scaleLog2, bool partial,
+                                                const Sequence &sequence, int key0, int query0,
+                                                int lane) {
+#pragma unroll
+  for (int group = 0; group < kQueryColumns / 8; ++group) {
+    const int column = group * 8 + 2 * (lane & 3);
+    float rowLse[2];
+    loadSharedPair(lse + column * 4, rowLse[0], rowLse[1]);
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int i = group * 4 + half * 2 + e;
+        float probability = fastExp2(scores[i] * scaleLog2 - rowLse[e]);
+        if (partial) {
+          const int key = key0 + 8 * half, query = query0 + column + e;
+          const bool keep = key < sequence.seqlenK && Mask::allows(query, key, sequence.shift);
+          probability = keep ? probability : 0.f;
+        }
+        scores[i] = probability;
+      }
+  }
+}
+
+// Turns dPᵀ into dSᵀ = Pᵀ (dPᵀ - delta), per query column.
+__device__ __forceinline__ void scoreGradientsOf(float (&gradients)[kScoreRegs],
+                                                 const float (&probabilities)[kScoreRegs],
+                                                 u32 delta, int lane) {
+#pragma unroll
+  for (int group = 0; group < kQueryColumns / 8; ++group) {
+    float rowDelta[2];
+    loadSharedPair(delta + (group * 8 + 2 * (lane & 3)) * 4, rowDelta[0], rowDelta[1]);
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int i = group * 4 + half * 2 + e;
+        gradients[i] = probabilities[i] * (gradients[i] - rowDelta[e]);
+      }
+  }
+}
+
+// With mask_mod or score_mod: Pᵀ and dSᵀ together, a pair at a time, from
+// the raw Sᵀ and dPᵀ. The forward's softmax (and log-sum-exp) ran over
+// score_mod(scale s); P (dP - delta) is the gradient of that modified
+// score, which score_mod's vector-Jacobian product carries back to the
+// score, adding into the learnable captures' gradients on the way. A pair
+// whose gradient is 0 skips the product: a masked pair's region need not
+// even be finite there.
+__device__ __forceinline__ void regionPairGradient(
+    const attn_abi::AttnBwdParams &p, typename Mods::Gradients &captureGradients, float &score,
+    float &gradient, float rowLse, float rowDelta, bool partial, bool maskPartial,
+    const Sequence &sequence, int batch, int head, int key, int query) {
+  bool keep = !partial || (key < sequence.seqlenK && Mask::allows(query, key, sequence.shift));
+  if constexpr (Mods::kHasMaskMod)
+    keep = keep && (!maskPartial || Mods::keeps(p, batch, head, query, key));
+  const float scaled = score * p.scale;
+  // Evaluated for every pair (a masked one's result is dropped): out of the
+  // branch, its evaluation dominates the vector-Jacobian product's, which
+  // the compiler then reuses instead of evaluating the region again.
+  const float modified = Mods::score(p, scaled, batch, head, query, key);
+  const float probability = keep ? fastExp2(modified * kLog2e - rowLse) : 0.f;
+  const float modGradient = probability * (gradient - rowDelta);
+  score = probability;
+  gradient = modGradient != 0.f ? Mods::scoreVjp(p, captureGradients, modGradient, scaled, batch,
+                                                 head, query, key)
+                                : 0.f;
+}
+
+// Every pair of the thread's fragments. With learnable captures the pairs
+// go diagonal by diagonal (q - kv ascending): a thread's pairs (key0,
+// column c) and (key0 + 8, column c + 8) lie on one diagonal and come one
+// after the other, so a capture indexed by q - kv (a relative-position or
+// bucketed bias) sums both in a register before one addition to memory.
+// A score_mod that reads captures takes that order too, and the others the
+// fragment order (a row pair's statistics loaded once): so each example's
+// consumers stay within their registers (ptxas; unit.codegen pins them).
+__device__ __forceinline__ void regionGradientsOf(const attn_abi::AttnBwdParams &p,
+                                                  typename Mods::Gradients &captureGradients,
+                                                  float (&scores)[kScoreRegs],
+                                                  float (&gradients)[kScoreRegs], u32 lse,
+                                                  u32 delta, bool partial, bool maskPartial,
+                                                  const Sequence &sequence, int batch, int head,
+                                                  int key0, int query0, int lane) {
+  if constexpr (Mods::kLearnsCaptures || (Mods::kHasScoreMod && Mods::kHasCaptures)) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+#pragma unroll
+      for (int group = 0; group < kQueryColumns / 8; ++group) {
+        const int column = group * 8 + 2 * (lane & 3) + e;
+        const float rowLse = __uint_as_float(loadShared<u32>(lse + column * 4));
+        const float rowDelta = __uint_as_float(loadShared<u32>(delta + column * 4));
+#pragma unroll
+        for (int half = 1; half >= 0; --half) {
+          const int i = group * 4 + half * 2 + e;
+          regionPairGradient(p, captureGradients, scores[i], gradients[i], rowLse, rowDelta,
+                             partial, maskPartial, sequence, batch, head, key0 + 8 * half,
+                             query0 + column);
+        }
+      }
+  } else {
+#pragma unroll
+    for (int group = 0; group < kQueryColumns / 8; ++group) {
+      const int column = group * 8 + 2 * (lane & 3);
+      float rowLse[2], rowDelta[2];
+      loadSharedPair(lse + column * 4, rowLse[0], rowLse[1]);
+      loadSharedPair(delta + column * 4, rowDelta[0], rowDelta[1]);
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int i = group * 4 + half * 2 + e;
+          regionPairGradient(p, captureGradients, scores[i], gradients[i], rowLse[e],
+                             rowDelta[e], partial, maskPartial, sequence, batch, head,
+                             key0 + 8 * half, query0 + column + e);
+        }
+    }
+  }
+}
+
+__device__ __forceinline__ void packFragments(const float (&values)[kScoreRegs],
+                                              u32 (&packed)[kPackedRegs]) {
+#pragma unroll
+  for (int i = 0; i < kPackedRegs; ++i)
+    packed[i] = packPair<Element>(values[2 * i], values[2 * i + 1]);
+}
+
+} // namespace attn_bwd
