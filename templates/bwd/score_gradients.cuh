@@ -9,18 +9,10 @@ namespace attn_bwd {
 
 // D[64 keys x its query columns] = A[64 x head_dim] Bᵀ, issued as one WGMMA
 // group: A is this consumer's slice of the K or V tile, B the consumer's
-// rows of the stage's Q or dO, both K-major; each k-step of 16 columns
-// advances 32 bytes inside a row.
+// rows of the stage's Q or dO, both K-major.
 __device__ __forceinline__ void issueKeyRowProduct(float (&d)[kScoreRegs], u32 slice, u32 tile) {
-  wgmmaFence();
-#pragma unroll
-  for (int step = 0; step < kHeadDim / 16; ++step) {
-    const u32 block = step / 4, inRow = (step % 4) * 32;
-    const u64 a = swizzled128Descriptor(slice + block * kBlockN * kRowBytes + inRow, 16, kAtomBytes);
-    const u64 b = swizzled128Descriptor(tile + block * kBlockM * kRowBytes + inRow, 16, kAtomBytes);
-    WgmmaSS<kQueryColumns, Element>::mma(d, a, b, step > 0);
-  }
-  wgmmaCommitGroup();
+  static_assert(kRowBytes == 128, "issueKMajorProduct's rows");
+  issueKMajorProduct<kQueryColumns, kHeadDim, kBlockN, kBlockM, Element>(d, slice, tile);
 }
 
 // This consumer's dQ piece of pass `pass` = dS K over all BLOCK_N keys: A is

@@ -120,6 +120,24 @@ template <int N, class Element> struct WgmmaSSBMN;
 // 16-bit values per thread), B MN-major in shared memory (transposed).
 template <int N, class Element> struct WgmmaRS;
 
+// D[64 x N] = A[64 x Depth] Bᵀ, issued asynchronously as one WGMMA group,
+// both operands K-major in shared memory as 128-byte swizzled rows, in
+// column blocks of 64 that lie ARows (A) and BRows (B) rows apart; each
+// k-step of 16 columns advances 32 bytes inside a row.
+template <int N, int Depth, int ARows, int BRows, class Element>
+__device__ __forceinline__ void issueKMajorProduct(float (&d)[N / 2], u32 a, u32 b) {
+  constexpr u32 kRowBytes = 128, kAtomBytes = 8 * kRowBytes;
+  wgmmaFence();
+#pragma unroll
+  for (int step = 0; step < Depth / 16; ++step) {
+    const u32 block = step / 4, inRow = (step % 4) * 32;
+    const u64 aDescriptor = swizzled128Descriptor(a + block * ARows * kRowBytes + inRow, 16, kAtomBytes);
+    const u64 bDescriptor = swizzled128Descriptor(b + block * BRows * kRowBytes + inRow, 16, kAtomBytes);
+    WgmmaSS<N, Element>::mma(d, aDescriptor, bDescriptor, step > 0);
+  }
+  wgmmaCommitGroup();
+}
+
 // D[64 x N] += A[64 x Keys] * B[Keys x N], issued asynchronously as one
 // WGMMA group: A from registers (the packed fragments of an earlier
 // accumulator, four per 16 keys), B in shared memory as 128-byte swizzled

@@ -8,18 +8,10 @@
 namespace attn_kernel {
 
 // S = Q_slice Kᵀ, issued asynchronously as one WGMMA group: A is this
-// warpgroup's 64 rows of Q, B the K tile, both K-major; each k-step of 16
-// columns advances 32 bytes inside a 128-byte row.
+// warpgroup's 64 rows of Q, B the K tile, both K-major.
 __device__ __forceinline__ void issueScores(float (&scores)[kScoreRegs], u32 qSlice, u32 kTile) {
-  wgmmaFence();
-#pragma unroll
-  for (int step = 0; step < kHeadDim / 16; ++step) {
-    u32 blockOffset = (step / 4), inRow = (step % 4) * 32;
-    u64 a = swizzled128Descriptor(qSlice + blockOffset * kBlockM * kRowBytes + inRow, 16, kAtomBytes);
-    u64 b = swizzled128Descriptor(kTile + blockOffset * kBlockN * kRowBytes + inRow, 16, kAtomBytes);
-    WgmmaSS<kBlockN, Element>::mma(scores, a, b, step > 0);
-  }
-  wgmmaCommitGroup();
+  static_assert(kRowBytes == 128, "issueKMajorProduct's rows");
+  issueKMajorProduct<kBlockN, kHeadDim, kBlockM, kBlockN, Element>(scores, qSlice, kTile);
 }
 
 // Lane 0 of each warp gives a ring slot (or the Q tile) back to the
