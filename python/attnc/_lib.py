@@ -12,13 +12,14 @@ import os
 import struct
 import threading
 
-C_API_VERSION = 3
+C_API_VERSION = 4
 
 BF16, F16, F32, I32 = 0, 1, 2, 3
 
 _TENSOR = "Q q q 4q 4q"  # data, dtype, rank, shape[4], strides[4]
 _PACKED = "Q Q q q q"
-_FORWARD = "<" + " ".join([_TENSOR] * 4 + ["Q Q q", _PACKED, "Q Q Q Q Q"])
+_PAGED = "Q q q Q q"  # block_table, block_table_stride, max_pages, seqlens_k, max_seqlen_k
+_FORWARD = "<" + " ".join([_TENSOR] * 4 + ["Q Q q", _PACKED, "Q Q Q Q Q", _PAGED, "q"])
 _BACKWARD = "<" + " ".join([_TENSOR] * 5 + ["Q"] + [_TENSOR] * 3 +
                           [_PACKED, "Q Q q", "Q q Q q", "Q q q q"])
 _LINEAR = "<" + " ".join([_TENSOR] * 4 + ["Q Q Q Q Q Q Q q"])
@@ -27,7 +28,7 @@ _INFO = "<4q d 11q"
 FORWARD_BYTES = struct.calcsize(_FORWARD)
 BACKWARD_BYTES = struct.calcsize(_BACKWARD)
 LINEAR_BYTES = struct.calcsize(_LINEAR)
-assert FORWARD_BYTES == 456 and BACKWARD_BYTES == 840 and LINEAR_BYTES == 416
+assert FORWARD_BYTES == 504 and BACKWARD_BYTES == 840 and LINEAR_BYTES == 416
 assert struct.calcsize(_INFO) == 128
 
 
@@ -242,6 +243,7 @@ class Compiler:
 
 _NO_TENSOR = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 _NO_PACKED = (0, 0, 0, 0, 0)
+_NO_PAGED = (0, 0, 0, 0, 0)
 
 
 def tensor_fields(pointer, dtype, shape, strides):
@@ -268,10 +270,12 @@ def capture_array(captures):
 
 def pack_forward(q, k, v, o, lse, captures_pointer, num_captures, packed=None,
                  tile_coverage=0, tile_key_bits=0, work_order=0, workspace=0,
-                 workspace_bytes=0):
+                 workspace_bytes=0, paged=None, key_splits=0):
+    """key_splits as the C API's: 0 automatic, -1 the forward kernel, k >= 1
+    that many splits of the keys; paged: the five fields of attnc_paged."""
     return struct.pack(_FORWARD, *q, *k, *v, *o, lse, captures_pointer, num_captures,
                        *(packed or _NO_PACKED), tile_coverage, tile_key_bits, work_order,
-                       workspace, workspace_bytes)
+                       workspace, workspace_bytes, *(paged or _NO_PAGED), key_splits)
 
 
 def pack_backward(q, k, v, o, d_o, lse, dq, dk, dv, packed=None, workspace=0,

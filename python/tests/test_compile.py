@@ -87,3 +87,31 @@ def test_linear_and_retention_specs_compile():
         text = _spec.kernel_text("linear", _spec.problem_text(4, 4, 64, torch.bfloat16),
                                  "#attn.causal<top_left>", normalizer)
         assert attnc.compile_spec(text).info["linear_family"] == 1
+
+
+def test_paged_fields_reach_the_library_where_the_header_puts_them():
+    # The library's own checks read each packed field: a paged call with no
+    # pages per row, then one whose key bound exceeds its pages, then
+    # key_splits below -1. Nothing reaches the driver.
+    from attnc import _lib
+    kernel = attnc.compile_spec(attnc.attention_spec(16, 4, 128, causal=True))
+
+    def tensor(address, shape):
+        strides = (shape[1] * shape[2] * shape[3], shape[2] * shape[3], shape[3], 1)
+        return (address, _lib.BF16, 4, *shape, *strides)
+
+    def run(paged, key_splits=0):
+        args = _lib.pack_forward(
+            tensor(0x10000000, (1, 4, 16, 128)), tensor(0x20000000, (8, 16, 4, 128)),
+            tensor(0x30000000, (8, 16, 4, 128)), tensor(0x40000000, (1, 4, 16, 128)),
+            0x50000000, 0, 0, paged=paged, key_splits=key_splits)
+        with pytest.raises(_lib.AttncError) as error:
+            kernel.run_forward(args, None)
+        return str(error.value)
+
+    assert run((0x70000000, 4, 0, 0x70001000, 0)).startswith(
+        "paged.maxPages: must be positive, got 0")
+    assert run((0x70000000, 4, 4, 0x70001000, 65)).startswith(
+        "paged.maxSeqlenK: 65 is outside [0, paged.maxPages x page size = 64]")
+    assert run((0x70000000, 4, 4, 0x70001000, 64), key_splits=-2).startswith(
+        "key_splits: must be 0 (automatic), -1 (the forward kernel) or a split count, got -2")

@@ -134,7 +134,7 @@ TEST_CASE("C API: versions", "[c-api]") {
   CHECK(std::string(attnc_version()) == attn::attncVersion());
   CHECK(std::string(attnc_version()) == "0.1.0");
   CHECK(attnc_c_api_version() == ATTNC_C_API_VERSION);
-  CHECK(ATTNC_C_API_VERSION == 3);
+  CHECK(ATTNC_C_API_VERSION == 4);
 }
 
 TEST_CASE("C API: null handles and outputs are errors naming the parameter", "[c-api]") {
@@ -329,6 +329,39 @@ TEST_CASE("C API: launch arguments are checked before the driver is needed", "[c
     args.captures = nullptr;
     checkFailure(attnc_run_forward(kernel.get(), &args, nullptr),
                  "captures: null pointer with num_captures 1");
+  }
+  SECTION("a paged cache reaches the runtime's checks") {
+    // k and v as pools of 8 pages of 16 rows.
+    args.k = bshd(0x20000000, 8, 16, 4, 128);
+    args.v = bshd(0x30000000, 8, 16, 4, 128);
+    args.paged.block_table = reinterpret_cast<const int32_t *>(uintptr_t(0x70000000));
+    args.paged.seqlens_k = reinterpret_cast<const int32_t *>(uintptr_t(0x70001000));
+    args.paged.block_table_stride = 4;
+    checkFailure(attnc_run_forward(kernel.get(), &args, nullptr),
+                 "paged.maxPages: must be positive, got 0");
+    args.paged.max_pages = 4;
+    args.paged.max_seqlen_k = 65;
+    checkFailure(attnc_run_forward(kernel.get(), &args, nullptr),
+                 "paged.maxSeqlenK: 65 is outside [0, paged.maxPages x page size = 64]");
+    args.paged.seqlens_k = nullptr;
+    checkFailure(attnc_run_forward(kernel.get(), &args, nullptr),
+                 "paged.seqlensK: pointer is null");
+    // -1 keeps the forward kernel, which reads no pages.
+    args.paged.seqlens_k = reinterpret_cast<const int32_t *>(uintptr_t(0x70001000));
+    args.key_splits = -1;
+    checkFailure(attnc_run_forward(kernel.get(), &args, nullptr),
+                 "keySplits: 0 asks for the forward kernel");
+  }
+  SECTION("key_splits: 0 is automatic, -1 the forward kernel, then split counts") {
+    args.key_splits = -2;
+    checkFailure(attnc_run_forward(kernel.get(), &args, nullptr),
+                 "key_splits: must be 0 (automatic), -1 (the forward kernel) or a split count, "
+                 "got -2");
+    args.key_splits = 5000;
+    checkFailure(attnc_run_forward(kernel.get(), &args, nullptr),
+                 "keySplits: 5000 splits exceed the limit of 1024");
+    args.key_splits = int64_t(1) << 40;
+    checkFailure(attnc_run_forward(kernel.get(), &args, nullptr), "key_splits: must be 0");
   }
   SECTION("linear-family calls convert their operands too") {
     attnc_linear_args linear = {};

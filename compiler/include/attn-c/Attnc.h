@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 /* Bumped when a struct or function below changes. */
-#define ATTNC_C_API_VERSION 3
+#define ATTNC_C_API_VERSION 4
 
 typedef int32_t attnc_status;
 enum { ATTNC_OK = 0, ATTNC_ERROR = 1 };
@@ -63,9 +63,28 @@ typedef struct {
   int64_t max_seqlen_k;
 } attnc_packed;
 
+/* A paged KV cache, attn::PagedKvCache (the vLLM / FlashInfer convention):
+ * all zero for contiguous k and v. With it k and v are page pools
+ * [pages, page_size, kv_heads, head_dim]; sequence b's key j lies in page
+ * block_table[b * block_table_stride + j / page_size], row j % page_size;
+ * block_table holds batch rows of max_pages device int32 entries, seqlens_k
+ * the batch's key lengths (device int32, each at most max_seqlen_k). 40
+ * bytes. */
+typedef struct {
+  const int32_t *block_table;
+  int64_t block_table_stride;
+  int64_t max_pages;
+  const int32_t *seqlens_k;
+  int64_t max_seqlen_k;
+} attnc_paged;
+
 /* attn::AttnForwardArgs. lse: [B, Hq, Sq] fp32 (or [Hq, total_q] packed).
  * The optional buffers (tile_coverage, tile_key_bits, work_order,
- * workspace) may be null. 456 bytes. */
+ * workspace) may be null. key_splits chooses the short-query (split-KV)
+ * path, zero meaning the default: 0 lets the launch choose it and its split
+ * count (attn::AttnForwardArgs::keySplits = -1), -1 keeps the forward
+ * kernel (keySplits = 0), k >= 1 takes it with k splits. A paged call always
+ * takes it. 504 bytes. */
 typedef struct {
   attnc_tensor q, k, v, o;
   float *lse;
@@ -77,6 +96,8 @@ typedef struct {
   const int32_t *work_order;
   void *workspace;
   uint64_t workspace_bytes;
+  attnc_paged paged;
+  int64_t key_splits;
 } attnc_forward_args;
 
 /* attn::AttnBackwardArgs. d_o is dO; deterministic is 0 or 1. captures as

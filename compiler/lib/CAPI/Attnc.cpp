@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <limits>
 #include <cstddef>
 #include <exception>
 #include <string>
@@ -40,13 +41,17 @@ static_assert(offsetof(attnc_tensor, dtype) == 8 && offsetof(attnc_tensor, rank)
               offsetof(attnc_tensor, shape) == 24 && offsetof(attnc_tensor, strides) == 56);
 static_assert(sizeof(attnc_packed) == 40 && alignof(attnc_packed) == 8);
 static_assert(offsetof(attnc_packed, batch) == 16 && offsetof(attnc_packed, max_seqlen_k) == 32);
-static_assert(sizeof(attnc_forward_args) == 456 && alignof(attnc_forward_args) == 8);
+static_assert(sizeof(attnc_paged) == 40 && alignof(attnc_paged) == 8);
+static_assert(offsetof(attnc_paged, seqlens_k) == 24 && offsetof(attnc_paged, max_seqlen_k) == 32);
+static_assert(sizeof(attnc_forward_args) == 504 && alignof(attnc_forward_args) == 8);
 static_assert(offsetof(attnc_forward_args, o) == 3 * 88 &&
               offsetof(attnc_forward_args, lse) == 4 * 88 &&
               offsetof(attnc_forward_args, num_captures) == 4 * 88 + 16 &&
               offsetof(attnc_forward_args, packed) == 4 * 88 + 24 &&
               offsetof(attnc_forward_args, tile_coverage) == 4 * 88 + 64 &&
-              offsetof(attnc_forward_args, workspace_bytes) == 4 * 88 + 96);
+              offsetof(attnc_forward_args, workspace_bytes) == 4 * 88 + 96 &&
+              offsetof(attnc_forward_args, paged) == 4 * 88 + 104 &&
+              offsetof(attnc_forward_args, key_splits) == 4 * 88 + 144);
 static_assert(sizeof(attnc_backward_args) == 840 && alignof(attnc_backward_args) == 8);
 static_assert(offsetof(attnc_backward_args, lse) == 5 * 88 &&
               offsetof(attnc_backward_args, dq) == 5 * 88 + 8 &&
@@ -212,6 +217,31 @@ attn::PackedSequences toPacked(const attnc_packed &packed) {
   return sequences;
 }
 
+attn::PagedKvCache toPaged(const attnc_paged &paged) {
+  // All zero stays inactive (PagedKvCache::active()).
+  attn::PagedKvCache cache;
+  cache.blockTable = paged.block_table;
+  cache.blockTableStride = paged.block_table_stride;
+  cache.maxPages = paged.max_pages;
+  cache.seqlensK = paged.seqlens_k;
+  cache.maxSeqlenK = paged.max_seqlen_k;
+  return cache;
+}
+
+/// attnc_forward_args::key_splits (0 the default) as AttnForwardArgs::keySplits
+/// (-1 the default).
+int toKeySplits(int64_t keySplits) {
+  if (keySplits == 0)
+    return -1;
+  if (keySplits == -1)
+    return 0;
+  if (keySplits < -1 || keySplits > std::numeric_limits<int>::max())
+    throw attn::Error(fmt::format("key_splits: must be 0 (automatic), -1 (the forward kernel) or "
+                                  "a split count, got {}",
+                                  keySplits));
+  return static_cast<int>(keySplits);
+}
+
 /// q, k, v and o, which every kind of call has.
 template <typename CArgs, typename Args> void convertOperands(const CArgs &from, Args &to) {
   to.q = toTensorView(from.q, "q");
@@ -248,6 +278,8 @@ attn::AttnForwardArgs toForwardArgs(const attnc_forward_args *args) {
   forward.workOrder = args->work_order;
   forward.workspace = args->workspace;
   forward.workspaceBytes = args->workspace_bytes;
+  forward.paged = toPaged(args->paged);
+  forward.keySplits = toKeySplits(args->key_splits);
   return forward;
 }
 
