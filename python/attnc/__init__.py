@@ -21,7 +21,7 @@ from ._lib import AttncError
 from ._spec import Variant
 from ._trace import TraceError
 
-__all__ = ["attention", "create_block_mask", "BlockMask", "Variant", "variant",
+__all__ = ["attention", "paged_attention", "create_block_mask", "BlockMask", "Variant", "variant",
            "linear_attention", "retention", "attention_spec", "compile_spec",
            "deterministic_backward", "capture_grad_atomics", "AttncError", "TraceError", "library_version"]
 
@@ -230,6 +230,77 @@ def attention(query, key, value, score_mod=None, mask_mod=None, block_mask=None,
         if out is not None:
             out.copy_(result)
             result = out
+    return (result, lse) if return_lse else result
+
+
+def paged_attention(query, key_cache, value_cache, block_table, seqlens_k, max_seqlen_k=None,
+                    score_mod=None, mask_mod=None, scale=None, causal=False, window=None,
+                    align="bottom_right", variant=None, return_lse=False, key_splits=None):
+    """Softmax attention of query (B, Hq, Sq, D) over a paged KV cache, for
+    serving (decode, speculative verification, chunked prefill): forward
+    only, no autograd.
+
+    key_cache and value_cache are page pools (num_pages, page_size, Hkv, D)
+    (the vLLM / FlashInfer layout, head dim contiguous), q's dtype, on q's
+    device. Sequence b's key j lies in page block_table[b, j // page_size],
+    row j % page_size; block_table is int32 (B, max_pages) with contiguous
+    rows, seqlens_k int32 (B,) the key lengths, each at most max_seqlen_k
+    (default max_pages * page_size). Pages may come in any order. Masks,
+    mods and scale as attention()'s; a causal mask aligns each row by its
+    sequence's key length. key_splits: None lets attnc choose how many
+    splits of the keys run in parallel, k >= 1 asks for k. Returns the
+    output (B, Hq, Sq, D) and with return_lse the natural-log log-sum-exp.
+    """
+    for name, t in (("query", query), ("key_cache", key_cache), ("value_cache", value_cache),
+                    ("block_table", block_table), ("seqlens_k", seqlens_k)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if query.dim() != 4:
+        raise ValueError(f"query: expected (batch, heads, seq, head_dim), got shape "
+                         f"{tuple(query.shape)}")
+    if key_cache.dim() != 4 or key_cache.shape != value_cache.shape:
+        raise ValueError(f"key_cache, value_cache: expected two (num_pages, page_size, kv_heads, "
+                         f"head_dim) pools of one shape, got {tuple(key_cache.shape)} and "
+                         f"{tuple(value_cache.shape)}")
+    if key_cache.dtype != query.dtype or value_cache.dtype != query.dtype:
+        raise TypeError(f"key_cache, value_cache: dtypes {key_cache.dtype}, {value_cache.dtype} "
+                        f"differ from query's {query.dtype}")
+    b, hq, sq, d = query.shape
+    pages, page_size, hkv, pool_d = key_cache.shape
+    if pool_d != d:
+        raise ValueError(f"key_cache: head_dim {pool_d} differs from query's {d}")
+    if hkv == 0 or hq % hkv:
+        raise ValueError(f"key_cache: {hkv} kv heads do not divide query's {hq}")
+    if block_table.dtype != torch.int32 or block_table.dim() != 2 or \
+            block_table.shape[0] != b or block_table.stride(1) != 1:
+        raise ValueError(f"block_table: expected int32 (batch = {b}, max_pages) with contiguous "
+                         f"rows, got {block_table.dtype} {tuple(block_table.shape)} strides "
+                         f"{block_table.stride()}")
+    if seqlens_k.dtype != torch.int32 or tuple(seqlens_k.shape) != (b,) or \
+            not seqlens_k.is_contiguous():
+        raise ValueError(f"seqlens_k: expected contiguous int32 ({b},), got {seqlens_k.dtype} "
+                         f"{tuple(seqlens_k.shape)}")
+    if max_seqlen_k is None:
+        max_seqlen_k = block_table.shape[1] * page_size
+    if key_splits is not None and (isinstance(key_splits, bool) or not isinstance(key_splits, int)
+                                   or key_splits < 1):
+        raise ValueError(f"key_splits: expected None or a split count >= 1, got {key_splits!r}")
+    device = query.device
+    for name, t in (("key_cache", key_cache), ("value_cache", value_cache),
+                    ("block_table", block_table), ("seqlens_k", seqlens_k)):
+        if t.device != device:
+            raise ValueError(f"{name}: device {t.device} differs from query's {device}")
+    if not query.is_cuda:
+        raise ValueError(f"query: paged_attention runs on CUDA tensors, got {device}")
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key_cache, value_cache)):
+        raise NotImplementedError("paged_attention has no backward: call it under "
+                                  "torch.no_grad() or with tensors that do not require grad")
+    spec, _, capture_tensors = _spec_and_variant(hq, hkv, d, query.dtype, score_mod, mask_mod,
+                                                 scale, causal, window, align, variant)
+    captures = _spec.launch_captures(capture_tensors, device) if capture_tensors else []
+    result, lse = _ops.paged_forward(query, key_cache, value_cache, block_table, seqlens_k,
+                                     int(max_seqlen_k), captures, spec,
+                                     0 if key_splits is None else key_splits)
     return (result, lse) if return_lse else result
 
 

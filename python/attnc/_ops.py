@@ -175,6 +175,59 @@ def forward_eager(q, k, v, captures, spec, tile_coverage, tile_key_bits, want_ls
     return o, (lse if want_lse else None)
 
 
+# Paged KV caches (serving: forward only) -----------------------------------
+
+def _pool_fields(t, name):
+    """attnc_tensor words of a [num_pages, page_size, kv_heads, head_dim]
+    page pool, which the library reads as BSHD (pages as the batch)."""
+    dtype = _DTYPES.get(t.dtype)
+    if dtype is None or dtype == _lib.I32:
+        raise TypeError(f"{name}: dtype {t.dtype} is not supported (bfloat16, float16)")
+    if t.dim() != 4:
+        raise ValueError(f"{name}: expected a 4-D (num_pages, page_size, kv_heads, head_dim) "
+                         f"tensor, got shape {tuple(t.shape)}")
+    return (t.data_ptr(), dtype, 4, *t.shape, *t.stride())
+
+
+_paged_workspace = {}
+
+
+def paged_forward(q, key_cache, value_cache, block_table, seqlens_k, max_seqlen_k, captures,
+                  spec, key_splits):
+    """The forward over a paged cache: o (B, Hq, Sq, D) and the natural-log
+    log-sum-exp (B, Hq, Sq)."""
+    kernel = kernel_for(spec)
+    b, h, s, d = q.shape
+    o = _empty_bhsd(b, h, s, d, q)
+    lse = q.new_empty((b, h, s), dtype=torch.float32)
+    array, count = capture_fields(captures)
+    paged = (block_table.data_ptr(), block_table.stride(0), block_table.shape[1],
+             seqlens_k.data_ptr(), max_seqlen_k)
+
+    def pack(workspace):
+        return _lib.pack_forward(
+            bshd_fields(q, "query"), _pool_fields(key_cache, "key_cache"),
+            _pool_fields(value_cache, "value_cache"), bshd_fields(o, "out"), lse.data_ptr(),
+            _address(array), count,
+            workspace=workspace.data_ptr() if workspace is not None else 0,
+            workspace_bytes=workspace.numel() if workspace is not None else 0, paged=paged,
+            key_splits=key_splits)
+
+    # The split pieces' workspace depends on the shapes and the device.
+    shape_key = (spec, b, s, block_table.shape[1], key_cache.shape[1], max_seqlen_k, key_splits,
+                 q.device.index)
+    workspace_bytes = _paged_workspace.get(shape_key)
+    if workspace_bytes is None:
+        workspace_bytes = kernel.forward_workspace_bytes(pack(None))
+        if len(_paged_workspace) > 1024:
+            _paged_workspace.clear()
+        _paged_workspace[shape_key] = workspace_bytes
+    workspace = (torch.empty(workspace_bytes, dtype=torch.uint8, device=q.device)
+                 if workspace_bytes else None)
+    kernel.run_forward(pack(workspace), _stream(q))
+    return o, lse
+
+
 @torch.library.register_fake("attnc::attention_forward")
 def _attention_forward_fake(q, k, v, captures, spec, tile_coverage, tile_key_bits):
     b, h, s, d = q.shape

@@ -115,3 +115,33 @@ def test_paged_fields_reach_the_library_where_the_header_puts_them():
         "paged.maxSeqlenK: 65 is outside [0, paged.maxPages x page size = 64]")
     assert run((0x70000000, 4, 4, 0x70001000, 64), key_splits=-2).startswith(
         "key_splits: must be 0 (automatic), -1 (the forward kernel) or a split count, got -2")
+
+
+def test_paged_attention_names_each_bad_argument_before_any_launch():
+    q = torch.zeros(2, 8, 1, 128, dtype=torch.bfloat16)
+    pool = torch.zeros(6, 16, 2, 128, dtype=torch.bfloat16)
+    table = torch.zeros(2, 3, dtype=torch.int32)
+    lengths = torch.tensor([40, 7], dtype=torch.int32)
+
+    def message(**changes):
+        args = dict(query=q, key_cache=pool, value_cache=pool, block_table=table,
+                    seqlens_k=lengths)
+        args.update(changes)
+        with pytest.raises((TypeError, ValueError)) as error:
+            attnc.paged_attention(**args)
+        return str(error.value)
+
+    assert message(value_cache=pool[:5]).startswith("key_cache, value_cache: expected two")
+    assert message(key_cache=pool.half(), value_cache=pool.half()).startswith(
+        "key_cache, value_cache: dtypes torch.float16")
+    assert message(key_cache=torch.zeros(6, 16, 3, 128, dtype=torch.bfloat16),
+                   value_cache=torch.zeros(6, 16, 3, 128, dtype=torch.bfloat16)).startswith(
+        "key_cache: 3 kv heads do not divide query's 8")
+    assert message(block_table=table.long()).startswith("block_table: expected int32")
+    assert message(block_table=table[:1]).startswith("block_table: expected int32 (batch = 2")
+    assert message(block_table=torch.zeros(3, 2, dtype=torch.int32).t()).startswith(
+        "block_table: expected int32 (batch = 2, max_pages) with contiguous rows")
+    assert message(seqlens_k=lengths[:1]).startswith("seqlens_k: expected contiguous int32 (2,)")
+    assert message(key_splits=0).startswith("key_splits: expected None or a split count >= 1")
+    # Every argument valid: the CPU tensors are refused last.
+    assert message().startswith("query: paged_attention runs on CUDA tensors")

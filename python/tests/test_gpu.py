@@ -476,3 +476,39 @@ def test_bad_runtime_argument_is_named():
                              device=DEVICE)[1:].view(1, 8, 128, 128)
     with pytest.raises(attnc.AttncError, match=r"^k: "):
         attnc.attention(q, misaligned, q)
+
+
+@pytest.mark.parametrize("page_size,sq,causal,softcap", [(16, 1, False, False), (64, 4, True, False),
+                                                         (256, 1, True, True)])
+def test_paged_attention_matches_each_sequence_with_shuffled_pages(page_size, sq, causal, softcap):
+    # Three sequences of different key lengths in one pool, their pages in
+    # a random order; each compared with the reference over its own keys.
+    torch.manual_seed(page_size + sq)
+    hq, hkv, d = 8, 2, 128
+    lengths = [700, 1, 333]
+    max_pages = max((n + page_size - 1) // page_size for n in lengths)
+    pages = len(lengths) * max_pages + 3
+    order = torch.randperm(pages).tolist()
+    key_cache = rand(pages, page_size, hkv, d)
+    value_cache = rand(pages, page_size, hkv, d)
+    table = torch.zeros(len(lengths), max_pages, dtype=torch.int32)
+    for b in range(len(lengths)):
+        for j in range(max_pages):
+            table[b, j] = order[b * max_pages + j]
+    table = table.to(DEVICE)
+    q = rand(len(lengths), hq, sq, d)
+    score_mod = (lambda s, b, h, qi, kv: torch.tanh(s / 30) * 30) if softcap else None
+    with torch.no_grad():
+        out, lse = attnc.paged_attention(
+            q, key_cache, value_cache, table, torch.tensor(lengths, dtype=torch.int32,
+                                                           device=DEVICE),
+            score_mod=score_mod, causal=causal, return_lse=True)
+    for b, n in enumerate(lengths):
+        rows = torch.arange(n, device=DEVICE)
+        page_of = table[b].long()[rows // page_size]
+        k = key_cache[page_of, rows % page_size].permute(1, 0, 2).unsqueeze(0)
+        v = value_cache[page_of, rows % page_size].permute(1, 0, 2).unsqueeze(0)
+        expected, expected_lse = reference(q[b:b + 1], k, v, score_mod=score_mod, causal=causal)
+        check(out[b:b + 1], expected, torch.bfloat16, f"sequence {b}")
+        finite = expected_lse.isfinite()
+        assert torch.allclose(lse[b:b + 1][finite], expected_lse[finite], atol=2e-2)
