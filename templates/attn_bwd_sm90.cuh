@@ -18,10 +18,17 @@
 // shared memory, where all consumers' slices form dS for dQ = dS K: each
 // consumer computes one piece of the query block's dQ (64 rows when the
 // block has a slice per consumer, else head_dim / C columns), issued ahead
-// of dK's product, and stages it in shared memory while dK's runs, from
-// where warp 1 of warpgroup 0 adds it to the fp32 accumulator in global
-// memory with one bulk reduction (cp.reduce.async.bulk add.f32). Past head dim 128 the walk runs once per
-// 128 columns of dK and dV (a pass), recomputing Sᵀ and dPᵀ.
+// of dK's product where that does not spill (kDqBeforeDk), and stages it in
+// shared memory, from where warp 1 of warpgroup 0 adds it to the fp32
+// accumulator in global memory with one bulk reduction
+// (cp.reduce.async.bulk add.f32).
+//
+// Past head dim 128 (kSplitsColumns) two consumers share one 64-key tile
+// instead: each computes Sᵀ and dPᵀ for half of the step's query columns,
+// stores Pᵀ and dSᵀ to shared memory, and accumulates half of dK's and
+// dV's columns with both operands from shared memory (issueSharedProduct).
+// A plan of one consumer walks the query blocks once per 128 columns of dK
+// and dV (a pass), recomputing Sᵀ and dPᵀ.
 //
 // With p.deterministic (and always where consumers split the columns:
 // orderedAdditions) each query block takes the key tiles' additions in
