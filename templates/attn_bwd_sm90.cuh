@@ -163,6 +163,13 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
     // another still reads this one (the barrier below is passed only once
     // every consumer finished the step before).
     const u32 dsTile = smemBase + attn_plan::kSmemDs + (position & 1) * kDsTileBytes;
+    // Stages the step's dQ piece for the writer warp, consumer 0 noting the
+    // piece's turn where the additions are ordered.
+    const auto stageDq = [&](const float (&dq)[kDqRegs]) {
+      const int turn =
+          orderedAdditions(p) && consumer == 0 && thread == 0 ? additionTurn(block, queryBlock) : 0;
+      stageDqPiece(smemBase, barriers, dq, position, consumer, thread, turn);
+    };
     if constexpr (kSplitsColumns) {
       const u32 pTile = smemBase + attn_plan::kSmemP + (position & 1) * kDsTileBytes;
       storeFragmentSwizzled<Element, kQueryColumns>(scores, pTile, kBlockN, warp, lane,
@@ -179,9 +186,7 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
       issueSharedProduct<kGradColumns, kBlockM, Element>(dK, dsTile, qTile + gradOffset);
       wgmmaWaitGroup<1>();
       fenceRegisters(dq);
-      const int turn =
-          orderedAdditions(p) && consumer == 0 && thread == 0 ? additionTurn(block, queryBlock) : 0;
-      stageDqPiece(smemBase, barriers, dq, position, consumer, thread, turn);
+      stageDq(dq);
       wgmmaWaitGroup<0>();
       fenceRegisters(dV);
       fenceRegisters(dK);
@@ -204,24 +209,19 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
         fenceRegisters(scoreGradients);
         mbarrierArriveForWarp(barriers.empty(slot.stage), lane);
       };
-      const auto stageDq = [&] {
-        const int turn =
-            orderedAdditions(p) && consumer == 0 && thread == 0 ? additionTurn(block, queryBlock) : 0;
-        stageDqPiece(smemBase, barriers, dq, position, consumer, thread, turn);
-      };
       if constexpr (kDqBeforeDk) {
         issueRegisterProduct<kGradColumns, kQueryColumns, Element>(dK, scoreGradients,
                                                                qTile + gradOffset);
         wgmmaWaitGroup<1>();
         fenceRegisters(dq);
-        stageDq();
+        stageDq(dq);
         wgmmaWaitGroup<0>();
         releaseStage();
       } else {
         wgmmaWaitGroup<0>();
         fenceRegisters(dq);
         releaseStage();
-        stageDq();
+        stageDq(dq);
       }
     }
     if (kPasses > 1 && step + 1 < steps && block.passOf(step + 1) != pass)

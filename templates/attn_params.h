@@ -302,6 +302,28 @@ constexpr int bwdPassColumns(int headDim, bool splitsColumns = false) {
   return headDim / bwdPasses(headDim, splitsColumns);
 }
 
+// The widths of a backward plan's fragments (consumers >= 1), shared by the
+// kernel, the emitter's WGMMA shapes and the register estimate.
+struct BwdWidths {
+  bool splitsColumns; // bwdSplitsColumns
+  int passColumns;    // of dK, dV and dQ, a pass
+  int gradColumns;    // of dK and dV, a consumer's
+  int queryColumns;   // of Sᵀ and dPᵀ, a consumer's
+  bool dqSplitsRows;  // a dQ piece is 64 rows (64 per consumer), else all of them
+  int dqColumns;      // of a consumer's dQ piece
+};
+constexpr BwdWidths bwdWidths(int headDim, int blockM, int blockN, int consumers) {
+  const bool splits = bwdSplitsColumns(headDim, blockN, consumers);
+  const int passColumns = bwdPassColumns(headDim, splits);
+  const bool dqRows = blockM == 64 * consumers;
+  return BwdWidths{splits,
+                   passColumns,
+                   splits ? passColumns / consumers : passColumns,
+                   splits ? blockM / consumers : blockM,
+                   dqRows,
+                   dqRows ? passColumns : passColumns / consumers};
+}
+
 // Query positions of one (batch, query head) in the backward's workspace:
 // seqlen_q rounded up to whole query blocks.
 constexpr long long bwdPaddedQueries(long long seqlenQ, int blockM) {

@@ -41,7 +41,11 @@ constexpr u32 kDsTileBytes = kBlockN * kBlockM * kElementBytes;
 // [c D / C, (c + 1) D / C) of dK and dV and computes Sᵀ and dPᵀ for the
 // step's query columns [c BLOCK_M / C, ...); Pᵀ and dSᵀ meet in shared
 // memory, the A operands of dV's and dK's products.
-constexpr bool kSplitsColumns = attn_abi::bwdSplitsColumns(kHeadDim, kBlockN, kConsumers);
+// (A function, not a constant: a constant struct would sit in the PTX as data.)
+constexpr attn_abi::BwdWidths planWidths() {
+  return attn_abi::bwdWidths(kHeadDim, kBlockM, kBlockN, kConsumers);
+}
+constexpr bool kSplitsColumns = planWidths().splitsColumns;
 static_assert(kBlockN == (kSplitsColumns ? 64 : 64 * kConsumers),
               "one 64-key WGMMA slice per consumer warpgroup, or one shared by all");
 static_assert(kHeadDim % kColumnBlock == 0, "head dim must be a multiple of 64");
@@ -53,20 +57,20 @@ static_assert(!kSplitsColumns || kBlockM == 64, "split columns: 64 query rows a 
 // accumulates columns [128 k, 128 k + 128) of dK and dV and adds the same
 // columns of dQ.
 constexpr int kPasses = attn_abi::bwdPasses(kHeadDim, kSplitsColumns);
-constexpr int kPassColumns = attn_abi::bwdPassColumns(kHeadDim, kSplitsColumns);
+constexpr int kPassColumns = planWidths().passColumns;
 // The columns of dK and dV a consumer accumulates, and the query columns of
 // Sᵀ and dPᵀ it computes.
-constexpr int kGradColumns = kSplitsColumns ? kPassColumns / kConsumers : kPassColumns;
-constexpr int kQueryColumns = kSplitsColumns ? kBlockM / kConsumers : kBlockM;
+constexpr int kGradColumns = planWidths().gradColumns;
+constexpr int kQueryColumns = planWidths().queryColumns;
 static_assert(kPassColumns % kColumnBlock == 0 && kGradColumns % kColumnBlock == 0 &&
                   kGradColumns <= 128,
               "a consumer's columns are whole 64-column blocks, at most 128");
 
 // A pass's dQ of a query block splits into one piece per consumer: its rows
 // when the block has 64 per consumer, else its columns.
-constexpr bool kDqSplitsRows = kBlockM == 64 * kConsumers;
+constexpr bool kDqSplitsRows = planWidths().dqSplitsRows;
 static_assert(kDqSplitsRows || kBlockM == 64, "dQ pieces are 64 rows, or all 64 rows");
-constexpr int kDqColumns = kDqSplitsRows ? kPassColumns : kPassColumns / kConsumers;
+constexpr int kDqColumns = planWidths().dqColumns;
 static_assert(kDqColumns % kColumnBlock == 0, "a dQ piece spans whole 64-column blocks");
 constexpr int kDqPieceFloats = 64 * kDqColumns;
 

@@ -567,18 +567,13 @@ std::string emitBackwardKernelSource(const BackwardKernelConfig &config) {
   // tile, shared memory: the kernel names both forms), dQ's pieces (templates/attn_bwd_sm90.cuh derives
   // the same widths).
   const int consumers = config.tile.consumerWarpgroups;
-  const bool splitsColumns =
-      attn_abi::bwdSplitsColumns(config.headDim, config.tile.blockN, consumers);
-  const int passColumns = attn_abi::bwdPassColumns(config.headDim, splitsColumns);
-  const int gradColumns = splitsColumns ? passColumns / consumers : passColumns;
-  const int queryColumns = splitsColumns ? config.tile.blockM / consumers : config.tile.blockM;
-  const bool dqSplitsRows = config.tile.blockM == 64 * consumers;
-  const int dqColumns = dqSplitsRows ? passColumns : passColumns / consumers;
+  const attn_abi::BwdWidths widths =
+      attn_abi::bwdWidths(config.headDim, config.tile.blockM, config.tile.blockN, consumers);
   out << "// ---- WGMMA shapes of this plan\nnamespace attn_dev {\n"
-      << emitWgmmaWrapper(queryColumns, config.element, WgmmaForm::SS)
-      << emitWgmmaWrapper(gradColumns, config.element, WgmmaForm::RS)
-      << emitWgmmaWrapper(gradColumns, config.element, WgmmaForm::SSBMN)
-      << emitWgmmaWrapper(dqColumns, config.element, WgmmaForm::SSMN)
+      << emitWgmmaWrapper(widths.queryColumns, config.element, WgmmaForm::SS)
+      << emitWgmmaWrapper(widths.gradColumns, config.element, WgmmaForm::RS)
+      << emitWgmmaWrapper(widths.gradColumns, config.element, WgmmaForm::SSBMN)
+      << emitWgmmaWrapper(widths.dqColumns, config.element, WgmmaForm::SSMN)
       << "} // namespace attn_dev\n\n";
 
   const BackwardSharedMemoryOffsets &smem = config.smem;

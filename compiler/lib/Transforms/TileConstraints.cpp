@@ -507,21 +507,18 @@ TileConfig backwardTileConfig(const TileProblem &problem) {
 }
 
 int64_t estimateBackwardConsumerRegisters(const TileProblem &problem, const TileConfig &config) {
-  const int consumers = std::max(config.consumerWarpgroups, 1);
-  const bool splitsColumns =
-      attn_abi::bwdSplitsColumns(problem.headDim, config.blockN, consumers);
-  const int64_t passColumns = attn_abi::bwdPassColumns(problem.headDim, splitsColumns);
-  const int64_t gradColumns = splitsColumns ? passColumns / consumers : passColumns;
-  const bool dqSplitsRows = config.blockM == kWgmmaM * consumers;
-  const int64_t dqColumns = dqSplitsRows ? passColumns : passColumns / consumers;
-  if (splitsColumns)
+  const attn_abi::BwdWidths widths = attn_abi::bwdWidths(
+      problem.headDim, config.blockM, config.blockN, std::max(config.consumerWarpgroups, 1));
+  const int64_t dqRegisters = widths.dqColumns / 2;
+  if (widths.splitsColumns)
     // dK and dV hold the consumer's columns; Sᵀ and dPᵀ of its query
     // columns are in shared memory before dQ's piece is computed.
-    return gradColumns + std::max<int64_t>(config.blockM / consumers, dqColumns / 2) + 24;
+    return widths.gradColumns + std::max<int64_t>(widths.queryColumns, dqRegisters) + 24;
   // dK and dV hold a pass's columns. Sᵀ and dPᵀ in fp32 are dead once
   // packed; the packed pair (block_m / 2) lives on beside dQ's piece until
   // the step's products complete.
-  return gradColumns + std::max<int64_t>(config.blockM, config.blockM / 2 + dqColumns / 2) + 24;
+  return widths.gradColumns +
+         std::max<int64_t>(config.blockM, config.blockM / 2 + dqRegisters) + 24;
 }
 
 std::optional<std::string> checkBackwardTileLegality(const TileProblem &problem,
