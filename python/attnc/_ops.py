@@ -50,11 +50,17 @@ def kernel_for(spec, backward=False):
     return kernel
 
 
-def bshd_fields(t, name):
-    """attnc_tensor words of a (B, H, S, D) tensor read as BSHD."""
+def _element_dtype(t, name):
+    """The C API's dtype of an attention operand (bfloat16, float16)."""
     dtype = _DTYPES.get(t.dtype)
     if dtype is None or dtype == _lib.I32:
         raise TypeError(f"{name}: dtype {t.dtype} is not supported (bfloat16, float16)")
+    return dtype
+
+
+def bshd_fields(t, name):
+    """attnc_tensor words of a (B, H, S, D) tensor read as BSHD."""
+    dtype = _element_dtype(t, name)
     try:
         b, h, s, d = t.shape
         sb, sh, ss, sd = t.stride()
@@ -133,6 +139,19 @@ def forward_args(q, k, v, o, lse, captures, tile_coverage=None, tile_key_bits=No
 _forward_workspace = {}
 
 
+def _workspace_for(cache, key, bytes_of, device):
+    """The forward's workspace for a call: its size kept per shape key
+    (bytes_of() asks the library on a miss), the buffer new each call."""
+    workspace_bytes = cache.get(key)
+    if workspace_bytes is None:
+        workspace_bytes = bytes_of()
+        if len(cache) > 1024:
+            cache.clear()
+        cache[key] = workspace_bytes
+    return (torch.empty(workspace_bytes, dtype=torch.uint8, device=device)
+            if workspace_bytes else None)
+
+
 def _attention_forward_cuda(q, k, v, captures, spec, tile_coverage, tile_key_bits):
     return forward_eager(q, k, v, captures, spec, tile_coverage, tile_key_bits, want_lse=True)
 
@@ -162,13 +181,11 @@ def forward_eager(q, k, v, captures, spec, tile_coverage, tile_key_bits, want_ls
             _scratch_lse[device] = lse
     # The tail split's workspace depends on the device's multiprocessors.
     shape_key = (spec, b, s, k.shape[2], q.device.index)
-    workspace_bytes = _forward_workspace.get(shape_key)
-    if workspace_bytes is None:
-        args, array = forward_args(q, k, v, o, lse, captures, tile_coverage, tile_key_bits)
-        workspace_bytes = kernel.forward_workspace_bytes(args)
-        _forward_workspace[shape_key] = workspace_bytes
-    workspace = (torch.empty(workspace_bytes, dtype=torch.uint8, device=q.device)
-                 if workspace_bytes else None)
+    workspace = _workspace_for(
+        _forward_workspace, shape_key,
+        lambda: kernel.forward_workspace_bytes(
+            forward_args(q, k, v, o, lse, captures, tile_coverage, tile_key_bits)[0]),
+        q.device)
     args, array = forward_args(q, k, v, o, lse, captures, tile_coverage, tile_key_bits,
                                workspace, packed_captures)
     kernel.run_forward(args, _stream(q))
@@ -180,9 +197,7 @@ def forward_eager(q, k, v, captures, spec, tile_coverage, tile_key_bits, want_ls
 def _pool_fields(t, name):
     """attnc_tensor words of a [num_pages, page_size, kv_heads, head_dim]
     page pool, which the library reads as BSHD (pages as the batch)."""
-    dtype = _DTYPES.get(t.dtype)
-    if dtype is None or dtype == _lib.I32:
-        raise TypeError(f"{name}: dtype {t.dtype} is not supported (bfloat16, float16)")
+    dtype = _element_dtype(t, name)
     if t.dim() != 4:
         raise ValueError(f"{name}: expected a 4-D (num_pages, page_size, kv_heads, head_dim) "
                          f"tensor, got shape {tuple(t.shape)}")
@@ -216,14 +231,8 @@ def paged_forward(q, key_cache, value_cache, block_table, seqlens_k, max_seqlen_
     # The split pieces' workspace depends on the shapes and the device.
     shape_key = (spec, b, s, block_table.shape[1], key_cache.shape[1], max_seqlen_k, key_splits,
                  q.device.index)
-    workspace_bytes = _paged_workspace.get(shape_key)
-    if workspace_bytes is None:
-        workspace_bytes = kernel.forward_workspace_bytes(pack(None))
-        if len(_paged_workspace) > 1024:
-            _paged_workspace.clear()
-        _paged_workspace[shape_key] = workspace_bytes
-    workspace = (torch.empty(workspace_bytes, dtype=torch.uint8, device=q.device)
-                 if workspace_bytes else None)
+    workspace = _workspace_for(_paged_workspace, shape_key,
+                               lambda: kernel.forward_workspace_bytes(pack(None)), q.device)
     kernel.run_forward(pack(workspace), _stream(q))
     return o, lse
 
