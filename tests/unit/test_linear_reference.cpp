@@ -550,3 +550,172 @@ TEST_CASE("inconsistent problems throw", "[linear]") {
                   std::invalid_argument);
   CHECK_THROWS_AS(multiScaleGamma(-1), std::invalid_argument);
 }
+
+// ---------------------------------------------------------------------------
+// The backward of the parallel form against central finite differences of
+// the forward, through L = sum(dO . o) + <dS, S_final> + <dz, z_final>.
+
+namespace {
+
+/// Inputs of one finite-difference check, all perturbable.
+struct BackwardCase {
+  LinearProblem p;
+  std::vector<float> q, k, v, dO, logDecay;
+  LinearState initial, dFinal;
+};
+
+double lossOf(const BackwardCase &c) {
+  LinearProblem p = c.p;
+  p.logDecay = c.logDecay.empty() ? nullptr : c.logDecay.data();
+  const int64_t b = p.batch, s = p.seqlen, d = p.headDim;
+  Result r = run(Form::Parallel, p, makeTensor(b, s, p.qHeads, d, c.q),
+                 makeTensor(b, s, p.kvHeads, d, c.k),
+                 makeTensor(b, s, p.kvHeads, d, c.v), c.initial);
+  double loss = 0;
+  for (size_t i = 0; i < r.o.size(); ++i)
+    loss += double(c.dO[i]) * double(r.o[i]);
+  for (size_t i = 0; i < c.dFinal.kv.size(); ++i)
+    loss += c.dFinal.kv[i] * r.final.kv[i];
+  for (size_t i = 0; i < c.dFinal.keySum.size(); ++i)
+    loss += c.dFinal.keySum[i] * r.final.keySum[i];
+  return loss;
+}
+
+/// Checks `grad` against central differences of lossOf in each element of
+/// `values` (a member of `c`), stepping by `h` (the step actually taken
+/// after rounding to T).
+template <typename T>
+void checkAgainstDifferences(BackwardCase &c, std::vector<T> &values,
+                             const std::vector<double> &grad, double h,
+                             const char *name) {
+  REQUIRE(grad.size() == values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    const T saved = values[i];
+    const T up = static_cast<T>(double(saved) + h),
+            down = static_cast<T>(double(saved) - h);
+    values[i] = up;
+    const double lossUp = lossOf(c);
+    values[i] = down;
+    const double lossDown = lossOf(c);
+    values[i] = saved;
+    const double numeric = (lossUp - lossDown) / (double(up) - double(down));
+    INFO(name << "[" << i << "]: analytic " << grad[i] << ", numeric "
+              << numeric);
+    CHECK(std::fabs(grad[i] - numeric) <= 2e-3 + 2e-3 * std::fabs(numeric));
+  }
+}
+
+/// Values uniform in [-1, 1) kept 0.05 away from relu's kink, so that no
+/// step of the differences crosses it.
+std::vector<float> awayFromZero(size_t n, std::mt19937 &rng) {
+  std::vector<float> values = randomValues(n, rng);
+  for (float &x : values)
+    if (std::fabs(x) < 0.05f)
+      x = x < 0 ? x - 0.05f : x + 0.05f;
+  return values;
+}
+
+} // namespace
+
+TEST_CASE("linear backward matches finite differences of the forward",
+          "[linear][backward]") {
+  enum class Decay { None, MultiScale, Gated };
+  const int64_t b = 2, s = 6, hq = 4, hkv = 2, d = 3;
+  unsigned seed = 100;
+  for (FeatureMap map :
+       {FeatureMap::Identity, FeatureMap::Relu, FeatureMap::EluPlusOne})
+    for (Decay decay : {Decay::None, Decay::MultiScale, Decay::Gated})
+      for (bool normalize : {false, true})
+        for (bool causal : {true, false}) {
+          if (decay != Decay::None && (normalize || !causal))
+            continue;
+          // Normalized by a key sum of mixed signs, den comes near 0.
+          if (normalize && map != FeatureMap::EluPlusOne)
+            continue;
+          INFO("map=" << int(map) << " decay=" << int(decay)
+                      << " normalize=" << normalize << " causal=" << causal);
+          std::mt19937 rng(seed++);
+          BackwardCase c;
+          c.p = makeProblem(b, s, hq, hkv, d);
+          c.p.scale = 0.7;
+          c.p.featureMap = map;
+          c.p.normalize = normalize;
+          c.p.causal = causal;
+          if (decay == Decay::MultiScale)
+            for (int64_t h = 0; h < hq; ++h)
+              c.p.gamma.push_back(0.9 - 0.1 * double(h));
+          if (decay == Decay::Gated)
+            c.logDecay = randomValues(size_t(b * s * hq), rng, -0.6f, -0.05f);
+          c.q = awayFromZero(size_t(b * s * hq * d), rng);
+          c.k = awayFromZero(size_t(b * s * hkv * d), rng);
+          c.v = randomValues(size_t(b * s * hkv * d), rng);
+          c.dO = randomValues(size_t(b * s * hq * d), rng);
+          c.initial.kv = randomDoubles(size_t(b * hq * d * d), rng);
+          c.dFinal.kv = randomDoubles(size_t(b * hq * d * d), rng);
+          if (normalize) {
+            // Positive, as a sum of elu+1 features is.
+            c.initial.keySum = randomDoubles(size_t(b * hq * d), rng);
+            for (double &z : c.initial.keySum)
+              z = 1.5 + z;
+            c.dFinal.keySum = randomDoubles(size_t(b * hq * d), rng);
+          }
+
+          LinearProblem p = c.p;
+          p.logDecay = c.logDecay.empty() ? nullptr : c.logDecay.data();
+          LinearGradients g;
+          linearBackwardParallel(
+              p, makeTensor(b, s, hq, d, c.q).view,
+              makeTensor(b, s, hkv, d, c.k).view,
+              makeTensor(b, s, hkv, d, c.v).view,
+              makeTensor(b, s, hq, d, c.dO).view, c.initial, c.dFinal, &g);
+          CHECK(g.dLogDecay.size() == c.logDecay.size());
+          checkAgainstDifferences(c, c.q, g.dq, 2e-3, "dq");
+          checkAgainstDifferences(c, c.k, g.dk, 2e-3, "dk");
+          checkAgainstDifferences(c, c.v, g.dv, 2e-3, "dv");
+          checkAgainstDifferences(c, c.logDecay, g.dLogDecay, 2e-3, "dg");
+          checkAgainstDifferences(c, c.initial.kv, g.dInitial.kv, 1e-3,
+                                  "dS0");
+          checkAgainstDifferences(c, c.initial.keySum, g.dInitial.keySum,
+                                  1e-3, "dz0");
+        }
+}
+
+TEST_CASE("linear backward by hand", "[linear][backward]") {
+  // S = 2, D = 1, one head, scale 1, identity map, no decay, causal:
+  // o_0 = q0 k0 v0, o_1 = q1 (k0 v0 + k1 v1). With q = (2, 3), k = (1, -1),
+  // v = (4, 5) and dO = (1, 2): dq_0 = 4, dq_1 = 2 (4 - 5) = -2,
+  // dk_0 = 2 * 4 + 2 * 3 * 4 = 32, dk_1 = 2 * 3 * 5 = 30,
+  // dv_0 = 2 * 1 + 2 * 3 * 1 = 8, dv_1 = 2 * 3 * -1 = -6.
+  LinearProblem p = makeProblem(1, 2, 1, 1, 1);
+  LinearGradients g;
+  linearBackwardParallel(p, makeTensor(1, 2, 1, 1, {2, 3}).view,
+                         makeTensor(1, 2, 1, 1, {1, -1}).view,
+                         makeTensor(1, 2, 1, 1, {4, 5}).view,
+                         makeTensor(1, 2, 1, 1, {1, 2}).view, {}, {}, &g);
+  checkValues(g.dq, {4, -2});
+  checkValues(g.dk, {32, 30});
+  checkValues(g.dv, {8, -6});
+  // dS0 = sum_i q_i dO_i = 2 + 6.
+  checkValues(g.dInitial.kv, {8});
+}
+
+TEST_CASE("linear backward rejects inconsistent gradients",
+          "[linear][backward]") {
+  LinearProblem p = makeProblem(1, 2, 1, 1, 1);
+  Tensor t = makeTensor(1, 2, 1, 1, {1, 2});
+  LinearGradients g;
+  LinearState dFinal;
+  dFinal.kv = {1, 2};
+  CHECK_THROWS_WITH(
+      linearBackwardParallel(p, t.view, t.view, t.view, t.view, {}, dFinal, &g),
+      Catch::Contains("dFinal.kv"));
+  dFinal.kv.clear();
+  dFinal.keySum = {1};
+  CHECK_THROWS_WITH(
+      linearBackwardParallel(p, t.view, t.view, t.view, t.view, {}, dFinal, &g),
+      Catch::Contains("only for normalized"));
+  CHECK_THROWS_WITH(linearBackwardParallel(p, t.view, t.view, t.view,
+                                           HostTensor{nullptr, {2, 1, 1, 1}},
+                                           {}, {}, &g),
+                    Catch::Contains("dO is null"));
+}

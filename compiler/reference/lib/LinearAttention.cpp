@@ -38,6 +38,19 @@ double applyFeatureMap(FeatureMap map, double x) {
       "linear attention reference: unknown feature map");
 }
 
+double featureMapDerivative(FeatureMap map, double x) {
+  switch (map) {
+  case FeatureMap::Identity:
+    return 1.0;
+  case FeatureMap::Relu:
+    return x > 0 ? 1.0 : 0.0;
+  case FeatureMap::EluPlusOne:
+    return x > 0 ? 1.0 : std::exp(x);
+  }
+  throw std::invalid_argument(
+      "linear attention reference: unknown feature map");
+}
+
 double multiScaleGamma(int64_t head) {
   if (head < 0)
     throw std::invalid_argument(
@@ -356,6 +369,237 @@ void linearForwardRecurrent(const LinearProblem &problem, const HostTensor &q,
                             const LinearState &initial, LinearState *final) {
   const double s = double(problem.seqlen), d = double(problem.headDim);
   run(problem, q, k, v, o, initial, final, recurrentHead, 2 * s * d * d);
+}
+
+namespace {
+
+/// One (batch, query head) pair's gradients, before the query heads of a kv
+/// head are summed.
+struct HeadGradients {
+  std::vector<double> dq, dk, dv, dg, dKv0, dKeySum0;
+};
+
+/// The backward of parallelHead for one pair. `dO` is token-major; dKvFinal
+/// and dKeySumFinal may be null (zero).
+void parallelHeadBackward(const LinearProblem &p, const Head &head,
+                          const std::vector<double> &rawQ,
+                          const std::vector<double> &rawK,
+                          const std::vector<double> &dO,
+                          const double *dKvFinal, const double *dKeySumFinal,
+                          HeadGradients &out) {
+  const int64_t n = head.seqlen, d = head.dim;
+  const double s = p.scale;
+  std::vector<double> prefix(static_cast<size_t>(n + 1), 0.0);
+  for (int64_t t = 0; t < n; ++t)
+    prefix[t + 1] = prefix[t] + head.g[t];
+  auto lastKey = [&](int64_t i) { return p.causal ? i : n - 1; };
+  auto decay = [&](int64_t i, int64_t j) {
+    return std::exp(prefix[i + 1] - prefix[j + 1]);
+  };
+
+  // dnum_i and dden_i: dO itself without `normalize`; else through
+  // o = num / den, both scaled by s, with 0 where den is 0.
+  std::vector<double> dNum(dO);
+  std::vector<double> dDen(static_cast<size_t>(n), 0.0);
+  if (p.normalize) {
+    std::vector<double> num(static_cast<size_t>(d));
+    for (int64_t i = 0; i < n; ++i) {
+      const double *qi = head.qAt(i);
+      std::fill(num.begin(), num.end(), 0.0);
+      double den = head.keySum0 ? dot(qi, head.keySum0, d) : 0.0;
+      for (int64_t j = 0; j <= lastKey(i); ++j) {
+        const double w = dot(qi, head.kAt(j), d);
+        den += w;
+        for (int64_t c = 0; c < d; ++c)
+          num[c] += w * head.vAt(j)[c];
+      }
+      if (head.kv0)
+        for (int64_t a = 0; a < d; ++a)
+          for (int64_t c = 0; c < d; ++c)
+            num[c] += qi[a] * head.kv0[a * d + c];
+      double *dn = &dNum[i * d];
+      if (den == 0) {
+        std::fill(dn, dn + d, 0.0);
+        continue;
+      }
+      // o = num / den (the scales cancel): do/dnum = 1/den,
+      // do/dden = -num/den^2; in terms of s num and s den, as the
+      // quadratic sums below are written.
+      const double sden = s * den;
+      double dOdotO = 0;
+      for (int64_t c = 0; c < d; ++c)
+        dOdotO += dO[i * d + c] * (num[c] / den);
+      for (int64_t c = 0; c < d; ++c)
+        dn[c] = dO[i * d + c] / sden;
+      dDen[i] = -dOdotO / sden;
+    }
+  }
+
+  out.dq.assign(static_cast<size_t>(n * d), 0.0);
+  out.dk.assign(static_cast<size_t>(n * d), 0.0);
+  out.dv.assign(static_cast<size_t>(n * d), 0.0);
+  out.dg.assign(static_cast<size_t>(n), 0.0);
+  out.dKv0.assign(static_cast<size_t>(d * d), 0.0);
+  out.dKeySum0.assign(static_cast<size_t>(d), 0.0);
+  // dP[m]: the gradient of prefix[m]; dg_u = sum over m > u of dP[m].
+  std::vector<double> dP(static_cast<size_t>(n + 1), 0.0);
+  std::vector<double> dPhiQ(static_cast<size_t>(n * d), 0.0);
+  std::vector<double> dPhiK(static_cast<size_t>(n * d), 0.0);
+
+  for (int64_t i = 0; i < n; ++i) {
+    const double *qi = head.qAt(i), *dni = &dNum[i * d];
+    for (int64_t j = 0; j <= lastKey(i); ++j) {
+      const double *kj = head.kAt(j), *vj = head.vAt(j);
+      const double w = dot(qi, kj, d), dnv = dot(dni, vj, d);
+      const double e = decay(i, j);
+      // num_i += s e w v_j; den_i += s w.
+      const double dw = s * e * dnv + s * dDen[i];
+      for (int64_t a = 0; a < d; ++a) {
+        dPhiQ[i * d + a] += dw * kj[a];
+        dPhiK[j * d + a] += dw * qi[a];
+      }
+      for (int64_t c = 0; c < d; ++c)
+        out.dv[j * d + c] += s * e * w * dni[c];
+      dP[i + 1] += s * e * w * dnv;
+      dP[j + 1] -= s * e * w * dnv;
+    }
+    if (head.kv0) {
+      // num_i += s exp(prefix[i + 1]) phi(q_i)^T S0.
+      const double e0 = std::exp(prefix[i + 1]);
+      double term = 0;
+      for (int64_t a = 0; a < d; ++a)
+        for (int64_t c = 0; c < d; ++c) {
+          dPhiQ[i * d + a] += s * e0 * head.kv0[a * d + c] * dni[c];
+          term += qi[a] * head.kv0[a * d + c] * dni[c];
+        }
+      dP[i + 1] += s * e0 * term;
+    }
+    for (int64_t a = 0; a < d; ++a)
+      for (int64_t c = 0; c < d; ++c)
+        out.dKv0[a * d + c] += s * std::exp(prefix[i + 1]) * qi[a] * dni[c];
+    if (p.normalize) {
+      // den_i += s phi(q_i) . z0.
+      for (int64_t a = 0; a < d; ++a) {
+        if (head.keySum0)
+          dPhiQ[i * d + a] += s * dDen[i] * head.keySum0[a];
+        out.dKeySum0[a] += s * dDen[i] * qi[a];
+      }
+    }
+  }
+
+  // The final state: S = exp(prefix[n]) S0 + sum_j exp(prefix[n] -
+  // prefix[j + 1]) phi(k_j) v_j^T, z = z0 + sum_j phi(k_j).
+  if (dKvFinal) {
+    for (int64_t e = 0; e < d * d; ++e) {
+      out.dKv0[e] += std::exp(prefix[n]) * dKvFinal[e];
+      if (head.kv0)
+        dP[n] += std::exp(prefix[n]) * dKvFinal[e] * head.kv0[e];
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const double e = std::exp(prefix[n] - prefix[j + 1]);
+      const double *kj = head.kAt(j), *vj = head.vAt(j);
+      double inner = 0;
+      for (int64_t a = 0; a < d; ++a)
+        for (int64_t c = 0; c < d; ++c) {
+          dPhiK[j * d + a] += e * dKvFinal[a * d + c] * vj[c];
+          out.dv[j * d + c] += e * dKvFinal[a * d + c] * kj[a];
+          inner += dKvFinal[a * d + c] * kj[a] * vj[c];
+        }
+      dP[n] += e * inner;
+      dP[j + 1] -= e * inner;
+    }
+  }
+  if (dKeySumFinal) {
+    for (int64_t a = 0; a < d; ++a) {
+      out.dKeySum0[a] += dKeySumFinal[a];
+      for (int64_t j = 0; j < n; ++j)
+        dPhiK[j * d + a] += dKeySumFinal[a];
+    }
+  }
+
+  for (int64_t t = 0; t < n * d; ++t) {
+    out.dq[t] = dPhiQ[t] * featureMapDerivative(p.featureMap, rawQ[t]);
+    out.dk[t] = dPhiK[t] * featureMapDerivative(p.featureMap, rawK[t]);
+  }
+  double suffix = 0;
+  for (int64_t u = n - 1; u >= 0; --u) {
+    suffix += dP[u + 1];
+    out.dg[u] = suffix;
+  }
+}
+
+} // namespace
+
+void linearBackwardParallel(const LinearProblem &problem, const HostTensor &q,
+                            const HostTensor &k, const HostTensor &v,
+                            const HostTensor &dO, const LinearState &initial,
+                            const LinearState &dFinal, LinearGradients *grads) {
+  const LinearProblem &p = problem;
+  if (!grads)
+    invalid("grads is null");
+  if (p.batch > 0 && p.seqlen > 0 && !dO.data)
+    invalid("dO is null");
+  // The forward's checks, with dO standing in for o.
+  validate(p, q, k, v, dO.data, initial);
+  const int64_t d = p.headDim, states = p.batch * p.qHeads;
+  if (!dFinal.kv.empty() &&
+      static_cast<int64_t>(dFinal.kv.size()) != states * d * d)
+    invalid("dFinal.kv must be empty or of size B*Hq*D*D");
+  if (!dFinal.keySum.empty()) {
+    if (!p.normalize)
+      invalid("dFinal.keySum is only for normalized linear attention");
+    if (static_cast<int64_t>(dFinal.keySum.size()) != states * d)
+      invalid("dFinal.keySum must be empty or of size B*Hq*D");
+  }
+
+  const int64_t n = p.seqlen, group = p.qHeads / p.kvHeads;
+  std::vector<HeadGradients> perHead(static_cast<size_t>(states));
+  forEachItem(states, double(states) * 6 * double(n) * double(n) * double(d),
+              [&](int64_t item) {
+                const int64_t b = item / p.qHeads, h = item % p.qHeads;
+                Head head;
+                loadHead(p, q, k, v, initial, nullptr, nullptr, b, h, head);
+                std::vector<double> rawQ, rawK, gradOut;
+                load(q, b, h, n, d, FeatureMap::Identity, rawQ);
+                load(k, b, h / group, n, d, FeatureMap::Identity, rawK);
+                load(dO, b, h, n, d, FeatureMap::Identity, gradOut);
+                parallelHeadBackward(
+                    p, head, rawQ, rawK, gradOut,
+                    dFinal.kv.empty() ? nullptr : &dFinal.kv[item * d * d],
+                    dFinal.keySum.empty() ? nullptr
+                                          : &dFinal.keySum[item * d],
+                    perHead[item]);
+              });
+
+  // Sums over each kv head's query heads in head order, so that the result
+  // does not depend on the threads.
+  LinearGradients result;
+  result.dq.assign(static_cast<size_t>(p.batch * n * p.qHeads * d), 0.0);
+  result.dk.assign(static_cast<size_t>(p.batch * n * p.kvHeads * d), 0.0);
+  result.dv.assign(result.dk.size(), 0.0);
+  if (p.logDecay)
+    result.dLogDecay.assign(static_cast<size_t>(p.batch * n * p.qHeads), 0.0);
+  result.dInitial.kv.assign(static_cast<size_t>(states * d * d), 0.0);
+  if (p.normalize)
+    result.dInitial.keySum.assign(static_cast<size_t>(states * d), 0.0);
+  for (int64_t item = 0; item < states; ++item) {
+    const int64_t b = item / p.qHeads, h = item % p.qHeads, kvh = h / group;
+    const HeadGradients &g = perHead[item];
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t c = 0; c < d; ++c) {
+        result.dq[((b * n + t) * p.qHeads + h) * d + c] = g.dq[t * d + c];
+        result.dk[((b * n + t) * p.kvHeads + kvh) * d + c] += g.dk[t * d + c];
+        result.dv[((b * n + t) * p.kvHeads + kvh) * d + c] += g.dv[t * d + c];
+      }
+      if (p.logDecay)
+        result.dLogDecay[(b * n + t) * p.qHeads + h] = g.dg[t];
+    }
+    std::copy(g.dKv0.begin(), g.dKv0.end(), &result.dInitial.kv[item * d * d]);
+    if (p.normalize)
+      std::copy(g.dKeySum0.begin(), g.dKeySum0.end(),
+                &result.dInitial.keySum[item * d]);
+  }
+  *grads = std::move(result);
 }
 
 } // namespace attn::reference

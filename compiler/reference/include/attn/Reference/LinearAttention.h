@@ -80,6 +80,30 @@ void linearForwardRecurrent(const LinearProblem &problem, const HostTensor &q,
                             const HostTensor &k, const HostTensor &v, float *o,
                             const LinearState &initial, LinearState *final);
 
+/// d phi(x) / dx of one element (the derivative of relu at 0 is taken as 0).
+double featureMapDerivative(FeatureMap map, double x);
+
+/// The gradients linearBackwardParallel returns, in double: dq [B, S, Hq, D],
+/// dk and dv [B, S, Hkv, D] (summed over each kv head's query heads),
+/// contiguous; dLogDecay [B, S, Hq] for gated retention (else empty);
+/// dInitial, the gradient of the initial state (kv always, keySum with
+/// `normalize`), laid out as LinearState.
+struct LinearGradients {
+  std::vector<double> dq, dk, dv, dLogDecay;
+  LinearState dInitial;
+};
+
+/// The backward of the parallel form, derived from its quadratic sum by the
+/// chain rule (not from the chunkwise or recurrent forms): the gradients of
+/// L = sum(dO . o) + <dFinal.kv, S_{T-1}> + <dFinal.keySum, z_{T-1}> with
+/// respect to q, k, v, the log-decays and the initial state. dO is
+/// [B, S, Hq, D] strided; `dFinal` may be empty (no gradient into the final
+/// state). Throws std::invalid_argument as the forward does.
+void linearBackwardParallel(const LinearProblem &problem, const HostTensor &q,
+                            const HostTensor &k, const HostTensor &v,
+                            const HostTensor &dO, const LinearState &initial,
+                            const LinearState &dFinal, LinearGradients *grads);
+
 } // namespace attn::reference
 
 #endif // ATTN_REFERENCE_LINEARATTENTION_H
