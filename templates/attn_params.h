@@ -460,6 +460,63 @@ struct AttnDecodeParams {
 #define ATTN_LINEAR_FOLD_THREADS 256
 #define ATTN_DECODE_THREADS 128
 
+// The linear family's backward runs the chunkwise kernel above three times
+// (a forward pass for dQ, and two over the reversed sequence for dK and dV)
+// around these helper kernels, one element group a thread in blocks of
+// ATTN_LINEAR_BWD_THREADS (the gate kernel: a block per (query head,
+// batch) of ATTN_LINEAR_BWD_SCAN_THREADS). Tensors are [batch, seqlen,
+// heads, head_dim] with element strides of the first three dimensions
+// (head_dim contiguous); the workspace's copies are contiguous, with
+// q_heads heads. "Reversed" puts token t at seqlen - 1 - t.
+struct AttnLinearBackwardParams {
+  // The caller's tensors.
+  const void *q;
+  const void *k;
+  const void *v;
+  const void *d_o;
+  void *dq; // holds d phi(q) after the dQ pass; the query kernel finishes it
+  void *dk;
+  void *dv;
+  long long q_strides[3];
+  long long k_strides[3];
+  long long v_strides[3];
+  long long d_o_strides[3];
+  long long dq_strides[3];
+  long long dk_strides[3];
+  long long dv_strides[3];
+  const float *log_decay;     // [batch, seqlen, q_heads], gated only
+  float *d_log_decay;         // the same; null: not wanted
+  const float *state_in;      // [batch, q_heads, head_dim, head_dim]; null: 0
+  const float *d_state_out;   // the final state's gradient; null: 0
+  float *d_state_in;          // the initial state's gradient; null: not wanted
+  // The workspace.
+  void *rev_phi_k;            // phi(k) reversed, a copy per query head
+  void *rev_v;                // v reversed, a copy per query head
+  void *rev_phi_q;            // phi(q) reversed
+  void *rev_d_o;              // dO reversed
+  void *rev_d_phi_k;          // the dK pass's output: d phi(k) per query head
+  void *rev_dv;               // the dV pass's output: dv per query head
+  void *phi_k;                // phi(k) in order (kv heads), the dQ pass's v
+  float *rev_log_decay;       // log-decays reversed and shifted by one token
+  float *state_in_t;          // state_in transposed
+  float *d_state_out_scaled;  // d_state_out / scale
+  float *d_state_out_t;       // the same, transposed
+  float *state_out_t;         // the dQ pass's final state: S_final transposed
+  int batch;
+  int seqlen;
+  int q_heads;
+  int kv_heads;
+  float scale;
+};
+#define ATTN_LINEAR_BWD_PREPARE_KERNEL_NAME "attn_linear_bwd_prepare_kernel"
+#define ATTN_LINEAR_BWD_STATES_KERNEL_NAME "attn_linear_bwd_states_kernel"
+#define ATTN_LINEAR_BWD_QUERY_KERNEL_NAME "attn_linear_bwd_query_kernel"
+#define ATTN_LINEAR_BWD_KEY_KERNEL_NAME "attn_linear_bwd_key_kernel"
+#define ATTN_LINEAR_BWD_GATE_KERNEL_NAME "attn_linear_bwd_gate_kernel"
+#define ATTN_LINEAR_BWD_INITIAL_STATE_KERNEL_NAME "attn_linear_bwd_initial_state_kernel"
+#define ATTN_LINEAR_BWD_THREADS 256
+#define ATTN_LINEAR_BWD_SCAN_THREADS 1024
+
 // The kernel's entry point name in the emitted translation unit.
 #define ATTN_FWD_KERNEL_NAME "attn_fwd_kernel"
 // The tile coverage kernel's entry point, in the same unit: grid

@@ -132,11 +132,12 @@ uint64_t coverageBytes(const AttnLaunchConfig &config, const AttnBackwardArgs &a
 
 void validateBackwardArgs(const AttnLaunchConfig &config, const AttnBackwardArgs &args) {
   validateLaunchConfig(config);
+  if (config.linearFamily)
+    fail("config", "the kernel is linear attention or retention: its backward module runs "
+                   "with runLinearBackward (AttnLinearBackwardArgs)");
   if (!config.backward)
-    fail("config", config.linearFamily
-                       ? "the kernel is linear attention or retention, which has no backward yet"
-                       : "the kernel is a forward module: compile the spec's backward "
-                         "(attnc --backward, Compiler::compileBackward) and launch that");
+    fail("config", "the kernel is a forward module: compile the spec's backward "
+                   "(attnc --backward, Compiler::compileBackward) and launch that");
   validateAgainstConfig(args.q, "q", config, config.qHeads, "query");
   validateAgainstConfig(args.k, "k", config, config.kvHeads, "kv");
   validateAgainstConfig(args.v, "v", config, config.kvHeads, "kv");

@@ -21,7 +21,8 @@ struct Kernel::Loaded {
   Module module;
   KernelFunction function;
   LinearFunctions linear;     // linear-family kernels only
-  BackwardFunctions backward; // backward modules only
+  BackwardFunctions backward; // softmax backward modules only
+  LinearBackwardFunctions linearBackward; // linear-family backward modules only
   // Softmax forward modules: the short-query path's kernels (absent from
   // modules compiled before it existed, which then run every call on the
   // forward kernel).
@@ -155,9 +156,11 @@ Kernel::Loaded &Kernel::loadedForCurrentContext() const {
   // Set once here, so that launches only read it (launchForward skips the
   // call when the value is unchanged) and can run on several threads.
   loaded->function.setMaxDynamicSharedMemory(kernel.launch.sharedMemoryBytes);
-  if (kernel.launch.linearFamily)
+  if (kernel.launch.linearFamily && kernel.launch.backward)
+    loaded->linearBackward = loadLinearBackwardFunctions(module, kernel.launch);
+  else if (kernel.launch.linearFamily)
     loaded->linear = loadLinearFunctions(module, kernel.launch);
-  if (kernel.launch.backward)
+  else if (kernel.launch.backward)
     loaded->backward = loadBackwardFunctions(module, kernel.launch);
   if (!kernel.launch.linearFamily && !kernel.launch.backward) {
     try {
@@ -244,6 +247,17 @@ void Kernel::runBackward(const AttnBackwardArgs &args, CUstream stream) const {
 
 uint64_t Kernel::backwardWorkspaceBytes(const AttnBackwardArgs &args) const {
   return ::attn::backwardWorkspaceBytes(launchConfig(), args);
+}
+
+void Kernel::runLinearBackward(const AttnLinearBackwardArgs &args, CUstream stream) const {
+  const AttnLaunchConfig &config = launchConfig();
+  // Argument errors first: they need no driver, and name what to fix.
+  validateLinearBackwardArgs(config, args);
+  launchLinearBackward(loadedForCurrentContext().linearBackward, config, args, stream);
+}
+
+uint64_t Kernel::linearBackwardWorkspaceBytes(const AttnLinearBackwardArgs &args) const {
+  return ::attn::linearBackwardWorkspaceBytes(launchConfig(), args);
 }
 
 void Kernel::decode(const AttnDecodeArgs &args, CUstream stream) const {

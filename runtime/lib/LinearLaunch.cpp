@@ -21,6 +21,9 @@ void validateLinearArgs(const AttnLaunchConfig &config, const AttnLinearArgs &ar
   validateLaunchConfig(config);
   if (!config.linearFamily)
     fail("config", "the kernel is softmax attention, not linear attention or retention");
+  if (config.backward)
+    fail("config", "the kernel is a backward module: run it with runLinearBackward "
+                   "(AttnLinearBackwardArgs)");
   validateAgainstConfig(args.q, "q", config, config.qHeads, "query");
   validateAgainstConfig(args.k, "k", config, config.kvHeads, "kv");
   validateAgainstConfig(args.v, "v", config, config.kvHeads, "kv");

@@ -108,16 +108,54 @@ TEST_CASE("a spec without a backward template is refused with its location", "[c
                     Catch::Contains("k.mlir:1:1: error: 'attn.kernel' op backward plan is illegal: "
                                     "shared-memory capacity: backward block_m 64, block_n 128, "
                                     "stages 1, head_dim 256 needs"));
-  const std::string linear =
+  const std::string normalized =
       "attn.kernel @r problem = #attn.problem<q_heads = 4, kv_heads = 4, head_dim = 128, "
-      "element_type = bf16> mask = #attn.causal<top_left> normalizer = #attn.retention\n";
-  CHECK_THROWS_WITH(attn::compileBackwardSpec(linear, "r.mlir"),
-                    Catch::Contains("has no backward: only the softmax normalizer has one"));
+      "element_type = bf16> mask = #attn.causal<top_left> normalizer = "
+      "#attn.linear<feature_map = elu_plus_one, normalize = true>\n";
+  CHECK_THROWS_WITH(attn::compileBackwardSpec(normalized, "r.mlir"),
+                    Catch::Contains("r.mlir:1:1: error: 'attn.kernel' op has no backward: "
+                                    "normalized linear attention's"));
   attn::CompileOptions options;
   options.tileOverride = "block_m=96";
   CHECK_THROWS_WITH(attn::compileBackwardSpec(spec(128, "bf16", "#attn.no_mask"), "k.mlir",
                                               options),
                     Catch::Contains("WGMMA shape: backward block_m (96) must be 64 or 128"));
+}
+
+TEST_CASE("the linear family's backward module assembles without spills", "[codegen][linear]") {
+  auto [mask, normalizer, headDim] = GENERATE(table<std::string, std::string, int>({
+      {"#attn.causal<top_left>", "#attn.retention", 128},
+      {"#attn.causal<top_left>", "#attn.retention<gated>", 128},
+      {"#attn.causal<top_left>", "#attn.linear<feature_map = elu_plus_one>", 64},
+      {"#attn.no_mask", "#attn.linear<feature_map = relu>", 128},
+  }));
+  std::ostringstream text;
+  text << "attn.kernel @k problem = #attn.problem<q_heads = 8, kv_heads = 2, head_dim = " << headDim
+       << ", element_type = bf16> mask = " << mask << " normalizer = " << normalizer << "\n";
+  attn::CompiledKernel kernel = attn::compileBackwardSpec(text.str(), "k.mlir");
+  CHECK(kernel.launch.linearFamily == 1);
+  CHECK(kernel.launch.backward == 1);
+  CHECK(kernel.launch.normalize == 0);
+  const std::string ptx(kernel.binary.begin(), kernel.binary.end());
+  CHECK(ptx.find("wgmma.mma_async") != std::string::npos);
+  CHECK(ptx.find("cp.async.bulk.tensor") != std::string::npos);
+  for (const char *entry :
+       {ATTN_LINEAR_KERNEL_NAME, ATTN_LINEAR_SEGMENT_KERNEL_NAME, ATTN_LINEAR_FOLD_KERNEL_NAME,
+        ATTN_LINEAR_BWD_STATES_KERNEL_NAME, ATTN_LINEAR_BWD_QUERY_KERNEL_NAME,
+        ATTN_LINEAR_BWD_KEY_KERNEL_NAME, ATTN_LINEAR_BWD_GATE_KERNEL_NAME,
+        ATTN_LINEAR_BWD_INITIAL_STATE_KERNEL_NAME})
+    CHECK(ptx.find(std::string(".entry ") + entry + "(") != std::string::npos);
+  attn::test::PtxasReport report = attn::test::assembleWithPtxas(kernel.binary);
+  INFO(text.str() << report.text);
+  REQUIRE(report.status == 0);
+  // The chunkwise kernel as the forward's budget allows it (below); the
+  // helpers not at all.
+  CHECK(report.spillStoreBytes(ATTN_LINEAR_KERNEL_NAME) <= 20);
+  for (const char *entry :
+       {ATTN_LINEAR_BWD_STATES_KERNEL_NAME, ATTN_LINEAR_BWD_QUERY_KERNEL_NAME,
+        ATTN_LINEAR_BWD_KEY_KERNEL_NAME, ATTN_LINEAR_BWD_GATE_KERNEL_NAME,
+        ATTN_LINEAR_BWD_INITIAL_STATE_KERNEL_NAME})
+    CHECK(report.spillStoreBytes(entry) == 0);
 }
 
 TEST_CASE("every linear-family kernel assembles for sm_90a without spills", "[codegen][linear]") {

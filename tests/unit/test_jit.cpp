@@ -507,14 +507,14 @@ TEST_CASE("JIT: the backward of a spec is compiled and cached beside its forward
     CHECK(sameLaunch(fromDisk.launchConfig(), launch));
   }
   SECTION("a spec without a backward is refused with the diagnostic") {
-    const Spec retention = SpecBuilder("retention")
-                               .heads(4, 4)
-                               .headDim(128)
-                               .dtype(DType::BF16)
-                               .causal()
-                               .normalizer(Normalizer::retention());
-    CHECK_THROWS_WITH(first.compileBackward(retention),
-                      Contains("has no backward: only the softmax normalizer has one"));
+    const Spec normalized = SpecBuilder("normalized")
+                                .heads(4, 4)
+                                .headDim(128)
+                                .dtype(DType::BF16)
+                                .causal()
+                                .normalizer(Normalizer::linear(FeatureMap::EluPlusOne, true));
+    CHECK_THROWS_WITH(first.compileBackward(normalized),
+                      Contains("has no backward: normalized linear attention's"));
   }
   SECTION("backward arguments are checked before the driver is needed") {
     auto fake = [](uintptr_t address) { return reinterpret_cast<void *>(address); };

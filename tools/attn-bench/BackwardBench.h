@@ -22,6 +22,13 @@ int runBackwardSpec(const std::string &spec, const std::string &name, int64_t ba
                     bool tileCoverage, bool check, int warmup, int repeats,
                     const std::string &backwardTile = "");
 
+/// `attn-bench --linear-backward-grid`: the backward of retention, gated
+/// retention and linear attention at head dim 128, H = 16, bf16, B x S =
+/// 16384 (S = 4096 to 16384), B = 1 at S = 32768, 65536 and 8192: each
+/// kernel's forward and backward time (planned for the shape) and the
+/// backward's bandwidth over q, k, v, dO read and dq, dk, dv written.
+int runLinearBackwardGrid(int warmup, int repeats);
+
 } // namespace attn::bench
 
 #endif // ATTN_TOOLS_ATTNBENCH_BACKWARDBENCH_H

@@ -33,6 +33,8 @@
 //       --tuning-db each point runs the heuristic plan and the plan recorded
 //       nearest its shape in 6 interleaved rounds (alternating which goes
 //       first) and prints both.
+//   attn-bench --linear-backward-grid
+//       the linear family's backward beside its forward (BackwardBench.h).
 //   attn-bench --decode-grid [--quick]
 //       the short-query path at decode and speculative-verification shapes,
 //       contiguous and paged, beside the forward kernel (DecodeBench.h).
@@ -74,6 +76,10 @@ cl::opt<bool> grid("grid", cl::desc("Run the peer-comparison grid"), cl::init(fa
 cl::opt<bool> linearGrid("linear-grid",
                          cl::desc("Run the linear attention / retention grid (see the header)"),
                          cl::init(false));
+cl::opt<bool> linearBackwardGrid(
+    "linear-backward-grid",
+    cl::desc("Time the linear family's backward beside its forward (see the header)"),
+    cl::init(false));
 cl::opt<bool> decodeGrid("decode-grid",
                          cl::desc("Run the short-query grid: decode and speculative "
                                   "verification, contiguous and paged (see DecodeBench.h)"),
@@ -735,9 +741,10 @@ int main(int argc, char **argv) {
   InitLLVM initLLVM(argc, argv);
   attn::installToolVersionPrinter();
   cl::ParseCommandLineOptions(argc, argv, "attn-bench: run and time attnc kernels\n");
-  if (!grid && !linearGrid && !backwardGrid && !decodeGrid && specFile.empty()) {
-    errs() << "attn-bench: give a spec file, --grid, --linear-grid, --backward-grid or "
-              "--decode-grid (see --help)\n";
+  if (!grid && !linearGrid && !backwardGrid && !linearBackwardGrid && !decodeGrid &&
+      specFile.empty()) {
+    errs() << "attn-bench: give a spec file, --grid, --linear-grid, --backward-grid, "
+              "--linear-backward-grid or --decode-grid (see --help)\n";
     return 1;
   }
   std::string reason = attn::harness::gpuUnavailableReason();
@@ -749,6 +756,8 @@ int main(int argc, char **argv) {
     attn::ensureContext();
     if (backwardGrid)
       return attn::bench::runBackwardGrid(warmup, repeats);
+    if (linearBackwardGrid)
+      return attn::bench::runLinearBackwardGrid(warmup, repeats);
     if (decodeGrid)
       return attn::bench::runDecodeGrid(warmup, repeats, quickGrid);
     if (backwardRun) {

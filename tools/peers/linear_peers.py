@@ -26,6 +26,11 @@ runs Triton's autotuning). TB/s counts the bytes of q, k, v and o only
 (4*B*S*H*D*2); the state and the gate are not counted. vs_softmax is
 softmax_ms / this_ms (above 1: faster than softmax attention).
 
+--backward times fla's backward instead: the gradients of q, k, v (and g)
+from a fixed dO through torch.autograd.grad on a forward kept with
+retain_graph (the forward is not timed); TB/s then counts q, k, v, dO read
+and dq, dk, dv written (7*B*S*H*D*2 bytes), and softmax is cuDNN's backward.
+
 --check compares chunk_retention, chunk_simple_gla and chunk_linear_attn with
 a pure-torch recurrence (S=100, D=64, fp32, with a random initial state) and
 prints the largest errors, so that the layout, scale and decay used above are
@@ -72,6 +77,8 @@ def parse_args():
                         help="set FLA_USE_TMA=1 before importing fla (its TMA paths on Hopper)")
     parser.add_argument("--check", action="store_true",
                         help="only compare fla with a pure-torch recurrence and exit")
+    parser.add_argument("--backward", action="store_true",
+                        help="time the backward (gradients of q, k, v and g) instead")
     parser.add_argument("--csv", help="also write the rows to this CSV file")
     return parser.parse_args()
 
@@ -89,6 +96,15 @@ def make_fla(peer, q, k, v, g):
     if "linear" in peer:
         return lambda: fn(q, k, v, output_final_state=True, normalize=False)
     return lambda: fn(q, k, v, output_final_state=True)
+
+
+def backward_of(forward, inputs):
+    """A callable that runs the backward of forward() (whose first output is
+    o) from a fixed random dO, the forward's graph kept between calls."""
+    out = forward()
+    o = out[0] if isinstance(out, tuple) else out
+    grad = torch.randn_like(o)
+    return lambda: torch.autograd.grad(o, inputs, grad, retain_graph=True)
 
 
 def make_softmax(q, k, v):
@@ -208,8 +224,9 @@ def main():
     order = (["softmax"] if "softmax" in peers else []) + [p for p in peers if p != "softmax"]
 
     print(f"# linear-attention peers on {torch.cuda.get_device_name()} (torch {torch.__version__}, "
-          f"fla {fla_version}{', FLA_USE_TMA=1' if args.tma else ''}), bf16 forward, "
-          f"output_final_state=True; TB/s counts q, k, v, o")
+          f"fla {fla_version}{', FLA_USE_TMA=1' if args.tma else ''}), bf16 "
+          f"{'backward' if args.backward else 'forward'}, output_final_state=True; TB/s counts "
+          f"{'q, k, v, dO, dq, dk, dv' if args.backward else 'q, k, v, o'}")
     print("| " + " | ".join(COLUMNS) + " |")
     print("|---|" + "---:|" * (len(COLUMNS) - 1))
     rows = []
@@ -218,11 +235,13 @@ def main():
             batch = max(1, args.tokens // seqlen)
             heads = max(1, args.hidden // head_dim)
             shape = (batch, seqlen, heads, head_dim)
-            nbytes = 4.0 * batch * seqlen * heads * head_dim * 2
+            nbytes = (7.0 if args.backward else 4.0) * batch * seqlen * heads * head_dim * 2
             try:
-                q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+                q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16,
+                                       requires_grad=args.backward) for _ in range(3))
                 # per-token, per-head log-space forget gate, as in fla's examples
                 g = F.logsigmoid(torch.randn(batch, seqlen, heads, device="cuda", dtype=torch.float))
+                g.requires_grad_(args.backward)
             except Exception as error:
                 print(f"# B={batch} S={seqlen} H={heads} D={head_dim}: inputs: {error}",
                       file=sys.stderr)
@@ -234,6 +253,9 @@ def main():
                         fn = make_softmax(q, k, v)
                     else:
                         fn = make_fla(peer, q, k, v, g)
+                    if args.backward:
+                        gated = peer != "softmax" and FLA_PEERS[peer][2]
+                        fn = backward_of(fn, (q, k, v, g) if gated else (q, k, v))
                     ms = median_ms(fn, args.warmup, args.repeats, args.max_seconds)
                 except Exception as error:  # a peer that cannot run this shape
                     print(f"# {peer} B={batch} S={seqlen} H={heads} D={head_dim}: "

@@ -621,6 +621,18 @@ std::string floatLiteral(double value) {
     text += ".0";
   return text + "f";
 }
+
+const char *featureMapName(FeatureMapKind map) {
+  switch (map) {
+  case FeatureMapKind::Relu:
+    return "Relu";
+  case FeatureMapKind::EluPlusOne:
+    return "EluPlusOne";
+  case FeatureMapKind::Identity:
+    break;
+  }
+  return "Identity";
+}
 } // namespace
 
 std::string emitLinearKernelSource(const LinearKernelConfig &config) {
@@ -637,9 +649,7 @@ std::string emitLinearKernelSource(const LinearKernelConfig &config) {
     out << emitWgmmaWrapper(config.headDim, config.element, WgmmaForm::RS);
   out << "} // namespace attn_dev\n\n";
 
-  const char *featureMap = config.featureMap == FeatureMapKind::Relu         ? "Relu"
-                           : config.featureMap == FeatureMapKind::EluPlusOne ? "EluPlusOne"
-                                                                             : "Identity";
+  const char *featureMap = featureMapName(config.featureMap);
   auto flag = [](bool value) { return value ? "true" : "false"; };
   out << "// ---- plan\nnamespace attn_plan {\n"
       << "using Element = attn_dev::" << elementTag(config.element) << ";\n"
@@ -677,6 +687,23 @@ std::string emitLinearKernelSource(const LinearKernelConfig &config) {
       << "constexpr unsigned kSmemTotal = " << smem.total << ";\n"
       << "} // namespace attn_plan\n\n";
   out << expandTemplate("attn_linear_sm90.cuh", error);
+  if (!error.empty())
+    return "#error " + error + "\n";
+  return out.str();
+}
+
+std::string emitLinearBackwardKernelSource(const LinearKernelConfig &config) {
+  LinearKernelConfig chunkwise = config;
+  chunkwise.featureMap = FeatureMapKind::Identity;
+  std::string source = emitLinearKernelSource(chunkwise);
+  if (source.rfind("#error", 0) == 0)
+    return source;
+  std::ostringstream out;
+  out << source << "\n// ---- the backward's own plan\nnamespace attn_linear_bwd_plan {\n"
+      << "constexpr attn_dev::FeatureMap kFeatureMap = attn_dev::FeatureMap::"
+      << featureMapName(config.featureMap) << ";\n} // namespace attn_linear_bwd_plan\n\n";
+  std::string error;
+  out << expandTemplate("attn_linear_bwd_sm90.cuh", error);
   if (!error.empty())
     return "#error " + error + "\n";
   return out.str();

@@ -169,8 +169,40 @@ mlir::FailureOr<TileConfig> backwardTileConfigFor(mlir::attn::KernelOp op,
                                       options.tuningShape, options.arch);
 }
 
+/// The linear family's backward: the forward's plan (attn-tile and
+/// attn-plan-smem as for the forward, under options.tileOverride), emitted
+/// as the backward module around its chunkwise kernel.
+static mlir::FailureOr<PlannedBackward> planLinearBackward(mlir::attn::KernelOp op,
+                                                           const CompileOptions &options) {
+  auto linear = mlir::dyn_cast<mlir::attn::LinearAttr>(op.getNormalizer());
+  if (linear && linear.getNormalize())
+    return op.emitOpError("has no backward: normalized linear attention's (through the key "
+                          "sum) is a later step; the unnormalized form and retention have one");
+  mlir::attn::AttnTileOptions tileOptions;
+  tileOptions.tuningDatabase = options.tuningDatabase;
+  tileOptions.tuningShape = options.tuningShape;
+  tileOptions.arch = options.arch;
+  tileOptions.tileOverride = options.tileOverride;
+  auto module = op->getParentOfType<mlir::ModuleOp>();
+  mlir::PassManager pm(op.getContext());
+  mlir::attn::buildPlanPipeline(pm, tileOptions);
+  if (mlir::failed(pm.run(module)))
+    return mlir::failure();
+  mlir::FailureOr<codegen::LinearKernelConfig> config = mlir::attn::buildLinearKernelConfig(op);
+  if (mlir::failed(config))
+    return mlir::failure();
+  PlannedBackward planned;
+  planned.tile = mlir::attn::getTileConfig(op.getTileAttr());
+  planned.cudaSource = codegen::emitLinearBackwardKernelSource(*config);
+  planned.launch = launchConfigFor(op);
+  planned.launch.backward = 1;
+  return planned;
+}
+
 mlir::FailureOr<PlannedBackward> planBackward(mlir::attn::KernelOp op,
                                               const CompileOptions &options) {
+  if (op.getNormalizer().isLinearFamily())
+    return planLinearBackward(op, options);
   // attn-tile (with the backward) and attn-plan-smem over the op's module.
   mlir::attn::AttnTileOptions tileOptions;
   tileOptions.tuningDatabase = options.tuningDatabase;

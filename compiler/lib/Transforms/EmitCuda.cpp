@@ -481,7 +481,6 @@ FailureOr<::attn::codegen::ForwardKernelConfig> buildForwardKernelConfig(KernelO
   return config;
 }
 
-namespace {
 FailureOr<::attn::codegen::LinearKernelConfig> buildLinearKernelConfig(KernelOp op) {
   namespace cg = ::attn::codegen;
   auto tile = op.getTileAttr();
@@ -531,6 +530,7 @@ FailureOr<::attn::codegen::LinearKernelConfig> buildLinearKernelConfig(KernelOp 
   return config;
 }
 
+namespace {
 /// The translation unit of one planned kernel.
 FailureOr<std::string> emitKernelSource(KernelOp op) {
   if (op.getNormalizer().isLinearFamily()) {

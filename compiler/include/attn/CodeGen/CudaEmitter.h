@@ -200,6 +200,12 @@ struct LinearKernelConfig {
 // chunkwise kernel and the one-token recurrent step.
 std::string emitLinearKernelSource(const LinearKernelConfig &config);
 
+// The backward module of the same spec (normalize must be false): the
+// chunkwise kernel with the identity feature map, which its three passes
+// run, and the helper kernels of attn_linear_bwd_sm90.cuh, which apply the
+// spec's feature map.
+std::string emitLinearBackwardKernelSource(const LinearKernelConfig &config);
+
 // The WGMMA wrapper specializations for m64nNk16 with fp32 accumulation.
 // SS: both operands from shared memory, K-major (Q Kᵀ). RS: A from
 // registers, B MN-major (P V). SSMN: both from shared memory, MN-major

@@ -19,6 +19,11 @@ FailureOr<::attn::codegen::ForwardKernelConfig> buildForwardKernelConfig(KernelO
 /// attn-plan-smem). Emits an error on the op and fails without them.
 FailureOr<::attn::codegen::BackwardKernelConfig> buildBackwardKernelConfig(KernelOp op);
 
+/// The linear family's emitter configuration (linear attention or
+/// retention) for a kernel whose `tile` and `smem` plans are set. Its
+/// backward module is emitted from the same configuration.
+FailureOr<::attn::codegen::LinearKernelConfig> buildLinearKernelConfig(KernelOp op);
+
 /// The discardable attribute that attn-emit-cuda sets on each kernel.
 inline constexpr llvm::StringLiteral kCudaSourceAttrName = "attn.cuda_source";
 

@@ -541,5 +541,6 @@ void launchDecode(KernelFunction &kernel, const AttnLaunchConfig &config,
 
 // The umbrella includes the backward's launch too.
 #include "attn/runtime/BackwardLaunch.h"
+#include "attn/runtime/LinearBackwardLaunch.h"
 
 #endif // ATTN_RUNTIME_ATTENTIONLAUNCH_H

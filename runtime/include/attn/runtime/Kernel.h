@@ -91,6 +91,15 @@ public:
   /// The workspace a runBackward call with these shapes needs.
   uint64_t backwardWorkspaceBytes(const AttnBackwardArgs &args) const;
 
+  /// The backward of linear attention or retention (a backward module of
+  /// a linear-family spec: launchConfig().linearFamily and .backward): dq,
+  /// dk, dv, gated retention's log-decay gradient and the initial state's
+  /// from the forward's inputs and dO (AttnLinearBackwardArgs), with a
+  /// workspace of linearBackwardWorkspaceBytes(args). Throws attn::Error
+  /// naming the argument; nothing is launched after a failed check.
+  void runLinearBackward(const AttnLinearBackwardArgs &args, CUstream stream = nullptr) const;
+  uint64_t linearBackwardWorkspaceBytes(const AttnLinearBackwardArgs &args) const;
+
   /// The masks' tile coverage for these arguments' shapes and captures
   /// (attn::buildTileCoverage with this kernel's module): pass it as
   /// args.tileCoverage to later runs with the same shapes and captures.

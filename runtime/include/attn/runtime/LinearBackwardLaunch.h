@@ -1,0 +1,71 @@
+//===- LinearBackwardLaunch.h - Linear-family backward launch ---*- C++ -*-===//
+//
+// Host side of the linear family's backward module (`attnc --backward` on a
+// linear attention or retention spec): argument validation, the
+// workspace's size and layout, and the launches. The module's chunkwise
+// kernel runs three times (a dQ pass in sequence order, a dV and a dK pass
+// over the reversed sequence) between helper kernels that copy, reverse
+// and finish (templates/attn_linear_bwd_sm90.cuh says how the gradients
+// decompose).
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTN_RUNTIME_LINEARBACKWARDLAUNCH_H
+#define ATTN_RUNTIME_LINEARBACKWARDLAUNCH_H
+
+#include "attn/runtime/AttentionLaunch.h"
+
+namespace attn {
+
+/// The arguments of a linear-family backward. q, k, v are the forward's
+/// inputs, dO the gradient of its output; dq, dk, dv receive the gradients
+/// (shapes and dtype as q, k, v; head_dim contiguous, TMA-aligned strides).
+/// fp32 side buffers, contiguous:
+///   logDecay [batch, seqlen, q_heads]: gated retention's log-decays, as the
+///     forward took them; dLogDecay of the same shape receives their
+///     gradient (null: not computed). Other kernels take neither.
+///   initialState [batch, q_heads, D, D]: the forward's initial state (null:
+///     zero); dFinalState: the gradient arriving at the forward's final
+///     state (null: zero); dInitialState: receives the initial state's
+///     gradient (null: not computed).
+/// workspace: linearBackwardWorkspaceBytes(config, args) bytes of device
+/// memory, 256-byte aligned.
+struct AttnLinearBackwardArgs {
+  TensorView q, k, v, dO;
+  TensorView dq, dk, dv;
+  const float *logDecay = nullptr;
+  float *dLogDecay = nullptr;
+  const float *initialState = nullptr;
+  const float *dFinalState = nullptr;
+  float *dInitialState = nullptr;
+  void *workspace = nullptr;
+  uint64_t workspaceBytes = 0;
+};
+
+/// The backward module's kernels, looked up once.
+struct LinearBackwardFunctions {
+  LinearFunctions chunkwise;
+  KernelFunction prepare, states, query, key, gate, initialState;
+};
+LinearBackwardFunctions loadLinearBackwardFunctions(const Module &module,
+                                                    const AttnLaunchConfig &config);
+
+/// Checks every argument against the backward module's config; throws
+/// attn::Error naming the argument.
+void validateLinearBackwardArgs(const AttnLaunchConfig &config, const AttnLinearBackwardArgs &args);
+
+/// The workspace a call with these arguments needs: reversed copies of q,
+/// k, v and dO per query head, the reversed passes' outputs, phi(k) for a
+/// feature map, the pass states and the chunkwise kernel's split scratch.
+/// O(batch x seqlen x q_heads x head_dim). Validates the arguments first.
+uint64_t linearBackwardWorkspaceBytes(const AttnLaunchConfig &config,
+                                      const AttnLinearBackwardArgs &args);
+
+/// Validates (also the device pointers) and launches the backward on
+/// `stream`. Nothing is launched after a failed check. An empty sequence
+/// writes only dInitialState (= dFinalState).
+void launchLinearBackward(LinearBackwardFunctions &functions, const AttnLaunchConfig &config,
+                          const AttnLinearBackwardArgs &args, CUstream stream);
+
+} // namespace attn
+
+#endif // ATTN_RUNTIME_LINEARBACKWARDLAUNCH_H
