@@ -1,6 +1,6 @@
 // The backward of linear attention and retention: the helper kernels around
-// three runs of the chunkwise kernel (attn_linear_sm90.cuh, instantiated
-// with the identity feature map and no normalization).
+// three runs of the chunkwise kernel (attn_linear_sm90.cuh, with the spec's
+// feature map applied to the operands each run names).
 //
 // With phi the feature map, B_t the inclusive prefix sum of the log-decays
 // and dS the final state's incoming gradient, the gradients are three
@@ -8,28 +8,29 @@
 //
 //   d phi(q)_t = s sum_{j <= t} e^{B_t - B_j} (dO_t . v_j) phi(k_j)
 //                + s e^{B_t} S0 dO_t
-//     the forward kernel over (q, k, v) = (dO, v, phi(k)) from state S0^T;
-//     its final state is S_final^T.
+//     the chunkwise kernel over (q, k, v) = (dO, v, phi(k)) from state
+//     S0^T; its final state is S_final^T.
 //   dv_j = s sum_{t >= j} e^{B_t - B_j} (phi(k_j) . phi(q_t)) dO_t
 //          + e^{B_T - B_j} dS^T phi(k_j)
-//     the forward kernel over the reversed sequence, (q, k, v) =
-//     (phi(k), phi(q), dO), from state dS / s, with the log-decays reversed
-//     and shifted by one token (g'_u = g_{T-u}, g'_0 = 0) so that its
-//     causal decay spans the same tokens; its final state is
-//     e^{-g_0} dS0 / s, the initial state's gradient.
+//     the chunkwise kernel walking the sequence from its end (reverse),
+//     (q, k, v) = (phi(k), phi(q), dO), from state dS / s; the reversed
+//     walk shifts the log-decays by one token so that its causal decay
+//     spans the same tokens. Its final state is e^{-g_0} dS0 / s, the
+//     initial state's gradient.
 //   d phi(k)_j = s sum_{t >= j} e^{B_t - B_j} (v_j . dO_t) phi(q_t)
 //                + e^{B_T - B_j} dS v_j
-//     the same, over (v, dO, phi(q)) from state dS^T / s.
+//     the same walk over (v, dO, phi(q)) from state dS^T / s.
 //
-// The reversed passes run per query head (their q is a kv head's tensor
-// copied for each of its query heads); the key kernel sums each kv head's
-// query heads and applies phi'. The gate's gradient: with
-// dB_t = phi(q_t) . d phi(q)_t - sum over the group's heads of
-// phi(k_t) . d phi(k)_t, plus <dS, S_final> at the last token, the
-// gradient of g_t is the suffix sum of dB from t on.
+// The reversed passes run per query head (their q is the kv head's tensor:
+// heads_swapped); with GQA they write per-head outputs that the key kernel
+// sums over each kv head's query heads. The key kernel applies phi' to dk,
+// the query kernel to dq. The gate's gradient: with
+// dB_t = phi(q_t) . d phi(q)_t - phi(k_t) . d phi(k)_t (per query head),
+// plus <dS, S_final> at the last token, the gradient of g_t is the suffix
+// sum of dB from t on.
 //
 // The plan arrives through namespaces attn_plan (the chunkwise kernel's)
-// and attn_linear_bwd_plan (the spec's own feature map).
+// and attn_linear_bwd_plan (the spec's feature map).
 #pragma once
 
 namespace attn_linear_bwd {
@@ -123,48 +124,6 @@ __device__ __forceinline__ float sumOverRow(float value) {
 
 } // namespace attn_linear_bwd
 
-// The reversed copies the two reversed passes read, phi(k) in order for the
-// dQ pass, and the reversed, shifted log-decays.
-extern "C" __global__ void __launch_bounds__(ATTN_LINEAR_BWD_THREADS)
-    attn_linear_bwd_prepare_kernel(const __grid_constant__ attn_abi::AttnLinearBackwardParams p) {
-  using namespace attn_linear_bwd;
-  const int group = p.q_heads / p.kv_heads;
-  const long long items = static_cast<long long>(p.batch) * p.seqlen * p.q_heads * kGroupsPerRow;
-  for (long long item = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; item < items;
-       item += static_cast<long long>(gridDim.x) * blockDim.x) {
-    const RowGroup r = rowGroupOf(p, item, p.q_heads);
-    const int kvHead = r.h / group, reversed = p.seqlen - 1 - r.t;
-    const long long out = packedRow(p, p.q_heads, r.b, reversed, r.h) + r.column;
-    const uint4 q = loadGroup(p.q, stridedRow(p.q_strides, r.b, r.t, r.h) + r.column);
-    const uint4 k = loadGroup(p.k, stridedRow(p.k_strides, r.b, r.t, kvHead) + r.column);
-    storeGroup(p.rev_v, out, loadGroup(p.v, stridedRow(p.v_strides, r.b, r.t, kvHead) + r.column));
-    storeGroup(p.rev_d_o, out,
-               loadGroup(p.d_o, stridedRow(p.d_o_strides, r.b, r.t, r.h) + r.column));
-    if constexpr (kMap == FeatureMap::Identity) {
-      storeGroup(p.rev_phi_q, out, q);
-      storeGroup(p.rev_phi_k, out, k);
-      // The runtime passes phi_k to the dQ pass whatever the map.
-      if (r.h % group == 0)
-        storeGroup(p.phi_k, packedRow(p, p.kv_heads, r.b, r.t, kvHead) + r.column, k);
-    } else {
-      storeGroup(p.rev_phi_q, out, packGroup(mapped(unpackGroup(q))));
-      const uint4 phiK = packGroup(mapped(unpackGroup(k)));
-      storeGroup(p.rev_phi_k, out, phiK);
-      if (r.h % group == 0)
-        storeGroup(p.phi_k, packedRow(p, p.kv_heads, r.b, r.t, kvHead) + r.column, phiK);
-    }
-    if (attn_plan::kGated && r.column == 0) {
-      // g'_u = g_{T-u} for u >= 1, g'_0 = 0: token t >= 1 fills u = T - t,
-      // token 0 fills u = 0.
-      const long long perToken = p.q_heads;
-      const long long base = static_cast<long long>(r.b) * p.seqlen * perToken + r.h;
-      const int u = r.t == 0 ? 0 : p.seqlen - r.t;
-      p.rev_log_decay[base + u * perToken] =
-          r.t == 0 ? 0.f : p.log_decay[base + r.t * perToken];
-    }
-  }
-}
-
 // The pass states: state_in transposed (the dQ pass's), d_state_out / s
 // (the dV pass's) and its transpose (the dK pass's). Grid (ceil(D^2 /
 // ATTN_LINEAR_BWD_THREADS), q_heads, batch).
@@ -221,8 +180,12 @@ extern "C" __global__ void __launch_bounds__(ATTN_LINEAR_BWD_THREADS)
         const Group phiQ = mapped(q);
         const Group phiK = mapped(unpackGroup(
             loadGroup(p.k, stridedRow(p.k_strides, r.b, r.t, r.h / group) + r.column)));
-        const Group dPhiK = unpackGroup(loadGroup(
-            p.rev_d_phi_k, packedRow(p, p.q_heads, r.b, p.seqlen - 1 - r.t, r.h) + r.column));
+        // This head's d phi(k): its own output with GQA, else dk before
+        // the key kernel finishes it.
+        const Group dPhiK = unpackGroup(
+            p.head_d_phi_k
+                ? loadGroup(p.head_d_phi_k, packedRow(p, p.q_heads, r.b, r.t, r.h) + r.column)
+                : loadGroup(p.dk, stridedRow(p.dk_strides, r.b, r.t, r.h) + r.column));
 #pragma unroll
         for (int i = 0; i < kGroup; ++i)
           gate += phiQ.x[i] * dPhiQ.x[i] - phiK.x[i] * dPhiK.x[i];
@@ -236,27 +199,36 @@ extern "C" __global__ void __launch_bounds__(ATTN_LINEAR_BWD_THREADS)
   }
 }
 
-// Per kv row: dk = phi'(k) times the sum of the group's d phi(k), dv the
-// sum of the group's dv, from the reversed passes' per-head outputs.
+// Per kv row: dk = phi'(k) d phi(k) and dv, summed over the kv head's
+// query heads (GQA: the reversed passes' per-head outputs); without GQA the
+// passes wrote dk and dv, and dk takes phi' in place.
 extern "C" __global__ void __launch_bounds__(ATTN_LINEAR_BWD_THREADS)
     attn_linear_bwd_key_kernel(const __grid_constant__ attn_abi::AttnLinearBackwardParams p) {
   using namespace attn_linear_bwd;
+  const bool perHead = p.head_d_phi_k != nullptr;
+  if (kMap == FeatureMap::Identity && !perHead)
+    return;
   const int group = p.q_heads / p.kv_heads;
   const long long items = static_cast<long long>(p.batch) * p.seqlen * p.kv_heads * kGroupsPerRow;
   for (long long item = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; item < items;
        item += static_cast<long long>(gridDim.x) * blockDim.x) {
     const RowGroup r = rowGroupOf(p, item, p.kv_heads);
+    const long long dkAt = stridedRow(p.dk_strides, r.b, r.t, r.h) + r.column;
     Group dPhiK = {}, dv = {};
-    for (int g = 0; g < group; ++g) {
-      const long long in =
-          packedRow(p, p.q_heads, r.b, p.seqlen - 1 - r.t, r.h * group + g) + r.column;
-      const Group headDPhiK = unpackGroup(loadGroup(p.rev_d_phi_k, in));
-      const Group headDv = unpackGroup(loadGroup(p.rev_dv, in));
+    if (perHead) {
+      for (int g = 0; g < group; ++g) {
+        const long long in = packedRow(p, p.q_heads, r.b, r.t, r.h * group + g) + r.column;
+        const Group headDPhiK = unpackGroup(loadGroup(p.head_d_phi_k, in));
+        const Group headDv = unpackGroup(loadGroup(p.head_dv, in));
 #pragma unroll
-      for (int i = 0; i < kGroup; ++i) {
-        dPhiK.x[i] += headDPhiK.x[i];
-        dv.x[i] += headDv.x[i];
+        for (int i = 0; i < kGroup; ++i) {
+          dPhiK.x[i] += headDPhiK.x[i];
+          dv.x[i] += headDv.x[i];
+        }
       }
+      storeGroup(p.dv, stridedRow(p.dv_strides, r.b, r.t, r.h) + r.column, packGroup(dv));
+    } else {
+      dPhiK = unpackGroup(loadGroup(p.dk, dkAt));
     }
     if constexpr (kMap != FeatureMap::Identity) {
       const Group k = unpackGroup(loadGroup(p.k, stridedRow(p.k_strides, r.b, r.t, r.h) + r.column));
@@ -264,8 +236,7 @@ extern "C" __global__ void __launch_bounds__(ATTN_LINEAR_BWD_THREADS)
       for (int i = 0; i < kGroup; ++i)
         dPhiK.x[i] *= featureMapDerivative(k.x[i]);
     }
-    storeGroup(p.dk, stridedRow(p.dk_strides, r.b, r.t, r.h) + r.column, packGroup(dPhiK));
-    storeGroup(p.dv, stridedRow(p.dv_strides, r.b, r.t, r.h) + r.column, packGroup(dv));
+    storeGroup(p.dk, dkAt, packGroup(dPhiK));
   }
 }
 

@@ -48,6 +48,20 @@ constexpr bool kNormalize = attn_plan::kNormalize;
 constexpr bool kCausal = attn_plan::kCausal;
 constexpr bool kGated = attn_plan::kGated;
 constexpr bool kHasDecay = attn_plan::kFixedDecay || kGated;
+// The backward module's build reads AttnLinearParams' reverse,
+// heads_swapped and feature_map_operands; the forward's is built without
+// them (its walk, heads and feature map fixed at compile time).
+constexpr bool kBackwardPasses = attn_plan::kBackwardPasses;
+__device__ __forceinline__ bool reversedWalk(const attn_abi::AttnLinearParams &p) {
+  return kBackwardPasses && p.reverse;
+}
+__device__ __forceinline__ bool headsSwapped(const attn_abi::AttnLinearParams &p) {
+  return kBackwardPasses && p.heads_swapped;
+}
+__device__ __forceinline__ int mappedOperands(const attn_abi::AttnLinearParams &p) {
+  return kBackwardPasses ? p.feature_map_operands : ATTN_LINEAR_MAP_Q | ATTN_LINEAR_MAP_K;
+}
+
 
 constexpr int kSlice = ATTN_LINEAR_SLICE;        // value columns per consumer warpgroup
 constexpr int kSlicesPerBlock = attn_plan::kBlockColumns / kSlice;
@@ -99,6 +113,8 @@ struct Work {
   int slice; // the block's first value slice; a consumer's own, in consume
   int head;
   int kvHead;
+  int qLoadHead;  // the head of q's tensor the block reads
+  int kvLoadHead; // the head of k's and v's
   int batch;
   int segment;
   int firstChunk;
@@ -111,6 +127,8 @@ __device__ __forceinline__ Work workOfBlock(const attn_abi::AttnLinearParams &p,
   work.slice = blockIdx.x * kSlicesPerBlock;
   work.head = blockIdx.y;
   work.kvHead = work.head / (p.q_heads / p.kv_heads);
+  work.qLoadHead = headsSwapped(p) ? work.kvHead : work.head;
+  work.kvLoadHead = headsSwapped(p) ? work.head : work.kvHead;
   // The segment kernel's blocks own the pieces of state_chunks chunks, the
   // main kernel's the segments.
   const int segments = segmentKernel ? p.state_segments : p.segments;
@@ -154,6 +172,35 @@ __device__ __forceinline__ Pass passOf(const attn_abi::AttnLinearParams &p, cons
 // the main kernel reads first, and are still in L2 when it starts.
 __device__ __forceinline__ int chunkAt(const Work &work, int step) {
   return work.segmentKernel ? work.endChunk - 1 - step : work.firstChunk + step;
+}
+
+// A reversed walk runs over the sequence padded to whole chunks at its end,
+// L = 64 ceil(seqlen / 64) positions: token t sits at position L - 1 - t,
+// so that each chunk's rows are 64 whole rows of the tensor (TMA stores do
+// not take a negative row) and the padding comes first in the walk.
+__device__ __forceinline__ int reversedWalkLength(const attn_abi::AttnLinearParams &p) {
+  return (p.seqlen + kChunk - 1) / kChunk * kChunk;
+}
+
+// The first sequence row of a chunk's rows, as loaded and stored.
+__device__ __forceinline__ int chunkFirstRow(const attn_abi::AttnLinearParams &p, int chunk) {
+  return reversedWalk(p) ? reversedWalkLength(p) - (chunk + 1) * kChunk : chunk * kChunk;
+}
+
+// Whether position `position` of the walk decays, and by the log-decay of
+// which token. Forward: a token of the sequence, its own. Reversed: the
+// step from token t + 1 to token t decays by token t + 1's log-decay, so
+// position u (token L - 1 - u) takes token L - u's, and the padding and the
+// sequence's last token none: the decay between two positions spans the
+// same tokens as between their tokens in sequence order.
+__device__ __forceinline__ bool positionDecays(const attn_abi::AttnLinearParams &p, int position) {
+  if (!reversedWalk(p))
+    return position < p.seqlen;
+  const int length = reversedWalkLength(p);
+  return position > length - p.seqlen && position < length;
+}
+__device__ __forceinline__ int decayTokenOf(const attn_abi::AttnLinearParams &p, int position) {
+  return reversedWalk(p) ? reversedWalkLength(p) - position : position;
 }
 
 __device__ __forceinline__ bool loadsQ(const Pass &pass) { return pass.output; }
@@ -203,10 +250,11 @@ __device__ __forceinline__ void copyTokenDecays(const attn_abi::AttnLinearParams
     const int chunk = chunkAt(work, step);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int row = lane + 32 * half, token = chunk * kChunk + row;
-      const bool inSequence = token < p.seqlen;
-      const i64 index =
-          inSequence ? (static_cast<i64>(work.batch) * p.seqlen + token) * p.q_heads + work.head : 0;
+      const int row = lane + 32 * half, position = chunk * kChunk + row;
+      const bool inSequence = positionDecays(p, position);
+      const i64 index = inSequence ? (static_cast<i64>(work.batch) * p.seqlen +
+                                      decayTokenOf(p, position)) * p.q_heads + work.head
+                                   : 0;
       copyWordAsync(decayRingSlot(smem, step) + 4 * row, p.log_decay + index, inSequence);
     }
   }
@@ -224,9 +272,10 @@ __device__ __forceinline__ TokenDecays readTokenDecays(const attn_abi::AttnLinea
     const float *slot = decayRing + (step % kDecayRingSlots) * kChunk;
     return {slot[lane] * kLog2e, slot[lane + 32] * kLog2e};
   }
-  const int token = chunkAt(work, step) * kChunk + lane;
+  const int position = chunkAt(work, step) * kChunk + lane;
   const float perToken = attn_plan::logDecayOfHead(work.head) * kLog2e;
-  return {token < p.seqlen ? perToken : 0.f, token + 32 < p.seqlen ? perToken : 0.f};
+  return {positionDecays(p, position) ? perToken : 0.f,
+          positionDecays(p, position + 32) ? perToken : 0.f};
 }
 
 // The producer warp writes the chunk's decays and returns the chunk's
@@ -278,15 +327,15 @@ __device__ void produce(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
         // The loads first; the barrier's one arrival comes after the decays.
         mbarrierExpectTx(full, (withQ ? kQkTileBytes : 0) +
                                    (withKv ? kQkTileBytes + kSlicesPerBlock * kVTileBytes : 0));
-        int row = chunk * kChunk;
+        const int row = chunkFirstRow(p, chunk);
         if (withQ)
-          loadRows(qTile(smem, slot.stage), &p.q_map, full, row, work.head, work.batch);
+          loadRows(qTile(smem, slot.stage), &p.q_map, full, row, work.qLoadHead, work.batch);
         if (withKv) {
-          loadRows(kTile(smem, slot.stage), &p.k_map, full, row, work.kvHead, work.batch);
+          loadRows(kTile(smem, slot.stage), &p.k_map, full, row, work.kvLoadHead, work.batch);
 #pragma unroll
           for (int slice = 0; slice < kSlicesPerBlock; ++slice)
             tmaLoad4d(vTile(smem, slot.stage, slice), &p.v_map, full, (work.slice + slice) * kSlice,
-                      row, work.kvHead, work.batch);
+                      row, work.kvLoadHead, work.batch);
         }
       }
       if constexpr (kGated) {
@@ -539,6 +588,80 @@ __device__ __forceinline__ void publishSharedToConsumers() {
   namedBarrierSync(kConsumersBarrier, kConsumerThreads);
 }
 
+// Reverses the row order of `blocks` 64-row column blocks of 128-byte rows
+// (8 KB each, 128-byte swizzled) in place, applying the feature map on the
+// way when `Map`. With the swizzle, 16-byte unit u of row r sits at unit
+// u ^ (r % 8), and (63 - r) % 8 = (r % 8) ^ 7: row r's physical unit p
+// goes to row 63 - r's physical unit p ^ 7, so pairs of units swap.
+template <bool Map>
+__device__ __forceinline__ void transformRowsInPlace(u32 tile, int blocks, int thread, int threads) {
+  constexpr int kPairsPerBlock = kChunk / 2 * (kRowBytes / 16);
+#pragma unroll 1
+  for (int pair = thread; pair < blocks * kPairsPerBlock; pair += threads) {
+    const int block = pair / kPairsPerBlock, row = pair % kPairsPerBlock / 8, unit = pair % 8;
+    const u32 base = tile + block * kChunk * kRowBytes;
+    const u32 upper = base + row * kRowBytes + unit * 16;
+    const u32 lower = base + (kChunk - 1 - row) * kRowBytes + (unit ^ 7) * 16;
+    u32 a[4], b[4];
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+                 : "r"(upper));
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+                 : "r"(lower));
+    if constexpr (Map) {
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        a[w] = packPair<Element>(featureMap<kFeatureMap>(lowHalfToFloat<Element>(a[w])),
+                                 featureMap<kFeatureMap>(highHalfToFloat<Element>(a[w])));
+        b[w] = packPair<Element>(featureMap<kFeatureMap>(lowHalfToFloat<Element>(b[w])),
+                                 featureMap<kFeatureMap>(highHalfToFloat<Element>(b[w])));
+      }
+    }
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(upper), "r"(b[0]), "r"(b[1]),
+                 "r"(b[2]), "r"(b[3])
+                 : "memory");
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(lower), "r"(a[0]), "r"(a[1]),
+                 "r"(a[2]), "r"(a[3])
+                 : "memory");
+  }
+}
+
+// One tile of `blocks` column blocks in the walk's order, with the feature
+// map when `map`; whether it wrote the tile. Every consumer thread takes
+// part.
+__device__ __forceinline__ bool prepareTile(const attn_abi::AttnLinearParams &p, u32 tile,
+                                            int blocks, bool map) {
+  map = map && kFeatureMap != FeatureMap::Identity;
+  if (reversedWalk(p)) {
+    if (map)
+      transformRowsInPlace<true>(tile, blocks, threadIdx.x, kConsumerThreads);
+    else
+      transformRowsInPlace<false>(tile, blocks, threadIdx.x, kConsumerThreads);
+    return true;
+  }
+  if (map)
+    mapTileInPlace<kFeatureMap, Element>(tile, blocks * kChunk * kRowBytes, threadIdx.x,
+                                         kConsumerThreads);
+  return map;
+}
+
+// The stage's tiles as the walk reads them: reversed rows for a reversed
+// walk, and the feature map on the operands p.feature_map_operands names
+// (the V tiles of every slice at once). Whether any tile was written.
+__device__ __forceinline__ bool prepareStageTiles(const attn_abi::AttnLinearParams &p,
+                                                  const Pass &kind, u32 q, u32 k, u32 v) {
+  const int operands = mappedOperands(p);
+  bool written = false;
+  if (loadsQ(kind))
+    written |= prepareTile(p, q, kKeyBlocks, operands & ATTN_LINEAR_MAP_Q);
+  if (loadsKv(kind)) {
+    written |= prepareTile(p, k, kKeyBlocks, operands & ATTN_LINEAR_MAP_K);
+    written |= prepareTile(p, v, kSlicesPerBlock, operands & ATTN_LINEAR_MAP_V);
+  }
+  return written;
+}
+
 // ---------------------------------------------------------------------------
 // The consumer warpgroup.
 
@@ -572,12 +695,8 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
       const int validRows = min(kChunk, p.seqlen - chunk * kChunk);
       // The loads and the producer's decays.
       mbarrierWait(barriers.full(slot.stage), slot.phase);
-      // The slices map the shared Q and K tiles together.
-      if (computesOutput)
-        mapTileInPlace<kFeatureMap, Element>(q, kQkTileBytes, threadIdx.x, kConsumerThreads);
-      if (updatesState)
-        mapTileInPlace<kFeatureMap, Element>(k, kQkTileBytes, threadIdx.x, kConsumerThreads);
-      if constexpr (kFeatureMap != FeatureMap::Identity)
+      // The slices prepare the shared tiles together.
+      if (prepareStageTiles(p, kind, q, k, vTile(smem, slot.stage, 0)))
         publishSharedToConsumers();
 
       float output[kAccumulatorRegs];
@@ -700,9 +819,15 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
         storeFragmentSwizzled<Element, kSlice>(output, staging, kChunk, warp, lane);
         if (updatesState)
           storeFragmentSwizzled<Element, kHeadDim>(state, stateTile, kChunk, warp, lane);
+        if (reversedWalk(p)) {
+          // Back into sequence order for the store.
+          warpgroupBarrier(1 + consumer);
+          transformRowsInPlace<false>(staging, 1, thread, kWarpgroupThreads);
+        }
         publishShared(consumer);
         if (thread == 0) {
-          tmaStore4d(&p.o_map, staging, work.slice * kSlice, chunk * kChunk, work.head, work.batch);
+          tmaStore4d(&p.o_map, staging, work.slice * kSlice, chunkFirstRow(p, chunk), work.head,
+                     work.batch);
           tmaStoreCommit();
         }
       }

@@ -407,7 +407,20 @@ struct AttnLinearParams {
   int q_heads;
   int kv_heads;
   float scale;
+  // How the backward runs this kernel (the forward: 0, 0, Q | K). reverse:
+  // the walk visits the sequence from its end (padded to whole chunks, the
+  // padding first), each step from token t + 1 to t decaying by token
+  // t + 1's log-decay; rows load and store in sequence order. heads_swapped: q has kv_heads heads and k, v q_heads
+  // (query head h still reads head h / (q_heads / kv_heads) of the
+  // kv-headed tensor). feature_map_operands: which of q, k, v the feature
+  // map applies to.
+  int reverse;
+  int heads_swapped;
+  int feature_map_operands;
 };
+#define ATTN_LINEAR_MAP_Q 1
+#define ATTN_LINEAR_MAP_K 2
+#define ATTN_LINEAR_MAP_V 4
 
 // Parameters of the one-token (recurrent) step of the same kernel: q, o
 // [batch, q_heads, head_dim] and k, v [batch, kv_heads, head_dim] of one
@@ -461,26 +474,21 @@ struct AttnDecodeParams {
 #define ATTN_DECODE_THREADS 128
 
 // The linear family's backward runs the chunkwise kernel above three times
-// (a forward pass for dQ, and two over the reversed sequence for dK and dV)
-// around these helper kernels, one element group a thread in blocks of
-// ATTN_LINEAR_BWD_THREADS (the gate kernel: a block per (query head,
+// (a dQ pass in sequence order, a dV and a dK pass walking the sequence from
+// its end) around these helper kernels, an element group a thread in blocks
+// of ATTN_LINEAR_BWD_THREADS (the gate kernel: a block per (query head,
 // batch) of ATTN_LINEAR_BWD_SCAN_THREADS). Tensors are [batch, seqlen,
 // heads, head_dim] with element strides of the first three dimensions
-// (head_dim contiguous); the workspace's copies are contiguous, with
-// q_heads heads. "Reversed" puts token t at seqlen - 1 - t.
+// (head_dim contiguous).
 struct AttnLinearBackwardParams {
   // The caller's tensors.
   const void *q;
   const void *k;
-  const void *v;
-  const void *d_o;
-  void *dq; // holds d phi(q) after the dQ pass; the query kernel finishes it
-  void *dk;
-  void *dv;
+  void *dq; // d phi(q) after the dQ pass; the query kernel finishes it
+  void *dk; // without GQA, d phi(k) after the dK pass; the key kernel finishes it
+  void *dv; // without GQA, written by the dV pass
   long long q_strides[3];
   long long k_strides[3];
-  long long v_strides[3];
-  long long d_o_strides[3];
   long long dq_strides[3];
   long long dk_strides[3];
   long long dv_strides[3];
@@ -489,15 +497,11 @@ struct AttnLinearBackwardParams {
   const float *state_in;      // [batch, q_heads, head_dim, head_dim]; null: 0
   const float *d_state_out;   // the final state's gradient; null: 0
   float *d_state_in;          // the initial state's gradient; null: not wanted
-  // The workspace.
-  void *rev_phi_k;            // phi(k) reversed, a copy per query head
-  void *rev_v;                // v reversed, a copy per query head
-  void *rev_phi_q;            // phi(q) reversed
-  void *rev_d_o;              // dO reversed
-  void *rev_d_phi_k;          // the dK pass's output: d phi(k) per query head
-  void *rev_dv;               // the dV pass's output: dv per query head
-  void *phi_k;                // phi(k) in order (kv heads), the dQ pass's v
-  float *rev_log_decay;       // log-decays reversed and shifted by one token
+  // The workspace (GQA only, else null): the reversed passes' outputs per
+  // query head, contiguous [batch, seqlen, q_heads, head_dim].
+  const void *head_d_phi_k;
+  const void *head_dv;
+  // Pass states, [batch, q_heads, head_dim, head_dim] fp32.
   float *state_in_t;          // state_in transposed
   float *d_state_out_scaled;  // d_state_out / scale
   float *d_state_out_t;       // the same, transposed
@@ -508,7 +512,6 @@ struct AttnLinearBackwardParams {
   int kv_heads;
   float scale;
 };
-#define ATTN_LINEAR_BWD_PREPARE_KERNEL_NAME "attn_linear_bwd_prepare_kernel"
 #define ATTN_LINEAR_BWD_STATES_KERNEL_NAME "attn_linear_bwd_states_kernel"
 #define ATTN_LINEAR_BWD_QUERY_KERNEL_NAME "attn_linear_bwd_query_kernel"
 #define ATTN_LINEAR_BWD_KEY_KERNEL_NAME "attn_linear_bwd_key_kernel"

@@ -70,6 +70,21 @@ void requireWorkspace(const void *workspace, uint64_t bytes, uint64_t needed,
 /// views and the fp32 side buffers it passes.
 void validateLinearDevicePointers(const AttnLaunchConfig &config, const AttnLinearArgs &args);
 
+/// How a chunkwise launch runs beyond its arguments (AttnLinearParams'
+/// reverse, heads_swapped and feature_map_operands): the forward's default,
+/// or one of the backward's passes.
+struct LinearPassOptions {
+  bool reverse = false;
+  bool headsSwapped = false;
+  int featureMapOperands = ATTN_LINEAR_MAP_Q | ATTN_LINEAR_MAP_K;
+};
+
+/// The chunkwise launches of launchLinear for arguments already checked
+/// (with heads_swapped, q has the kv heads and k, v the query heads).
+void launchLinearPass(LinearFunctions &functions, const AttnLaunchConfig &config,
+                      const AttnLinearArgs &args, const LinearPassOptions &options,
+                      CUstream stream);
+
 /// Columns of a TMA box of Q, K, V or O: 128-byte rows of a 16-bit type.
 constexpr unsigned kTmaBoxCols = 64;
 

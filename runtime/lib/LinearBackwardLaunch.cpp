@@ -26,13 +26,10 @@ bool sameShape(const TensorView &a, const TensorView &b) {
 /// Where each buffer of the workspace lies (byte offsets, 256-aligned) and
 /// how the passes split the sequence.
 struct LinearBackwardLayout {
-  // [batch, seqlen, q_heads, D] element copies.
-  uint64_t revPhiK = 0, revV = 0, revPhiQ = 0, revDO = 0, revDPhiK = 0, revDV = 0;
-  // [batch, seqlen, kv_heads, D]: phi(k) in order (a copy of k for the
-  // identity map: the runtime does not know the spec's map).
-  uint64_t phiK = 0;
-  // [batch, seqlen, q_heads] fp32, gated only.
-  uint64_t revLogDecay = 0;
+  // GQA: the reversed passes' outputs per query head, [batch, seqlen,
+  // q_heads, D] elements; without GQA they write dk and dv.
+  bool perHead = false;
+  uint64_t headDPhiK = 0, headDv = 0;
   // [batch, q_heads, D, D] fp32 pass states.
   uint64_t stateInT = 0, dStateOutScaled = 0, dStateOutT = 0, stateOutT = 0;
   // The chunkwise kernel's split scratch, shared by the passes (which run
@@ -52,13 +49,12 @@ LinearBackwardLayout layoutOf(const AttnLaunchConfig &config, const AttnLinearBa
     next += (bytes + 255) / 256 * 256;
     return at;
   };
-  const uint64_t perQueryHeads = batch * seqlen * uint64_t(config.qHeads) * d * element;
-  for (uint64_t *copy : {&layout.revPhiK, &layout.revV, &layout.revPhiQ, &layout.revDO,
-                         &layout.revDPhiK, &layout.revDV})
-    *copy = take(perQueryHeads);
-  layout.phiK = take(batch * seqlen * uint64_t(config.kvHeads) * d * element);
-  if (config.gated)
-    layout.revLogDecay = take(batch * seqlen * uint64_t(config.qHeads) * sizeof(float));
+  layout.perHead = config.qHeads != config.kvHeads;
+  if (layout.perHead) {
+    const uint64_t perQueryHead = batch * seqlen * uint64_t(config.qHeads) * d * element;
+    layout.headDPhiK = take(perQueryHead);
+    layout.headDv = take(perQueryHead);
+  }
   const uint64_t states = batch * uint64_t(config.qHeads) * d * d * sizeof(float);
   if (args.initialState)
     layout.stateInT = take(states);
@@ -105,15 +101,11 @@ attn_abi::AttnLinearBackwardParams encodeParams(const AttnLaunchConfig &config,
   attn_abi::AttnLinearBackwardParams p{};
   p.q = args.q.data;
   p.k = args.k.data;
-  p.v = args.v.data;
-  p.d_o = args.dO.data;
   p.dq = args.dq.data;
   p.dk = args.dk.data;
   p.dv = args.dv.data;
   copyStrides(args.q, p.q_strides);
   copyStrides(args.k, p.k_strides);
-  copyStrides(args.v, p.v_strides);
-  copyStrides(args.dO, p.d_o_strides);
   copyStrides(args.dq, p.dq_strides);
   copyStrides(args.dk, p.dk_strides);
   copyStrides(args.dv, p.dv_strides);
@@ -123,18 +115,13 @@ attn_abi::AttnLinearBackwardParams encodeParams(const AttnLaunchConfig &config,
   p.d_state_out = args.dFinalState;
   p.d_state_in = args.dInitialState;
   char *workspace = static_cast<char *>(args.workspace);
-  auto at = [workspace](uint64_t offset) { return static_cast<void *>(workspace + offset); };
   auto floatsAt = [&](uint64_t offset, bool present) {
-    return present ? static_cast<float *>(at(offset)) : nullptr;
+    return present ? reinterpret_cast<float *>(workspace + offset) : nullptr;
   };
-  p.rev_phi_k = at(layout.revPhiK);
-  p.rev_v = at(layout.revV);
-  p.rev_phi_q = at(layout.revPhiQ);
-  p.rev_d_o = at(layout.revDO);
-  p.rev_d_phi_k = at(layout.revDPhiK);
-  p.rev_dv = at(layout.revDV);
-  p.phi_k = at(layout.phiK);
-  p.rev_log_decay = floatsAt(layout.revLogDecay, config.gated);
+  if (layout.perHead) {
+    p.head_d_phi_k = workspace + layout.headDPhiK;
+    p.head_dv = workspace + layout.headDv;
+  }
   p.state_in_t = floatsAt(layout.stateInT, args.initialState != nullptr);
   p.d_state_out_scaled = floatsAt(layout.dStateOutScaled, args.dFinalState != nullptr);
   p.d_state_out_t = floatsAt(layout.dStateOutT, args.dFinalState != nullptr);
@@ -146,12 +133,6 @@ attn_abi::AttnLinearBackwardParams encodeParams(const AttnLaunchConfig &config,
   p.kv_heads = config.kvHeads;
   p.scale = config.scale;
   return p;
-}
-
-/// A contiguous [batch, seqlen, heads, D] view of workspace memory.
-TensorView workspaceView(const AttnLinearBackwardArgs &args, void *data, int heads) {
-  return contiguousBSHD(data, args.q.dtype, args.q.batch(), args.q.seqlen(), heads,
-                        args.q.headDim());
 }
 
 } // namespace
@@ -214,7 +195,6 @@ LinearBackwardFunctions loadLinearBackwardFunctions(const Module &module,
                                                     const AttnLaunchConfig &config) {
   LinearBackwardFunctions functions;
   functions.chunkwise = loadLinearFunctions(module, config);
-  functions.prepare = module.function(ATTN_LINEAR_BWD_PREPARE_KERNEL_NAME);
   functions.states = module.function(ATTN_LINEAR_BWD_STATES_KERNEL_NAME);
   functions.query = module.function(ATTN_LINEAR_BWD_QUERY_KERNEL_NAME);
   functions.key = module.function(ATTN_LINEAR_BWD_KEY_KERNEL_NAME);
@@ -261,16 +241,15 @@ void launchLinearBackward(LinearBackwardFunctions &functions, const AttnLaunchCo
   }
 
   const LinearBackwardLayout layout = layoutOf(config, args);
-  requireWorkspace(args.workspace, args.workspaceBytes, layout.total,
-                   "the reversed copies and pass states", "linearBackwardWorkspaceBytes");
+  if (layout.total > 0)
+    requireWorkspace(args.workspace, args.workspaceBytes, layout.total,
+                     "the per-head outputs, pass states and split", "linearBackwardWorkspaceBytes");
   attn_abi::AttnLinearBackwardParams params = encodeParams(config, args, layout);
   void *kernelArgs[] = {&params};
   // Element-group kernels: enough blocks for every SM several times over;
   // the kernels stride over the rest.
   const unsigned helperBlocks = static_cast<unsigned>(multiprocessorsOf(device) * 8);
   const Dim3 helperGrid{helperBlocks, 1, 1};
-
-  functions.prepare.launch(helperGrid, helperBlock, 0, stream, kernelArgs);
   if (args.initialState || args.dFinalState)
     functions.states.launch(stateGrid, helperBlock, 0, stream, kernelArgs);
 
@@ -280,40 +259,47 @@ void launchLinearBackward(LinearBackwardFunctions &functions, const AttnLaunchCo
   AttnLinearArgs pass;
   pass.workspace = layout.splitBytes ? workspace + layout.split : nullptr;
   pass.workspaceBytes = layout.splitBytes;
+  pass.logDecay = args.logDecay;
 
-  // dQ: (dO, v, phi(k)) in order from state_in^T; its final state is
-  // S_final^T, which the gate's gradient needs.
+  // dQ: (dO, v, phi(k)) in sequence order from state_in^T; its final state
+  // is S_final^T, which the gate's gradient needs.
   pass.q = args.dO;
   pass.k = args.v;
-  pass.v = workspaceView(args, params.phi_k, config.kvHeads);
+  pass.v = args.k;
   pass.o = args.dq;
   pass.initialState = params.state_in_t;
   pass.finalState = params.state_out_t;
-  pass.logDecay = args.logDecay;
-  launchLinear(functions.chunkwise, passConfig, pass, stream);
+  LinearPassOptions options;
+  options.featureMapOperands = ATTN_LINEAR_MAP_V;
+  launchLinearPass(functions.chunkwise, passConfig, pass, options, stream);
 
-  // The reversed passes, a copy of each kv head per query head.
-  AttnLaunchConfig reversedConfig = passConfig;
-  reversedConfig.kvHeads = config.qHeads;
-  auto reversed = [&](void *data) { return workspaceView(args, data, config.qHeads); };
-  pass.logDecay = params.rev_log_decay;
+  // The reversed walks (a non-causal pass has no order to reverse), their
+  // q the kv-headed tensor.
+  options.reverse = config.causal != 0;
+  options.headsSwapped = true;
+  auto perHead = [&](uint64_t offset) {
+    return contiguousBSHD(workspace + offset, args.q.dtype, args.q.batch(), args.q.seqlen(),
+                          config.qHeads, config.headDim);
+  };
   // dV: (phi(k), phi(q), dO) from dS / s; its final state is
   // e^{-g_0} dS0 / s.
-  pass.q = reversed(params.rev_phi_k);
-  pass.k = reversed(params.rev_phi_q);
-  pass.v = reversed(params.rev_d_o);
-  pass.o = reversed(params.rev_dv);
+  pass.q = args.k;
+  pass.k = args.q;
+  pass.v = args.dO;
+  pass.o = layout.perHead ? perHead(layout.headDv) : args.dv;
   pass.initialState = params.d_state_out_scaled;
   pass.finalState = args.dInitialState;
-  launchLinear(functions.chunkwise, reversedConfig, pass, stream);
+  options.featureMapOperands = ATTN_LINEAR_MAP_Q | ATTN_LINEAR_MAP_K;
+  launchLinearPass(functions.chunkwise, passConfig, pass, options, stream);
   // d phi(k): (v, dO, phi(q)) from dS^T / s.
-  pass.q = reversed(params.rev_v);
-  pass.k = reversed(params.rev_d_o);
-  pass.v = reversed(params.rev_phi_q);
-  pass.o = reversed(params.rev_d_phi_k);
+  pass.q = args.v;
+  pass.k = args.dO;
+  pass.v = args.q;
+  pass.o = layout.perHead ? perHead(layout.headDPhiK) : args.dk;
   pass.initialState = params.d_state_out_t;
   pass.finalState = nullptr;
-  launchLinear(functions.chunkwise, reversedConfig, pass, stream);
+  options.featureMapOperands = ATTN_LINEAR_MAP_V;
+  launchLinearPass(functions.chunkwise, passConfig, pass, options, stream);
 
   functions.query.launch(helperGrid, helperBlock, 0, stream, kernelArgs);
   functions.key.launch(helperGrid, helperBlock, 0, stream, kernelArgs);

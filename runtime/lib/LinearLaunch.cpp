@@ -201,6 +201,13 @@ void launchLinear(LinearFunctions &functions, const AttnLaunchConfig &config,
   if (args.q.batch() == 0 || args.q.seqlen() == 0)
     return;
   validateLinearDevicePointers(config, args);
+  launchLinearPass(functions, config, args, LinearPassOptions{}, stream);
+}
+
+namespace detail {
+void launchLinearPass(LinearFunctions &functions, const AttnLaunchConfig &config,
+                      const AttnLinearArgs &args, const LinearPassOptions &options,
+                      CUstream stream) {
   requireSegmentCap(args.segments);
   LinearSplit split;
   if (args.workspace)
@@ -210,6 +217,9 @@ void launchLinear(LinearFunctions &functions, const AttnLaunchConfig &config,
     requireWorkspace(args.workspace, args.workspaceBytes, scratch.bytes(),
                      fmt::format("{} segments", split.segments), "linearWorkspaceBytes");
   attn_abi::AttnLinearParams params = encodeLinearParams(config, args, split, scratch);
+  params.reverse = options.reverse;
+  params.heads_swapped = options.headsSwapped;
+  params.feature_map_operands = options.featureMapOperands;
   Dim3 block{static_cast<unsigned>(config.threadsPerBlock), 1, 1};
   void *kernelArgs[] = {&params};
   // One block per block_n value columns of each (head, batch, segment or
@@ -234,5 +244,6 @@ void launchLinear(LinearFunctions &functions, const AttnLaunchConfig &config,
   functions.chunkwise.launch(gridOf(split.segments), block, config.sharedMemoryBytes, stream,
                              kernelArgs);
 }
+} // namespace detail
 
 } // namespace attn

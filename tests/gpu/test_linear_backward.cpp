@@ -299,6 +299,7 @@ TEST_CASE("the linear backward names the argument it rejects", "[gpu][linear][li
   BackwardCase c;
   c.normalizer = "#attn.retention<gated>";
   c.decay = BackwardCase::Decay::Gated;
+  c.kvHeads = 1; // GQA: the per-head outputs need a workspace
   const Kernel &kernel = backwardKernel(c);
   ensureContext();
   std::mt19937_64 random(40);

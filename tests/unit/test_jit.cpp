@@ -506,6 +506,31 @@ TEST_CASE("JIT: the backward of a spec is compiled and cached beside its forward
     CHECK(fromDisk.image().ptx == kernels.backward.image().ptx);
     CHECK(sameLaunch(fromDisk.launchConfig(), launch));
   }
+  SECTION("a retention spec's backward module is the linear family's, cached too") {
+    const Spec retention = SpecBuilder("retention")
+                               .heads(4, 4)
+                               .headDim(128)
+                               .dtype(DType::BF16)
+                               .causal()
+                               .normalizer(Normalizer::gatedRetention());
+    Compiler::TrainingKernels pair = first.compileForTraining(retention);
+    const AttnLaunchConfig &linear = pair.backward.launchConfig();
+    CHECK(linear.backward == 1);
+    CHECK(linear.linearFamily == 1);
+    CHECK(linear.gated == 1);
+    CHECK(linear.kernelName == ATTN_LINEAR_KERNEL_NAME);
+    CHECK_THAT(pair.backward.image().ptx, Contains(".entry attn_linear_bwd_gate_kernel") &&
+                                              Contains(".entry attn_linear_kernel"));
+    CHECK(first.diskCache()->stats().entries == 4);
+    // Before any device: its arguments are checked, and the forward module
+    // is not taken for the backward.
+    AttnLinearBackwardArgs args;
+    args.q = contiguousBSHD(reinterpret_cast<void *>(0x10000000), DType::BF16, 1, 64, 4, 128);
+    args.k = args.v = args.dO = args.dq = args.dk = args.dv = args.q;
+    CHECK_THROWS_WITH(pair.backward.runLinearBackward(args),
+                      StartsWith("logDecay: the kernel is gated"));
+    CHECK_THROWS_WITH(pair.forward.runLinearBackward(args), StartsWith("config: "));
+  }
   SECTION("a spec without a backward is refused with the diagnostic") {
     const Spec normalized = SpecBuilder("normalized")
                                 .heads(4, 4)

@@ -662,7 +662,8 @@ std::string emitLinearKernelSource(const LinearKernelConfig &config) {
       << "constexpr bool kNormalize = " << flag(config.normalize) << ";\n"
       << "constexpr bool kCausal = " << flag(config.causal) << ";\n"
       << "constexpr bool kGated = " << flag(config.decay == DecayKind::Gated) << ";\n"
-      << "constexpr bool kFixedDecay = " << flag(config.decay == DecayKind::Fixed) << ";\n";
+      << "constexpr bool kFixedDecay = " << flag(config.decay == DecayKind::Fixed) << ";\n"
+      << "constexpr bool kBackwardPasses = " << flag(config.backwardPasses) << ";\n";
   // Natural-log decay per query head (fixed decay); 0 otherwise.
   if (config.decay == DecayKind::Fixed && !config.gammas.empty()) {
     out << "__device__ const float kLogDecayOfHead[" << config.gammas.size() << "] = {";
@@ -694,7 +695,7 @@ std::string emitLinearKernelSource(const LinearKernelConfig &config) {
 
 std::string emitLinearBackwardKernelSource(const LinearKernelConfig &config) {
   LinearKernelConfig chunkwise = config;
-  chunkwise.featureMap = FeatureMapKind::Identity;
+  chunkwise.backwardPasses = true;
   std::string source = emitLinearKernelSource(chunkwise);
   if (source.rfind("#error", 0) == 0)
     return source;

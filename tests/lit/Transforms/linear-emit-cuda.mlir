@@ -69,7 +69,7 @@ attn.kernel @retention_hd128
 // CHECK-SAME: constexpr bool kNormalize = false;\0A
 // CHECK-SAME: constexpr bool kCausal = true;\0A
 // CHECK-SAME: constexpr bool kGated = true;\0A
-// CHECK-SAME: constexpr bool kFixedDecay = false;\0A__device__ __forceinline__ float logDecayOfHead(int) { return 0.f; }\0A
+// CHECK-SAME: constexpr bool kFixedDecay = false;\0Aconstexpr bool kBackwardPasses = false;\0A__device__ __forceinline__ float logDecayOfHead(int) { return 0.f; }\0A
 // CHECK-SAME: constexpr unsigned kSmemTotal = 108832;\0A
 attn.kernel @gated_hd128
     problem = #attn.problem<q_heads = 16, kv_heads = 16, head_dim = 128, element_type = bf16>
@@ -117,7 +117,7 @@ attn.kernel @no_decay_head
 // CHECK-SAME: constexpr bool kNormalize = true;\0A
 // CHECK-SAME: constexpr bool kCausal = true;\0A
 // CHECK-SAME: constexpr bool kGated = false;\0A
-// CHECK-SAME: constexpr bool kFixedDecay = false;\0A__device__ __forceinline__ float logDecayOfHead(int) { return 0.f; }\0A
+// CHECK-SAME: constexpr bool kFixedDecay = false;\0Aconstexpr bool kBackwardPasses = false;\0A__device__ __forceinline__ float logDecayOfHead(int) { return 0.f; }\0A
 // CHECK-SAME: constexpr unsigned kSmemQ = 0;\0A
 // CHECK-SAME: constexpr unsigned kSmemK = 16384;\0A
 // CHECK-SAME: constexpr unsigned kSmemV = 32768;\0A

@@ -194,6 +194,9 @@ struct LinearKernelConfig {
   // Fixed decay: gamma of each query head.
   std::vector<double> gammas;
   LinearSharedMemoryOffsets smem;
+  // The chunkwise kernel reads the backward's pass options (reversed walk,
+  // swapped heads, the operands the feature map applies to).
+  bool backwardPasses = false;
 };
 
 // The complete translation unit for linear attention or retention: the
@@ -201,9 +204,8 @@ struct LinearKernelConfig {
 std::string emitLinearKernelSource(const LinearKernelConfig &config);
 
 // The backward module of the same spec (normalize must be false): the
-// chunkwise kernel with the identity feature map, which its three passes
-// run, and the helper kernels of attn_linear_bwd_sm90.cuh, which apply the
-// spec's feature map.
+// chunkwise kernel built with the backward's pass options, which its three
+// passes run, and the helper kernels of attn_linear_bwd_sm90.cuh.
 std::string emitLinearBackwardKernelSource(const LinearKernelConfig &config);
 
 // The WGMMA wrapper specializations for m64nNk16 with fp32 accumulation.

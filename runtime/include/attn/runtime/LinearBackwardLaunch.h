@@ -4,9 +4,9 @@
 // linear attention or retention spec): argument validation, the
 // workspace's size and layout, and the launches. The module's chunkwise
 // kernel runs three times (a dQ pass in sequence order, a dV and a dK pass
-// over the reversed sequence) between helper kernels that copy, reverse
-// and finish (templates/attn_linear_bwd_sm90.cuh says how the gradients
-// decompose).
+// walking the sequence from its end) between helper kernels that transpose
+// states and finish the gradients (templates/attn_linear_bwd_sm90.cuh says
+// how the gradients decompose).
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTN_RUNTIME_LINEARBACKWARDLAUNCH_H
@@ -44,7 +44,7 @@ struct AttnLinearBackwardArgs {
 /// The backward module's kernels, looked up once.
 struct LinearBackwardFunctions {
   LinearFunctions chunkwise;
-  KernelFunction prepare, states, query, key, gate, initialState;
+  KernelFunction states, query, key, gate, initialState;
 };
 LinearBackwardFunctions loadLinearBackwardFunctions(const Module &module,
                                                     const AttnLaunchConfig &config);
@@ -53,10 +53,11 @@ LinearBackwardFunctions loadLinearBackwardFunctions(const Module &module,
 /// attn::Error naming the argument.
 void validateLinearBackwardArgs(const AttnLaunchConfig &config, const AttnLinearBackwardArgs &args);
 
-/// The workspace a call with these arguments needs: reversed copies of q,
-/// k, v and dO per query head, the reversed passes' outputs, phi(k) for a
-/// feature map, the pass states and the chunkwise kernel's split scratch.
-/// O(batch x seqlen x q_heads x head_dim). Validates the arguments first.
+/// The workspace a call with these arguments needs: with GQA the reversed
+/// passes' outputs per query head (O(batch x seqlen x q_heads x head_dim)),
+/// the pass states (transposed and scaled copies of the initial state and
+/// the final state's gradient) and the chunkwise kernel's split scratch;
+/// often 0. Validates the arguments first.
 uint64_t linearBackwardWorkspaceBytes(const AttnLaunchConfig &config,
                                       const AttnLinearBackwardArgs &args);
 
