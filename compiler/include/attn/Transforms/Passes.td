@@ -222,8 +222,9 @@ def AttnDifferentiateMods : Pass<"attn-differentiate-mods", "::mlir::ModuleOp"> 
     would silently be 0 through it. So is any other operation such a value
     reaches.
 
-    Kernels whose normalizer is not the softmax (no backward yet) and
-    kernels without user regions are left alone.
+    Kernels whose normalizer is not the softmax (linear attention and
+    retention have no regions to differentiate) and kernels without user
+    regions are left alone.
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::func::FuncDialect",
