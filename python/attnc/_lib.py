@@ -12,7 +12,7 @@ import os
 import struct
 import threading
 
-C_API_VERSION = 4
+C_API_VERSION = 5
 
 BF16, F16, F32, I32 = 0, 1, 2, 3
 
@@ -23,12 +23,15 @@ _FORWARD = "<" + " ".join([_TENSOR] * 4 + ["Q Q q", _PACKED, "Q Q Q Q Q", _PAGED
 _BACKWARD = "<" + " ".join([_TENSOR] * 5 + ["Q"] + [_TENSOR] * 3 +
                           [_PACKED, "Q Q q", "Q q Q q", "Q q q q"])
 _LINEAR = "<" + " ".join([_TENSOR] * 4 + ["Q Q Q Q Q Q Q q"])
+_LINEAR_BACKWARD = "<" + " ".join([_TENSOR] * 7 + ["Q Q Q Q Q Q Q"])
 _INFO = "<4q d 11q"
 
 FORWARD_BYTES = struct.calcsize(_FORWARD)
 BACKWARD_BYTES = struct.calcsize(_BACKWARD)
 LINEAR_BYTES = struct.calcsize(_LINEAR)
+LINEAR_BACKWARD_BYTES = struct.calcsize(_LINEAR_BACKWARD)
 assert FORWARD_BYTES == 504 and BACKWARD_BYTES == 840 and LINEAR_BYTES == 416
+assert LINEAR_BACKWARD_BYTES == 672
 assert struct.calcsize(_INFO) == 128
 
 
@@ -73,9 +76,12 @@ class Library:
             "attnc_run_backward": (i32, [p, ctypes.c_char_p, p]),
             "attnc_run_linear": (i32, [p, ctypes.c_char_p, p]),
             "attnc_run_decode": (i32, [p, ctypes.c_char_p, p]),
+            "attnc_run_linear_backward": (i32, [p, ctypes.c_char_p, p]),
             "attnc_forward_workspace_bytes": (i32, [p, ctypes.c_char_p, ctypes.POINTER(u64)]),
             "attnc_backward_workspace_bytes": (i32, [p, ctypes.c_char_p, ctypes.POINTER(u64)]),
             "attnc_linear_workspace_bytes": (i32, [p, ctypes.c_char_p, ctypes.POINTER(u64)]),
+            "attnc_linear_backward_workspace_bytes": (i32, [p, ctypes.c_char_p,
+                                                             ctypes.POINTER(u64)]),
             "attnc_build_tile_coverage": (i32, [p, ctypes.c_char_p, p, pp]),
             "attnc_build_tile_key_bits": (i32, [p, ctypes.c_char_p, p, pp]),
             "attnc_buffer_data": (p, [p]),
@@ -174,6 +180,18 @@ class Kernel:
         lib = library()
         if lib.run_linear(self._handle, packed_args, stream):
             lib.check(1)
+
+    def run_linear_backward(self, packed_args, stream):
+        lib = library()
+        if lib.run_linear_backward(self._handle, packed_args, stream):
+            lib.check(1)
+
+    def linear_backward_workspace_bytes(self, packed_args):
+        lib = library()
+        out = ctypes.c_uint64()
+        lib.check(lib.linear_backward_workspace_bytes(self._handle, packed_args,
+                                                      ctypes.byref(out)))
+        return out.value
 
     def backward_workspace_bytes(self, packed_args):
         lib = library()
@@ -287,6 +305,14 @@ def pack_backward(q, k, v, o, d_o, lse, dq, dk, dv, packed=None, workspace=0,
                        1 if deterministic else 0, captures_pointer, num_captures,
                        grads_pointer, num_grads, tile_coverage, coverage_block_m,
                        coverage_block_n, 1 if capture_grad_atomics else 0)
+
+
+def pack_linear_backward(q, k, v, d_o, dq, dk, dv, log_decay=0, d_log_decay=0,
+                         initial_state=0, d_final_state=0, d_initial_state=0, workspace=0,
+                         workspace_bytes=0):
+    return struct.pack(_LINEAR_BACKWARD, *q, *k, *v, *d_o, *dq, *dk, *dv, log_decay,
+                       d_log_decay, initial_state, d_final_state, d_initial_state, workspace,
+                       workspace_bytes)
 
 
 def pack_linear(q, k, v, o, initial_state=0, final_state=0, initial_key_sum=0,

@@ -387,14 +387,71 @@ def _linear_forward_fake(q, k, v, initial_state, initial_key_sum, log_decay, spe
             q.new_empty((b, h, d) if normalize else (0,), dtype=torch.float32))
 
 
+torch.library.define(
+    "attnc::linear_backward",
+    "(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor? initial_state, Tensor? log_decay, "
+    "Tensor grad_state, str spec) -> (Tensor, Tensor, Tensor, Tensor, Tensor)")
+
+
+def _linear_backward_cuda(grad_out, q, k, v, initial_state, log_decay, grad_state, spec):
+    kernel = kernel_for(spec, backward=True)
+    grad_out = _dense_head_dim(grad_out)
+    dq = _empty_bhsd(*q.shape, q)
+    dk = _empty_bhsd(*k.shape, k)
+    dv = _empty_bhsd(*v.shape, v)
+    b, h, _, d = q.shape
+    d_initial_state = torch.empty((b, h, d, d), dtype=torch.float32, device=q.device)
+    d_log_decay = torch.empty_like(log_decay) if log_decay is not None else q.new_empty(
+        (0,), dtype=torch.float32)
+    pointer = lambda t: t.data_ptr() if t is not None else 0
+    fields = [bshd_fields(t, n) for t, n in ((q, "q"), (k, "k"), (v, "v"),
+                                              (grad_out, "grad_out"), (dq, "dq"), (dk, "dk"),
+                                              (dv, "dv"))]
+    grad_state = grad_state.contiguous()
+    buffers = dict(log_decay=pointer(log_decay),
+                   d_log_decay=d_log_decay.data_ptr() if log_decay is not None else 0,
+                   initial_state=pointer(initial_state), d_final_state=grad_state.data_ptr(),
+                   d_initial_state=d_initial_state.data_ptr())
+    workspace_bytes = kernel.linear_backward_workspace_bytes(
+        _lib.pack_linear_backward(*fields, **buffers))
+    workspace = torch.empty(max(workspace_bytes, 1), dtype=torch.uint8, device=q.device)
+    args = _lib.pack_linear_backward(*fields, **buffers, workspace=workspace.data_ptr(),
+                                     workspace_bytes=workspace_bytes)
+    kernel.run_linear_backward(args, _stream(q))
+    return dq, dk, dv, d_initial_state, d_log_decay
+
+
+@torch.library.register_fake("attnc::linear_backward")
+def _linear_backward_fake(grad_out, q, k, v, initial_state, log_decay, grad_state, spec):
+    b, h, _, d = q.shape
+    return (_empty_bhsd(*q.shape, q), _empty_bhsd(*k.shape, k), _empty_bhsd(*v.shape, v),
+            q.new_empty((b, h, d, d), dtype=torch.float32),
+            torch.empty_like(log_decay) if log_decay is not None else q.new_empty(
+                (0,), dtype=torch.float32))
+
+
 def _linear_setup_context(ctx, inputs, output):
-    pass
+    q, k, v, initial_state, initial_key_sum, log_decay, spec, normalize = inputs
+    ctx.save_for_backward(q, k, v, initial_state, log_decay)
+    ctx.spec = spec
+    ctx.normalize = normalize
 
 
-def _linear_backward(ctx, *grads):
-    raise NotImplementedError(
-        "attnc: the backward of linear attention and retention is not implemented yet; "
-        "call them under torch.no_grad() or on tensors that do not require grad")
+def _linear_backward(ctx, grad_out, grad_state, grad_key_sum):
+    if ctx.normalize:
+        raise NotImplementedError(
+            "attnc: the backward of normalized linear attention is not implemented yet; "
+            "use normalize=False, or call it under torch.no_grad()")
+    q, k, v, initial_state, log_decay = ctx.saved_tensors
+    b, h, s, d = q.shape
+    if grad_out is None:
+        grad_out = _empty_bhsd(b, h, s, d, q).zero_()
+    if grad_state is None:
+        grad_state = q.new_zeros((b, h, d, d), dtype=torch.float32)
+    dq, dk, dv, d_initial_state, d_log_decay = torch.ops.attnc.linear_backward(
+        grad_out, q, k, v, initial_state, log_decay, grad_state, ctx.spec)
+    return (dq, dk, dv, d_initial_state if initial_state is not None else None, None,
+            d_log_decay if log_decay is not None else None, None, None)
 
 
 torch.library.register_autograd("attnc::linear_forward", _linear_backward,
@@ -409,7 +466,7 @@ def _not_on_cuda(name, argument):
 
 
 for _op, _argument in (("attention_forward", "q"), ("attention_backward", "grad_out"),
-                      ("linear_forward", "q")):
+                      ("linear_forward", "q"), ("linear_backward", "grad_out")):
     torch.library.impl(f"attnc::{_op}", "CPU")(_not_on_cuda(_op, _argument))
 
 
@@ -417,5 +474,6 @@ for _op, _argument in (("attention_forward", "q"), ("attention_backward", "grad_
 # attention() calls the forward's implementation directly on its eager path.
 for _op, _implementation in (("attention_forward", _attention_forward_cuda),
                              ("attention_backward", _attention_backward_cuda),
-                             ("linear_forward", _linear_forward_cuda)):
+                             ("linear_forward", _linear_forward_cuda),
+                             ("linear_backward", _linear_backward_cuda)):
     torch.library.impl(f"attnc::{_op}", "CUDA")(_implementation)

@@ -470,6 +470,89 @@ def test_retention_with_listed_decays():
     assert (out.float() - expected).abs().max().item() <= 0.02 * expected.abs().max().item()
 
 
+def linear_reference_with_state(q, k, v, phi, scale, log_decay=None, initial_state=None):
+    """Causal linear attention / retention in float64 with autograd: out and
+    the final state, from per-token log-decays (B, H, S) and an initial state
+    (B, H, D, D); k and v may have fewer heads (GQA)."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    qf, kf = phi(q), phi(k)
+    b, h, s, d = q.shape
+    cum = (log_decay.cumsum(-1) if log_decay is not None
+           else torch.zeros(b, h, s, dtype=q.dtype, device=q.device))
+    i = torch.arange(s, device=q.device)
+    causal = i.view(-1, 1) >= i.view(1, -1)
+    exponent = torch.where(causal, cum[..., :, None] - cum[..., None, :],
+                           torch.full((), float("-inf"), dtype=q.dtype, device=q.device))
+    out = ((qf @ kf.transpose(-1, -2)) * exponent.exp() * scale) @ v
+    final = ((cum[..., -1:] - cum).exp()[..., None] * kf).transpose(-1, -2) @ v
+    if initial_state is not None:
+        out = out + scale * cum.exp()[..., None] * (qf @ initial_state)
+        final = final + cum[..., -1].exp()[..., None, None] * initial_state
+    return out, final
+
+
+def _relative_error(actual, expected):
+    return ((actual.double() - expected).norm() / expected.norm()).item()
+
+
+def test_retention_backward_with_gate_and_state():
+    torch.manual_seed(7)
+    b, h, hkv, s, d = 2, 4, 2, 300, 64
+    q, k, v = rand(b, h, s, d, scale=0.5), rand(b, hkv, s, d, scale=0.5), rand(b, hkv, s, d)
+    g = torch.nn.functional.logsigmoid(torch.randn(b, h, s, device=DEVICE) + 3)
+    state0 = torch.randn(b, h, d, d, device=DEVICE) * 0.1
+    inputs = [t.clone().requires_grad_() for t in (q, k, v, g, state0)]
+    out, state = attnc.retention(inputs[0], inputs[1], inputs[2], log_decay=inputs[3],
+                                 initial_state=inputs[4], return_state=True)
+    grad_out, grad_state = torch.randn_like(out), torch.randn_like(state) * 0.1
+    torch.autograd.backward((out, state), (grad_out, grad_state))
+
+    reference = [t.double().requires_grad_() for t in (q, k, v, g, state0)]
+    ref_out, ref_state = linear_reference_with_state(
+        reference[0], reference[1], reference[2], lambda x: x, d ** -0.5,
+        log_decay=reference[3], initial_state=reference[4])
+    torch.autograd.backward((ref_out, ref_state), (grad_out.double(), grad_state.double()))
+    assert _relative_error(out, ref_out.detach()) < 2e-2
+    for name, got, want, tolerance in zip(("dq", "dk", "dv", "dg", "dstate0"), inputs, reference,
+                                          (2e-2, 2e-2, 2e-2, 8e-2, 2e-2)):
+        error = _relative_error(got.grad, want.grad)
+        assert error < tolerance, (name, error)
+
+
+def test_linear_attention_backward_relu_and_listed_decays():
+    torch.manual_seed(8)
+    q, k, v = rand(1, 2, 200, 128, scale=0.5), rand(1, 2, 200, 128, scale=0.5), rand(1, 2, 200, 128)
+    phi = torch.relu
+    inputs = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = attnc.linear_attention(*inputs, feature_map="relu")
+    grad_out = torch.randn_like(out)
+    out.backward(grad_out)
+    reference = [t.double().requires_grad_() for t in (q, k, v)]
+    ref_out, _ = linear_reference_with_state(*reference, phi, 128 ** -0.5)
+    ref_out.backward(grad_out.double())
+    for got, want in zip(inputs, reference):
+        assert _relative_error(got.grad, want.grad) < 2e-2
+
+    decays = [0.9, 0.99]
+    inputs = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = attnc.retention(*inputs, decay=decays)
+    out.backward(grad_out)
+    reference = [t.double().requires_grad_() for t in (q, k, v)]
+    log_decay = torch.tensor(decays, dtype=torch.float64, device=DEVICE).log()
+    ref_out, _ = linear_reference_with_state(
+        *reference, lambda x: x, 128 ** -0.5, log_decay=log_decay.view(1, 2, 1).expand(1, 2, 200))
+    ref_out.backward(grad_out.double())
+    for got, want in zip(inputs, reference):
+        assert _relative_error(got.grad, want.grad) < 2e-2
+
+
+def test_normalized_linear_attention_refuses_grad():
+    q = rand(1, 2, 64, 64).requires_grad_()
+    with pytest.raises(NotImplementedError, match="normalized linear attention"):
+        attnc.linear_attention(q, q, q, normalize=True)
+
+
 def test_bad_runtime_argument_is_named():
     q = rand(1, 8, 128, 128)
     misaligned = torch.empty(1 * 8 * 128 * 128 + 1, dtype=torch.bfloat16,

@@ -97,7 +97,7 @@ def test_mod_made_inside_compile_reading_a_local_tensor_is_refused():
 
 def test_operators_have_cuda_and_fake_kernels():
     from attnc import _ops
-    for op in ("attention_forward", "attention_backward", "linear_forward"):
+    for op in ("attention_forward", "attention_backward", "linear_forward", "linear_backward"):
         for key in ("CUDA", "CPU", "Meta"):
             assert torch._C._dispatch_has_kernel_for_dispatch_key(f"attnc::{op}", key), (op, key)
     assert callable(_ops._attention_forward_cuda)  # attention()'s eager path calls it

@@ -134,7 +134,7 @@ TEST_CASE("C API: versions", "[c-api]") {
   CHECK(std::string(attnc_version()) == attn::attncVersion());
   CHECK(std::string(attnc_version()) == "0.1.0");
   CHECK(attnc_c_api_version() == ATTNC_C_API_VERSION);
-  CHECK(ATTNC_C_API_VERSION == 4);
+  CHECK(ATTNC_C_API_VERSION == 5);
 }
 
 TEST_CASE("C API: null handles and outputs are errors naming the parameter", "[c-api]") {
@@ -465,6 +465,59 @@ TEST_CASE("C API: the linear family's workspace checks its arguments first", "[c
   // The split depends on the device's multiprocessors.
   CHECK(attnc_linear_workspace_bytes(kernel.get(), &args, &bytes) ==
         (attn::Driver::available() ? ATTNC_OK : ATTNC_ERROR));
+}
+
+TEST_CASE("C API: the linear family's backward sizes its workspace and checks its arguments",
+          "[c-api]") {
+  CompilerHandle compiler = makeCompiler();
+  const std::string text = exampleText("retention_hd128");
+  attnc_kernel *raw = nullptr;
+  if (attnc_compile(compiler.get(), text.c_str(), "retention_hd128.mlir", 1, &raw) != ATTNC_OK)
+    FAIL(attnc_last_error());
+  KernelHandle kernel(raw, &attnc_kernel_destroy);
+  attnc_kernel_info info = {};
+  REQUIRE(attnc_kernel_get_info(kernel.get(), &info) == ATTNC_OK);
+  CHECK(info.linear_family == 1);
+  CHECK(info.backward == 1);
+
+  attnc_linear_backward_args args = {};
+  args.q = bshd(0x10000000, 2, 256, 16, 128);
+  args.k = bshd(0x20000000, 2, 256, 16, 128);
+  args.v = bshd(0x30000000, 2, 256, 16, 128);
+  args.d_o = bshd(0x40000000, 2, 256, 16, 128);
+  args.dq = bshd(0x50000000, 2, 256, 16, 128);
+  args.dk = bshd(0x60000000, 2, 256, 16, 128);
+  args.dv = bshd(0x70000000, 2, 256, 16, 128);
+  uint64_t bytes = 1;
+  checkFailure(attnc_run_linear_backward(nullptr, &args, nullptr), "kernel: null handle");
+  checkFailure(attnc_run_linear_backward(kernel.get(), nullptr, nullptr), "args: null pointer");
+  checkFailure(attnc_linear_backward_workspace_bytes(kernel.get(), &args, nullptr),
+               "out: null pointer");
+  args.dv.shape[1] = 255;
+  checkFailure(attnc_linear_backward_workspace_bytes(kernel.get(), &args, &bytes), "dv: ");
+  args.dv.shape[1] = 256;
+  args.d_o.rank = 3;
+  checkFailure(attnc_run_linear_backward(kernel.get(), &args, nullptr),
+               "d_o: rank 3, expected 4 (BSHD)");
+  args.d_o.rank = 4;
+  args.log_decay = reinterpret_cast<const float *>(uintptr_t(0x80000000));
+  checkFailure(attnc_run_linear_backward(kernel.get(), &args, nullptr),
+               "logDecay: the kernel is not gated");
+  args.log_decay = nullptr;
+  // The split depends on the device; one state's copies do not: two heads'
+  // transposed initial state, D x D f32 per head, at least.
+  args.initial_state = reinterpret_cast<const float *>(uintptr_t(0x90000000));
+  if (attn::Driver::available()) {
+    REQUIRE(attnc_linear_backward_workspace_bytes(kernel.get(), &args, &bytes) == ATTNC_OK);
+    CHECK(bytes >= uint64_t(2) * 16 * 128 * 128 * 4);
+  }
+
+  // A forward module is not the backward's.
+  attnc_kernel *forwardRaw = nullptr;
+  REQUIRE(attnc_compile(compiler.get(), text.c_str(), "retention_hd128.mlir", 0, &forwardRaw) ==
+          ATTNC_OK);
+  KernelHandle forward(forwardRaw, &attnc_kernel_destroy);
+  checkFailure(attnc_run_linear_backward(forward.get(), &args, nullptr), "config: ");
 }
 
 TEST_CASE("C API: the last error belongs to the calling thread", "[c-api]") {

@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 /* Bumped when a struct or function below changes. */
-#define ATTNC_C_API_VERSION 4
+#define ATTNC_C_API_VERSION 5
 
 typedef int32_t attnc_status;
 enum { ATTNC_OK = 0, ATTNC_ERROR = 1 };
@@ -139,6 +139,22 @@ typedef struct {
   int64_t segments;
 } attnc_linear_args;
 
+/* attn::AttnLinearBackwardArgs (the backward module of linear attention or
+ * retention): d_o is dO; log_decay and d_log_decay [B, S, Hq] f32 (gated
+ * only; d_log_decay null: not computed); initial_state, d_final_state and
+ * d_initial_state [B, Hq, D, D] f32 (null: zero / zero / not computed).
+ * 672 bytes. */
+typedef struct {
+  attnc_tensor q, k, v, d_o, dq, dk, dv;
+  const float *log_decay;
+  float *d_log_decay;
+  const float *initial_state;
+  const float *d_final_state;
+  float *d_initial_state;
+  void *workspace;
+  uint64_t workspace_bytes;
+} attnc_linear_backward_args;
+
 /* What a compiled kernel's plan fixes (attn::AttnLaunchConfig). 128 bytes. */
 typedef struct {
   int64_t head_dim, q_heads, kv_heads, dtype;
@@ -192,6 +208,8 @@ attnc_status attnc_run_linear(const attnc_kernel *kernel, const attnc_linear_arg
                               void *stream);
 attnc_status attnc_run_decode(const attnc_kernel *kernel, const attnc_linear_args *args,
                               void *stream);
+attnc_status attnc_run_linear_backward(const attnc_kernel *kernel,
+                                       const attnc_linear_backward_args *args, void *stream);
 
 /* Workspace sizes (validating the shapes): the forward's tail split
  * (0 where the kernel cannot use one), the backward's and the linear
@@ -205,6 +223,11 @@ attnc_status attnc_backward_workspace_bytes(const attnc_kernel *kernel,
  * shapes and args->segments on the current device; 0 when no split pays). */
 attnc_status attnc_linear_workspace_bytes(const attnc_kernel *kernel,
                                           const attnc_linear_args *args, uint64_t *out);
+/* The workspace of a linear-family backward with these arguments
+ * (attn::linearBackwardWorkspaceBytes; often 0). */
+attnc_status attnc_linear_backward_workspace_bytes(const attnc_kernel *kernel,
+                                                   const attnc_linear_backward_args *args,
+                                                   uint64_t *out);
 
 /* The masks' tile coverage and its key bits for these shapes and captures
  * (attn::Kernel::buildTileCoverage / buildTileKeyBits; the key bits need

@@ -66,6 +66,10 @@ static_assert(sizeof(attnc_linear_args) == 416 && alignof(attnc_linear_args) == 
 static_assert(offsetof(attnc_linear_args, initial_state) == 4 * 88 &&
               offsetof(attnc_linear_args, log_decay) == 4 * 88 + 32 &&
               offsetof(attnc_linear_args, segments) == 4 * 88 + 56);
+static_assert(sizeof(attnc_linear_backward_args) == 672 &&
+              alignof(attnc_linear_backward_args) == 8);
+static_assert(offsetof(attnc_linear_backward_args, log_decay) == 7 * 88 &&
+              offsetof(attnc_linear_backward_args, workspace_bytes) == 7 * 88 + 48);
 static_assert(sizeof(attnc_kernel_info) == 128 && alignof(attnc_kernel_info) == 8);
 static_assert(offsetof(attnc_kernel_info, scale) == 32 &&
               offsetof(attnc_kernel_info, automatic_work_order) == 120);
@@ -341,6 +345,26 @@ attn::AttnLinearArgs toLinearArgs(const attnc_linear_args *args) {
   return linear;
 }
 
+attn::AttnLinearBackwardArgs toLinearBackwardArgs(const attnc_linear_backward_args *args) {
+  requirePointer(args, "args");
+  attn::AttnLinearBackwardArgs backward;
+  backward.q = toTensorView(args->q, "q");
+  backward.k = toTensorView(args->k, "k");
+  backward.v = toTensorView(args->v, "v");
+  backward.dO = toTensorView(args->d_o, "d_o");
+  backward.dq = toTensorView(args->dq, "dq");
+  backward.dk = toTensorView(args->dk, "dk");
+  backward.dv = toTensorView(args->dv, "dv");
+  backward.logDecay = args->log_decay;
+  backward.dLogDecay = args->d_log_decay;
+  backward.initialState = args->initial_state;
+  backward.dFinalState = args->d_final_state;
+  backward.dInitialState = args->d_initial_state;
+  backward.workspace = args->workspace;
+  backward.workspaceBytes = args->workspace_bytes;
+  return backward;
+}
+
 CUstream toStream(void *stream) { return static_cast<CUstream>(stream); }
 
 /// guarded() over the kernel of a handle that must not be null.
@@ -500,6 +524,22 @@ attnc_status attnc_run_decode(const attnc_kernel *kernel, const attnc_linear_arg
                               void *stream) {
   return onKernel(kernel, [&](const attn::Kernel &compiled) {
     compiled.decode(toLinearArgs(args), toStream(stream));
+  });
+}
+
+attnc_status attnc_run_linear_backward(const attnc_kernel *kernel,
+                                       const attnc_linear_backward_args *args, void *stream) {
+  return onKernel(kernel, [&](const attn::Kernel &compiled) {
+    compiled.runLinearBackward(toLinearBackwardArgs(args), toStream(stream));
+  });
+}
+
+attnc_status attnc_linear_backward_workspace_bytes(const attnc_kernel *kernel,
+                                                   const attnc_linear_backward_args *args,
+                                                   uint64_t *out) {
+  return onKernel(kernel, [&](const attn::Kernel &compiled) {
+    requirePointer(out, "out");
+    *out = compiled.linearBackwardWorkspaceBytes(toLinearBackwardArgs(args));
   });
 }
 
