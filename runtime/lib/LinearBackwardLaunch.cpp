@@ -135,6 +135,47 @@ attn_abi::AttnLinearBackwardParams encodeParams(const AttnLaunchConfig &config,
   return p;
 }
 
+/// The passes read q, k, v and dO after earlier passes wrote dq, dk and dv,
+/// and the gate kernel reads dFinalState after the dV pass wrote
+/// dInitialState: an output sharing memory with an input would give wrong
+/// gradients silently, so it is refused.
+void requireNoOverlaps(const AttnLaunchConfig &config, const AttnLinearBackwardArgs &args) {
+  if (args.q.numElements() == 0)
+    return;
+  struct Range {
+    uintptr_t begin, end;
+    const char *name;
+  };
+  auto viewRange = [](const TensorView &view, const char *name) {
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(view.data);
+    return Range{begin, begin + viewExtentBytes(view), name};
+  };
+  auto overlap = [](const Range &a, const Range &b) { return a.begin < b.end && b.begin < a.end; };
+  const Range inputs[] = {viewRange(args.q, "q"), viewRange(args.k, "k"), viewRange(args.v, "v"),
+                          viewRange(args.dO, "dO")};
+  const Range outputs[] = {viewRange(args.dq, "dq"), viewRange(args.dk, "dk"),
+                           viewRange(args.dv, "dv")};
+  for (const Range &output : outputs) {
+    for (const Range &input : inputs)
+      if (overlap(output, input))
+        fail(output.name, fmt::format("shares memory with {}, which the backward reads after "
+                                      "writing {}: give it a buffer of its own",
+                                      input.name, output.name));
+    for (const Range &other : outputs)
+      if (&other < &output && overlap(output, other))
+        fail(output.name, fmt::format("shares memory with {}", other.name));
+  }
+  if (args.dInitialState && args.dFinalState) {
+    const uint64_t state = uint64_t(args.q.batch()) * uint64_t(config.qHeads) *
+                           uint64_t(config.headDim) * uint64_t(config.headDim) * sizeof(float);
+    const uintptr_t in = reinterpret_cast<uintptr_t>(args.dInitialState);
+    const uintptr_t out = reinterpret_cast<uintptr_t>(args.dFinalState);
+    if (overlap(Range{in, in + state, "dInitialState"}, Range{out, out + state, "dFinalState"}))
+      fail("dInitialState", "shares memory with dFinalState, which the backward reads after "
+                            "writing dInitialState: give it a buffer of its own");
+  }
+}
+
 } // namespace
 
 void validateLinearBackwardArgs(const AttnLaunchConfig &config,
@@ -181,6 +222,7 @@ void validateLinearBackwardArgs(const AttnLaunchConfig &config,
       fail(buffer.name, "pointer must be 4-byte aligned");
   if (reinterpret_cast<uintptr_t>(args.workspace) % 256 != 0)
     fail("workspace", "pointer must be 256-byte aligned");
+  requireNoOverlaps(config, args);
 }
 
 uint64_t linearBackwardWorkspaceBytes(const AttnLaunchConfig &config,

@@ -306,12 +306,19 @@ TEST_CASE("the linear backward names the argument it rejects", "[gpu][linear][li
   auto tensor = [&](int heads, int64_t seqlen) {
     return harness::makeTensor(DType::BF16, 1, seqlen, heads, c.headDim, false, &random);
   };
-  harness::HostDeviceTensor q = tensor(c.qHeads, 128), k = tensor(c.kvHeads, 128),
-                            shortK = tensor(c.kvHeads, 64);
+  harness::HostDeviceTensor q = tensor(c.qHeads, 128), dO = tensor(c.qHeads, 128),
+                            dq = tensor(c.qHeads, 128), k = tensor(c.kvHeads, 128),
+                            v = tensor(c.kvHeads, 128), dk = tensor(c.kvHeads, 128),
+                            dv = tensor(c.kvHeads, 128), shortK = tensor(c.kvHeads, 64);
   DeviceBuffer logDecay(size_t(128) * c.qHeads * 4);
   AttnLinearBackwardArgs args;
-  args.q = args.dO = args.dq = q.view;
-  args.k = args.v = args.dk = args.dv = k.view;
+  args.q = q.view;
+  args.dO = dO.view;
+  args.dq = dq.view;
+  args.k = k.view;
+  args.v = v.view;
+  args.dk = dk.view;
+  args.dv = dv.view;
   args.logDecay = static_cast<const float *>(logDecay.data());
 
   AttnLinearBackwardArgs bad = args;
@@ -326,6 +333,13 @@ TEST_CASE("the linear backward names the argument it rejects", "[gpu][linear][li
   bad = args;
   bad.dLogDecay = reinterpret_cast<float *>(static_cast<char *>(logDecay.data()) + 2);
   CHECK_THROWS_WITH(kernel.runLinearBackward(bad), Catch::StartsWith("dLogDecay:"));
+  // An output in an input's memory would be read after it is written.
+  bad = args;
+  bad.dq = args.q;
+  CHECK_THROWS_WITH(kernel.runLinearBackward(bad), Catch::StartsWith("dq: shares memory with q"));
+  bad = args;
+  bad.dv = args.dk;
+  CHECK_THROWS_WITH(kernel.runLinearBackward(bad), Catch::StartsWith("dv: shares memory with dk"));
   bad = args;
   DeviceBuffer small(256);
   bad.workspace = small.data();

@@ -496,6 +496,10 @@ TEST_CASE("C API: the linear family's backward sizes its workspace and checks it
   args.dv.shape[1] = 255;
   checkFailure(attnc_linear_backward_workspace_bytes(kernel.get(), &args, &bytes), "dv: ");
   args.dv.shape[1] = 256;
+  args.dk.data = args.v.data;
+  checkFailure(attnc_run_linear_backward(kernel.get(), &args, nullptr),
+               "dk: shares memory with v");
+  args.dk.data = reinterpret_cast<void *>(uintptr_t(0x60000000));
   args.d_o.rank = 3;
   checkFailure(attnc_run_linear_backward(kernel.get(), &args, nullptr),
                "d_o: rank 3, expected 4 (BSHD)");
