@@ -248,6 +248,7 @@ extern "C" __global__ void __launch_bounds__(ATTN_LINEAR_BWD_SCAN_THREADS)
     attn_linear_bwd_gate_kernel(const __grid_constant__ attn_abi::AttnLinearBackwardParams p) {
   using namespace attn_linear_bwd;
   constexpr int kThreads = ATTN_LINEAR_BWD_SCAN_THREADS, kWarps = kThreads / 32;
+  static_assert(kWarps == 32, "warp 0 scans one total per warp, a lane each");
   __shared__ float warpSums[kWarps];
   __shared__ float finalInner;
   const int head = blockIdx.x, batch = blockIdx.y, thread = threadIdx.x;

@@ -52,6 +52,9 @@ constexpr bool kHasDecay = attn_plan::kFixedDecay || kGated;
 // heads_swapped and feature_map_operands; the forward's is built without
 // them (its walk, heads and feature map fixed at compile time).
 constexpr bool kBackwardPasses = attn_plan::kBackwardPasses;
+// A reversed walk pads its start, which the key sum's row count (forward
+// order) does not know: the backward takes no normalized kernel.
+static_assert(!(kBackwardPasses && kNormalize), "no backward of normalized linear attention");
 __device__ __forceinline__ bool reversedWalk(const attn_abi::AttnLinearParams &p) {
   return kBackwardPasses && p.reverse;
 }

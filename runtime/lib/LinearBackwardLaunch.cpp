@@ -11,7 +11,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 namespace attn {
 
@@ -135,45 +137,69 @@ attn_abi::AttnLinearBackwardParams encodeParams(const AttnLaunchConfig &config,
   return p;
 }
 
-/// The passes read q, k, v and dO after earlier passes wrote dq, dk and dv,
-/// and the gate kernel reads dFinalState after the dV pass wrote
-/// dInitialState: an output sharing memory with an input would give wrong
-/// gradients silently, so it is refused.
+/// Whether two elements of `view` share an address (a zero stride, or
+/// strides that interleave): the helper kernels update dq and dk in place.
+bool overlapsItself(const TensorView &view) {
+  std::pair<int64_t, int64_t> dims[4]; // (stride, size) of the dims of size > 1
+  int count = 0;
+  for (int dim = 0; dim < 4; ++dim)
+    if (view.shape[dim] > 1)
+      dims[count++] = {view.strides[dim], view.shape[dim]};
+  std::sort(dims, dims + count);
+  for (int i = 0; i < count; ++i)
+    if (dims[i].first < (i == 0 ? 1 : dims[i - 1].first * dims[i - 1].second))
+      return true;
+  return false;
+}
+
+/// The kernels read the inputs (q, k, v, dO, the log-decays, the initial
+/// state, the final state's gradient) after earlier kernels wrote the
+/// outputs (dq, dk, dv, the log-decays' and the initial state's gradients,
+/// the workspace): an output sharing memory with an input, with another
+/// output or with itself would give wrong gradients silently, so it is
+/// refused.
 void requireNoOverlaps(const AttnLaunchConfig &config, const AttnLinearBackwardArgs &args) {
-  if (args.q.numElements() == 0)
-    return;
   struct Range {
     uintptr_t begin, end;
     const char *name;
   };
-  auto viewRange = [](const TensorView &view, const char *name) {
+  const bool tokens = args.q.numElements() != 0;
+  auto viewRange = [tokens](const TensorView &view, const char *name) {
     const uintptr_t begin = reinterpret_cast<uintptr_t>(view.data);
-    return Range{begin, begin + viewExtentBytes(view), name};
+    return Range{begin, tokens ? begin + viewExtentBytes(view) : begin, name};
   };
+  std::vector<Range> inputs = {viewRange(args.q, "q"), viewRange(args.k, "k"),
+                               viewRange(args.v, "v"), viewRange(args.dO, "dO")};
+  std::vector<Range> outputs = {viewRange(args.dq, "dq"), viewRange(args.dk, "dk"),
+                                viewRange(args.dv, "dv")};
+  for (const SideBuffer &buffer : sideBuffers(config, args)) {
+    if (!buffer.pointer)
+      continue;
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(buffer.pointer);
+    const std::string_view name = buffer.name;
+    const bool written = name == "dLogDecay" || name == "dInitialState";
+    (written ? outputs : inputs).push_back(Range{begin, begin + buffer.bytes, buffer.name});
+  }
+  if (args.workspace) {
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(args.workspace);
+    outputs.push_back(Range{begin, begin + args.workspaceBytes, "workspace"});
+  }
   auto overlap = [](const Range &a, const Range &b) { return a.begin < b.end && b.begin < a.end; };
-  const Range inputs[] = {viewRange(args.q, "q"), viewRange(args.k, "k"), viewRange(args.v, "v"),
-                          viewRange(args.dO, "dO")};
-  const Range outputs[] = {viewRange(args.dq, "dq"), viewRange(args.dk, "dk"),
-                           viewRange(args.dv, "dv")};
-  for (const Range &output : outputs) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Range &output = outputs[i];
     for (const Range &input : inputs)
       if (overlap(output, input))
         fail(output.name, fmt::format("shares memory with {}, which the backward reads after "
                                       "writing {}: give it a buffer of its own",
                                       input.name, output.name));
-    for (const Range &other : outputs)
-      if (&other < &output && overlap(output, other))
-        fail(output.name, fmt::format("shares memory with {}", other.name));
+    for (size_t j = 0; j < i; ++j)
+      if (overlap(output, outputs[j]))
+        fail(output.name, fmt::format("shares memory with {}", outputs[j].name));
   }
-  if (args.dInitialState && args.dFinalState) {
-    const uint64_t state = uint64_t(args.q.batch()) * uint64_t(config.qHeads) *
-                           uint64_t(config.headDim) * uint64_t(config.headDim) * sizeof(float);
-    const uintptr_t in = reinterpret_cast<uintptr_t>(args.dInitialState);
-    const uintptr_t out = reinterpret_cast<uintptr_t>(args.dFinalState);
-    if (overlap(Range{in, in + state, "dInitialState"}, Range{out, out + state, "dFinalState"}))
-      fail("dInitialState", "shares memory with dFinalState, which the backward reads after "
-                            "writing dInitialState: give it a buffer of its own");
-  }
+  for (auto [view, name] : {std::make_pair(&args.dq, "dq"), std::make_pair(&args.dk, "dk"),
+                            std::make_pair(&args.dv, "dv")})
+    if (tokens && overlapsItself(*view))
+      fail(name, "its strides make elements share memory; the backward writes each element once");
 }
 
 } // namespace

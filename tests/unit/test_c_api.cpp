@@ -500,6 +500,17 @@ TEST_CASE("C API: the linear family's backward sizes its workspace and checks it
   checkFailure(attnc_run_linear_backward(kernel.get(), &args, nullptr),
                "dk: shares memory with v");
   args.dk.data = reinterpret_cast<void *>(uintptr_t(0x60000000));
+  const int64_t tokenStride = args.dq.strides[1];
+  args.dq.strides[1] = 0;
+  checkFailure(attnc_run_linear_backward(kernel.get(), &args, nullptr),
+               "dq: its strides make elements share memory");
+  args.dq.strides[1] = tokenStride;
+  args.initial_state = reinterpret_cast<const float *>(uintptr_t(0x90000000));
+  args.d_initial_state = reinterpret_cast<float *>(uintptr_t(0x90000000));
+  checkFailure(attnc_run_linear_backward(kernel.get(), &args, nullptr),
+               "dInitialState: shares memory with initialState");
+  args.initial_state = nullptr;
+  args.d_initial_state = nullptr;
   args.d_o.rank = 3;
   checkFailure(attnc_run_linear_backward(kernel.get(), &args, nullptr),
                "d_o: rank 3, expected 4 (BSHD)");
