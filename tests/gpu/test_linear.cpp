@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "AttnHarness.h"
+#include "LinearTestSupport.h"
 #include "LoadedKernel.h"
 #include "attn/Compiler/Jit.h"
 #include "attn/Reference/LinearAttention.h"
@@ -15,6 +16,7 @@
 #include <sstream>
 
 using namespace attn;
+using namespace attn::gputest;
 using attn::gputest::LoadedKernel;
 using attn::gputest::loadKernel;
 
@@ -45,13 +47,6 @@ LoadedKernel &loadCase(const LinearCase &c) {
   return loadKernel(specFor(c), options);
 }
 
-reference::HostTensor hostTensor(const harness::HostDeviceTensor &tensor) {
-  const TensorView &view = tensor.view;
-  return reference::HostTensor{tensor.host.data(),
-                               {view.shape[1] * view.shape[2] * view.shape[3],
-                                view.shape[2] * view.shape[3], view.shape[3], 1}};
-}
-
 // O of the device as fp32 in contiguous BSHD order.
 std::vector<float> downloadOutput(const harness::ForwardProblem &data) {
   const TensorView &view = data.o.view;
@@ -64,32 +59,6 @@ std::vector<float> downloadOutput(const harness::ForwardProblem &data) {
           out.push_back(bf16ToFloat(bits[b * view.strides[0] + s * view.strides[1] +
                                          h * view.strides[2] + d * view.strides[3]]));
   return out;
-}
-
-template <class A, class B> double relativeL2(const A &actual, const B &expected) {
-  REQUIRE(actual.size() == expected.size());
-  double error = 0, norm = 0;
-  for (size_t i = 0; i < actual.size(); ++i) {
-    REQUIRE(std::isfinite(double(actual[i])));
-    error += (double(actual[i]) - double(expected[i])) * (double(actual[i]) - double(expected[i]));
-    norm += double(expected[i]) * double(expected[i]);
-  }
-  return norm == 0 ? std::sqrt(error) : std::sqrt(error / norm);
-}
-
-std::vector<float> randomValues(size_t count, std::mt19937_64 &random, float low, float high) {
-  std::uniform_real_distribution<float> uniform(low, high);
-  std::vector<float> values(count);
-  for (float &value : values)
-    value = uniform(random);
-  return values;
-}
-
-DeviceBuffer upload(const std::vector<float> &values) {
-  DeviceBuffer buffer(std::max<size_t>(values.size(), 1) * sizeof(float));
-  if (!values.empty())
-    buffer.upload(values);
-  return buffer;
 }
 
 reference::LinearProblem referenceProblem(const LinearCase &c, const AttnLaunchConfig &launch,

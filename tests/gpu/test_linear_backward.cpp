@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "AttnHarness.h"
+#include "LinearTestSupport.h"
 #include "attn/Compiler/Compiler.h"
 #include "attn/Reference/LinearAttention.h"
 #include "attn/runtime/Kernel.h"
@@ -18,6 +19,7 @@
 #include <sstream>
 
 using namespace attn;
+using namespace attn::gputest;
 
 namespace {
 
@@ -52,39 +54,6 @@ const Kernel &backwardKernel(const BackwardCase &c) {
   image.ptx.assign(compiled.binary.begin(), compiled.binary.end());
   image.launch = compiled.launch;
   return cache.emplace(spec, Kernel(std::move(image))).first->second;
-}
-
-reference::HostTensor hostTensor(const harness::HostDeviceTensor &tensor) {
-  const TensorView &view = tensor.view;
-  return reference::HostTensor{tensor.host.data(),
-                               {view.shape[1] * view.shape[2] * view.shape[3],
-                                view.shape[2] * view.shape[3], view.shape[3], 1}};
-}
-
-std::vector<float> randomValues(size_t count, std::mt19937_64 &random, float low, float high) {
-  std::uniform_real_distribution<float> uniform(low, high);
-  std::vector<float> values(count);
-  for (float &value : values)
-    value = uniform(random);
-  return values;
-}
-
-DeviceBuffer upload(const std::vector<float> &values) {
-  DeviceBuffer buffer(std::max<size_t>(values.size(), 1) * sizeof(float));
-  if (!values.empty())
-    buffer.upload(values);
-  return buffer;
-}
-
-template <class A, class B> double relativeL2(const A &actual, const B &expected) {
-  REQUIRE(actual.size() == expected.size());
-  double error = 0, norm = 0;
-  for (size_t i = 0; i < actual.size(); ++i) {
-    REQUIRE(std::isfinite(double(actual[i])));
-    error += (double(actual[i]) - double(expected[i])) * (double(actual[i]) - double(expected[i]));
-    norm += double(expected[i]) * double(expected[i]);
-  }
-  return norm == 0 ? std::sqrt(error) : std::sqrt(error / norm);
 }
 
 /// One backward launch against the reference. `withState` passes a random
