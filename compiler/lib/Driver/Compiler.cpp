@@ -31,13 +31,18 @@ void registerSpecDialects(mlir::DialectRegistry &registry) {
                   mlir::func::FuncDialect, mlir::memref::MemRefDialect>();
 }
 
-void buildCompilePipeline(mlir::OpPassManager &pm, const CompileOptions &options) {
+/// attn-tile's options for a compile's forward plan.
+static mlir::attn::AttnTileOptions tileOptionsOf(const CompileOptions &options) {
   mlir::attn::AttnTileOptions tileOptions;
   tileOptions.tileOverride = options.tileOverride;
   tileOptions.tuningDatabase = options.tuningDatabase;
   tileOptions.tuningShape = options.tuningShape;
   tileOptions.arch = options.arch;
-  mlir::attn::buildPlanPipeline(pm, tileOptions);
+  return tileOptions;
+}
+
+void buildCompilePipeline(mlir::OpPassManager &pm, const CompileOptions &options) {
+  mlir::attn::buildPlanPipeline(pm, tileOptionsOf(options));
   if (!options.planOnly)
     mlir::attn::buildEmitPipeline(pm);
 }
@@ -178,14 +183,9 @@ static mlir::FailureOr<PlannedBackward> planLinearBackward(mlir::attn::KernelOp 
   if (linear && linear.getNormalize())
     return op.emitOpError("has no backward: normalized linear attention's (through the key "
                           "sum) is a later step; the unnormalized form and retention have one");
-  mlir::attn::AttnTileOptions tileOptions;
-  tileOptions.tuningDatabase = options.tuningDatabase;
-  tileOptions.tuningShape = options.tuningShape;
-  tileOptions.arch = options.arch;
-  tileOptions.tileOverride = options.tileOverride;
   auto module = op->getParentOfType<mlir::ModuleOp>();
   mlir::PassManager pm(op.getContext());
-  mlir::attn::buildPlanPipeline(pm, tileOptions);
+  mlir::attn::buildPlanPipeline(pm, tileOptionsOf(options));
   if (mlir::failed(pm.run(module)))
     return mlir::failure();
   mlir::FailureOr<codegen::LinearKernelConfig> config = mlir::attn::buildLinearKernelConfig(op);
@@ -204,10 +204,10 @@ mlir::FailureOr<PlannedBackward> planBackward(mlir::attn::KernelOp op,
   if (op.getNormalizer().isLinearFamily())
     return planLinearBackward(op, options);
   // attn-tile (with the backward) and attn-plan-smem over the op's module.
-  mlir::attn::AttnTileOptions tileOptions;
-  tileOptions.tuningDatabase = options.tuningDatabase;
-  tileOptions.tuningShape = options.tuningShape;
-  tileOptions.arch = options.arch;
+  // The forward's plan as the forward plans it; options.tileOverride is
+  // the backward's.
+  mlir::attn::AttnTileOptions tileOptions = tileOptionsOf(options);
+  tileOptions.tileOverride.clear();
   tileOptions.backward = true;
   tileOptions.backwardTileOverride = options.tileOverride;
   auto module = op->getParentOfType<mlir::ModuleOp>();
