@@ -105,11 +105,42 @@ __device__ __forceinline__ void applyKeptKeys(float (&scores)[kScoreRegs],
 // A mask_mod kernel at head dim 128 evaluates every term of a pair's test
 // and selects, without a branch: the short-circuit form made each pair a
 // branch with a convergence barrier (document mask with its coverage 0.58 ->
-// 0.40 ms, Longformer -5 %, H100, docs/benchmarks.md). The built-in masks
-// alone keep the short-circuit form (the select spills at head dim 64), and
-// so do head dims 64 and 256, where it spills more in some kernels
+// 0.40 ms, Longformer -5 %, H100, docs/benchmarks.md). It collects the
+// tests as key bits, both rows of a key in one step, in a loop of
+// kMaskTestUnroll keys a step (keptKeysByTest): over the whole unrolled
+// fragment the batched capture reads spilled up to 116 bytes (BigBird);
+// a step of both rows shares each key's reads. The built-in masks alone
+// keep the short-circuit form (the select spills at head dim 64), and so
+// do head dims 64 and 256, where it spills more in some kernels
 // (Longformer at 64: 16 -> 132 bytes) and was not measured.
 constexpr bool kBranchlessMaskTest = Mods::kHasMaskMod && kHeadDim == 128;
+constexpr int kMaskTestUnroll = 4;
+
+// The keys of this thread's two rows (row0 and row0 + 8) that the key
+// length, the built-in mask and the mask_mod keep, as ThreadKeys bits: bit
+// b is key keyBase + fragmentColumn(0, lane) + 8 (b / 2) + b % 2.
+__device__ __forceinline__ void keptKeysByTest(const attn_abi::AttnFwdParams &p,
+                                               const WorkTile &work,
+                                               const typename Mods::MaskRow (&maskRows)[2],
+                                               int row0, int keyBase, int lane,
+                                               KeyBits (&kept)[2]) {
+  const int laneKey = keyBase + fragmentColumn(0, lane);
+  kept[0] = kept[1] = 0;
+#pragma unroll kMaskTestUnroll
+  for (int b = 0; b < kScoreRegs / 2; ++b) {
+    const int key = laneKey + 8 * (b >> 1) + (b & 1);
+    const float keyFloat = Mods::kMaskUsesKeyFloat ? exactIntToFloat(key) : 0.f;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = row0 + 8 * half;
+      // A region's capture reads are bounds-checked, so evaluating it past
+      // seqlen_k is safe.
+      bool keep = (key < work.sequence.seqlenK) & Mask::allows(row, key, work.sequence.shift);
+      keep &= Mods::keeps(p, maskRows[half], work.batch, work.head, row, key, keyFloat);
+      kept[half] |= KeyBits(keep) << b;
+    }
+  }
+}
 
 // StoredBits: the launch has stored key bits (p.tile_key_bits), so that a
 // partial tile's pairs test them instead of the mask_mod.
@@ -140,21 +171,19 @@ __device__ __forceinline__ void applyMask(const attn_abi::AttnFwdParams &p,
     applyKeptKeys(scores, kept);
     return;
   }
+  if constexpr (kBranchlessMaskTest) {
+    KeyBits kept[2];
+    keptKeysByTest(p, work, maskRows, row0, keyBase, lane, kept);
+    applyKeptKeys(scores, kept);
+    return;
+  }
   forEachScoreElement<Mods::kMaskUsesKeyFloat>(
       row0, keyBase, lane, [&](int i, int half, int row, int key, float keyFloat) {
-        if constexpr (kBranchlessMaskTest) {
-          // A region's capture reads are bounds-checked, so evaluating it
-          // past seqlen_k is safe.
-          bool keep = (key < work.sequence.seqlenK) & Mask::allows(row, key, work.sequence.shift);
-          keep &= Mods::keeps(p, maskRows[half], work.batch, work.head, row, key, keyFloat);
-          scores[i] = keep ? scores[i] : negativeInfinity();
-        } else {
-          bool keep = key < work.sequence.seqlenK && Mask::allows(row, key, work.sequence.shift);
-          if constexpr (Mods::kHasMaskMod)
-            keep = keep && Mods::keeps(p, maskRows[half], work.batch, work.head, row, key, keyFloat);
-          if (!keep)
-            scores[i] = negativeInfinity();
-        }
+        bool keep = key < work.sequence.seqlenK && Mask::allows(row, key, work.sequence.shift);
+        if constexpr (Mods::kHasMaskMod)
+          keep = keep && Mods::keeps(p, maskRows[half], work.batch, work.head, row, key, keyFloat);
+        if (!keep)
+          scores[i] = negativeInfinity();
       });
 }
 

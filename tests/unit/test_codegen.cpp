@@ -9,7 +9,9 @@
 
 #include "TestSupport.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -45,6 +47,31 @@ TEST_CASE("every head dim and element type assembles for sm_90a without spills",
   REQUIRE(report.status == 0);
   CHECK(report.spillFree());
   CHECK(report.registers(kernel.launch.kernelName) > 0);
+}
+
+TEST_CASE("every example's forward module assembles without spills or stack", "[codegen][examples]") {
+  // Every spec in docs/examples, with the plan of no shape and the plan of
+  // a long one (the heuristic takes wider key tiles there): each entry of
+  // the module (the forward, the linear family's kernels, the coverage and
+  // split kernels) has no stack frame and no spills.
+  std::vector<std::string> examples;
+  for (const auto &entry : std::filesystem::directory_iterator(ATTNC_DOCS_EXAMPLES_DIR))
+    if (entry.path().extension() == ".mlir")
+      examples.push_back(entry.path().string());
+  std::sort(examples.begin(), examples.end());
+  REQUIRE(examples.size() >= 19); // today's count: a missing directory must fail
+  for (const std::string &path : examples) {
+    for (const char *shape : {"", "2,8192"}) {
+      attn::CompileOptions options;
+      options.tuningShape = shape;
+      attn::CompiledKernel kernel =
+          attn::compileSpec(attn::test::readFile(path), path, options);
+      attn::test::PtxasReport report = attn::test::assembleWithPtxas(kernel.binary);
+      INFO(path << " shape '" << shape << "'\n" << report.text);
+      REQUIRE(report.status == 0);
+      CHECK(report.spillFree());
+    }
+  }
 }
 
 TEST_CASE("every backward kernel assembles for sm_90a without spills", "[codegen][backward]") {

@@ -572,8 +572,8 @@ TEST_CASE("tile candidates: legal, distinct, round-trip as overrides, include th
     // What the tuner records is what attn-tile rebuilds.
     TileOverride parsed;
     REQUIRE_FALSE(parseTileOverride(text, parsed));
-    CHECK(applyTileOverride(heuristic, parsed) == config);
-    CHECK(applyTileOverride(TileConfig{}, parsed) == config);
+    CHECK(applyTileOverride(problem, heuristic, parsed) == config);
+    CHECK(applyTileOverride(problem, TileConfig{}, parsed) == config);
   }
   CHECK(hasHeuristic);
   // The heuristic for a long key length (128 x 160 at head dim 128) is a
@@ -617,9 +617,20 @@ TEST_CASE("tile candidates: legal, distinct, round-trip as overrides, include th
   relativePosition.hasScoreMod = true;
   relativePosition.scoreDiagonals = 1;
   TileConfig relativeConfig = defaultTileConfig(relativePosition);
-  CHECK(std::find(candidates.begin(), candidates.end(), relativeConfig) != candidates.end());
+  const std::vector<TileConfig> relativeCandidates = enumerateTileCandidates(relativePosition);
+  CHECK(std::find(relativeCandidates.begin(), relativeCandidates.end(), relativeConfig) !=
+        relativeCandidates.end());
   if (headDim == 128)
     CHECK((relativeConfig.blockN == 160 && relativeConfig.softmaxChains == 2));
+  // Their producer warps take 40 registers beside two consumers that fit in
+  // 232 (head dim 128), 32 beside three (head dim 64); head dim 256's
+  // consumers need their 240. The plain causal kernel keeps 24.
+  const std::pair<int, int> relativeRegisters{relativeConfig.consumerRegisters,
+                                              relativeConfig.producerRegisters};
+  CHECK(relativeRegisters == (headDim == 64    ? std::pair{160, 32}
+                              : headDim == 128 ? std::pair{232, 40}
+                                               : std::pair{240, 24}));
+  CHECK(longCausal.producerRegisters == 24);
   // From kMaskedPersistentMaxKeys a block per work tile; a sliding window
   // is planned like the causal mask there and below.
   CHECK(causalHeuristic(kMaskedPersistentMaxKeys).persistentBlocksPerSm == 0);

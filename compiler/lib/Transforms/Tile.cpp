@@ -174,7 +174,7 @@ struct AttnTilePass : public mlir::attn::impl::AttnTileBase<AttnTilePass> {
             override);
       } else {
         config = ::attn::applyTileOverride(
-            tunedOrDefaultConfig(kernel, problem, shape), override);
+            problem, tunedOrDefaultConfig(kernel, problem, shape), override);
       }
 
       if (std::optional<std::string> violation =
@@ -221,7 +221,7 @@ struct AttnTilePass : public mlir::attn::impl::AttnTileBase<AttnTilePass> {
     ::attn::TileOverride tuned;
     std::optional<std::string> problemText =
         ::attn::parseTileOverride(record->config, tuned);
-    ::attn::TileConfig config = ::attn::applyTileOverride(heuristic, tuned);
+    ::attn::TileConfig config = ::attn::applyTileOverride(problem, heuristic, tuned);
     if (!problemText)
       problemText = ::attn::checkTileLegality(problem, config);
     if (problemText) {

@@ -17,15 +17,59 @@ int defaultConsumerRegisters(int consumerWarpgroups) {
   return consumerWarpgroups >= 3 ? 160 : 240;
 }
 
+int64_t launchRegistersPerBlock(const TileConfig &config) {
+  // setmaxnreg moves registers within what the launch allocated to the
+  // block: the per-thread count the launch bounds allow (a multiple of 8,
+  // at most 248 here) times the threads (384 threads: 168 x 384 = 64512).
+  const int64_t threads = int64_t(kThreadsPerWarpgroup) *
+                          (config.producerWarpgroups + config.consumerWarpgroups);
+  return std::min<int64_t>(248, kRegistersPerBlock / threads / 8 * 8) * threads;
+}
+
 namespace {
+/// The producer registers of a kernel whose producer warps fill staged
+/// score_mod diagonals: their capture reads, and the schedule walk beside
+/// them, spilled at 24 (T5 36 to 72 bytes, relative positions 12 to 60).
+constexpr int kDiagonalFillRegisters = 40;
+
+/// What the launch leaves a producer thread once the consumers have theirs,
+/// a multiple of 8 up to `most`.
+int leftoverProducerRegisters(const TileConfig &config, int most) {
+  const int64_t left = launchRegistersPerBlock(config) -
+                       int64_t(kThreadsPerWarpgroup) * config.consumerRegisters *
+                           config.consumerWarpgroups;
+  const int64_t perThread = left / (int64_t(kThreadsPerWarpgroup) * config.producerWarpgroups);
+  return static_cast<int>(std::min<int64_t>(most, perThread / 8 * 8));
+}
+
 /// Gives `config` `count` consumer warpgroups: one 64-row WGMMA slice of Q
-/// each, and the register count that fits them.
-void setConsumerWarpgroups(TileConfig &config, int count) {
+/// each, and the register split that fits them.
+void setConsumerWarpgroups(const TileProblem &problem, TileConfig &config, int count) {
   config.consumerWarpgroups = count;
   config.blockM = kWgmmaM * count;
-  config.consumerRegisters = defaultConsumerRegisters(count);
+  fitForwardRegisters(problem, config);
 }
 } // namespace
+
+void fitForwardRegisters(const TileProblem &problem, TileConfig &config) {
+  config.consumerRegisters = defaultConsumerRegisters(config.consumerWarpgroups);
+  config.producerRegisters = 24;
+  if (problem.scoreDiagonals == 0)
+    return;
+  // Three consumers of 160 leave a producer 32. Two of 240 leave it 24:
+  // there consumers that fit in 232 (as their estimate says) give 8 each.
+  // Same command, H200, B = 2, S = 8192 (docs/benchmarks.md): the
+  // relative-position table 0.918 -> 0.912 ms, T5's buckets 0.957 ->
+  // 1.047 (its 128-key tiles: 0.971).
+  if (config.consumerWarpgroups == 2) {
+    TileConfig narrower = config;
+    narrower.consumerRegisters = 232;
+    if (estimateConsumerRegisters(problem, narrower) <= narrower.consumerRegisters)
+      config.consumerRegisters = narrower.consumerRegisters;
+  }
+  config.producerRegisters =
+      std::max(24, leftoverProducerRegisters(config, kDiagonalFillRegisters));
+}
 
 TileConfig defaultTileConfig(const TileProblem &problem) {
   // Measured on H100 (docs/benchmarks.md): head dim 64 gains ~10% from a
@@ -35,7 +79,7 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
   config.producerWarpgroups = 1;
   config.producerRegisters = 24;
   config.stages = 2;
-  setConsumerWarpgroups(config, problem.headDim <= 64 ? 3 : 2);
+  setConsumerWarpgroups(problem, config, problem.headDim <= 64 ? 3 : 2);
   config.blockN = problem.headDim <= 128 ? 128 : 80;
   // Stored key bits take a stage's words beside each K tile: with 80-key
   // tiles at head dim 256 they pass the shared-memory limit by 2 KB.
@@ -79,7 +123,7 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
   // morning, which found them 2.3 % slower at 2048 keys).
   if (problem.headDim == 64 && plainCausal && problem.keyLength > kShortCausalMaxKeys &&
       problem.keyLength <= kMediumCausalMaxKeys) {
-    setConsumerWarpgroups(config, 2);
+    setConsumerWarpgroups(problem, config, 2);
     config.stages = 3;
   }
   // Causal score_mods too (same-command A/B on H100, 2026-11-26, B = 2, S =
@@ -106,7 +150,7 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
   // causal and unmasked kernels were measured; the plan replaces every
   // other rule's.
   if (problem.headDim == 128 && problem.fixedSoftmaxBase) {
-    setConsumerWarpgroups(config, 3);
+    setConsumerWarpgroups(problem, config, 3);
     config.blockN = 64;
     config.stages = 4;
     config.softmaxChains = 2;
@@ -130,7 +174,7 @@ static void setOverriddenKeys(TileConfig &config, const TileOverride &override) 
       config.*field = *value;
 }
 
-TileConfig applyTileOverride(const TileConfig &base,
+TileConfig applyTileOverride(const TileProblem &problem, const TileConfig &base,
                              const TileOverride &override) {
   TileConfig config = base;
   setOverriddenKeys(config, override);
@@ -140,8 +184,14 @@ TileConfig applyTileOverride(const TileConfig &base,
     config.consumerWarpgroups = *override.blockM / kWgmmaM;
   if (override.consumerWarpgroups && !override.blockM)
     config.blockM = kWgmmaM * *override.consumerWarpgroups;
+  // The register split follows the plan unless given; a given consumer
+  // count leaves the producers what they had.
+  TileConfig fitted = config;
+  fitForwardRegisters(problem, fitted);
   if (!override.consumerRegisters)
-    config.consumerRegisters = defaultConsumerRegisters(config.consumerWarpgroups);
+    config.consumerRegisters = fitted.consumerRegisters;
+  if (!override.producerRegisters && !override.consumerRegisters)
+    config.producerRegisters = fitted.producerRegisters;
   return config;
 }
 
@@ -320,14 +370,11 @@ std::optional<std::string> checkTileLegality(const TileProblem &problem,
       int64_t(kThreadsPerWarpgroup) *
       (int64_t(config.producerRegisters) * config.producerWarpgroups +
        int64_t(config.consumerRegisters) * config.consumerWarpgroups);
-  // setmaxnreg moves registers within what the launch allocated to the
-  // block: the per-thread count the launch bounds allow (a multiple of 8,
-  // at most 248 here) times the threads. Asking for more makes the
-  // consumers' increase wait forever (384 threads: 168 x 384 = 64512).
+  // Asking for more than the launch allocated makes the consumers'
+  // increase wait forever.
   int64_t threads = int64_t(kThreadsPerWarpgroup) *
                     (config.producerWarpgroups + config.consumerWarpgroups);
-  int64_t launchRegisters =
-      std::min<int64_t>(248, kRegistersPerBlock / threads / 8 * 8) * threads;
+  int64_t launchRegisters = launchRegistersPerBlock(config);
   if (blockRegisters > launchRegisters) {
     os << "register budget: 128 x (" << config.producerRegisters << " x "
        << config.producerWarpgroups << " + " << config.consumerRegisters
@@ -382,9 +429,8 @@ std::vector<TileConfig> enumerateTileCandidates(const TileProblem &problem,
             config.blockN = blockN;
             config.stages = stages;
             config.producerWarpgroups = 1;
-            config.producerRegisters = 24;
-            config.consumerRegisters = defaultConsumerRegisters(consumers);
             config.softmaxChains = chains;
+            fitForwardRegisters(problem, config);
             config.persistentBlocksPerSm = grid;
             if (!checkTileLegality(problem, config))
               candidates.push_back(config);

@@ -131,6 +131,17 @@ struct TileOverride {
 /// or two, 160 for three (so 128 * (24 + 3 * 160) fits 65536).
 int defaultConsumerRegisters(int consumerWarpgroups);
 
+/// The registers a launch of `config`'s warpgroups allocates to a block,
+/// within which setmaxnreg moves them between producers and consumers.
+int64_t launchRegistersPerBlock(const TileConfig &config);
+
+/// Sets the forward's register split for `config`'s warpgroups: the
+/// consumers' default count and 24 for the producers, except where the
+/// producer warps fill staged score_mod diagonals (problem.scoreDiagonals):
+/// there two consumers take 232 where their estimate fits, and the
+/// producers what the launch leaves, up to 40.
+void fitForwardRegisters(const TileProblem &problem, TileConfig &config);
+
 /// The default plan for sm_90a (one 64-row WGMMA slice of Q per consumer
 /// warpgroup, one TMA producer warpgroup, 2 stages):
 ///   head_dim  64: 192 x 128, 3 consumer warpgroups;
@@ -181,8 +192,9 @@ constexpr int64_t kWideCausalMinKeys = 8192;
 
 /// Applies `override` on top of `base`. When block_m is given without
 /// consumer_warpgroups the latter becomes block_m / 64, and vice versa; the
-/// consumer register count follows the consumer warpgroups unless given.
-TileConfig applyTileOverride(const TileConfig &base,
+/// register split follows the plan (fitForwardRegisters) unless either
+/// count is given.
+TileConfig applyTileOverride(const TileProblem &problem, const TileConfig &base,
                              const TileOverride &override);
 
 /// Parses "key=value,key=value" with keys block_m, block_n, stages,

@@ -28,6 +28,11 @@ def AttnTile : Pass<"attn-tile"> {
     exponentiation) takes 192 x 64 tiles, three consumers (160 registers),
     four stages and two chains instead, at any length.
 
+    A `score_mod` whose values the producer warps stage per diagonal
+    (`score_diagonals`) gives them more registers, which the diagonal fill
+    needs: beside two consumers that fit in 232 registers (head dim 128),
+    232 and 40; beside three consumers (head dim 64), 160 and 32.
+
     With `tuning-shape`, a kernel of head dim 128 with no mask and no
     `score_mod` whose key length is 2048 or more takes 160-key tiles and one
     softmax chain (128 x 160); shorter or unknown lengths, masks and other
