@@ -35,6 +35,11 @@
 //       first) and prints both.
 //   attn-bench --linear-backward-grid
 //       the linear family's backward beside its forward (BackwardBench.h).
+//   attn-bench --plan-set=tools/plan-set/points.txt [--plan-set-points=A,B]
+//       [--plan-set-data=FILE.tsv]
+//       tunes every point of the plan set and prints the default plan beside
+//       the tuned one with their times (PlanSetBench.h); the data file gets
+//       every measured candidate, for fitting a cost model.
 //   attn-bench --decode-grid [--quick]
 //       the short-query path at decode and speculative-verification shapes,
 //       contiguous and paged, beside the forward kernel (DecodeBench.h).
@@ -47,6 +52,7 @@
 #include "ToolVersion.h"
 #include "AttnHarness.h"
 #include "BackwardBench.h"
+#include "PlanSetBench.h"
 #include "DecodeBench.h"
 #include "attn/Compiler/Compiler.h"
 #include "attn/Reference/LinearAttention.h"
@@ -120,6 +126,19 @@ cl::opt<int> linearSegments(
     cl::desc("Linear attention / retention: split the sequence into this many segments "
              "(1: none; default: the runtime's choice)"),
     cl::init(0));
+
+cl::opt<std::string> planSet(
+    "plan-set",
+    cl::desc("FILE (tools/plan-set/points.txt): tune every point and print the default plan "
+             "beside the tuned one (see PlanSetBench.h); records nothing"),
+    cl::init(""));
+cl::opt<std::string> planSetPoints(
+    "plan-set-points", cl::desc("With --plan-set: only these points (comma-separated names)"),
+    cl::init(""));
+cl::opt<std::string> planSetData(
+    "plan-set-data",
+    cl::desc("With --plan-set: write every measured candidate to this file (tab-separated)"),
+    cl::init(""));
 
 cl::opt<bool> tileCoverage(
     "tile-coverage",
@@ -742,10 +761,21 @@ int main(int argc, char **argv) {
   attn::installToolVersionPrinter();
   cl::ParseCommandLineOptions(argc, argv, "attn-bench: run and time attnc kernels\n");
   if (!grid && !linearGrid && !backwardGrid && !linearBackwardGrid && !decodeGrid &&
-      specFile.empty()) {
+      planSet.empty() && specFile.empty()) {
     errs() << "attn-bench: give a spec file, --grid, --linear-grid, --backward-grid, "
-              "--linear-backward-grid or --decode-grid (see --help)\n";
+              "--linear-backward-grid, --decode-grid or --plan-set (see --help)\n";
     return 1;
+  }
+  // The plan set is read (and its names checked) before looking for a GPU.
+  std::vector<attn::tune::PlanSetPoint> planSetSelection;
+  if (!planSet.empty()) {
+    try {
+      planSetSelection =
+          attn::tune::selectPlanSetPoints(attn::tune::readPlanSet(planSet), planSetPoints);
+    } catch (const attn::Error &error) {
+      errs() << "attn-bench: " << error.what() << "\n";
+      return 1;
+    }
   }
   std::string reason = attn::harness::gpuUnavailableReason();
   if (!reason.empty()) {
@@ -754,6 +784,8 @@ int main(int argc, char **argv) {
   }
   try {
     attn::ensureContext();
+    if (!planSetSelection.empty())
+      return attn::bench::runPlanSet(planSetSelection, planSetData);
     if (backwardGrid)
       return attn::bench::runBackwardGrid(warmup, repeats);
     if (linearBackwardGrid)

@@ -421,9 +421,10 @@ static std::vector<int64_t> captureShape(const CaptureDecl &decl, const AttnLaun
   return extents;
 }
 
-void addGeneratedCaptures(ForwardProblem &data, const AttnLaunchConfig &launch, const Shape &shape,
-                          const std::vector<std::string> &captureOptions) {
+std::vector<GeneratedCapture> generateCaptures(const AttnLaunchConfig &launch, const Shape &shape,
+                                               const std::vector<std::string> &captureOptions) {
   std::mt19937_64 random(2026);
+  std::vector<GeneratedCapture> generated;
   for (const CaptureDecl &decl : launch.captures) {
     std::string generator, explicitShape;
     for (const std::string &option : captureOptions)
@@ -455,7 +456,7 @@ void addGeneratedCaptures(ForwardProblem &data, const AttnLaunchConfig &launch, 
       std::vector<float> values(count);
       for (int64_t i = 0; i < count; ++i)
         values[i] = kind == "ramp" ? float(a + b * double(i)) : normal(random);
-      data.addCapture(std::move(values), extents);
+      generated.push_back({true, std::move(values), {}, extents});
     } else if (kind == "segments" || kind == "bernoulli") {
       std::vector<int32_t> values(count);
       int64_t row = extents.back();
@@ -473,10 +474,21 @@ void addGeneratedCaptures(ForwardProblem &data, const AttnLaunchConfig &launch, 
         values[i] = id;
         --left;
       }
-      data.addCapture(std::move(values), extents);
+      generated.push_back({false, {}, std::move(values), extents});
     } else {
       throw Error("capture '" + decl.name + "': unknown generator '" + kind + "'");
     }
+  }
+  return generated;
+}
+
+void addGeneratedCaptures(ForwardProblem &data, const AttnLaunchConfig &launch, const Shape &shape,
+                          const std::vector<std::string> &captureOptions) {
+  for (GeneratedCapture &capture : generateCaptures(launch, shape, captureOptions)) {
+    if (capture.isFloat)
+      data.addCapture(std::move(capture.f32), capture.extents);
+    else
+      data.addCapture(std::move(capture.i32), capture.extents);
   }
 }
 

@@ -189,8 +189,16 @@ bool specHasCausalMask(const std::string &specText);
 /// 4·B·H·Sq·Sk·D floating-point operations, halved for causal masks.
 double forwardFlops(const AttnLaunchConfig &config, const Shape &shape, bool causal);
 
-/// Fills every capture `launch` declares from NAME=GENERATOR[@D0xD1...]
-/// options (attn-bench's --capture):
+/// A captured buffer's generated values, f32 or i32, and its extents.
+struct GeneratedCapture {
+  bool isFloat = true;
+  std::vector<float> f32;
+  std::vector<int32_t> i32;
+  std::vector<int64_t> extents;
+};
+
+/// Generates every capture `launch` declares, in order, from
+/// NAME=GENERATOR[@D0xD1...] options (attn-bench's --capture), on the host:
 ///   ramp:A,B        f32, element i (row-major) = A + B * i
 ///   normal:SIGMA    f32, seeded normal values
 ///   segments:LO,HI  i32, along the last extent runs of LO..HI equal ids
@@ -198,6 +206,10 @@ double forwardFlops(const AttnLaunchConfig &config, const Shape &shape, bool cau
 ///   bernoulli:P     i32, 1 with probability P (seeded)
 /// The shape follows the declaration; `?` extents come from @D0xD1. Throws
 /// attn::Error naming the capture for a missing or mismatched generator.
+std::vector<GeneratedCapture> generateCaptures(const AttnLaunchConfig &launch, const Shape &shape,
+                                               const std::vector<std::string> &captureOptions);
+
+/// Uploads generateCaptures' buffers to `data`.
 void addGeneratedCaptures(ForwardProblem &data, const AttnLaunchConfig &launch, const Shape &shape,
                           const std::vector<std::string> &captureOptions);
 
