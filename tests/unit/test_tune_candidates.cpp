@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include "attn/Compiler/Compiler.h"
+#include "attn/Compiler/Parallel.h"
 #include "attn/Compiler/TileConstraints.h"
 #include "attn/runtime/Error.h"
 
@@ -100,13 +101,7 @@ TEST_CASE("every tuning candidate assembles without spills and fits an sm_90 blo
     for (size_t i = next++; i < plans.size(); i = next++)
       outcomes[i] = checkCandidate(spec, plans[i]);
   };
-  unsigned threads = std::max(1u, std::thread::hardware_concurrency());
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t)
-    pool.emplace_back(worker);
-  worker();
-  for (std::thread &thread : pool)
-    thread.join();
+  attn::runOnThreads(std::max(1u, std::thread::hardware_concurrency()), worker);
 
   INFO("head dim " << headDim << ": " << plans.size() << " binaries for " << candidates.size()
                    << " candidates");

@@ -5,6 +5,7 @@
 #include "AttnHarness.h"
 #include "BackwardHarness.h"
 #include "attn/Compiler/Compiler.h"
+#include "attn/Compiler/Parallel.h"
 #include "attn/runtime/Error.h"
 #include "attn/runtime/Runtime.h"
 
@@ -78,13 +79,7 @@ void compileAll(const std::vector<Binary *> &binaries, const TuneOptions &option
   };
   unsigned threads = options.compileThreads ? options.compileThreads
                                             : std::max(1u, std::thread::hardware_concurrency());
-  threads = unsigned(std::min<size_t>(threads, binaries.size()));
-  std::vector<std::thread> pool;
-  for (unsigned i = 1; i < threads; ++i)
-    pool.emplace_back(worker);
-  worker();
-  for (std::thread &thread : pool)
-    thread.join();
+  runOnThreads(std::min<size_t>(threads, binaries.size()), worker);
 }
 
 /// Loads a compiled binary's module and kernels; a failure becomes its error.

@@ -8,6 +8,7 @@
 #include "attn/CodeGen/CudaEmitter.h"
 #include "attn/Compiler/Compiler.h"
 #include "attn/Compiler/KernelConfig.h"
+#include "attn/Compiler/Parallel.h"
 #include "attn/Compiler/SpecIR.h"
 #include "attn/Transforms/Passes.h"
 #include "attn/runtime/Driver.h"
@@ -21,11 +22,17 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
 #include <functional>
+#include <map>
 #include <mutex>
+#include <thread>
 
 #ifndef ATTNC_VERSION
 #error "ATTNC_VERSION must be defined by the build"
@@ -68,6 +75,35 @@ bool sameLaunch(const AttnLaunchConfig &a, const AttnLaunchConfig &b) {
 
 } // namespace
 
+/// "B,Sq,Sk", the form attn-tile's tuning-shape option reads.
+static std::string tuningShapeText(const TuningShape &shape) {
+  if (shape.batch <= 0 || shape.seqlenQ <= 0 || shape.seqlenK <= 0)
+    throw Error(fmt::format("shape: batch, seqlenQ and seqlenK must be positive, got {}, {}, {}",
+                            shape.batch, shape.seqlenQ, shape.seqlenK));
+  return formatTuningShape(shape);
+}
+
+/// CandidateTimer's default: two launches, then the median of five, each
+/// timed with events on `stream`.
+static double timeOnGpu(const Kernel &kernel, const AttnForwardArgs &args, CUstream stream) {
+  for (int i = 0; i < 2; ++i)
+    kernel.run(args, stream);
+  std::vector<float> times;
+  for (int i = 0; i < 5; ++i) {
+    Event start, end;
+    start.record(stream);
+    kernel.run(args, stream);
+    end.record(stream);
+    times.push_back(Event::elapsedMs(start, end));
+  }
+  std::nth_element(times.begin(), times.begin() + 2, times.end());
+  return times[2];
+}
+
+/// The heuristic's plan stays unless a first-use candidate beats it by more
+/// than this fraction (measurement noise).
+constexpr double kFirstUseNoiseFloor = 0.01;
+
 struct Compiler::Impl {
   JitOptions options;
   std::unique_ptr<DiskCache> disk;
@@ -95,6 +131,12 @@ struct Compiler::Impl {
       disk = std::make_unique<DiskCache>(std::move(diskOptions));
     if (!options.tuningDatabase)
       options.tuningDatabase = TuningDatabase::defaultPath();
+    if (options.firstUse.enabled) {
+      firstUseEnabled = *options.firstUse.enabled;
+    } else {
+      const char *autotune = std::getenv("ATTNC_AUTOTUNE");
+      firstUseEnabled = autotune && std::string_view(autotune) == "1";
+    }
     detail::prepareSpecContext(context);
 
     char templates[17];
@@ -112,10 +154,10 @@ struct Compiler::Impl {
   /// caller holds irMutex.
   PlannedKernel plan(mlir::ModuleOp module, mlir::attn::KernelOp op,
                      detail::DiagnosticCapture &diagnostics, const std::string &what,
-                     const std::string &tuningShape) {
+                     const std::string &tuningShape, const std::string &tileOverride) {
     CompileOptions planOptions;
     planOptions.arch = options.arch;
-    planOptions.tileOverride = options.tileOverride;
+    planOptions.tileOverride = tileOverride;
     planOptions.tuningDatabase = *options.tuningDatabase;
     planOptions.tuningShape = tuningShape;
     planOptions.planOnly = true;
@@ -253,16 +295,21 @@ struct Compiler::Impl {
     return kernel;
   }
 
-  std::string requestPrefix(char kind, const std::string &tuningShape) const {
-    return std::string(1, kind) + "\n" + options.arch + "\n" + options.tileOverride + "\n" +
+  std::string requestPrefix(char kind, const std::string &tuningShape,
+                            const std::string &tileOverride) const {
+    return std::string(1, kind) + "\n" + options.arch + "\n" + tileOverride + "\n" +
            tuningShape + "\n";
   }
 
-  /// A built spec's kernel: the forward, planned for `tuningShape`, or with
+  /// A built spec's kernel: the forward, planned for `tuningShape` under
+  /// `tileOverride` (JitOptions::tileOverride unless given), or with
   /// `backward` its backward module.
-  Kernel compileSpec(const Spec &spec, const std::string &tuningShape, bool backward = false) {
+  Kernel compileSpec(const Spec &spec, const std::string &tuningShape, bool backward = false,
+                     const std::optional<std::string> &tileOverride = std::nullopt) {
     spec.validate();
-    return compileRequest(requestPrefix(backward ? 'B' : 'S', tuningShape) + spec.fingerprint(),
+    const std::string override = tileOverride.value_or(options.tileOverride);
+    return compileRequest(requestPrefix(backward ? 'B' : 'S', tuningShape, override) +
+                              spec.fingerprint(),
                           [&] {
       std::lock_guard<std::mutex> lock(irMutex);
       detail::DiagnosticCapture diagnostics(context);
@@ -270,15 +317,17 @@ struct Compiler::Impl {
       mlir::attn::KernelOp op;
       mlir::OwningOpRef<mlir::ModuleOp> module = buildSpecModule(context, spec, diagnostics, what, op);
       return backward ? planBackwardKernel(*module, op, diagnostics, what)
-                      : plan(*module, op, diagnostics, what, tuningShape);
+                      : plan(*module, op, diagnostics, what, tuningShape, override);
     });
   }
 
   /// compileSpec for spec text.
   Kernel compileText(std::string_view specText, std::string_view bufferName,
-                     const std::string &tuningShape, bool backward = false) {
+                     const std::string &tuningShape, bool backward = false,
+                     const std::optional<std::string> &tileOverride = std::nullopt) {
     std::string text(specText);
-    return compileRequest(requestPrefix(backward ? 'b' : 'T', tuningShape) + text, [&] {
+    const std::string override = tileOverride.value_or(options.tileOverride);
+    return compileRequest(requestPrefix(backward ? 'b' : 'T', tuningShape, override) + text, [&] {
       std::lock_guard<std::mutex> lock(irMutex);
       detail::DiagnosticCapture diagnostics(context);
       std::string name(bufferName);
@@ -287,22 +336,125 @@ struct Compiler::Impl {
       mlir::attn::KernelOp op = detail::singleKernel(*module);
       return backward ? planBackwardKernel(*module, op, diagnostics,
                                            "compiling the backward of " + name + " failed")
-                      : plan(*module, op, diagnostics, "compiling " + name + " failed", tuningShape);
+                      : plan(*module, op, diagnostics, "compiling " + name + " failed", tuningShape,
+                             override);
     });
   }
+
+  /// compileFor: the kernel for `args`' shape, tuned first when first-use
+  /// tuning is on and the bucket has no record. `specText` is the spec's
+  /// text (its tuning key); `compileWith(override, shape)` compiles it.
+  Kernel compileForArgs(const std::string &specText,
+                        const std::function<Kernel(const std::optional<std::string> &,
+                                                   const std::string &)> &compileWith,
+                        const AttnForwardArgs &args, CUstream stream);
+
+  bool firstUseEnabled = false;
+  // The buckets this Compiler tuned (spec hash and bucket -> override), so
+  // that a database it cannot write does not make every call tune again;
+  // tuningMutex keeps two calls from tuning one bucket at once.
+  std::mutex tuningMutex;
+  std::map<std::string, std::string> tunedHere;
+  std::atomic<uint64_t> firstUseTunings{0}, firstUseMicroseconds{0};
 };
+
+Kernel Compiler::Impl::compileForArgs(
+    const std::string &specText,
+    const std::function<Kernel(const std::optional<std::string> &, const std::string &)>
+        &compileWith,
+    const AttnForwardArgs &args, CUstream stream) {
+  const TuningShape shape{args.q.batch(), args.q.seqlen(), args.k.seqlen()};
+  const std::string shapeText = tuningShapeText(shape);
+  if (!firstUseEnabled || !options.tileOverride.empty())
+    return compileWith(std::nullopt, shapeText);
+  const SpecTuningKey key = tuningKeyOfSpec(specText, "spec");
+  if (key.linearFamily)
+    return compileWith(std::nullopt, shapeText);
+  const ShapeBucket bucket = ShapeBucket::of(shape, key.qHeads);
+  const std::string tunedKey = key.specHash + " " + bucket.str();
+  std::lock_guard<std::mutex> lock(tuningMutex);
+  if (auto tuned = tunedHere.find(tunedKey); tuned != tunedHere.end())
+    return compileWith(tuned->second, shapeText);
+  TuningDatabase database(*options.tuningDatabase);
+  if (!database.path().empty()) {
+    std::optional<TuningRecord> record = database.lookup(key.specHash, options.arch, bucket);
+    if (record && record->bucket == bucket)
+      return compileWith(std::nullopt, shapeText);
+  }
+
+  const auto began = std::chrono::steady_clock::now();
+  auto secondsSince = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  };
+  TileProblem problem = key.problem;
+  problem.keyLength = shape.seqlenK;
+  const std::vector<TileConfig> candidates =
+      firstUseCandidates(problem, std::max<size_t>(1, options.firstUse.candidates));
+  // NVRTC runs outside irMutex, so the candidates compile side by side.
+  std::vector<std::optional<Kernel>> kernels(candidates.size());
+  std::vector<std::string> failures(candidates.size());
+  {
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t i = next++; i < candidates.size(); i = next++) {
+        try {
+          kernels[i] = compileWith(formatTileOverride(candidates[i]), shapeText);
+        } catch (const Error &error) {
+          failures[i] = error.what();
+        }
+      }
+    };
+    runOnThreads(
+        std::min<size_t>(candidates.size(), std::max(1u, std::thread::hardware_concurrency())),
+        work);
+  }
+  if (!kernels.front())
+    throw Error(fmt::format("first-use tuning: the heuristic's plan for shape {} does not "
+                            "compile: {}",
+                            shapeText, failures.front()));
+
+  const CandidateTimer &timer = options.firstUse.timer ? options.firstUse.timer : timeOnGpu;
+  std::vector<double> milliseconds(candidates.size(), 0);
+  size_t best = 0, timed = 0;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (!kernels[i])
+      continue;
+    if (timed >= 2 && secondsSince() > options.firstUse.budgetSeconds)
+      break;
+    milliseconds[i] = timer(*kernels[i], args, stream);
+    ++timed;
+    if (milliseconds[i] < milliseconds[best])
+      best = i;
+  }
+  if (milliseconds[0] <= milliseconds[best] * (1 + kFirstUseNoiseFloor))
+    best = 0;
+  const std::string winner = formatTileOverride(candidates[best]);
+  tunedHere[tunedKey] = winner;
+  if (!database.path().empty()) {
+    TuningRecord record;
+    record.specHash = key.specHash;
+    record.arch = options.arch;
+    record.bucket = bucket;
+    record.config = winner;
+    record.milliseconds = milliseconds[best];
+    record.device = Driver::available() ? queryDevice().name : "";
+    record.unixSeconds = static_cast<int64_t>(std::time(nullptr));
+    try {
+      database.record(record);
+    } catch (const Error &error) {
+      // This Compiler keeps the plan (tunedHere); later processes tune again.
+      std::fprintf(stderr, "attnc: first-use tuning: %s\n", error.what());
+    }
+  }
+  ++firstUseTunings;
+  firstUseMicroseconds += static_cast<uint64_t>(secondsSince() * 1e6);
+  return *kernels[best];
+}
 
 Compiler::Compiler(JitOptions options) : impl(std::make_unique<Impl>(std::move(options))) {}
 
 Compiler::~Compiler() = default;
 
-/// "B,Sq,Sk", the form attn-tile's tuning-shape option reads.
-static std::string tuningShapeText(const TuningShape &shape) {
-  if (shape.batch <= 0 || shape.seqlenQ <= 0 || shape.seqlenK <= 0)
-    throw Error(fmt::format("shape: batch, seqlenQ and seqlenK must be positive, got {}, {}, {}",
-                            shape.batch, shape.seqlenQ, shape.seqlenK));
-  return formatTuningShape(shape);
-}
 
 Kernel Compiler::compile(const Spec &spec) { return impl->compileSpec(spec, ""); }
 
@@ -317,6 +469,26 @@ Kernel Compiler::compile(const Spec &spec, const TuningShape &shape) {
 Kernel Compiler::compile(std::string_view specText, std::string_view bufferName,
                          const TuningShape &shape) {
   return impl->compileText(specText, bufferName, tuningShapeText(shape));
+}
+
+Kernel Compiler::compileFor(const Spec &spec, const AttnForwardArgs &args, CUstream stream) {
+  spec.validate();
+  return impl->compileForArgs(
+      printSpec(spec),
+      [&](const std::optional<std::string> &override, const std::string &shape) {
+        return impl->compileSpec(spec, shape, /*backward=*/false, override);
+      },
+      args, stream);
+}
+
+Kernel Compiler::compileFor(std::string_view specText, std::string_view bufferName,
+                            const AttnForwardArgs &args, CUstream stream) {
+  return impl->compileForArgs(
+      std::string(specText),
+      [&](const std::optional<std::string> &override, const std::string &shape) {
+        return impl->compileText(specText, bufferName, shape, /*backward=*/false, override);
+      },
+      args, stream);
 }
 
 Kernel Compiler::compileBackward(const Spec &spec) {
@@ -368,6 +540,8 @@ JitStats Compiler::stats() const {
   stats.memoryHits = impl->memoryHits;
   stats.diskHits = impl->diskHits;
   stats.compiles = impl->compiles;
+  stats.firstUseTunings = impl->firstUseTunings;
+  stats.firstUseSeconds = double(impl->firstUseMicroseconds) * 1e-6;
   return stats;
 }
 

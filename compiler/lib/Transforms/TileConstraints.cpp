@@ -6,6 +6,7 @@
 #include "attn_params.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cctype>
 #include <cstdlib>
 #include <sstream>
@@ -435,6 +436,36 @@ std::vector<TileConfig> enumerateTileCandidates(const TileProblem &problem,
             if (!checkTileLegality(problem, config))
               candidates.push_back(config);
           }
+  return candidates;
+}
+
+std::vector<TileConfig> firstUseCandidates(const TileProblem &problem, size_t count) {
+  const TileConfig heuristic = defaultTileConfig(problem);
+  // Until a cost model is fitted to tuning data, the plans nearest the
+  // heuristic's: a step of a field costs as much as the tuned grid's
+  // winners were seen to move it (block_n by powers of two and the
+  // consumer count most, stages, chains and the grid policy least).
+  auto distance = [&](const TileConfig &c) {
+    return 2.0 * (c.consumerWarpgroups != heuristic.consumerWarpgroups) +
+           2.0 * std::abs(std::log2(double(c.blockN) / heuristic.blockN)) +
+           0.5 * std::abs(c.stages - heuristic.stages) +
+           0.5 * (c.softmaxChains != heuristic.softmaxChains) +
+           0.5 * (c.persistentBlocksPerSm != heuristic.persistentBlocksPerSm);
+  };
+  std::vector<TileConfig> others;
+  for (const TileConfig &config : enumerateTileCandidates(problem))
+    if (!(config == heuristic))
+      others.push_back(config);
+  std::sort(others.begin(), others.end(), [&](const TileConfig &a, const TileConfig &b) {
+    const double da = distance(a), db = distance(b);
+    return da != db ? da < db : formatTileOverride(a) < formatTileOverride(b);
+  });
+  std::vector<TileConfig> candidates{heuristic};
+  for (const TileConfig &config : others) {
+    if (candidates.size() >= count)
+      break;
+    candidates.push_back(config);
+  }
   return candidates;
 }
 

@@ -26,6 +26,7 @@
 #include "attn/runtime/TuningDatabase.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,6 +42,29 @@ enum class SpecPrinting {
   AsBuilt,
 };
 
+/// Times one candidate kernel of first-use tuning on a call's arguments, in
+/// milliseconds (Compiler::compileFor). The default launches it on the GPU;
+/// tests give their own.
+using CandidateTimer =
+    std::function<double(const Kernel &kernel, const AttnForwardArgs &args, CUstream stream)>;
+
+/// Autotuning on first use (Compiler::compileFor): the first call of a
+/// shape bucket that the tuning database lacks compiles the heuristic's
+/// plan and its nearest neighbours (firstUseCandidates) on CPU threads,
+/// times them on the call's arguments, records the fastest in the database
+/// (later processes read it) and returns its kernel.
+struct FirstUseTuning {
+  /// Unset: on when the environment's ATTNC_AUTOTUNE is 1.
+  std::optional<bool> enabled;
+  /// Plans compiled and timed, the heuristic's first.
+  size_t candidates = 8;
+  /// Once this many seconds have passed since tuning began, no further
+  /// candidate is timed (the heuristic and one other always are).
+  double budgetSeconds = 10;
+  /// Unset: 2 launches, then the median of 5 timed with events.
+  CandidateTimer timer;
+};
+
 struct JitOptions {
   /// Target architecture (sm_90a is the only one the templates support).
   std::string arch = "sm_90a";
@@ -54,6 +78,8 @@ struct JitOptions {
   /// The disk cache. Unset: DiskCacheOptions::fromEnvironment() when the
   /// Compiler is constructed. An empty directory turns the disk cache off.
   std::optional<DiskCacheOptions> diskCache;
+  /// compileFor's autotuning on first use.
+  FirstUseTuning firstUse;
 };
 
 /// Where compile() found its kernels since the Compiler was made.
@@ -62,6 +88,10 @@ struct JitStats {
   uint64_t diskHits = 0;
   /// Kernels compiled with NVRTC.
   uint64_t compiles = 0;
+  /// Shape buckets tuned on first use, and the time that took (the extra
+  /// time of their first calls).
+  uint64_t firstUseTunings = 0;
+  double firstUseSeconds = 0;
 };
 
 class Compiler {
@@ -86,6 +116,17 @@ public:
   Kernel compile(const Spec &spec, const TuningShape &shape);
   Kernel compile(std::string_view specText, std::string_view bufferName,
                  const TuningShape &shape);
+
+  /// The kernel for a call with these arguments: compile(spec, shape) at the
+  /// shape of q and k. With first-use tuning on (JitOptions::firstUse), no
+  /// tile override, and no record of the shape's bucket in the tuning
+  /// database, it tunes the bucket first: its candidates run on these
+  /// arguments (reading q, k, v and the captures, writing o and lse, which
+  /// the call's own launch then overwrites) on `stream`. Linear attention
+  /// and retention have one plan: nothing to tune.
+  Kernel compileFor(const Spec &spec, const AttnForwardArgs &args, CUstream stream = nullptr);
+  Kernel compileFor(std::string_view specText, std::string_view bufferName,
+                    const AttnForwardArgs &args, CUstream stream = nullptr);
 
   /// The backward module of a spec (Kernel::runBackward launches it), from
   /// the same caches as compile(): memory, disk, then NVRTC. Its plan is

@@ -320,6 +320,12 @@ struct TileSearchSpace {
 std::vector<TileConfig> enumerateTileCandidates(
     const TileProblem &problem, const TileSearchSpace &space = {});
 
+/// The plans first-use tuning compiles and times (Compiler::compileFor),
+/// at most `count`: defaultTileConfig(problem) first, then the candidates
+/// of enumerateTileCandidates nearest it (block_n and the consumer count
+/// weigh most; ties in override order).
+std::vector<TileConfig> firstUseCandidates(const TileProblem &problem, size_t count);
+
 /// Every legal backward plan for `problem` (checkBackwardTileLegality), in
 /// the order (consumer warpgroups, block_m, stages, consumer registers):
 /// 1 or 2 consumer warpgroups with block_n = 64 x consumers, block_m 64 or
