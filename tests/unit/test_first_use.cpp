@@ -6,6 +6,7 @@
 // budget are pinned too. Needs no GPU: the fake timer launches nothing.
 #include "attn/Compiler/Compiler.h"
 #include "attn/Compiler/Jit.h"
+#include "attn/Compiler/Spec.h"
 #include "attn/runtime/Error.h"
 
 #include "TestSupport.h"
@@ -22,7 +23,8 @@ const char *kSpec = "attn.kernel @first_use problem = #attn.problem<q_heads = 8,
                     "head_dim = 128, element_type = bf16> mask = #attn.causal<bottom_right> "
                     "normalizer = #attn.softmax\n";
 
-/// Arguments of the shape only: compileFor reads their shapes, and the fake
+/// Arguments checked as a launch's are (shapes, strides, alignment), with
+/// pointers nothing reads: compileFor reads their shapes, and the fake
 /// timer launches nothing.
 AttnForwardArgs argsOfShape(int64_t batch, int64_t seqlenQ, int64_t seqlenK) {
   AttnForwardArgs args;
@@ -31,6 +33,15 @@ AttnForwardArgs argsOfShape(int64_t batch, int64_t seqlenQ, int64_t seqlenK) {
     args.q.shape[d] = args.o.shape[d] = q[d];
     args.k.shape[d] = args.v.shape[d] = kv[d];
   }
+  // Aligned stand-ins for device pointers: nothing dereferences them.
+  uintptr_t address = 0x100000;
+  for (TensorView *view : {&args.q, &args.k, &args.v, &args.o}) {
+    view->data = reinterpret_cast<void *>(address += 0x100000);
+    view->strides[3] = 1;
+    for (int d = 2; d >= 0; --d)
+      view->strides[d] = view->strides[d + 1] * view->shape[d + 1];
+  }
+  args.lse = reinterpret_cast<float *>(address += 0x100000);
   return args;
 }
 
@@ -174,6 +185,14 @@ TEST_CASE("first-use tuning is off unless asked for, and never overrides a given
   fromEnvironment.compileFor(kSpec, "spec", argsOfShape(2, 1024, 1024));
   CHECK(fake.calls == 2);
 
+  // A decode call takes the short-query path, which the forward's plan does
+  // not run: nothing to tune.
+  FakeTimer decode{{1.0, 0.5}};
+  Compiler decoding(firstUseOptions(dir.path + "/decode.tsv", decode, 2));
+  decoding.compileFor(kSpec, "spec", argsOfShape(2, 1, 4096));
+  CHECK(decode.calls == 0);
+  CHECK(decoding.stats().firstUseTunings == 0);
+
   FakeTimer forced{{1.0, 0.5}};
   JitOptions given = firstUseOptions(dir.path + "/given.tsv", forced, 2);
   given.tileOverride = "block_n=64";
@@ -182,4 +201,60 @@ TEST_CASE("first-use tuning is off unless asked for, and never overrides a given
   CHECK(forced.calls == 0);
   CHECK(kernel.launchConfig().blockN == 64);
   CHECK(TuningDatabase(dir.path + "/given.tsv").records().empty());
+}
+
+TEST_CASE("first-use tuning of a built spec records under the key attn-tile looks up",
+          "[jit][first-use]") {
+  // The builder's form of kSpec: its record must reach a later compile of
+  // the built spec (the hash of its printed text is attn-tile's).
+  const Spec spec = SpecBuilder("first_use").heads(8, 2).headDim(128).causal(
+      CausalAlign::BottomRight);
+  test::TempDir dir;
+  const std::string database = dir.path + "/tuning.tsv";
+  const std::vector<TileConfig> candidates = candidatesAt({4, 2048, 2048}, 3);
+  FakeTimer fake{{1.0, 0.6, 0.8}};
+  Compiler compiler(firstUseOptions(database, fake, 3));
+  const Kernel tuned = compiler.compileFor(spec, argsOfShape(4, 2048, 2048));
+  CHECK(fake.calls == 3);
+  CHECK(tuned.image().ptx == ptxOf(candidates[1], {4, 2048, 2048}));
+
+  FakeTimer later{{}};
+  Compiler next(firstUseOptions(database, later, 3));
+  CHECK(next.compileFor(spec, argsOfShape(4, 2048, 2048)).image().ptx == tuned.image().ptx);
+  CHECK(later.calls == 0);
+}
+
+TEST_CASE("a neighbour whose timing fails or gives no time is left out", "[jit][first-use]") {
+  test::TempDir dir;
+  const std::vector<TileConfig> candidates = candidatesAt({2, 2048, 2048}, 4);
+  size_t calls = 0;
+  JitOptions options;
+  options.diskCache = DiskCacheOptions{};
+  options.tuningDatabase = dir.path + "/tuning.tsv";
+  options.firstUse.enabled = true;
+  options.firstUse.candidates = 4;
+  // The heuristic 1.0; the second throws, the third reports 0 (no time),
+  // the fourth 0.9: the fourth wins.
+  options.firstUse.timer = [&](const Kernel &, const AttnForwardArgs &, CUstream) -> double {
+    switch (calls++) {
+    case 0: return 1.0;
+    case 1: throw Error("launch failed");
+    case 2: return 0.0;
+    default: return 0.9;
+    }
+  };
+  Compiler compiler(options);
+  const Kernel kernel = compiler.compileFor(kSpec, "spec", argsOfShape(2, 2048, 2048));
+  CHECK(calls == 4);
+  CHECK(kernel.image().ptx == ptxOf(candidates[3], {2, 2048, 2048}));
+
+  // The heuristic's own failure is the call's: it propagates.
+  JitOptions failing = options;
+  failing.tuningDatabase = dir.path + "/other.tsv";
+  failing.firstUse.timer = [](const Kernel &, const AttnForwardArgs &, CUstream) -> double {
+    throw Error("launch failed");
+  };
+  Compiler broken(failing);
+  CHECK_THROWS_WITH(broken.compileFor(kSpec, "spec", argsOfShape(2, 2048, 2048)),
+                    "launch failed");
 }

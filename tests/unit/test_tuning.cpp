@@ -811,3 +811,32 @@ TEST_CASE("backward tile candidates: none without a backward kernel", "[tuning][
   CHECK(checkBackwardTileLegality(problem, backwardTileConfig(problem)));
   CHECK(enumerateBackwardTileCandidates(problem).empty());
 }
+
+TEST_CASE("an override of one register count leaves the other what the launch holds",
+          "[tuning][candidates]") {
+  // A kernel with staged score_mod diagonals at head dim 128: 232 / 40.
+  TileProblem problem{128, /*elementBytes=*/2};
+  problem.hasScoreMod = true;
+  problem.scoreDiagonals = 1;
+  const TileConfig heuristic = defaultTileConfig(problem);
+  REQUIRE((heuristic.consumerRegisters == 232 && heuristic.producerRegisters == 40));
+  auto withOverride = [&](const std::string &text) {
+    TileOverride override;
+    REQUIRE_FALSE(parseTileOverride(text, override));
+    return applyTileOverride(problem, heuristic, override);
+  };
+  // 240 for the consumers leaves the producers 24 of the 168 x 384.
+  TileConfig consumers = withOverride("consumer_registers=240");
+  CHECK((consumers.consumerRegisters == 240 && consumers.producerRegisters == 24));
+  CHECK_FALSE(checkTileLegality(problem, consumers));
+  // 56 for the producers leaves the consumers 224.
+  TileConfig producers = withOverride("producer_registers=56");
+  CHECK((producers.consumerRegisters == 224 && producers.producerRegisters == 56));
+  CHECK_FALSE(checkTileLegality(problem, producers));
+  // Three consumers from two: 160 each, and the producers the 32 left.
+  TileConfig three = withOverride("consumer_warpgroups=3,block_n=64");
+  CHECK((three.consumerRegisters == 160 && three.producerRegisters == 32));
+  // Both given: as given.
+  TileConfig both = withOverride("consumer_registers=224,producer_registers=24");
+  CHECK((both.consumerRegisters == 224 && both.producerRegisters == 24));
+}

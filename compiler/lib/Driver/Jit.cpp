@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -342,9 +343,9 @@ struct Compiler::Impl {
   }
 
   /// compileFor: the kernel for `args`' shape, tuned first when first-use
-  /// tuning is on and the bucket has no record. `specText` is the spec's
+  /// tuning is on and the bucket has no record. `specText` gives the spec's
   /// text (its tuning key); `compileWith(override, shape)` compiles it.
-  Kernel compileForArgs(const std::string &specText,
+  Kernel compileForArgs(const std::function<std::string()> &specText,
                         const std::function<Kernel(const std::optional<std::string> &,
                                                    const std::string &)> &compileWith,
                         const AttnForwardArgs &args, CUstream stream);
@@ -355,31 +356,56 @@ struct Compiler::Impl {
   // tuningMutex keeps two calls from tuning one bucket at once.
   std::mutex tuningMutex;
   std::map<std::string, std::string> tunedHere;
+  std::map<std::string, SpecTuningKey> tuningKeys; // by spec text
   std::atomic<uint64_t> firstUseTunings{0}, firstUseMicroseconds{0};
 };
 
+/// The shape a call's plan is for: a packed call's batch and longest
+/// sequences, a paged call's longest key length.
+static TuningShape callShape(const AttnForwardArgs &args) {
+  if (args.packed.active())
+    return {args.packed.batch, args.packed.maxSeqlenQ, args.packed.maxSeqlenK};
+  if (args.paged.active())
+    return {args.q.batch(), args.q.seqlen(), args.paged.maxSeqlenK};
+  return {args.q.batch(), args.q.seqlen(), args.k.seqlen()};
+}
+
 Kernel Compiler::Impl::compileForArgs(
-    const std::string &specText,
+    const std::function<std::string()> &specText,
     const std::function<Kernel(const std::optional<std::string> &, const std::string &)>
         &compileWith,
     const AttnForwardArgs &args, CUstream stream) {
-  const TuningShape shape{args.q.batch(), args.q.seqlen(), args.k.seqlen()};
+  const TuningShape shape = callShape(args);
   const std::string shapeText = tuningShapeText(shape);
   if (!firstUseEnabled || !options.tileOverride.empty())
     return compileWith(std::nullopt, shapeText);
-  const SpecTuningKey key = tuningKeyOfSpec(specText, "spec");
-  if (key.linearFamily)
-    return compileWith(std::nullopt, shapeText);
+  std::lock_guard<std::mutex> lock(tuningMutex);
+  const std::string text = specText();
+  auto known = tuningKeys.find(text);
+  if (known == tuningKeys.end())
+    known = tuningKeys.emplace(text, tuningKeyOfSpec(text, "spec")).first;
+  const SpecTuningKey &key = known->second;
+  // Linear attention has one plan; a call the short-query path takes (every
+  // paged one) does not run the forward kernel's plan.
+  Kernel heuristic = compileWith(std::nullopt, shapeText);
+  const int multiprocessors = Driver::available() ? queryDevice().multiprocessorCount
+                                                  : int(kReferenceMultiprocessors);
+  if (key.linearFamily || args.paged.active() ||
+      shortQueryPlanFor(heuristic.launchConfig(), args, multiprocessors).splits > 0)
+    return heuristic;
   const ShapeBucket bucket = ShapeBucket::of(shape, key.qHeads);
   const std::string tunedKey = key.specHash + " " + bucket.str();
-  std::lock_guard<std::mutex> lock(tuningMutex);
+  // An empty plan: the database has the bucket's record, which attn-tile
+  // takes.
   if (auto tuned = tunedHere.find(tunedKey); tuned != tunedHere.end())
-    return compileWith(tuned->second, shapeText);
+    return tuned->second.empty() ? heuristic : compileWith(tuned->second, shapeText);
   TuningDatabase database(*options.tuningDatabase);
   if (!database.path().empty()) {
     std::optional<TuningRecord> record = database.lookup(key.specHash, options.arch, bucket);
-    if (record && record->bucket == bucket)
-      return compileWith(std::nullopt, shapeText);
+    if (record && record->bucket == bucket) {
+      tunedHere[tunedKey] = "";
+      return heuristic;
+    }
   }
 
   const auto began = std::chrono::steady_clock::now();
@@ -390,17 +416,16 @@ Kernel Compiler::Impl::compileForArgs(
   problem.keyLength = shape.seqlenK;
   const std::vector<TileConfig> candidates =
       firstUseCandidates(problem, std::max<size_t>(1, options.firstUse.candidates));
-  // NVRTC runs outside irMutex, so the candidates compile side by side.
+  // NVRTC runs outside irMutex, so the candidates compile side by side. A
+  // candidate that does not compile is left out.
   std::vector<std::optional<Kernel>> kernels(candidates.size());
-  std::vector<std::string> failures(candidates.size());
   {
     std::atomic<size_t> next{0};
     auto work = [&] {
       for (size_t i = next++; i < candidates.size(); i = next++) {
         try {
           kernels[i] = compileWith(formatTileOverride(candidates[i]), shapeText);
-        } catch (const Error &error) {
-          failures[i] = error.what();
+        } catch (const std::exception &) {
         }
       }
     };
@@ -409,19 +434,31 @@ Kernel Compiler::Impl::compileForArgs(
         work);
   }
   if (!kernels.front())
-    throw Error(fmt::format("first-use tuning: the heuristic's plan for shape {} does not "
-                            "compile: {}",
-                            shapeText, failures.front()));
+    throw Error(fmt::format("first-use tuning: the heuristic's plan {} does not compile for "
+                            "shape {}",
+                            formatTileOverride(candidates.front()), shapeText));
 
+  // The heuristic's time is the call's own risk: its error propagates. A
+  // neighbour that fails, or reports no positive time, is left out.
   const CandidateTimer &timer = options.firstUse.timer ? options.firstUse.timer : timeOnGpu;
   std::vector<double> milliseconds(candidates.size(), 0);
-  size_t best = 0, timed = 0;
-  for (size_t i = 0; i < candidates.size(); ++i) {
+  milliseconds[0] = timer(*kernels[0], args, stream);
+  if (!(milliseconds[0] > 0) || !std::isfinite(milliseconds[0]))
+    throw Error(fmt::format("first-use tuning: the timer gave {} ms for the heuristic's plan",
+                            milliseconds[0]));
+  size_t best = 0, timed = 1;
+  for (size_t i = 1; i < candidates.size(); ++i) {
     if (!kernels[i])
       continue;
     if (timed >= 2 && secondsSince() > options.firstUse.budgetSeconds)
       break;
-    milliseconds[i] = timer(*kernels[i], args, stream);
+    try {
+      milliseconds[i] = timer(*kernels[i], args, stream);
+    } catch (const Error &) {
+      continue;
+    }
+    if (!(milliseconds[i] > 0) || !std::isfinite(milliseconds[i]))
+      continue;
     ++timed;
     if (milliseconds[i] < milliseconds[best])
       best = i;
@@ -474,7 +511,7 @@ Kernel Compiler::compile(std::string_view specText, std::string_view bufferName,
 Kernel Compiler::compileFor(const Spec &spec, const AttnForwardArgs &args, CUstream stream) {
   spec.validate();
   return impl->compileForArgs(
-      printSpec(spec),
+      [&] { return printSpec(spec); },
       [&](const std::optional<std::string> &override, const std::string &shape) {
         return impl->compileSpec(spec, shape, /*backward=*/false, override);
       },
@@ -484,7 +521,7 @@ Kernel Compiler::compileFor(const Spec &spec, const AttnForwardArgs &args, CUstr
 Kernel Compiler::compileFor(std::string_view specText, std::string_view bufferName,
                             const AttnForwardArgs &args, CUstream stream) {
   return impl->compileForArgs(
-      std::string(specText),
+      [&] { return std::string(specText); },
       [&](const std::optional<std::string> &override, const std::string &shape) {
         return impl->compileText(specText, bufferName, shape, /*backward=*/false, override);
       },

@@ -44,11 +44,10 @@ int leftoverProducerRegisters(const TileConfig &config, int most) {
 }
 
 /// Gives `config` `count` consumer warpgroups: one 64-row WGMMA slice of Q
-/// each, and the register split that fits them.
-void setConsumerWarpgroups(const TileProblem &problem, TileConfig &config, int count) {
+/// each (defaultTileConfig fits the registers once the plan is complete).
+void setConsumerWarpgroups(TileConfig &config, int count) {
   config.consumerWarpgroups = count;
   config.blockM = kWgmmaM * count;
-  fitForwardRegisters(problem, config);
 }
 } // namespace
 
@@ -80,7 +79,7 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
   config.producerWarpgroups = 1;
   config.producerRegisters = 24;
   config.stages = 2;
-  setConsumerWarpgroups(problem, config, problem.headDim <= 64 ? 3 : 2);
+  setConsumerWarpgroups(config, problem.headDim <= 64 ? 3 : 2);
   config.blockN = problem.headDim <= 128 ? 128 : 80;
   // Stored key bits take a stage's words beside each K tile: with 80-key
   // tiles at head dim 256 they pass the shared-memory limit by 2 KB.
@@ -124,7 +123,7 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
   // morning, which found them 2.3 % slower at 2048 keys).
   if (problem.headDim == 64 && plainCausal && problem.keyLength > kShortCausalMaxKeys &&
       problem.keyLength <= kMediumCausalMaxKeys) {
-    setConsumerWarpgroups(problem, config, 2);
+    setConsumerWarpgroups(config, 2);
     config.stages = 3;
   }
   // Causal score_mods too (same-command A/B on H100, 2026-11-26, B = 2, S =
@@ -151,11 +150,12 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
   // causal and unmasked kernels were measured; the plan replaces every
   // other rule's.
   if (problem.headDim == 128 && problem.fixedSoftmaxBase) {
-    setConsumerWarpgroups(problem, config, 3);
+    setConsumerWarpgroups(config, 3);
     config.blockN = 64;
     config.stages = 4;
     config.softmaxChains = 2;
   }
+  fitForwardRegisters(problem, config);
   return config;
 }
 
@@ -185,14 +185,26 @@ TileConfig applyTileOverride(const TileProblem &problem, const TileConfig &base,
     config.consumerWarpgroups = *override.blockM / kWgmmaM;
   if (override.consumerWarpgroups && !override.blockM)
     config.blockM = kWgmmaM * *override.consumerWarpgroups;
-  // The register split follows the plan unless given; a given consumer
-  // count leaves the producers what they had.
+  // The register split follows the plan unless given. One count given:
+  // the other is the plan's where the launch holds both, else what the
+  // launch leaves it (a multiple of 8).
   TileConfig fitted = config;
   fitForwardRegisters(problem, fitted);
-  if (!override.consumerRegisters)
+  const int64_t launch = launchRegistersPerBlock(config);
+  const int64_t consumerThreads = int64_t(kThreadsPerWarpgroup) * config.consumerWarpgroups;
+  const int64_t producerThreads = int64_t(kThreadsPerWarpgroup) * config.producerWarpgroups;
+  if (!override.consumerRegisters && !override.producerRegisters) {
     config.consumerRegisters = fitted.consumerRegisters;
-  if (!override.producerRegisters && !override.consumerRegisters)
     config.producerRegisters = fitted.producerRegisters;
+  } else if (!override.producerRegisters) {
+    const int64_t left = (launch - consumerThreads * config.consumerRegisters) / producerThreads;
+    config.producerRegisters =
+        static_cast<int>(std::min<int64_t>(fitted.producerRegisters, left / 8 * 8));
+  } else if (!override.consumerRegisters) {
+    const int64_t left = (launch - producerThreads * config.producerRegisters) / consumerThreads;
+    config.consumerRegisters =
+        static_cast<int>(std::min<int64_t>(fitted.consumerRegisters, left / 8 * 8));
+  }
   return config;
 }
 

@@ -192,8 +192,9 @@ constexpr int64_t kWideCausalMinKeys = 8192;
 
 /// Applies `override` on top of `base`. When block_m is given without
 /// consumer_warpgroups the latter becomes block_m / 64, and vice versa; the
-/// register split follows the plan (fitForwardRegisters) unless either
-/// count is given.
+/// register split follows the plan (fitForwardRegisters) unless a count
+/// is given; with one given, the other is the plan's where the launch holds
+/// both, else what the launch leaves it.
 TileConfig applyTileOverride(const TileProblem &problem, const TileConfig &base,
                              const TileOverride &override);
 
