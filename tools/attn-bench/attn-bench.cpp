@@ -35,6 +35,9 @@
 //       first) and prints both.
 //   attn-bench --linear-backward-grid
 //       the linear family's backward beside its forward (BackwardBench.h).
+//   attn-bench spec.mlir ... --first-use
+//       also compiles the spec through the JIT with first-use tuning and
+//       prints the tuning's time, the plan it chose and that plan's time.
 //   attn-bench --plan-set=tools/plan-set/points.txt [--plan-set-points=A,B]
 //       [--plan-set-data=FILE.tsv]
 //       tunes every point of the plan set and prints the default plan beside
@@ -55,6 +58,7 @@
 #include "PlanSetBench.h"
 #include "DecodeBench.h"
 #include "attn/Compiler/Compiler.h"
+#include "attn/Compiler/Jit.h"
 #include "attn/Reference/LinearAttention.h"
 
 #include "llvm/Support/CommandLine.h"
@@ -126,6 +130,13 @@ cl::opt<int> linearSegments(
     cl::desc("Linear attention / retention: split the sequence into this many segments "
              "(1: none; default: the runtime's choice)"),
     cl::init(0));
+
+cl::opt<bool> firstUse(
+    "first-use",
+    cl::desc("Also compile the spec through the JIT with first-use tuning (Compiler::compileFor) "
+             "into a fresh tuning database, and print its time, the plan it chose and that "
+             "kernel's time beside the heuristic's"),
+    cl::init(false));
 
 cl::opt<std::string> planSet(
     "plan-set",
@@ -477,6 +488,49 @@ int runPackedSpec(Loaded &kernel, const std::string &spec) {
   return 0;
 }
 
+/// --first-use: the JIT's first-use tuning of the spec at these arguments
+/// (a fresh database in a temporary directory, no disk cache), its time and
+/// plan, and the chosen kernel's time beside `heuristicMs`.
+void runFirstUse(const std::string &spec, const attn::AttnForwardArgs &args, double heuristicMs) {
+  SmallString<128> directory;
+  if (sys::fs::createUniqueDirectory("attn-first-use", directory))
+    throw attn::Error("--first-use: cannot create a temporary directory");
+  attn::JitOptions options;
+  options.diskCache = attn::DiskCacheOptions{};
+  options.tuningDatabase = (directory + "/tuning.tsv").str();
+  options.firstUse.enabled = true;
+  attn::Compiler compiler(options);
+  // The JIT kernel builds its own work order; the coverage and workspace
+  // attn-bench built are the heuristic plan's.
+  attn::AttnForwardArgs call = args;
+  call.tileCoverage = nullptr;
+  call.tileKeyBits = nullptr;
+  call.workOrder = nullptr;
+  call.workspace = nullptr;
+  call.workspaceBytes = 0;
+  const attn::Kernel chosen = compiler.compileFor(spec, specFile, call);
+  const attn::AttnLaunchConfig &launch = chosen.launchConfig();
+  const attn::JitStats stats = compiler.stats();
+  std::vector<float> times;
+  for (int i = 0; i < warmup; ++i)
+    chosen.run(call);
+  for (int i = 0; i < repeats; ++i) {
+    attn::Event start, end;
+    start.record(nullptr);
+    chosen.run(call);
+    end.record(nullptr);
+    times.push_back(attn::Event::elapsedMs(start, end));
+  }
+  std::sort(times.begin(), times.end());
+  const double ms = times[times.size() / 2];
+  std::printf("first-use tuning: %.2f s (%llu bucket tuned), plan %dx%d%s: %.3f ms against the "
+              "heuristic's %.3f (%.3f x its speed)\n",
+              stats.firstUseSeconds, (unsigned long long)stats.firstUseTunings, launch.blockM,
+              launch.blockN, launch.persistentBlocksPerSm ? " persistent" : "", ms, heuristicMs,
+              heuristicMs / ms);
+  sys::fs::remove_directories(directory);
+}
+
 int runSpec() {
   auto buffer = MemoryBuffer::getFileOrSTDIN(specFile);
   if (!buffer) {
@@ -538,6 +592,8 @@ int runSpec() {
   double ms = attn::harness::medianLaunchMs(kernel.function, launch, args, warmup, repeats);
   double flops = attn::harness::forwardFlops(launch, shape, attn::harness::specHasCausalMask(spec));
   std::printf("time %.3f ms (median of %d), %.1f TFLOP/s\n", ms, int(repeats), flops / ms / 1e9);
+  if (firstUse)
+    runFirstUse(spec, args, ms);
   return passed ? 0 : 1;
 }
 

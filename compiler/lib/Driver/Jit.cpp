@@ -439,10 +439,18 @@ Kernel Compiler::Impl::compileForArgs(
                             formatTileOverride(candidates.front()), shapeText));
 
   // The heuristic's time is the call's own risk: its error propagates. A
-  // neighbour that fails, or reports no positive time, is left out.
+  // neighbour that fails, or reports no positive time, is left out. The
+  // candidates run without the call's tile coverage, key bits, work order
+  // and workspace, which are sized for one plan's tiles.
+  AttnForwardArgs timing = args;
+  timing.tileCoverage = nullptr;
+  timing.tileKeyBits = nullptr;
+  timing.workOrder = nullptr;
+  timing.workspace = nullptr;
+  timing.workspaceBytes = 0;
   const CandidateTimer &timer = options.firstUse.timer ? options.firstUse.timer : timeOnGpu;
   std::vector<double> milliseconds(candidates.size(), 0);
-  milliseconds[0] = timer(*kernels[0], args, stream);
+  milliseconds[0] = timer(*kernels[0], timing, stream);
   if (!(milliseconds[0] > 0) || !std::isfinite(milliseconds[0]))
     throw Error(fmt::format("first-use tuning: the timer gave {} ms for the heuristic's plan",
                             milliseconds[0]));
@@ -453,7 +461,7 @@ Kernel Compiler::Impl::compileForArgs(
     if (timed >= 2 && secondsSince() > options.firstUse.budgetSeconds)
       break;
     try {
-      milliseconds[i] = timer(*kernels[i], args, stream);
+      milliseconds[i] = timer(*kernels[i], timing, stream);
     } catch (const Error &) {
       continue;
     }

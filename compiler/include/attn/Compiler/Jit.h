@@ -122,8 +122,11 @@ public:
   /// tile override, and no record of the shape's bucket in the tuning
   /// database, it tunes the bucket first: its candidates run on these
   /// arguments (reading q, k, v and the captures, writing o and lse, which
-  /// the call's own launch then overwrites) on `stream`. Linear attention
-  /// and retention have one plan: nothing to tune.
+  /// the call's own launch then overwrites) on `stream`, without their tile
+  /// coverage, key bits, work order and workspace (sized for one plan's
+  /// tiles). Not tuned: linear attention and retention (one plan) and calls
+  /// the short-query path takes (every paged one). A packed call's bucket
+  /// is its batch and longest sequences.
   Kernel compileFor(const Spec &spec, const AttnForwardArgs &args, CUstream stream = nullptr);
   Kernel compileFor(std::string_view specText, std::string_view bufferName,
                     const AttnForwardArgs &args, CUstream stream = nullptr);
