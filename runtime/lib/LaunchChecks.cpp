@@ -127,14 +127,6 @@ int multiprocessorsOf(int device) {
   return count;
 }
 
-LogicalShape logicalShape(const AttnForwardArgs &args) {
-  if (args.packed.active())
-    return {args.packed.batch, args.packed.maxSeqlenQ, args.packed.maxSeqlenK};
-  if (args.paged.active())
-    return {args.q.batch(), args.q.seqlen(), args.paged.maxSeqlenK};
-  return {args.q.batch(), args.q.seqlen(), args.k.seqlen()};
-}
-
 void requireWorkspace(const void *workspace, uint64_t bytes, uint64_t needed,
                       const std::string &use, const char *sizeFunction) {
   if (bytes < needed)
@@ -178,3 +170,15 @@ void validateLinearDevicePointers(const AttnLaunchConfig &config, const AttnLine
 }
 
 } // namespace attn::detail
+
+namespace attn {
+
+LogicalShape logicalShape(const AttnForwardArgs &args) {
+  if (args.packed.active())
+    return {args.packed.batch, args.packed.maxSeqlenQ, args.packed.maxSeqlenK};
+  if (args.paged.active())
+    return {args.q.batch(), args.q.seqlen(), args.paged.maxSeqlenK};
+  return {args.q.batch(), args.q.seqlen(), args.k.seqlen()};
+}
+
+} // namespace attn

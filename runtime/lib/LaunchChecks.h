@@ -88,14 +88,6 @@ void launchLinearPass(LinearFunctions &functions, const AttnLaunchConfig &config
 /// Columns of a TMA box of Q, K, V or O: 128-byte rows of a 16-bit type.
 constexpr unsigned kTmaBoxCols = 64;
 
-/// The batch and sequence lengths a call has for its grid, its captures and
-/// its tile coverage: the tensors' own, or for packed sequences their count
-/// and the longest lengths.
-struct LogicalShape {
-  int64_t batch, seqlenQ, seqlenK;
-};
-
-LogicalShape logicalShape(const AttnForwardArgs &args);
 
 /// The captured buffers of a launch of this shape against the config's
 /// declarations ("captures: ...", "capture 'NAME': ...").

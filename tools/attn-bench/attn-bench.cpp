@@ -502,27 +502,11 @@ void runFirstUse(const std::string &spec, const attn::AttnForwardArgs &args, dou
   attn::Compiler compiler(options);
   // The JIT kernel builds its own work order; the coverage and workspace
   // attn-bench built are the heuristic plan's.
-  attn::AttnForwardArgs call = args;
-  call.tileCoverage = nullptr;
-  call.tileKeyBits = nullptr;
-  call.workOrder = nullptr;
-  call.workspace = nullptr;
-  call.workspaceBytes = 0;
+  const attn::AttnForwardArgs call = attn::withoutPlanSizedBuffers(args);
   const attn::Kernel chosen = compiler.compileFor(spec, specFile, call);
   const attn::AttnLaunchConfig &launch = chosen.launchConfig();
   const attn::JitStats stats = compiler.stats();
-  std::vector<float> times;
-  for (int i = 0; i < warmup; ++i)
-    chosen.run(call);
-  for (int i = 0; i < repeats; ++i) {
-    attn::Event start, end;
-    start.record(nullptr);
-    chosen.run(call);
-    end.record(nullptr);
-    times.push_back(attn::Event::elapsedMs(start, end));
-  }
-  std::sort(times.begin(), times.end());
-  const double ms = times[times.size() / 2];
+  const double ms = attn::medianRunMilliseconds(chosen, call, nullptr, warmup, repeats);
   std::printf("first-use tuning: %.2f s (%llu bucket tuned), plan %dx%d%s: %.3f ms against the "
               "heuristic's %.3f (%.3f x its speed)\n",
               stats.firstUseSeconds, (unsigned long long)stats.firstUseTunings, launch.blockM,

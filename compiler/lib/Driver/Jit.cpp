@@ -84,21 +84,37 @@ static std::string tuningShapeText(const TuningShape &shape) {
   return formatTuningShape(shape);
 }
 
-/// CandidateTimer's default: two launches, then the median of five, each
-/// timed with events on `stream`.
-static double timeOnGpu(const Kernel &kernel, const AttnForwardArgs &args, CUstream stream) {
-  for (int i = 0; i < 2; ++i)
+double medianRunMilliseconds(const Kernel &kernel, const AttnForwardArgs &args, CUstream stream,
+                             int warmup, int repeats) {
+  if (repeats < 1)
+    throw Error(fmt::format("repeats: must be at least 1, got {}", repeats));
+  for (int i = 0; i < warmup; ++i)
     kernel.run(args, stream);
   std::vector<float> times;
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < repeats; ++i) {
     Event start, end;
     start.record(stream);
     kernel.run(args, stream);
     end.record(stream);
     times.push_back(Event::elapsedMs(start, end));
   }
-  std::nth_element(times.begin(), times.begin() + 2, times.end());
-  return times[2];
+  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+  return times[times.size() / 2];
+}
+
+AttnForwardArgs withoutPlanSizedBuffers(const AttnForwardArgs &args) {
+  AttnForwardArgs stripped = args;
+  stripped.tileCoverage = nullptr;
+  stripped.tileKeyBits = nullptr;
+  stripped.workOrder = nullptr;
+  stripped.workspace = nullptr;
+  stripped.workspaceBytes = 0;
+  return stripped;
+}
+
+/// CandidateTimer's default: two launches, then the median of five.
+static double timeOnGpu(const Kernel &kernel, const AttnForwardArgs &args, CUstream stream) {
+  return medianRunMilliseconds(kernel, args, stream, /*warmup=*/2, /*repeats=*/5);
 }
 
 /// The heuristic's plan stays unless a first-use candidate beats it by more
@@ -360,22 +376,13 @@ struct Compiler::Impl {
   std::atomic<uint64_t> firstUseTunings{0}, firstUseMicroseconds{0};
 };
 
-/// The shape a call's plan is for: a packed call's batch and longest
-/// sequences, a paged call's longest key length.
-static TuningShape callShape(const AttnForwardArgs &args) {
-  if (args.packed.active())
-    return {args.packed.batch, args.packed.maxSeqlenQ, args.packed.maxSeqlenK};
-  if (args.paged.active())
-    return {args.q.batch(), args.q.seqlen(), args.paged.maxSeqlenK};
-  return {args.q.batch(), args.q.seqlen(), args.k.seqlen()};
-}
-
 Kernel Compiler::Impl::compileForArgs(
     const std::function<std::string()> &specText,
     const std::function<Kernel(const std::optional<std::string> &, const std::string &)>
         &compileWith,
     const AttnForwardArgs &args, CUstream stream) {
-  const TuningShape shape = callShape(args);
+  const LogicalShape logical = logicalShape(args);
+  const TuningShape shape{logical.batch, logical.seqlenQ, logical.seqlenK};
   const std::string shapeText = tuningShapeText(shape);
   if (!firstUseEnabled || !options.tileOverride.empty())
     return compileWith(std::nullopt, shapeText);
@@ -385,26 +392,27 @@ Kernel Compiler::Impl::compileForArgs(
   if (known == tuningKeys.end())
     known = tuningKeys.emplace(text, tuningKeyOfSpec(text, "spec")).first;
   const SpecTuningKey &key = known->second;
-  // Linear attention has one plan; a call the short-query path takes (every
-  // paged one) does not run the forward kernel's plan.
-  Kernel heuristic = compileWith(std::nullopt, shapeText);
+  // The plan compile(spec, shape) takes. Linear attention has one plan; a
+  // call the short-query path takes (every paged one) does not run the
+  // forward kernel's plan.
+  Kernel planned = compileWith(std::nullopt, shapeText);
   const int multiprocessors = Driver::available() ? queryDevice().multiprocessorCount
                                                   : int(kReferenceMultiprocessors);
   if (key.linearFamily || args.paged.active() ||
-      shortQueryPlanFor(heuristic.launchConfig(), args, multiprocessors).splits > 0)
-    return heuristic;
+      shortQueryPlanFor(planned.launchConfig(), args, multiprocessors).splits > 0)
+    return planned;
   const ShapeBucket bucket = ShapeBucket::of(shape, key.qHeads);
   const std::string tunedKey = key.specHash + " " + bucket.str();
   // An empty plan: the database has the bucket's record, which attn-tile
   // takes.
   if (auto tuned = tunedHere.find(tunedKey); tuned != tunedHere.end())
-    return tuned->second.empty() ? heuristic : compileWith(tuned->second, shapeText);
+    return tuned->second.empty() ? planned : compileWith(tuned->second, shapeText);
   TuningDatabase database(*options.tuningDatabase);
   if (!database.path().empty()) {
     std::optional<TuningRecord> record = database.lookup(key.specHash, options.arch, bucket);
     if (record && record->bucket == bucket) {
       tunedHere[tunedKey] = "";
-      return heuristic;
+      return planned;
     }
   }
 
@@ -442,12 +450,7 @@ Kernel Compiler::Impl::compileForArgs(
   // neighbour that fails, or reports no positive time, is left out. The
   // candidates run without the call's tile coverage, key bits, work order
   // and workspace, which are sized for one plan's tiles.
-  AttnForwardArgs timing = args;
-  timing.tileCoverage = nullptr;
-  timing.tileKeyBits = nullptr;
-  timing.workOrder = nullptr;
-  timing.workspace = nullptr;
-  timing.workspaceBytes = 0;
+  const AttnForwardArgs timing = withoutPlanSizedBuffers(args);
   const CandidateTimer &timer = options.firstUse.timer ? options.firstUse.timer : timeOnGpu;
   std::vector<double> milliseconds(candidates.size(), 0);
   milliseconds[0] = timer(*kernels[0], timing, stream);

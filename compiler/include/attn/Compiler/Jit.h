@@ -48,6 +48,17 @@ enum class SpecPrinting {
 using CandidateTimer =
     std::function<double(const Kernel &kernel, const AttnForwardArgs &args, CUstream stream)>;
 
+/// The median of `repeats` launches of `kernel` with `args` on `stream`,
+/// each timed with events, after `warmup` untimed ones (CandidateTimer's
+/// default takes 2 and 5).
+double medianRunMilliseconds(const Kernel &kernel, const AttnForwardArgs &args, CUstream stream,
+                             int warmup, int repeats);
+
+/// `args` without the buffers sized for one plan's tiles (tile coverage,
+/// key bits, work order, workspace): what first-use tuning runs every
+/// candidate plan with.
+AttnForwardArgs withoutPlanSizedBuffers(const AttnForwardArgs &args);
+
 /// Autotuning on first use (Compiler::compileFor): the first call of a
 /// shape bucket that the tuning database lacks compiles the heuristic's
 /// plan and its nearest neighbours (firstUseCandidates) on CPU threads,

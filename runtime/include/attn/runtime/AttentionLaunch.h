@@ -201,6 +201,15 @@ struct AttnForwardArgs {
   int keySplits = -1;
 };
 
+/// The batch and sequence lengths a call has for its grid, its captures, its
+/// tile coverage and its plan: the tensors' own, for packed sequences their
+/// count and the longest lengths, for a paged cache the longest key length.
+struct LogicalShape {
+  int64_t batch, seqlenQ, seqlenK;
+};
+
+LogicalShape logicalShape(const AttnForwardArgs &args);
+
 /// The offsets of packed sequences on the device (PackedSequences), made from
 /// each sequence's lengths.
 struct PackedSequenceOffsets {
