@@ -152,6 +152,9 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
         scoreGradientsOf(gradients, scores, delta(), lane);
       }
       if constexpr (!kSplitsColumns) {
+        // dSᵀ packed first: its fp32 copy then dies before dV's product holds
+        // Pᵀ's packed registers.
+        packFragments(gradients, scoreGradients);
         packFragments(scores, probabilities);
         issueRegisterProduct<kGradColumns, kQueryColumns, Element>(dV, probabilities,
                                                                doTile + gradOffset);
@@ -192,12 +195,13 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
       fenceRegisters(dK);
       mbarrierArriveForWarp(barriers.empty(slot.stage), lane);
     } else {
-      packFragments(gradients, scoreGradients);
+      if constexpr (kExponentialsBesideDp)
+        packFragments(gradients, scoreGradients);
       if constexpr (!kDqBeforeDk)
         issueRegisterProduct<kGradColumns, kQueryColumns, Element>(dK, scoreGradients,
                                                                qTile + gradOffset);
-      storeFragmentSwizzled<Element, kQueryColumns>(gradients, dsTile, kBlockN,
-                                                    consumer * kWarpsPerWarpgroup + warp, lane);
+      storePackedFragmentSwizzled<kQueryColumns>(scoreGradients, dsTile, kBlockN,
+                                                 consumer * kWarpsPerWarpgroup + warp, lane);
       fenceSharedForAsyncProxy();
       namedBarrierSync(kDsWrittenBarrier, kConsumers * kWarpgroupThreads);
       float dq[kDqRegs];

@@ -41,6 +41,35 @@ __device__ __forceinline__ void loadSharedPair(u32 address, float &first, float 
   asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(first), "=f"(second) : "r"(address));
 }
 
+// The query columns key0 + 8 half (one of a thread's two keys) keeps in a
+// partial tile, as ThreadKeys bits over its columns: bit 2 g + e stands for
+// column query0 + 2 (lane % 4) + 8 g + e (the accumulator's order), so that
+// a pair's test is one bit.
+typedef ThreadKeys<kQueryColumns> ThreadColumns;
+__device__ __forceinline__ typename ThreadColumns::Bits keptColumnsOf(const Sequence &sequence,
+                                                                     int key, int query0,
+                                                                     int lane) {
+  if constexpr (Mask::kEveryQueryVisitsEveryKey) {
+    // Only the key length cuts the tile.
+    return key < sequence.seqlenK ? ThreadColumns::all() : ThreadColumns::none();
+  } else {
+    const ThreadColumns columns{query0 + 2 * (lane & 3)};
+    const KeyRange queries = key < sequence.seqlenK
+                                 ? keyQueryRange<Mask>(key, sequence.shift, sequence.seqlenQ)
+                                 : KeyRange{0, 0};
+    return columns.below(queries.end) & ~columns.below(queries.begin);
+  }
+}
+
+// The order of a thread's pairs in probabilitiesOf: one key at a time (one
+// word of kept columns live), or one column group at a time (both keys'
+// words first, a group's statistics loaded once). At 128 query columns a
+// step (head dim 64) ptxas keeps the consumers within their registers with
+// the first for the masks of at most one bound (none, causal: the mask
+// whose work grows with the query) and with the second for a window's two
+// bounds; unit.codegen pins both.
+constexpr bool kOneKeyAtATime = Mask::kEveryQueryVisitsEveryKey || Mask::kWorkGrowsWithQuery;
+
 // Turns Sᵀ into Pᵀ = exp2(scale_log2 Sᵀ - lse_log2), per query column,
 // with P = 0 for the pairs the mask or the key length excludes (`partial`:
 // the slice's tile is not kept whole). A row without keys has lse_log2 =
@@ -49,24 +78,41 @@ __device__ __forceinline__ void probabilitiesOf(float (&scores)[kScoreRegs], u32
                                                 float scaleLog2, bool partial,
                                                 const Sequence &sequence, int key0, int query0,
                                                 int lane) {
+  const auto keptOf = [&](int half) {
+    return partial ? keptColumnsOf(sequence, key0 + 8 * half, query0, lane)
+                   : ThreadColumns::all();
+  };
+  const auto probability = [&](int group, int half, int e, float rowLse,
+                               typename ThreadColumns::Bits kept) {
+    const int i = group * 4 + half * 2 + e;
+    const float value = fastExp2(scores[i] * scaleLog2 - rowLse);
+    scores[i] = (kept >> (2 * group + e)) & 1 ? value : 0.f;
+  };
+  if constexpr (kOneKeyAtATime) {
 #pragma unroll
-  for (int group = 0; group < kQueryColumns / 8; ++group) {
-    const int column = group * 8 + 2 * (lane & 3);
-    float rowLse[2];
-    loadSharedPair(lse + column * 4, rowLse[0], rowLse[1]);
+    for (int half = 0; half < 2; ++half) {
+      const typename ThreadColumns::Bits kept = keptOf(half);
 #pragma unroll
-    for (int half = 0; half < 2; ++half)
+      for (int group = 0; group < kQueryColumns / 8; ++group) {
+        float rowLse[2];
+        loadSharedPair(lse + (group * 8 + 2 * (lane & 3)) * 4, rowLse[0], rowLse[1]);
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int i = group * 4 + half * 2 + e;
-        float probability = fastExp2(scores[i] * scaleLog2 - rowLse[e]);
-        if (partial) {
-          const int key = key0 + 8 * half, query = query0 + column + e;
-          const bool keep = key < sequence.seqlenK && Mask::allows(query, key, sequence.shift);
-          probability = keep ? probability : 0.f;
-        }
-        scores[i] = probability;
+        for (int e = 0; e < 2; ++e)
+          probability(group, half, e, rowLse[e], kept);
       }
+    }
+  } else {
+    const typename ThreadColumns::Bits kept[2] = {keptOf(0), keptOf(1)};
+#pragma unroll
+    for (int group = 0; group < kQueryColumns / 8; ++group) {
+      float rowLse[2];
+      loadSharedPair(lse + (group * 8 + 2 * (lane & 3)) * 4, rowLse[0], rowLse[1]);
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          probability(group, half, e, rowLse[e], kept[half]);
+    }
   }
 }
 

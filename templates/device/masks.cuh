@@ -197,4 +197,13 @@ __device__ __forceinline__ KeyRange rowKeyRange(i64 q, i64 shift, i64 seqlenK) {
   return KeyRange{begin, maxI64(minI64(Mask::keyEnd(q, shift, seqlenK), seqlenK), begin)};
 }
 
+// The queries [begin, end) mask `Mask` keeps for key k, within [0, seqlenQ]:
+// the transpose of rowKeyRange (each built-in mask keeps one run of queries
+// a key), for the backward's fragments, whose rows are keys.
+template <class Mask>
+__device__ __forceinline__ KeyRange keyQueryRange(i64 k, i64 shift, i64 seqlenQ) {
+  const i64 begin = minI64(maxI64(Mask::queryBegin(k, shift), 0), seqlenQ);
+  return KeyRange{begin, maxI64(minI64(Mask::queryEnd(k, shift, seqlenQ), seqlenQ), begin)};
+}
+
 } // namespace attn_dev

@@ -114,6 +114,10 @@ struct PtxasReport {
     }
     return functions > 0;
   }
+  /// Whether ptxas serialized WGMMA instructions for lack of registers
+  /// (its performance advisory C7512): each product then waits for the one
+  /// before.
+  bool serializesWgmma() const { return text.find("(C7512)") != std::string::npos; }
   /// The spill stores ptxas reports for entry function `entry` in bytes,
   /// or -1 when the report has none.
   int spillStoreBytes(const std::string &entry) const {
