@@ -2,12 +2,15 @@
 
 #include "BackwardBench.h"
 
+#include <algorithm>
+
 #include "AttnHarness.h"
 #include "BackwardHarness.h"
 #include "attn/Compiler/Compiler.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <sstream>
@@ -82,14 +85,22 @@ PairTimes timePair(LoadedPair &pair, harness::ForwardProblem &data,
 
 } // namespace
 
-int runBackwardGrid(int warmup, int repeats) {
+int runBackwardGrid(int warmup, int repeats, const std::vector<int> &headDims,
+                    const std::vector<int64_t> &seqlens) {
+  const auto selected = [](const auto &list, auto value) {
+    return list.empty() || std::find(list.begin(), list.end(), value) != list.end();
+  };
   std::printf("| head dim | seqlen | causal | attnc bwd TFLOP/s | bwd ms | deterministic TFLOP/s "
               "| determinism cost | fwd ms | fwd+bwd ms |\n"
               "|---|---|---|---|---|---|---|---|---|\n");
-  for (int headDim : {64, 128}) {
+  for (int headDim : {64, 128, 256}) {
+    if (!selected(headDims, headDim))
+      continue;
     for (bool causal : {false, true}) {
       const std::string spec = harness::gridSpecText(headDim, causal);
       for (int64_t s : {1024, 2048, 4096, 8192, 16384}) {
+        if (!selected(seqlens, s))
+          continue;
         const harness::Shape shape{16384 / s, s, s, false};
         LoadedPair pair = loadPair(spec, "grid.mlir", shape.batch, s, s);
         harness::ForwardProblem data(pair.forward.launch, shape, 11);

@@ -7,12 +7,13 @@
 
 namespace attn::bench {
 
-/// `attn-bench --backward-grid`: the backward at head dims 64 and 128 (256
-/// has no backward plan yet), seqlen 1024 to 16384, causal and not, B x S =
-/// 16384, H x D = 2048: TFLOP/s (2.5 x the forward's FLOPs over the
-/// backward's time), the deterministic mode's, and the forward + backward
-/// step beside the forward alone.
-int runBackwardGrid(int warmup, int repeats);
+/// `attn-bench --backward-grid`: the backward at head dims 64, 128 and 256,
+/// seqlen 1024 to 16384, causal and not, B x S = 16384, H x D = 2048:
+/// TFLOP/s (2.5 x the forward's FLOPs over the backward's time), the
+/// deterministic mode's, and the forward + backward step beside the forward
+/// alone. Non-empty `headDims` / `seqlens` keep only those points.
+int runBackwardGrid(int warmup, int repeats, const std::vector<int> &headDims = {},
+                    const std::vector<int64_t> &seqlens = {});
 
 /// `attn-bench spec.mlir --backward`: one spec's backward at (batch,
 /// seqlen, seqlenK), optionally checked against the CPU reference first;

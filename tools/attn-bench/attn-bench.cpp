@@ -97,8 +97,14 @@ cl::opt<bool> decodeGrid("decode-grid",
 cl::opt<bool> quickGrid("quick", cl::desc("With --decode-grid: batch 1 and 8, up to 32768 keys"),
                         cl::init(false));
 cl::opt<bool> backwardGrid("backward-grid",
-                           cl::desc("Run the backward grid (head dims 64 and 128)"),
+                           cl::desc("Run the backward grid (head dims 64, 128 and 256)"),
                            cl::init(false));
+cl::list<int> backwardGridHeadDims(
+    "backward-grid-head-dims", cl::CommaSeparated,
+    cl::desc("With --backward-grid: only these head dims (e.g. 64,128)"));
+cl::list<int64_t> backwardGridSeqlens(
+    "backward-grid-seqlens", cl::CommaSeparated,
+    cl::desc("With --backward-grid: only these sequence lengths (e.g. 2048,8192)"));
 cl::opt<bool> backwardRun("backward", cl::desc("Time the spec's backward (with --check, check "
                                                "its gradients first)"),
                           cl::init(false));
@@ -827,7 +833,9 @@ int main(int argc, char **argv) {
     if (!planSetSelection.empty())
       return attn::bench::runPlanSet(planSetSelection, planSetData);
     if (backwardGrid)
-      return attn::bench::runBackwardGrid(warmup, repeats);
+      return attn::bench::runBackwardGrid(
+          warmup, repeats, {backwardGridHeadDims.begin(), backwardGridHeadDims.end()},
+          {backwardGridSeqlens.begin(), backwardGridSeqlens.end()});
     if (linearBackwardGrid)
       return attn::bench::runLinearBackwardGrid(warmup, repeats);
     if (decodeGrid)

@@ -2,7 +2,10 @@
 """Measures the peer attention implementations at the shapes attn-bench uses.
 
 Peers: PyTorch SDPA with the cuDNN backend, SDPA with the flash backend
-(FlashAttention-2), and FlexAttention compiled with torch.compile. The grid is
+(FlashAttention-2), FlexAttention compiled with torch.compile, and, where the
+flash-attn-4 wheels are installed, FlashAttention-4's CuTe DSL kernels
+(`fa4`: flash_attn.cute.flash_attn_func, its sm90 forward and backward, on
+(B, S, H, D) copies of the same tensors made outside the timing). The grid is
 the one attn-bench prints (B*S = 16384, H*D = 2048, bf16 forward), so both
 tables come from one run on the GPU machine.
 
@@ -83,12 +86,26 @@ def make_flex(q, k, v, causal):
     return lambda: compiled(q, k, v, block_mask=block_mask)
 
 
+def make_fa4(q, k, v, causal):
+    from flash_attn.cute import flash_attn_func
+
+    # FA4 takes (B, S, H, D); the copies are leaves, so that the backward
+    # timed is FA4's own, without a transpose's.
+    q, k, v = (t.detach().transpose(1, 2).contiguous().requires_grad_(t.requires_grad)
+               for t in (q, k, v))
+
+    def run():
+        out = flash_attn_func(q, k, v, causal=causal)
+        return out[0] if isinstance(out, tuple) else out
+    return run
+
+
 def backward_ms(make, q, k, v, warmup, repeats):
     """The backward's time: forward and backward from a random dO, less the
     forward alone (both medians)."""
     q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
     forward = make(q, k, v)
-    grad = torch.randn_like(q)
+    grad = torch.randn_like(forward())
 
     def step():
         forward().backward(grad)
@@ -129,6 +146,8 @@ def main():
                                                              causal)
                         elif peer == "flex":
                             make = lambda q, k, v: make_flex(q, k, v, causal)
+                        elif peer == "fa4":
+                            make = lambda q, k, v: make_fa4(q, k, v, causal)
                         else:
                             raise ValueError(f"unknown peer {peer}")
                         if args.backward:
