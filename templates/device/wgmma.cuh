@@ -85,8 +85,31 @@ __device__ __forceinline__ u32 swizzledAddress(u32 tile, int rows, int row, int 
 // 4c+2..4c+3 rows 8-15 of column block c. Lane l addresses row l % 8 of
 // matrix l / 8, whose 16 bytes the swizzle keeps together. N / 16
 // instructions for the N / 4 single-word stores of the plain form.
+// One stmatrix of the stores below: four 8 x 8 matrices of 16-bit pairs.
+__device__ __forceinline__ void storeMatrices(u32 address, u32 w0, u32 w1, u32 w2, u32 w3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(address),
+               "r"(w0), "r"(w1), "r"(w2), "r"(w3)
+               : "memory");
+}
+
+template <class Element, int N>
+__device__ __forceinline__ void storeFragmentSwizzled(const float (&fragment)[N / 2], u32 tile,
+                                                      int rows, int warp, int lane,
+                                                      int firstColumn = 0) {
+  static_assert(N % 16 == 0, "two 8-column blocks per stmatrix");
+  const int matrix = lane / 8;
+  const int row = warp * 16 + (matrix % 2) * 8 + lane % 8;
+#pragma unroll
+  for (int block = 0; block < N / 8; block += 2) {
+    const float *f = fragment + 4 * block;
+    u32 address = swizzledAddress(tile, rows, row, firstColumn + (block + matrix / 2) * 8);
+    storeMatrices(address, packPair<Element>(f[0], f[1]), packPair<Element>(f[2], f[3]),
+                  packPair<Element>(f[4], f[5]), packPair<Element>(f[6], f[7]));
+  }
+}
+
 // The same store of a fragment already packed to 16-bit pairs (packed[i]
-// holds elements 2i and 2i+1), so that the fp32 fragment need not stay live.
+// holds elements 2i and 2i+1), so that its fp32 copy need not stay live.
 template <int N>
 __device__ __forceinline__ void storePackedFragmentSwizzled(const u32 (&packed)[N / 4], u32 tile,
                                                             int rows, int warp, int lane,
@@ -96,23 +119,10 @@ __device__ __forceinline__ void storePackedFragmentSwizzled(const u32 (&packed)[
   const int row = warp * 16 + (matrix % 2) * 8 + lane % 8;
 #pragma unroll
   for (int block = 0; block < N / 8; block += 2) {
-    const u32 *f = packed + 2 * block;
+    const u32 *w = packed + 2 * block;
     u32 address = swizzledAddress(tile, rows, row, firstColumn + (block + matrix / 2) * 8);
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(address),
-                 "r"(f[0]), "r"(f[1]), "r"(f[2]), "r"(f[3])
-                 : "memory");
+    storeMatrices(address, w[0], w[1], w[2], w[3]);
   }
-}
-
-template <class Element, int N>
-__device__ __forceinline__ void storeFragmentSwizzled(const float (&fragment)[N / 2], u32 tile,
-                                                      int rows, int warp, int lane,
-                                                      int firstColumn = 0) {
-  u32 packed[N / 4];
-#pragma unroll
-  for (int i = 0; i < N / 4; ++i)
-    packed[i] = packPair<Element>(fragment[2 * i], fragment[2 * i + 1]);
-  storePackedFragmentSwizzled<N>(packed, tile, rows, warp, lane, firstColumn);
 }
 
 // D[64 x N] (+)= A[64 x 16] * B[16 x N], both operands in shared memory,
