@@ -183,6 +183,40 @@ TEST_CASE("a text spec compiles and runs like the builder's", "[gpu][jit]") {
       fromText, data, referenceProblemFromSpec(text, shape.batch, shape.seqlenQ, shape.seqlenK)));
 }
 
+TEST_CASE("first-use tuning times real candidates and returns a kernel that matches the "
+          "reference",
+          "[gpu][jit][first_use]") {
+  // The GPU path of Compiler::compileFor: the default timer launches each
+  // candidate on the call's arguments; the winner is recorded, computes the
+  // reference's answer, and a second call of the bucket times nothing.
+  TempDir dir;
+  JitOptions options = cacheIn(dir.path + "/cache");
+  options.tuningDatabase = dir.path + "/tuning.tsv";
+  options.firstUse.enabled = true;
+  options.firstUse.candidates = 4;
+  Compiler compiler(options);
+  Spec spec = SpecBuilder("first_use_gpu").heads(8, 2).headDim(128).causal();
+  const harness::Shape shape{2, 1000, 1000, false};
+  const reference::Problem problem = referenceFor(compiler, spec, shape);
+
+  // The shape's plan (the heuristic's) only sizes the problem's buffers.
+  Kernel sizing = Compiler(cacheIn(dir.path + "/cache")).compile(spec);
+  harness::ForwardProblem data(sizing.launchConfig(), shape, 23);
+  data.poisonOutputs();
+  Kernel tuned = compiler.compileFor(spec, data.args());
+  CHECK(compiler.stats().firstUseTunings == 1);
+  CHECK(compiler.stats().firstUseSeconds > 0);
+  CHECK(compiler.stats().firstUseSeconds < 60);
+  const std::vector<TuningRecord> records = TuningDatabase(*options.tuningDatabase).records();
+  REQUIRE(records.size() == 1);
+  CHECK(records[0].milliseconds > 0);
+  CHECK_MATCHES_REFERENCE(runAndCompare(tuned, data, problem));
+
+  Kernel again = compiler.compileFor(spec, data.args());
+  CHECK(compiler.stats().firstUseTunings == 1);
+  CHECK(again.image().ptx == tuned.image().ptx);
+}
+
 TEST_CASE("threads compiling and running one kernel at once", "[gpu][jit]") {
   TempDir dir;
   Compiler compiler(cacheIn(dir.path));

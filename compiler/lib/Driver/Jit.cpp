@@ -90,14 +90,18 @@ double medianRunMilliseconds(const Kernel &kernel, const AttnForwardArgs &args, 
     throw Error(fmt::format("repeats: must be at least 1, got {}", repeats));
   for (int i = 0; i < warmup; ++i)
     kernel.run(args, stream);
-  std::vector<float> times;
+  // Waited for only after the last launch: with the stream busy, a start
+  // event completes when the launch before ends, not when the host has
+  // checked the next one's arguments.
+  std::vector<Event> starts(repeats), ends(repeats);
   for (int i = 0; i < repeats; ++i) {
-    Event start, end;
-    start.record(stream);
+    starts[i].record(stream);
     kernel.run(args, stream);
-    end.record(stream);
-    times.push_back(Event::elapsedMs(start, end));
+    ends[i].record(stream);
   }
+  std::vector<float> times;
+  for (int i = 0; i < repeats; ++i)
+    times.push_back(Event::elapsedMs(starts[i], ends[i]));
   std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
   return times[times.size() / 2];
 }
