@@ -652,10 +652,16 @@ std::optional<std::string> checkBackwardTileLegality(const TileProblem &problem,
     os << "register budget: consumer_registers (" << config.consumerRegisters
        << ") and producer_registers (" << config.producerRegisters
        << ") must be multiples of 8 in [24, 256] (setmaxnreg)";
+  // Against what the launch allocates, as the forward's: the consumers'
+  // increase past it would wait forever (384 threads: 64512, not 65536).
   else if (int64_t total = int64_t(kThreadsPerWarpgroup) *
                            (config.producerRegisters + consumers * config.consumerRegisters);
-           total > kRegistersPerBlock)
-    os << "register budget: " << total << " registers a block exceed " << kRegistersPerBlock;
+           total > launchRegistersPerBlock(config))
+    os << "register budget: 128 x (" << config.producerRegisters << " + "
+       << config.consumerRegisters << " x " << consumers << ") = " << total
+       << " registers a block, limit " << launchRegistersPerBlock(config)
+       << " (what a launch of " << kThreadsPerWarpgroup * (1 + consumers)
+       << " threads allocates)";
   else if (int64_t bytes =
                allocateSharedMemory(backwardKernelSmemRequests(problem, config, 1)).total +
                kSmemBaseAlignSlack;
