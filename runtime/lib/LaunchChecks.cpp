@@ -137,36 +137,59 @@ void requireWorkspace(const void *workspace, uint64_t bytes, uint64_t needed,
   requireDeviceMemory(workspace, needed, "workspace", currentDevice());
 }
 
-namespace {
-/// The linear family's fp32 side buffers with their sizes in bytes.
-struct LinearBuffer {
-  const void *pointer;
-  uint64_t bytes;
-  const char *name;
-};
-
-std::vector<LinearBuffer> linearBuffers(const AttnLaunchConfig &config, const AttnLinearArgs &args) {
-  uint64_t heads = uint64_t(args.q.batch()) * uint64_t(config.qHeads);
-  uint64_t state = heads * uint64_t(config.headDim) * uint64_t(config.headDim) * sizeof(float);
-  uint64_t keySum = heads * uint64_t(config.headDim) * sizeof(float);
-  uint64_t decay = heads * uint64_t(args.q.seqlen()) * sizeof(float);
-  return {{args.initialState, state, "initialState"},
-          {args.finalState, state, "finalState"},
-          {args.initialKeySum, keySum, "initialKeySum"},
-          {args.finalKeySum, keySum, "finalKeySum"},
-          {args.logDecay, decay, "logDecay"}};
+LinearBufferBytes linearBufferBytes(const AttnLaunchConfig &config, int64_t batch,
+                                    int64_t seqlen) {
+  const uint64_t heads = uint64_t(batch) * uint64_t(config.qHeads);
+  return {heads * uint64_t(config.headDim) * uint64_t(config.headDim) * sizeof(float),
+          heads * uint64_t(config.headDim) * sizeof(float),
+          heads * uint64_t(seqlen) * sizeof(float)};
 }
-} // namespace
 
-void validateLinearDevicePointers(const AttnLaunchConfig &config, const AttnLinearArgs &args) {
-  int device = currentDevice();
-  for (auto [view, name] : {std::make_pair(&args.q, "q"), std::make_pair(&args.k, "k"),
-                            std::make_pair(&args.v, "v"), std::make_pair(&args.o, "o")})
+std::vector<SideBuffer> linearBuffers(const AttnLaunchConfig &config, const AttnLinearArgs &args) {
+  const LinearBufferBytes bytes = linearBufferBytes(config, args.q.batch(), args.q.seqlen());
+  return {{args.initialState, bytes.state, "initialState"},
+          {args.finalState, bytes.state, "finalState"},
+          {args.initialKeySum, bytes.keySum, "initialKeySum"},
+          {args.finalKeySum, bytes.keySum, "finalKeySum"},
+          {args.logDecay, bytes.decay, "logDecay"}};
+}
+
+void validateLinearViews(const AttnLaunchConfig &config, const TensorView &q, const TensorView &k,
+                         const TensorView &v) {
+  validateAgainstConfig(q, "q", config, config.qHeads, "query");
+  validateAgainstConfig(k, "k", config, config.kvHeads, "kv");
+  validateAgainstConfig(v, "v", config, config.kvHeads, "kv");
+  for (auto [view, name] : {std::make_pair(&k, "k"), std::make_pair(&v, "v")})
+    for (int dim = 0; dim < 2; ++dim)
+      if (view->shape[dim] != q.shape[dim])
+        fail(name, "shape " + shapeString(*view) + " does not match q's " + shapeString(q) +
+                       " in batch and sequence length");
+  requireIntRange(q.batch(), "q", "batch");
+  requireIntRange(q.seqlen(), "q", "seqlen");
+  if (q.batch() > 65535)
+    fail("q", fmt::format("batch {} exceeds the grid's 65535", q.batch()));
+}
+
+void requireFloatAligned(const std::vector<SideBuffer> &buffers) {
+  for (const SideBuffer &buffer : buffers)
+    if (reinterpret_cast<uintptr_t>(buffer.pointer) % alignof(float) != 0)
+      fail(buffer.name, "pointer must be 4-byte aligned");
+}
+
+void requireDeviceBuffers(std::initializer_list<std::pair<const TensorView *, const char *>> views,
+                          const std::vector<SideBuffer> &buffers) {
+  const int device = currentDevice();
+  for (auto [view, name] : views)
     if (view->numElements() != 0)
       requireDeviceMemory(view->data, viewExtentBytes(*view), name, device);
-  for (const LinearBuffer &buffer : linearBuffers(config, args))
+  for (const SideBuffer &buffer : buffers)
     if (buffer.pointer && buffer.bytes != 0)
       requireDeviceMemory(buffer.pointer, buffer.bytes, buffer.name, device);
+}
+
+void validateLinearDevicePointers(const AttnLaunchConfig &config, const AttnLinearArgs &args) {
+  requireDeviceBuffers({{&args.q, "q"}, {&args.k, "k"}, {&args.v, "v"}, {&args.o, "o"}},
+                       linearBuffers(config, args));
 }
 
 } // namespace attn::detail

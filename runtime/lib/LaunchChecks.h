@@ -15,9 +15,12 @@
 #include "attn/runtime/AttentionLaunch.h"
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace attn::detail {
 
@@ -65,6 +68,41 @@ void validatePackedSequences(const PackedSequences &packed, const TensorView &q,
 /// (sized by `sizeFunction`): enough bytes, 4-byte alignment, device memory.
 void requireWorkspace(const void *workspace, uint64_t bytes, uint64_t needed,
                       const std::string &use, const char *sizeFunction);
+
+/// One fp32 side buffer of a linear-family call (states, key sums,
+/// log-decays and their gradients): its pointer, the bytes the call uses
+/// and its name.
+struct SideBuffer {
+  const void *pointer;
+  uint64_t bytes;
+  const char *name;
+};
+
+/// The bytes of a linear-family call's side buffers: a state (head_dim²
+/// floats), a key sum (head_dim floats) and a log-decay row (one float a
+/// token) per (batch, query head).
+struct LinearBufferBytes {
+  uint64_t state, keySum, decay;
+};
+LinearBufferBytes linearBufferBytes(const AttnLaunchConfig &config, int64_t batch,
+                                    int64_t seqlen);
+
+/// The side buffers a forward call passes.
+std::vector<SideBuffer> linearBuffers(const AttnLaunchConfig &config, const AttnLinearArgs &args);
+
+/// What both linear launches check of q, k and v: dtype, head_dim and heads
+/// against the plan, k and v matching q in batch and length, and the ABI's
+/// and the grid's bounds on batch and length.
+void validateLinearViews(const AttnLaunchConfig &config, const TensorView &q, const TensorView &k,
+                         const TensorView &v);
+
+/// Fails for a side buffer that is not 4-byte aligned.
+void requireFloatAligned(const std::vector<SideBuffer> &buffers);
+
+/// Checks with the driver that each non-empty view and side buffer is
+/// device memory of the current device holding what the call touches.
+void requireDeviceBuffers(std::initializer_list<std::pair<const TensorView *, const char *>> views,
+                          const std::vector<SideBuffer> &buffers);
 
 /// Checks with the driver the device memory of a linear-family call: its
 /// views and the fp32 side buffers it passes.

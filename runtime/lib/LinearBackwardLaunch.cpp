@@ -73,23 +73,15 @@ LinearBackwardLayout layoutOf(const AttnLaunchConfig &config, const AttnLinearBa
   return layout;
 }
 
-/// One fp32 side buffer of a call: its pointer, bytes and name.
-struct SideBuffer {
-  const void *pointer;
-  uint64_t bytes;
-  const char *name;
-};
-
+/// The side buffers a backward call passes.
 std::vector<SideBuffer> sideBuffers(const AttnLaunchConfig &config,
                                     const AttnLinearBackwardArgs &args) {
-  const uint64_t heads = uint64_t(args.q.batch()) * uint64_t(config.qHeads);
-  const uint64_t state = heads * uint64_t(config.headDim) * uint64_t(config.headDim) * 4;
-  const uint64_t decay = heads * uint64_t(args.q.seqlen()) * 4;
-  return {{args.logDecay, decay, "logDecay"},
-          {args.dLogDecay, decay, "dLogDecay"},
-          {args.initialState, state, "initialState"},
-          {args.dFinalState, state, "dFinalState"},
-          {args.dInitialState, state, "dInitialState"}};
+  const LinearBufferBytes bytes = linearBufferBytes(config, args.q.batch(), args.q.seqlen());
+  return {{args.logDecay, bytes.decay, "logDecay"},
+          {args.dLogDecay, bytes.decay, "dLogDecay"},
+          {args.initialState, bytes.state, "initialState"},
+          {args.dFinalState, bytes.state, "dFinalState"},
+          {args.dInitialState, bytes.state, "dInitialState"}};
 }
 
 void copyStrides(const TensorView &view, long long (&strides)[3]) {
@@ -212,18 +204,11 @@ void validateLinearBackwardArgs(const AttnLaunchConfig &config,
                    "(compile it with `attnc --backward` or Compiler::compileBackward)");
   if (config.normalize)
     fail("config", "normalized linear attention has no backward module yet");
-  validateAgainstConfig(args.q, "q", config, config.qHeads, "query");
-  validateAgainstConfig(args.k, "k", config, config.kvHeads, "kv");
-  validateAgainstConfig(args.v, "v", config, config.kvHeads, "kv");
+  validateLinearViews(config, args.q, args.k, args.v);
   validateAgainstConfig(args.dO, "dO", config, config.qHeads, "query");
   validateAgainstConfig(args.dq, "dq", config, config.qHeads, "query");
   validateAgainstConfig(args.dk, "dk", config, config.kvHeads, "kv");
   validateAgainstConfig(args.dv, "dv", config, config.kvHeads, "kv");
-  for (auto [view, name] : {std::make_pair(&args.k, "k"), std::make_pair(&args.v, "v")})
-    for (int dim = 0; dim < 2; ++dim)
-      if (view->shape[dim] != args.q.shape[dim])
-        fail(name, "shape " + shapeString(*view) + " does not match q's " + shapeString(args.q) +
-                       " in batch and sequence length");
   for (auto [view, like, name] :
        {std::make_tuple(&args.dO, &args.q, "dO"), std::make_tuple(&args.dq, &args.q, "dq"),
         std::make_tuple(&args.dk, &args.k, "dk"), std::make_tuple(&args.dv, &args.v, "dv")})
@@ -234,18 +219,12 @@ void validateLinearBackwardArgs(const AttnLaunchConfig &config,
         std::make_pair(&args.dO, "dO"), std::make_pair(&args.dq, "dq"),
         std::make_pair(&args.dk, "dk"), std::make_pair(&args.dv, "dv")})
     validateTmaOperand(*view, name);
-  requireIntRange(args.q.batch(), "q", "batch");
-  requireIntRange(args.q.seqlen(), "q", "seqlen");
-  if (args.q.batch() > 65535)
-    fail("q", fmt::format("batch {} exceeds the grid's 65535", args.q.batch()));
   if (config.gated && !args.logDecay && args.q.numElements() != 0)
     fail("logDecay", "the kernel is gated: pass the forward's per-token log-decays");
   if (!config.gated && (args.logDecay || args.dLogDecay))
     fail(args.logDecay ? "logDecay" : "dLogDecay",
          "the kernel is not gated; it takes no log-decays");
-  for (const SideBuffer &buffer : sideBuffers(config, args))
-    if (reinterpret_cast<uintptr_t>(buffer.pointer) % alignof(float) != 0)
-      fail(buffer.name, "pointer must be 4-byte aligned");
+  requireFloatAligned(sideBuffers(config, args));
   if (reinterpret_cast<uintptr_t>(args.workspace) % 256 != 0)
     fail("workspace", "pointer must be 256-byte aligned");
   requireNoOverlaps(config, args);
@@ -276,16 +255,14 @@ void launchLinearBackward(LinearBackwardFunctions &functions, const AttnLaunchCo
   validateLinearBackwardArgs(config, args);
   if (args.q.batch() == 0)
     return;
-  const int device = currentDevice();
-  for (auto [view, name] :
-       {std::make_pair(&args.q, "q"), std::make_pair(&args.k, "k"), std::make_pair(&args.v, "v"),
-        std::make_pair(&args.dO, "dO"), std::make_pair(&args.dq, "dq"),
-        std::make_pair(&args.dk, "dk"), std::make_pair(&args.dv, "dv")})
-    if (view->numElements() != 0)
-      requireDeviceMemory(view->data, viewExtentBytes(*view), name, device);
-  for (const SideBuffer &buffer : sideBuffers(config, args))
-    if (buffer.pointer && buffer.bytes != 0)
-      requireDeviceMemory(buffer.pointer, buffer.bytes, buffer.name, device);
+  requireDeviceBuffers({{&args.q, "q"},
+                        {&args.k, "k"},
+                        {&args.v, "v"},
+                        {&args.dO, "dO"},
+                        {&args.dq, "dq"},
+                        {&args.dk, "dk"},
+                        {&args.dv, "dv"}},
+                       sideBuffers(config, args));
 
   const unsigned heads = static_cast<unsigned>(config.qHeads);
   const unsigned batch = static_cast<unsigned>(args.q.batch());
@@ -316,7 +293,7 @@ void launchLinearBackward(LinearBackwardFunctions &functions, const AttnLaunchCo
   void *kernelArgs[] = {&params};
   // Element-group kernels: enough blocks for every SM several times over;
   // the kernels stride over the rest.
-  const unsigned helperBlocks = static_cast<unsigned>(multiprocessorsOf(device) * 8);
+  const unsigned helperBlocks = static_cast<unsigned>(multiprocessorsOf(currentDevice()) * 8);
   const Dim3 helperGrid{helperBlocks, 1, 1};
   if (args.initialState || args.dFinalState)
     functions.states.launch(stateGrid, helperBlock, 0, stream, kernelArgs);

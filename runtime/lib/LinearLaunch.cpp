@@ -24,26 +24,18 @@ void validateLinearArgs(const AttnLaunchConfig &config, const AttnLinearArgs &ar
   if (config.backward)
     fail("config", "the kernel is a backward module: run it with runLinearBackward "
                    "(AttnLinearBackwardArgs)");
-  validateAgainstConfig(args.q, "q", config, config.qHeads, "query");
-  validateAgainstConfig(args.k, "k", config, config.kvHeads, "kv");
-  validateAgainstConfig(args.v, "v", config, config.kvHeads, "kv");
+  validateLinearViews(config, args.q, args.k, args.v);
   validateAgainstConfig(args.o, "o", config, config.qHeads, "query");
-  for (auto [view, name] : {std::make_pair(&args.k, "k"), std::make_pair(&args.v, "v"),
-                            std::make_pair(&args.o, "o")})
-    for (int dim = 0; dim < 2; ++dim)
-      if (view->shape[dim] != args.q.shape[dim])
-        fail(name, "shape " + shapeString(*view) + " does not match q's " + shapeString(args.q) +
-                       " in batch and sequence length");
+  for (int dim = 0; dim < 2; ++dim)
+    if (args.o.shape[dim] != args.q.shape[dim])
+      fail("o", "shape " + shapeString(args.o) + " does not match q's " + shapeString(args.q) +
+                    " in batch and sequence length");
   if (decode) {
     if (args.q.seqlen() != 1)
       fail("q", fmt::format("the one-token step takes seqlen 1, got {}", args.q.seqlen()));
   } else {
     validateTmaOperands(args.q, args.k, args.v, args.o);
   }
-  requireIntRange(args.q.batch(), "q", "batch");
-  requireIntRange(args.q.seqlen(), "q", "seqlen");
-  if (args.q.batch() > 65535)
-    fail("q", fmt::format("batch {} exceeds the grid's 65535", args.q.batch()));
   if (!config.normalize && (args.initialKeySum || args.finalKeySum))
     fail(args.initialKeySum ? "initialKeySum" : "finalKeySum",
          "the kernel does not normalize, so it has no key sum");
@@ -51,13 +43,7 @@ void validateLinearArgs(const AttnLaunchConfig &config, const AttnLinearArgs &ar
     fail("logDecay", "the kernel is gated: pass the per-token log-decays");
   if (!config.gated && args.logDecay)
     fail("logDecay", "the kernel is not gated; it takes no log-decays");
-  for (auto [pointer, name] : {std::make_pair(static_cast<const void *>(args.initialState), "initialState"),
-                               std::make_pair(static_cast<const void *>(args.finalState), "finalState"),
-                               std::make_pair(static_cast<const void *>(args.initialKeySum), "initialKeySum"),
-                               std::make_pair(static_cast<const void *>(args.finalKeySum), "finalKeySum"),
-                               std::make_pair(static_cast<const void *>(args.logDecay), "logDecay")})
-    if (reinterpret_cast<uintptr_t>(pointer) % alignof(float) != 0)
-      fail(name, "pointer must be 4-byte aligned");
+  requireFloatAligned(linearBuffers(config, args));
 }
 
 LinearSplit linearSplitFor(const AttnLaunchConfig &config, int64_t batch, int64_t seqlen,
