@@ -122,6 +122,12 @@ __device__ __forceinline__ float sumOverRow(float value) {
   return value;
 }
 
+// Where the head's state (head_dim² floats) starts in a state buffer.
+__device__ __forceinline__ long long stateBase(const attn_abi::AttnLinearBackwardParams &p,
+                                               long long batch, long long head) {
+  return (batch * p.q_heads + head) * kHeadDim * kHeadDim;
+}
+
 } // namespace attn_linear_bwd
 
 // The pass states: state_in transposed (the dQ pass's), d_state_out / s
@@ -134,8 +140,7 @@ extern "C" __global__ void __launch_bounds__(ATTN_LINEAR_BWD_THREADS)
   if (element >= kHeadDim * kHeadDim)
     return;
   const int key = element / kHeadDim, value = element % kHeadDim;
-  const long long base =
-      (static_cast<long long>(blockIdx.z) * p.q_heads + blockIdx.y) * kHeadDim * kHeadDim;
+  const long long base = stateBase(p, blockIdx.z, blockIdx.y);
   const long long transposed = base + value * kHeadDim + key;
   if (p.state_in)
     p.state_in_t[transposed] = p.state_in[base + element];
@@ -257,7 +262,7 @@ extern "C" __global__ void __launch_bounds__(ATTN_LINEAR_BWD_SCAN_THREADS)
   // <dS, S_final>, with S_final transposed in state_out_t.
   float inner = 0.f;
   if (p.d_state_out) {
-    const long long base = (static_cast<long long>(batch) * p.q_heads + head) * kHeadDim * kHeadDim;
+    const long long base = stateBase(p, batch, head);
     for (int e = thread; e < kHeadDim * kHeadDim; e += kThreads)
       inner += p.d_state_out[base + e] *
                p.state_out_t[base + (e % kHeadDim) * kHeadDim + e / kHeadDim];
@@ -323,8 +328,7 @@ extern "C" __global__ void __launch_bounds__(ATTN_LINEAR_BWD_THREADS)
   if (element >= kHeadDim * kHeadDim)
     return;
   const int head = blockIdx.y, batch = blockIdx.z;
-  const long long at =
-      (static_cast<long long>(batch) * p.q_heads + head) * kHeadDim * kHeadDim + element;
+  const long long at = stateBase(p, batch, head) + element;
   if (p.seqlen == 0) {
     p.d_state_in[at] = p.d_state_out ? p.d_state_out[at] : 0.f;
     return;
