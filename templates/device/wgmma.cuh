@@ -77,6 +77,13 @@ __device__ __forceinline__ u32 swizzledAddress(u32 tile, int rows, int row, int 
   return tile + block * rows * 128 + row * 128 + ((chunk ^ (row % 8)) * 16) + (column % 8) * 2;
 }
 
+// One stmatrix of the stores below: four 8 x 8 matrices of 16-bit pairs.
+__device__ __forceinline__ void storeMatrices(u32 address, u32 w0, u32 w1, u32 w2, u32 w3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(address),
+               "r"(w0), "r"(w1), "r"(w2), "r"(w3)
+               : "memory");
+}
+
 // Stores this warp's 16 rows of an m64 x N fp32 accumulator, rounded to
 // `Element`, into rows 16 * warp... and columns firstColumn... of a
 // swizzled tile (swizzledAddress).
@@ -85,13 +92,6 @@ __device__ __forceinline__ u32 swizzledAddress(u32 tile, int rows, int row, int 
 // 4c+2..4c+3 rows 8-15 of column block c. Lane l addresses row l % 8 of
 // matrix l / 8, whose 16 bytes the swizzle keeps together. N / 16
 // instructions for the N / 4 single-word stores of the plain form.
-// One stmatrix of the stores below: four 8 x 8 matrices of 16-bit pairs.
-__device__ __forceinline__ void storeMatrices(u32 address, u32 w0, u32 w1, u32 w2, u32 w3) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(address),
-               "r"(w0), "r"(w1), "r"(w2), "r"(w3)
-               : "memory");
-}
-
 template <class Element, int N>
 __device__ __forceinline__ void storeFragmentSwizzled(const float (&fragment)[N / 2], u32 tile,
                                                       int rows, int warp, int lane,

@@ -52,7 +52,8 @@ using CandidateTimer =
 /// each timed with events, after `warmup` untimed ones (CandidateTimer's
 /// default takes 2 and 5). The launches are queued back to back and waited
 /// for once, so that Kernel::run's host work (argument checks) overlaps the
-/// launch before and each pair of events times the kernel alone.
+/// launch before: while the GPU is busy, each pair of events times the
+/// kernel alone.
 double medianRunMilliseconds(const Kernel &kernel, const AttnForwardArgs &args, CUstream stream,
                              int warmup, int repeats);
 
