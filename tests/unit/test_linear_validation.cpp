@@ -3,6 +3,7 @@
 // calls and name the argument of each refusal. They must not touch the
 // driver: the pointers are fake addresses.
 
+#include "RuntimeTestArgs.h"
 #include "attn/runtime/LinearBackwardLaunch.h"
 #include "attn/runtime/Runtime.h"
 
@@ -13,25 +14,16 @@
 #include <string>
 
 using namespace attn;
+using attn::test::fakePointer;
 using Catch::Matchers::Contains;
 using Catch::Matchers::StartsWith;
 
 namespace {
 
-void *fakePointer(uintptr_t address) { return reinterpret_cast<void *>(address); }
-
 /// Retention, head dim 128, 8 query heads over 2 kv heads, bf16, causal.
 AttnLaunchConfig linearConfig(bool backward, bool gated) {
-  AttnLaunchConfig config;
-  config.headDim = 128;
-  config.qHeads = 8;
-  config.kvHeads = 2;
-  config.dtype = DType::BF16;
-  config.scale = 0.088388f;
-  config.blockM = 64;
-  config.blockN = 128;
-  config.threadsPerBlock = 384;
-  config.sharedMemoryBytes = 200 * 1024;
+  AttnLaunchConfig config = test::makeConfig();
+  config.blockM = 64; // a chunk
   config.linearFamily = true;
   config.causal = true;
   config.gated = gated;

@@ -1,5 +1,6 @@
 // The short-query path's host side without a GPU: which calls take it, how
 // many splits of the keys they get, and the paged cache's argument checks.
+#include "RuntimeTestArgs.h"
 #include "attn/runtime/AttentionLaunch.h"
 #include "attn/runtime/Error.h"
 
@@ -9,25 +10,18 @@
 #include <functional>
 
 using namespace attn;
+using attn::test::fakePointer;
 using Catch::Matchers::Contains;
 using Catch::Matchers::StartsWith;
 
 namespace {
 
-void *fakePointer(uintptr_t address) { return reinterpret_cast<void *>(address); }
-
 /// Hq = 32 over Hkv kv heads, head dim `headDim`, bf16.
 AttnLaunchConfig decodeConfig(int kvHeads, int headDim = 128) {
-  AttnLaunchConfig config;
+  AttnLaunchConfig config = test::makeConfig();
   config.headDim = headDim;
   config.qHeads = 32;
   config.kvHeads = kvHeads;
-  config.dtype = DType::BF16;
-  config.scale = 0.088388f;
-  config.blockM = 128;
-  config.blockN = 128;
-  config.threadsPerBlock = 384;
-  config.sharedMemoryBytes = 200 * 1024;
   return config;
 }
 
