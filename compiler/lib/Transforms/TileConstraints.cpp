@@ -28,6 +28,27 @@ int64_t launchRegistersPerBlock(const TileConfig &config) {
 }
 
 namespace {
+/// The message when `config`'s register split asks for more than its launch
+/// allocates (384 threads: 64512, not 65536): the consumers' setmaxnreg
+/// increase would then wait forever. Forward and backward plans alike.
+std::optional<std::string> launchRegisterOverrun(const TileConfig &config) {
+  const int64_t blockRegisters =
+      int64_t(kThreadsPerWarpgroup) *
+      (int64_t(config.producerRegisters) * config.producerWarpgroups +
+       int64_t(config.consumerRegisters) * config.consumerWarpgroups);
+  const int64_t launchRegisters = launchRegistersPerBlock(config);
+  if (blockRegisters <= launchRegisters)
+    return std::nullopt;
+  const int64_t threads = int64_t(kThreadsPerWarpgroup) *
+                          (config.producerWarpgroups + config.consumerWarpgroups);
+  std::ostringstream os;
+  os << "register budget: 128 x (" << config.producerRegisters << " x "
+     << config.producerWarpgroups << " + " << config.consumerRegisters << " x "
+     << config.consumerWarpgroups << ") = " << blockRegisters << " registers per block, limit "
+     << launchRegisters << " (what a launch of " << threads << " threads allocates)";
+  return os.str();
+}
+
 /// The producer registers of a kernel whose producer warps fill staged
 /// score_mod diagonals: their capture reads, and the schedule walk beside
 /// them, spilled at 24 (T5 36 to 72 bytes, relative positions 12 to 60).
@@ -379,23 +400,8 @@ std::optional<std::string> checkTileLegality(const TileProblem &problem,
       return os.str();
     }
   }
-  int64_t blockRegisters =
-      int64_t(kThreadsPerWarpgroup) *
-      (int64_t(config.producerRegisters) * config.producerWarpgroups +
-       int64_t(config.consumerRegisters) * config.consumerWarpgroups);
-  // Asking for more than the launch allocated makes the consumers'
-  // increase wait forever.
-  int64_t threads = int64_t(kThreadsPerWarpgroup) *
-                    (config.producerWarpgroups + config.consumerWarpgroups);
-  int64_t launchRegisters = launchRegistersPerBlock(config);
-  if (blockRegisters > launchRegisters) {
-    os << "register budget: 128 x (" << config.producerRegisters << " x "
-       << config.producerWarpgroups << " + " << config.consumerRegisters
-       << " x " << config.consumerWarpgroups << ") = " << blockRegisters
-       << " registers per block, limit " << launchRegisters << " (what a launch of "
-       << threads << " threads allocates)";
-    return os.str();
-  }
+  if (std::optional<std::string> overrun = launchRegisterOverrun(config))
+    return *overrun;
   int64_t needed = estimateConsumerRegisters(problem, config);
   if (needed > config.consumerRegisters) {
     os << "register budget: head_dim " << problem.headDim << " with block_n "
@@ -652,16 +658,8 @@ std::optional<std::string> checkBackwardTileLegality(const TileProblem &problem,
     os << "register budget: consumer_registers (" << config.consumerRegisters
        << ") and producer_registers (" << config.producerRegisters
        << ") must be multiples of 8 in [24, 256] (setmaxnreg)";
-  // Against what the launch allocates, as the forward's: the consumers'
-  // increase past it would wait forever (384 threads: 64512, not 65536).
-  else if (int64_t total = int64_t(kThreadsPerWarpgroup) *
-                           (config.producerRegisters + consumers * config.consumerRegisters);
-           total > launchRegistersPerBlock(config))
-    os << "register budget: 128 x (" << config.producerRegisters << " + "
-       << config.consumerRegisters << " x " << consumers << ") = " << total
-       << " registers a block, limit " << launchRegistersPerBlock(config)
-       << " (what a launch of " << kThreadsPerWarpgroup * (1 + consumers)
-       << " threads allocates)";
+  else if (std::optional<std::string> overrun = launchRegisterOverrun(config))
+    os << *overrun;
   else if (int64_t bytes =
                allocateSharedMemory(backwardKernelSmemRequests(problem, config, 1)).total +
                kSmemBaseAlignSlack;
