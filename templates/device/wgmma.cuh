@@ -84,6 +84,27 @@ __device__ __forceinline__ void storeMatrices(u32 address, u32 w0, u32 w1, u32 w
                : "memory");
 }
 
+// The four packed words one stmatrix stores.
+struct MatrixWords {
+  u32 w0, w1, w2, w3;
+};
+
+// The loop of both stores below: `words(block)` gives the MatrixWords of
+// column blocks `block` and `block` + 1.
+template <int N, class Words>
+__device__ __forceinline__ void storeWordsSwizzled(u32 tile, int rows, int warp, int lane,
+                                                   int firstColumn, const Words &words) {
+  static_assert(N % 16 == 0, "two 8-column blocks per stmatrix");
+  const int matrix = lane / 8;
+  const int row = warp * 16 + (matrix % 2) * 8 + lane % 8;
+#pragma unroll
+  for (int block = 0; block < N / 8; block += 2) {
+    u32 address = swizzledAddress(tile, rows, row, firstColumn + (block + matrix / 2) * 8);
+    const MatrixWords w = words(block);
+    storeMatrices(address, w.w0, w.w1, w.w2, w.w3);
+  }
+}
+
 // Stores this warp's 16 rows of an m64 x N fp32 accumulator, rounded to
 // `Element`, into rows 16 * warp... and columns firstColumn... of a
 // swizzled tile (swizzledAddress).
@@ -96,16 +117,11 @@ template <class Element, int N>
 __device__ __forceinline__ void storeFragmentSwizzled(const float (&fragment)[N / 2], u32 tile,
                                                       int rows, int warp, int lane,
                                                       int firstColumn = 0) {
-  static_assert(N % 16 == 0, "two 8-column blocks per stmatrix");
-  const int matrix = lane / 8;
-  const int row = warp * 16 + (matrix % 2) * 8 + lane % 8;
-#pragma unroll
-  for (int block = 0; block < N / 8; block += 2) {
+  storeWordsSwizzled<N>(tile, rows, warp, lane, firstColumn, [&](int block) {
     const float *f = fragment + 4 * block;
-    u32 address = swizzledAddress(tile, rows, row, firstColumn + (block + matrix / 2) * 8);
-    storeMatrices(address, packPair<Element>(f[0], f[1]), packPair<Element>(f[2], f[3]),
-                  packPair<Element>(f[4], f[5]), packPair<Element>(f[6], f[7]));
-  }
+    return MatrixWords{packPair<Element>(f[0], f[1]), packPair<Element>(f[2], f[3]),
+                       packPair<Element>(f[4], f[5]), packPair<Element>(f[6], f[7])};
+  });
 }
 
 // The same store of a fragment already packed to 16-bit pairs (packed[i]
@@ -114,15 +130,10 @@ template <int N>
 __device__ __forceinline__ void storePackedFragmentSwizzled(const u32 (&packed)[N / 4], u32 tile,
                                                             int rows, int warp, int lane,
                                                             int firstColumn = 0) {
-  static_assert(N % 16 == 0, "two 8-column blocks per stmatrix");
-  const int matrix = lane / 8;
-  const int row = warp * 16 + (matrix % 2) * 8 + lane % 8;
-#pragma unroll
-  for (int block = 0; block < N / 8; block += 2) {
+  storeWordsSwizzled<N>(tile, rows, warp, lane, firstColumn, [&](int block) {
     const u32 *w = packed + 2 * block;
-    u32 address = swizzledAddress(tile, rows, row, firstColumn + (block + matrix / 2) * 8);
-    storeMatrices(address, w[0], w[1], w[2], w[3]);
-  }
+    return MatrixWords{w[0], w[1], w[2], w[3]};
+  });
 }
 
 // D[64 x N] (+)= A[64 x 16] * B[16 x N], both operands in shared memory,
