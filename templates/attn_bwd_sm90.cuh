@@ -75,15 +75,10 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
   captureGradients.init(p);
 
   mbarrierWait(barriers.kvFull(), 0);
-  const int steps = block.steps();
-  int computed = 0; // steps not skipped: the rings' positions
-  for (int step = 0; step < steps; ++step) {
-    int position = step;
-    if constexpr (kSkipsSteps) {
-      if (block.skips(p, step))
-        continue;
-      position = computed++;
-    }
+  const StepWalk walk = stepWalkOf(p, block);
+  for (int position = 0; position < walk.positions; ++position) {
+    const u32 entry = walk.entryAt(position);
+    const int step = StepWalk::stepOf(entry);
     const RingSlot slot = ringSlot<kStages>(position);
     const int queryBlock = block.queryBlockOf(step);
     // A constant 0 without passes (computed, it cost the head-dim-64
@@ -116,7 +111,9 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
     // A mask_mod the coverage shows keeping the whole tile needs no per-pair
     // test.
     bool maskPartial = false;
-    if constexpr (Mods::kHasMaskMod)
+    if constexpr (kWalksStepList)
+      maskPartial = !(entry & kStepFull);
+    else if constexpr (Mods::kHasMaskMod)
       maskPartial = block.maskCoverageOf(p, step) != Coverage::Full;
     const bool partial = maskPartial || sliceLast >= sequence.seqlenK ||
                          !Mask::coversTile(queryFirst, queryFirst + kQueryColumns - 1, sliceFirst,
@@ -228,13 +225,14 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
         stageDq(dq);
       }
     }
-    if (kPasses > 1 && step + 1 < steps && block.passOf(step + 1) != pass)
+    // With passes every step is walked: the position is the step.
+    if (kPasses > 1 && step + 1 < walk.positions && block.passOf(step + 1) != pass)
       storePassGradients(p, dK, dV, block, key0, lane, consumer, pass);
   }
   captureGradients.flush();
   // A key tile no query sees walks no step: every pass's gradients are 0.
   if constexpr (kPasses > 1)
-    if (steps == 0)
+    if (walk.positions == 0)
       for (int pass = 0; pass + 1 < kPasses; ++pass)
         storePassGradients(p, dK, dV, block, key0, lane, consumer, pass);
   storePassGradients(p, dK, dV, block, key0, lane, consumer, kPasses - 1);
@@ -282,3 +280,4 @@ extern "C" __global__ void __launch_bounds__(attn_bwd::kThreads, 1)
 }
 
 #include "bwd/row_kernels.cuh"
+#include "bwd/step_list.cuh"

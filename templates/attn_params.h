@@ -279,6 +279,12 @@ struct AttnBwdParams {
   const unsigned char *tile_coverage;
   int coverage_block_m;
   int coverage_block_n;
+  // The step list (a mask_mod's kernel in one pass; in the workspace, else
+  // null): per block of the main kernel's grid, bwdStepListEntries words,
+  // the count of the steps it walks, then each step (bits 0-30) with
+  // bit 31 set when the mask_mod keeps all of its pairs. The step-list
+  // kernel writes it, the main kernel's roles walk it.
+  unsigned *step_list;
 };
 
 // Past head dim 128 the accumulators of dK and dV for 64 keys would not
@@ -336,6 +342,14 @@ constexpr long long bwdPaddedQueries(long long seqlenQ, int blockM) {
 // The exact capture gradients' records to floats: a 1-D grid of
 // ATTN_BWD_ROW_THREADS threads, an element a thread at a time.
 #define ATTN_BWD_CAPTURE_SUM_KERNEL_NAME "attn_bwd_capture_sum_kernel"
+// The step list (AttnBwdParams::step_list): the main kernel's grid, a warp
+// a block. Words of one block's list: its count, and at most one entry per
+// (query head of the group, query block).
+#define ATTN_BWD_STEP_LIST_KERNEL_NAME "attn_bwd_step_list_kernel"
+#define ATTN_BWD_STEP_LIST_THREADS 32
+constexpr long long bwdStepListEntries(long long seqlenQ, int blockM, int group) {
+  return 1 + static_cast<long long>(group) * ((seqlenQ + blockM - 1) / blockM);
+}
 // The preprocess and the conversion: grid (query blocks of bwd block_m
 // rows, q_heads, batch), ATTN_BWD_ROW_THREADS threads, a warp per row at a
 // time.

@@ -7,6 +7,11 @@ Medians of --repeats timed runs (CUDA events) after warm-up; TFLOP/s count
 4·B·H·Sq·Sk·D per forward (halved for causal), 2.5× that for a backward.
 
     python benchmarks/vs_flex.py [--seqlen 8192] [--batch 2] [--heads 16]
+        [--variants "document causal,softcap"] [--no-sdpa-step]
+
+--variants keeps the named variants of both tables (Flex compiles each
+afresh, about half a minute apiece); --no-sdpa-step leaves out the causal
+training step beside SDPA's.
 """
 
 import argparse
@@ -44,6 +49,8 @@ def main():
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--json")
+    parser.add_argument("--variants", help="comma-separated names of the variants to run")
+    parser.add_argument("--no-sdpa-step", action="store_true")
     args = parser.parse_args()
     b, h, s, d = args.batch, args.heads, args.seqlen, args.head_dim
     q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
@@ -75,10 +82,15 @@ def main():
         "document causal": (None, document_causal),
         "softcap": (softcap, None),
     }
+    chosen = set(args.variants.split(",")) if args.variants else None
+
+    def keep(table):
+        return {name: value for name, value in table.items() if chosen is None or name in chosen}
+
     device = torch.cuda.get_device_name()
     results = {"device": device, "shape": [b, h, s, d], "forward": {}, "training": {}}
     print(f"{device}: B={b} H={h} S={s} D={d} bf16, forward ms (TFLOP/s)")
-    for name, (score_mod, mask_mod) in variants.items():
+    for name, (score_mod, mask_mod) in keep(variants).items():
         block_mask = (create_block_mask(mask_mod, b if mask_mod is document_causal else None,
                                         None, s, s) if mask_mod is not None else None)
         flex_ms = timed_ms(lambda: flex(q, k, v, score_mod=score_mod, block_mask=block_mask),
@@ -118,7 +130,7 @@ def main():
     learned = {"learned alibi causal": (learned_slopes,), "learned relpos causal": (table,)}
     results["variant_training"] = {}
     print("training step (forward + backward) ms: attnc, flex, flex/attnc")
-    for name, (score_mod, mask_mod) in trained.items():
+    for name, (score_mod, mask_mod) in keep(trained).items():
         block_mask = (create_block_mask(mask_mod, b if mask_mod is document_causal else None,
                                         None, s, s) if mask_mod is not None else None)
         attnc_block = (attnc.create_block_mask(mask_mod, b, None, s, s)
@@ -139,11 +151,14 @@ def main():
         print(f"  {name:22s} attnc {attnc_ms:7.3f}  flex {flex_ms:7.3f}  "
               f"flex/attnc {flex_ms / attnc_ms:5.2f}")
 
-    steps = {
-        "attnc": step(lambda: attnc.attention(qg, kg, vg, causal=True)),
-        "flex": step(lambda: flex(qg, kg, vg, block_mask=causal_block)),
-        "sdpa": step(lambda: F.scaled_dot_product_attention(qg, kg, vg, is_causal=True)),
-    }
+    if args.no_sdpa_step:
+        steps = {}
+    else:
+        steps = {
+            "attnc": step(lambda: attnc.attention(qg, kg, vg, causal=True)),
+            "flex": step(lambda: flex(qg, kg, vg, block_mask=causal_block)),
+            "sdpa": step(lambda: F.scaled_dot_product_attention(qg, kg, vg, is_causal=True)),
+        }
     flops = 4 * b * h * s * s * d * 0.5 * 3.5
     print("causal training step (forward + backward) ms (TFLOP/s)")
     for name, fn in steps.items():

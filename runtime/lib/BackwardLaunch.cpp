@@ -45,9 +45,49 @@ std::vector<CaptureView> gradientViews(const AttnBackwardArgs &args) {
   return views;
 }
 
+/// The grid dimensions a backward call launches, checked against the
+/// hardware's limits: (key tiles, kv heads, batch) for the main kernel (and
+/// the step list), (query blocks, q heads, batch) for the row kernels.
+struct BackwardGrids {
+  Dim3 main, rows;
+};
+
+BackwardGrids backwardGrids(const AttnLaunchConfig &config, const LogicalShape &shape) {
+  const int64_t keyTiles = (shape.seqlenK + config.blockN - 1) / config.blockN;
+  const int64_t queryBlocks = (shape.seqlenQ + config.blockM - 1) / config.blockM;
+  if (shape.batch > 65535)
+    fail("q", fmt::format("batch {} exceeds the backward grid's 65535 (the grid's z dimension)",
+                          shape.batch));
+  BackwardGrids grids;
+  grids.main = Dim3{static_cast<unsigned>(keyTiles), static_cast<unsigned>(config.kvHeads),
+                    static_cast<unsigned>(shape.batch)};
+  grids.rows = Dim3{static_cast<unsigned>(queryBlocks), static_cast<unsigned>(config.qHeads),
+                    static_cast<unsigned>(shape.batch)};
+  return grids;
+}
+
+/// Words of the step list: bwdStepListEntries for each block of the main
+/// kernel's grid, none where the config walks no list.
+uint64_t stepListWords(const AttnLaunchConfig &config, const LogicalShape &shape) {
+  if (!config.stepList)
+    return 0;
+  const Dim3 grid = backwardGrids(config, shape).main;
+  const uint64_t perBlock = uint64_t(attn_abi::bwdStepListEntries(
+      shape.seqlenQ, config.blockM, config.qHeads / config.kvHeads));
+  // An entry holds its step in 31 bits.
+  if (perBlock - 1 > uint64_t(INT32_MAX))
+    fail("q", fmt::format("{} query blocks of {} rows times {} query heads a kv head exceed the "
+                          "step list's 2^31 steps a block",
+                          (shape.seqlenQ + config.blockM - 1) / config.blockM, config.blockM,
+                          config.qHeads / config.kvHeads));
+  return uint64_t(grid.x) * grid.y * grid.z * perBlock;
+}
+
 /// The workspace's parts, in order, each 256-byte aligned.
 struct WorkspaceLayout {
   uint64_t lseLog2 = 0, delta = 0, dqAccum = 0, semaphores = 0;
+  /// The step list's words (AttnBwdParams::step_list); none without one.
+  uint64_t stepList = 0;
   /// The exact capture gradients' records, one part per gradient.
   std::vector<uint64_t> captureRecords;
   uint64_t captureRecordsBegin = 0, total = 0;
@@ -66,8 +106,9 @@ WorkspaceLayout workspaceLayout(const AttnLaunchConfig &config, const LogicalSha
       layout.dqAccum + alignUp(rows * uint64_t(config.headDim) * sizeof(float), kWorkspaceAlign);
   // The deterministic mode's counters: one per query block and pass.
   const uint64_t counters = queryBlocks * uint64_t(attn_abi::bwdPasses(config.headDim));
+  layout.stepList = layout.semaphores + alignUp(counters * sizeof(int32_t), kWorkspaceAlign);
   layout.captureRecordsBegin =
-      layout.semaphores + alignUp(counters * sizeof(int32_t), kWorkspaceAlign);
+      layout.stepList + alignUp(stepListWords(config, shape) * sizeof(uint32_t), kWorkspaceAlign);
   layout.total = layout.captureRecordsBegin;
   if (exactCaptureGrads(args))
     for (const CaptureView &gradient : gradientViews(args)) {
@@ -98,26 +139,6 @@ void requireSameShape(const TensorView &view, const char *name, const TensorView
                      shapeString(like));
 }
 
-/// The grid dimensions a backward call launches, checked against the
-/// hardware's limits: (key tiles, kv heads, batch) for the main kernel,
-/// (query blocks, q heads, batch) for the row kernels.
-struct BackwardGrids {
-  Dim3 main, rows;
-};
-
-BackwardGrids backwardGrids(const AttnLaunchConfig &config, const LogicalShape &shape) {
-  const int64_t keyTiles = (shape.seqlenK + config.blockN - 1) / config.blockN;
-  const int64_t queryBlocks = (shape.seqlenQ + config.blockM - 1) / config.blockM;
-  if (shape.batch > 65535)
-    fail("q", fmt::format("batch {} exceeds the backward grid's 65535 (the grid's z dimension)",
-                          shape.batch));
-  BackwardGrids grids;
-  grids.main = Dim3{static_cast<unsigned>(keyTiles), static_cast<unsigned>(config.kvHeads),
-                    static_cast<unsigned>(shape.batch)};
-  grids.rows = Dim3{static_cast<unsigned>(queryBlocks), static_cast<unsigned>(config.qHeads),
-                    static_cast<unsigned>(shape.batch)};
-  return grids;
-}
 /// Bytes of the forward's tile coverage for this call: one per (batch, query
 /// head, forward query block, forward key tile).
 uint64_t coverageBytes(const AttnLaunchConfig &config, const AttnBackwardArgs &args,
@@ -273,6 +294,8 @@ attn_abi::AttnBwdParams encodeBackwardParams(const AttnLaunchConfig &config,
   params.tile_coverage = args.tileCoverage;
   params.coverage_block_m = args.coverageBlockM;
   params.coverage_block_n = args.coverageBlockN;
+  if (config.stepList)
+    params.step_list = reinterpret_cast<unsigned *>(workspace + layout.stepList);
   return params;
 }
 } // namespace
@@ -290,6 +313,8 @@ BackwardFunctions loadBackwardFunctions(const Module &module, const AttnLaunchCo
   functions.main = module.function(config.kernelName);
   functions.convert = module.function(ATTN_BWD_CONVERT_KERNEL_NAME);
   functions.captureSum = module.function(ATTN_BWD_CAPTURE_SUM_KERNEL_NAME);
+  if (config.stepList)
+    functions.stepList = module.function(ATTN_BWD_STEP_LIST_KERNEL_NAME);
   functions.main.setMaxDynamicSharedMemory(config.sharedMemoryBytes);
   return functions;
 }
@@ -355,6 +380,9 @@ void launchBackward(BackwardFunctions &functions, const AttnLaunchConfig &config
                       0, (layout.total - layout.captureRecordsBegin) / sizeof(int32_t), stream);
   if (grids.rows.x > 0)
     functions.preprocess.launch(grids.rows, rowBlock, 0, stream, kernelArgs);
+  if (grids.main.x > 0 && config.stepList)
+    functions.stepList.launch(grids.main, Dim3{ATTN_BWD_STEP_LIST_THREADS, 1, 1}, 0, stream,
+                              kernelArgs);
   if (grids.main.x > 0)
     functions.main.launch(grids.main,
                           Dim3{static_cast<unsigned>(config.threadsPerBlock), 1, 1},

@@ -34,6 +34,7 @@ constexpr IntField kIntFields[] = {
     {"automatic_work_order", &AttnLaunchConfig::automaticWorkOrder},
     {"linear_family", &AttnLaunchConfig::linearFamily},
     {"backward", &AttnLaunchConfig::backward},
+    {"step_list", &AttnLaunchConfig::stepList},
     {"causal", &AttnLaunchConfig::causal},
     {"normalize", &AttnLaunchConfig::normalize},
     {"gated", &AttnLaunchConfig::gated},

@@ -59,15 +59,9 @@ __device__ __forceinline__ void stageDqPiece(u32 smemBase, const Barriers &barri
 __device__ void writeDq(const attn_abi::AttnBwdParams &p, u32 smemBase, const Barriers &barriers,
                         const KeyBlock &block) {
   const i64 queryBlocks = attn_abi::bwdPaddedQueries(p.seqlen_q, kBlockM) / kBlockM;
-  const int steps = block.steps();
-  int written = 0; // steps not skipped: the ring's positions
-  for (int step = 0; step < steps; ++step) {
-    int position = step;
-    if constexpr (kSkipsSteps) {
-      if (block.skips(p, step))
-        continue;
-      position = written++;
-    }
+  const StepWalk walk = stepWalkOf(p, block);
+  for (int position = 0; position < walk.positions; ++position) {
+    const int step = StepWalk::stepOf(walk.entryAt(position));
     const int head = block.headOf(step), queryBlock = block.queryBlockOf(step);
     const RingSlot slot = ringSlot<kDqBuffers>(position);
     for (int consumer = 0; consumer < kConsumers; ++consumer)

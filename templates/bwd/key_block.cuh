@@ -1,6 +1,7 @@
 // The backward's tile scheduling: a block's key tile and the query blocks it
-// walks (KeyBlock, keyBlockOf), the steps a mask_mod lets it skip, and the
-// order of dQ's additions to a query block (additionTurn).
+// walks (KeyBlock, keyBlockOf), the steps of that walk a mask_mod keeps
+// (StepWalk, the step list), and the order of dQ's additions to a query
+// block (additionTurn).
 #pragma once
 
 #include "bwd/plan.cuh"
@@ -15,9 +16,12 @@ __device__ __forceinline__ Sequence sequenceOf(const attn_abi::AttnBwdParams &p,
   return attn_dev::sequenceOf(p, batch, attn_plan::kMaskBottomRight);
 }
 
-// Whether a kernel may skip steps (KeyBlock::skips): a mask_mod's, without
-// passes.
-constexpr bool kSkipsSteps = Mods::kHasMaskMod && kPasses == 1;
+// Whether the block's roles walk a step list (the compiler's decision,
+// attn_plan::kStepList): a mask_mod's kernel, in one pass. The step-list
+// kernel writes it before the main kernel runs (attn_bwd_step_list_kernel).
+constexpr bool kWalksStepList = Mods::kHasMaskMod && kPasses == 1;
+static_assert(kWalksStepList == attn_plan::kStepList,
+              "the plan's step list is the one the kernel walks");
 
 // The block's unit of work: key tile `keyTile` of kv head `kvHead` in batch
 // `batch`, and the query blocks [queryBlockBegin, queryBlockEnd) whose rows
@@ -84,16 +88,6 @@ struct KeyBlock {
       return empty ? Coverage::Empty : full ? Coverage::Full : Coverage::Partial;
     }
   }
-  // Steps whose query block the mask_mod keeps no pair of (its proved
-  // formula, or the forward's tile coverage) are skipped by every role
-  // alike. Not in the deterministic mode (its turns count every key tile of
-  // a query block's run) nor with passes.
-  __device__ bool skips(const attn_abi::AttnBwdParams &p, int step) const {
-    if constexpr (kSkipsSteps)
-      return !orderedAdditions(p) && maskCoverageOf(p, step) == Coverage::Empty;
-    else
-      return false;
-  }
 };
 
 __device__ __forceinline__ KeyBlock keyBlockOf(const attn_abi::AttnBwdParams &p) {
@@ -135,6 +129,50 @@ __device__ __forceinline__ KeyBlock keyBlockOf(const attn_abi::AttnBwdParams &p)
     block.rotation = block.keyTile * block.rotationStride;
   }
   return block;
+}
+
+// A step list's entry: the step, and this bit when the mask_mod keeps all
+// of its pairs.
+constexpr u32 kStepFull = 1u << 31;
+
+// This block's step list in the workspace: its count, then its entries.
+__device__ __forceinline__ u32 *stepListOf(const attn_abi::AttnBwdParams &p) {
+  const i64 block =
+      (static_cast<i64>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  return p.step_list +
+         block * attn_abi::bwdStepListEntries(p.seqlen_q, kBlockM, p.q_heads / p.kv_heads);
+}
+
+// The steps each role of the block walks, in the same order: all of the
+// block's, or with a step list the steps it lists. A role reads a
+// position's entry once and takes the step (and the mask's fullness) from
+// it, so that testing the mask costs the 24-register producer warps
+// nothing.
+struct StepWalk {
+  const u32 *entries; // the list's, past its count
+  int positions;
+
+  __device__ u32 entryAt(int position) const {
+    if constexpr (kWalksStepList)
+      return __ldg(entries + position);
+    else
+      return static_cast<u32>(position);
+  }
+  __device__ static int stepOf(u32 entry) { return static_cast<int>(entry & ~kStepFull); }
+};
+
+__device__ __forceinline__ StepWalk stepWalkOf(const attn_abi::AttnBwdParams &p,
+                                               const KeyBlock &block) {
+  StepWalk walk;
+  if constexpr (kWalksStepList) {
+    const u32 *list = stepListOf(p);
+    walk.entries = list + 1;
+    walk.positions = static_cast<int>(__ldg(list));
+  } else {
+    walk.entries = nullptr;
+    walk.positions = block.steps();
+  }
+  return walk;
 }
 
 // The deterministic mode's order of the key tiles' additions to a query

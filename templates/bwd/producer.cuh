@@ -35,15 +35,9 @@ __device__ void produce(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
   tmaLoadColumnBlocks<kColumnBlocks>(smemBase + attn_plan::kSmemV, kBlockN, &p.v_map,
                                      barriers.kvFull(), keyRow, block.kvHead, sequence.mapBatch);
 
-  const int steps = block.steps();
-  int issued = 0; // steps not skipped: the ring's positions
-  for (int step = 0; step < steps; ++step) {
-    int position = step;
-    if constexpr (kSkipsSteps) {
-      if (block.skips(p, step))
-        continue;
-      position = issued++;
-    }
+  const StepWalk walk = stepWalkOf(p, block);
+  for (int position = 0; position < walk.positions; ++position) {
+    const int step = StepWalk::stepOf(walk.entryAt(position));
     const RingSlot slot = ringSlot<kStages>(position);
     if (position >= kStages)
       mbarrierWait(barriers.empty(slot.stage), slot.phase ^ 1);

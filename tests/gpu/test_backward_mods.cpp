@@ -156,6 +156,30 @@ TEST_CASE("the forward's tile coverage lets the backward skip a buffer mask's em
                      {2, 700, 900, false}, gputest::addDocuments, seed++, withCoverage());
 }
 
+TEST_CASE("mask_mods' step lists in the deterministic mode, at head dims 64 and 256 and in MQA",
+          "[gpu][backward][mods]") {
+  // The deterministic mode lists every step, marking the full ones; head dim
+  // 256's split columns always order their additions; MQA lists 4 query
+  // heads' steps a block.
+  RunOptions deterministic;
+  deterministic.deterministic = true;
+  RunOptions deterministicCoverage = withCoverage();
+  deterministicCoverage.deterministic = true;
+  const std::string prefix = exampleWithHeads("prefix_lm_hd128.mlir");
+  runBackwardVariant(prefix, {2, 300, 300, false}, {}, 600, deterministic);
+  runBackwardVariant(exampleWithHeads("document_mask_hd128.mlir"), {1, 200, 333, false},
+                     gputest::addDocuments, 601, deterministicCoverage);
+  runBackwardVariant(replaceAll(prefix, "head_dim = 128", "head_dim = 256"), {1, 333, 130, true},
+                     {}, 602);
+  runBackwardVariant(replaceAll(exampleWithHeads("longformer_hd128.mlir"), "head_dim = 128",
+                                "head_dim = 64"),
+                     {2, 700, 900, false}, {}, 603);
+  runBackwardVariant(exampleWithHeads("chunked_local_hd128.mlir", "q_heads = 4, kv_heads = 1"),
+                     {2, 300, 500, false}, {}, 604);
+  runBackwardVariant(exampleWithHeads("bigbird_hd128.mlir", "q_heads = 4, kv_heads = 1"),
+                     {1, 500, 500, false}, addBlocks, 605, withCoverage());
+}
+
 TEST_CASE("regions in the backward at head dims 64 and 256, f16 and MQA", "[gpu][backward][mods]") {
   const std::string softcap = exampleWithHeads("softcap_causal_hd128.mlir");
   const std::string slopes = exampleWithHeads("alibi_learned_hd128.mlir");
@@ -197,6 +221,11 @@ TEST_CASE("the backward through regions on small shapes, for the sanitizers",
                      402);
   runBackwardVariant(exampleWithHeads("document_mask_hd128.mlir"), {1, 200, 150, false},
                      gputest::addDocuments, 403, withCoverage());
+  // A step list of every step.
+  RunOptions deterministic;
+  deterministic.deterministic = true;
+  runBackwardVariant(exampleWithHeads("prefix_lm_hd128.mlir"), {1, 150, 200, false}, {}, 404,
+                     deterministic);
 }
 
 namespace {

@@ -179,7 +179,7 @@ TEST_CASE("launch metadata round-trips every field exactly", "[cache][metadata]"
   config.kernelName = "my_kernel";
 
   std::string text = serializeLaunchConfig(config);
-  CHECK_THAT(text, StartsWith("attn-launch-metadata 7\n"));
+  CHECK_THAT(text, StartsWith("attn-launch-metadata 8\n"));
   AttnLaunchConfig back = parseLaunchConfig(text);
   CHECK(back.headDim == 256);
   CHECK(back.qHeads == 12);

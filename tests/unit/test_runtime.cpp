@@ -6,6 +6,7 @@
 #include "attn/runtime/Runtime.h"
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <dlfcn.h>
 
@@ -524,11 +525,13 @@ TEST_CASE("uploadPackedSequences checks the lengths before touching the device",
                     StartsWith("seqlensK[1]: the packed rows up to here, 2147483648, exceed"));
 }
 
-TEST_CASE("backward capture gradients and tile coverage are checked with the config",
-          "[runtime][validate][backward]") {
+namespace {
+/// A backward module's config: the head-dim-128 plan's tiles.
+AttnLaunchConfig backwardConfig(int qHeads, int kvHeads) {
   AttnLaunchConfig config;
   config.headDim = 128;
-  config.qHeads = config.kvHeads = 4;
+  config.qHeads = qHeads;
+  config.kvHeads = kvHeads;
   config.dtype = DType::BF16;
   config.scale = 0.088f;
   config.blockM = 64;
@@ -536,14 +539,28 @@ TEST_CASE("backward capture gradients and tile coverage are checked with the con
   config.threadsPerBlock = 384;
   config.sharedMemoryBytes = 1024;
   config.backward = 1;
-  config.captures = {CaptureDecl{"slopes", DType::F32, {{CaptureDim::Kind::QHeads, 0}}, true}};
+  return config;
+}
+
+/// Two sequences of 100 queries over 300 keys with the config's heads, and a
+/// workspace of no size yet.
+AttnBackwardArgs backwardArgs(const AttnLaunchConfig &config) {
   AttnBackwardArgs args;
   args.q = args.o = args.dO = args.dq =
-      contiguousBSHD(fakePointer(0x10000000), DType::BF16, 2, 100, 4, 128);
+      contiguousBSHD(fakePointer(0x10000000), DType::BF16, 2, 100, config.qHeads, 128);
   args.k = args.v = args.dk = args.dv =
-      contiguousBSHD(fakePointer(0x20000000), DType::BF16, 2, 300, 4, 128);
+      contiguousBSHD(fakePointer(0x20000000), DType::BF16, 2, 300, config.kvHeads, 128);
   args.lse = static_cast<const float *>(fakePointer(0x30000000));
   args.workspace = fakePointer(0x40000000);
+  return args;
+}
+} // namespace
+
+TEST_CASE("backward capture gradients and tile coverage are checked with the config",
+          "[runtime][validate][backward]") {
+  AttnLaunchConfig config = backwardConfig(4, 4);
+  config.captures = {CaptureDecl{"slopes", DType::F32, {{CaptureDim::Kind::QHeads, 0}}, true}};
+  AttnBackwardArgs args = backwardArgs(config);
   args.workspaceBytes = backwardWorkspaceBytes(config, args);
   args.captures = {CaptureView{fakePointer(0x50000000), DType::F32, {4}}};
   float *gradient = static_cast<float *>(fakePointer(0x60000000));
@@ -577,4 +594,32 @@ TEST_CASE("backward capture gradients and tile coverage are checked with the con
                     StartsWith("tileCoverage: needs the forward's tile"));
   args.coverageBlockM = args.coverageBlockN = 128;
   CHECK_NOTHROW(validateBackwardArgs(config, args));
+}
+
+TEST_CASE("a backward that walks a step list sizes it in the workspace",
+          "[runtime][validate][backward]") {
+  AttnLaunchConfig config = backwardConfig(8, 2);
+  AttnBackwardArgs args = backwardArgs(config);
+  const uint64_t withoutList = backwardWorkspaceBytes(config, args);
+  // 3 key tiles x 2 kv heads x 2 sequences = 12 blocks, each with a count
+  // and 4 query heads x 2 query blocks of entries: 108 words, 432 bytes in
+  // two 256-byte blocks.
+  config.stepList = 1;
+  args.workspaceBytes = backwardWorkspaceBytes(config, args);
+  CHECK(args.workspaceBytes == withoutList + 512);
+  CHECK_NOTHROW(validateBackwardArgs(config, args));
+  args.workspaceBytes -= 256;
+  CHECK_THROWS_WITH(validateBackwardArgs(config, args),
+                    StartsWith(fmt::format("workspace: {} bytes, but this call needs {}",
+                                           withoutList + 256, withoutList + 512)));
+  // A step takes 31 bits of its entry.
+  config.qHeads = 64;
+  config.kvHeads = 1;
+  args.q = args.o = args.dO = args.dq =
+      contiguousBSHD(fakePointer(0x10000000), DType::BF16, 1, INT_MAX, 64, 128);
+  args.k = args.v = args.dk = args.dv =
+      contiguousBSHD(fakePointer(0x20000000), DType::BF16, 1, 300, 1, 128);
+  CHECK_THROWS_WITH(backwardWorkspaceBytes(config, args),
+                    StartsWith("q: 33554432 query blocks of 64 rows times 64 query heads a kv "
+                               "head exceed the step list's 2^31 steps a block"));
 }

@@ -553,6 +553,13 @@ std::string emitForwardKernelSource(const ForwardKernelConfig &config) {
   return out.str();
 }
 
+bool backwardWalksStepList(const BackwardKernelConfig &config) {
+  const bool splitsColumns = attn_abi::bwdSplitsColumns(config.headDim, config.tile.blockN,
+                                                        config.tile.consumerWarpgroups);
+  return !config.mods.maskFunction.empty() &&
+         attn_abi::bwdPasses(config.headDim, splitsColumns) == 1;
+}
+
 std::string emitBackwardKernelSource(const BackwardKernelConfig &config) {
   std::ostringstream out;
   std::string error;
@@ -588,6 +595,8 @@ std::string emitBackwardKernelSource(const BackwardKernelConfig &config) {
       << "constexpr int kConsumerWarpgroups = " << consumers << ";\n"
       << "constexpr int kConsumerRegisters = " << config.tile.consumerRegisters << ";\n"
       << "constexpr int kProducerRegisters = " << config.tile.producerRegisters << ";\n"
+      << "constexpr bool kStepList = " << (backwardWalksStepList(config) ? "true" : "false")
+      << ";\n"
       << "constexpr unsigned kSmemK = " << smem.k << ";\n"
       << "constexpr unsigned kSmemV = " << smem.v << ";\n"
       << "constexpr unsigned kSmemQ = " << smem.q << ";\n"

@@ -225,6 +225,7 @@ mlir::FailureOr<PlannedBackward> planBackward(mlir::attn::KernelOp op,
   planned.cudaSource = codegen::emitBackwardKernelSource(*config);
   planned.launch = launchOfPlan(op, op.getBackwardTileAttr(), op.getBackwardSmemAttr());
   planned.launch.kernelName = ATTN_BWD_KERNEL_NAME;
+  planned.launch.stepList = codegen::backwardWalksStepList(*config);
   for (mlir::attn::CaptureAttr capture : op.getCaptureList())
     planned.launch.captures.push_back(captureDeclFor(capture));
   planned.launch.backward = 1;

@@ -165,8 +165,14 @@ struct BackwardKernelConfig {
   BackwardSharedMemoryOffsets smem;
 };
 
-// The complete translation unit for the backward: the preprocess, the main
-// kernel and dQ's conversion.
+// Whether the backward's main kernel walks a step list (a mask_mod, one
+// pass): the step-list kernel writes each block's steps that the mask_mod
+// keeps a pair of, and the launch sizes the list in the workspace
+// (AttnLaunchConfig::stepList).
+bool backwardWalksStepList(const BackwardKernelConfig &config);
+
+// The complete translation unit for the backward: the preprocess, the
+// step list, the main kernel and dQ's conversion.
 std::string emitBackwardKernelSource(const BackwardKernelConfig &config);
 
 // Linear attention and retention (templates/attn_linear_sm90.cuh): one

@@ -95,6 +95,10 @@ struct AttnLaunchConfig {
   /// ATTN_BWD_KERNEL_NAME; blockM and blockN are the backward plan's query
   /// rows a step and keys a block).
   int backward = 0;
+  /// 1 for a backward module whose main kernel walks a step list (a
+  /// mask_mod, one pass over the head dim): the launch runs the step-list
+  /// kernel into the workspace first (attn_abi::bwdStepListEntries).
+  int stepList = 0;
   int causal = 1;
   int normalize = 0;
   int gated = 0;

@@ -80,12 +80,15 @@ attn_abi::AttnBwdParams makeBackwardParams(const AttnLaunchConfig &config,
 /// kernel's dynamic shared memory allowed once.
 struct BackwardFunctions {
   KernelFunction preprocess, main, convert, captureSum;
+  /// Loaded where the config walks a step list (AttnLaunchConfig::stepList).
+  KernelFunction stepList;
 };
 BackwardFunctions loadBackwardFunctions(const Module &module, const AttnLaunchConfig &config);
 
 /// Validates (also the device pointers), builds the parameters and launches
-/// the preprocess (a block per query block, query head and batch), the main
-/// kernel (a block per key tile, kv head and batch) and the conversion on
+/// the preprocess (a block per query block, query head and batch), the step
+/// list where the config has one and the main kernel (a block per key tile,
+/// kv head and batch each) and the conversion on
 /// `stream`. Launches nothing when a check fails; writes zeros to dk and dv
 /// for an empty query sequence, and nothing for an empty batch.
 void launchBackward(BackwardFunctions &functions, const AttnLaunchConfig &config,

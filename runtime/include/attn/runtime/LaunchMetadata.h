@@ -40,8 +40,8 @@ namespace attn {
 /// The version written by serializeLaunchConfig; parseLaunchConfig accepts
 /// only this one.
 /// Version 3 added the captured buffers, 5 even_work_tiles, 6
-/// automatic_work_order, 7 the captures' `grad`.
-inline constexpr int kLaunchMetadataVersion = 7;
+/// automatic_work_order, 7 the captures' `grad`, 8 step_list.
+inline constexpr int kLaunchMetadataVersion = 8;
 
 std::string serializeLaunchConfig(const AttnLaunchConfig &config);
 
