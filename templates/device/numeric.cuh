@@ -8,6 +8,14 @@ namespace attn_dev {
 typedef unsigned int u32;
 typedef unsigned long long u64;
 
+// std::conditional (NVRTC compiles without the standard headers).
+template <bool Condition, typename IfTrue, typename IfFalse> struct Conditional {
+  using type = IfTrue;
+};
+template <typename IfTrue, typename IfFalse> struct Conditional<false, IfTrue, IfFalse> {
+  using type = IfFalse;
+};
+
 // log2(e): exponentials run as exp2 on the SFU.
 constexpr float kLog2e = 1.4426950408889634f;
 

@@ -120,6 +120,23 @@ TEST_CASE("every region example's backward module assembles without spills",
   CHECK_FALSE(report.serializesWgmma());
 }
 
+TEST_CASE("buffer mask_mods' backward kernels assemble without spills at head dims 64 and 256",
+          "[codegen][backward][mods]") {
+  // Other tiles than the examples': 128 query rows a step at 64 (64 pairs a
+  // thread), split columns at 256.
+  const char *example = GENERATE("document_mask_hd128", "bigbird_hd128", "longformer_hd128");
+  const char *headDim = GENERATE("head_dim = 64", "head_dim = 256");
+  std::string text =
+      attn::test::readFile(std::string(ATTNC_DOCS_EXAMPLES_DIR) + "/" + example + ".mlir");
+  text = std::regex_replace(text, std::regex("head_dim = 128"), headDim);
+  attn::CompiledKernel kernel = attn::compileBackwardSpec(text, example);
+  attn::test::PtxasReport report = attn::test::assembleWithPtxas(kernel.binary);
+  INFO(example << ", " << headDim << "\n" << report.text);
+  REQUIRE(report.status == 0);
+  CHECK(report.spillFree());
+  CHECK_FALSE(report.serializesWgmma());
+}
+
 TEST_CASE("a spec without a backward template is refused with its location", "[codegen][backward]") {
   attn::CompileOptions twoConsumers;
   // Two consumers of 64 keys each (not sharing a tile) at head dim 256.
