@@ -273,6 +273,8 @@ extern "C" __global__ void __launch_bounds__(attn_bwd::kThreads, 1)
       produce(p, smemBase, barriers, block);
     else if (warp == kDqWriterWarp && lane == 0)
       writeDq(p, smemBase, barriers, block);
+    else if (kWalksStepList && warp == kTurnWarp && lane == 0 && orderedAdditions(p))
+      takeEmptyTurns(p, block);
   } else {
     claimRegisters<attn_plan::kConsumerRegisters>();
     consume(p, smemBase, barriers, block, warpgroup - 1);

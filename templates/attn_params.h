@@ -280,10 +280,13 @@ struct AttnBwdParams {
   int coverage_block_m;
   int coverage_block_n;
   // The step list (a mask_mod's kernel in one pass; in the workspace, else
-  // null): per block of the main kernel's grid, bwdStepListEntries words,
-  // the count of the steps it walks, then each step (bits 0-30) with
-  // bit 31 set when the mask_mod keeps all of its pairs. The step-list
-  // kernel writes it, the main kernel's roles walk it.
+  // null): per block of the main kernel's grid, bwdStepListEntries words:
+  // the count of the steps it walks and the count of the empty steps it
+  // does not, then the steps it walks, in order, each (bits 0-30) with bit
+  // 31 set when the mask_mod keeps all of its pairs, and at the end of the
+  // block's words the empty steps (listed only where dQ's additions are
+  // ordered: their turns still count). The step-list kernel writes it, the
+  // main kernel's roles walk it.
   unsigned *step_list;
 };
 
@@ -343,12 +346,12 @@ constexpr long long bwdPaddedQueries(long long seqlenQ, int blockM) {
 // ATTN_BWD_ROW_THREADS threads, an element a thread at a time.
 #define ATTN_BWD_CAPTURE_SUM_KERNEL_NAME "attn_bwd_capture_sum_kernel"
 // The step list (AttnBwdParams::step_list): the main kernel's grid, a warp
-// a block. Words of one block's list: its count, and at most one entry per
-// (query head of the group, query block).
+// a block. Words of one block's list: its two counts, and one entry per
+// (query head of the group, query block) at most.
 #define ATTN_BWD_STEP_LIST_KERNEL_NAME "attn_bwd_step_list_kernel"
 #define ATTN_BWD_STEP_LIST_THREADS 32
 constexpr long long bwdStepListEntries(long long seqlenQ, int blockM, int group) {
-  return 1 + static_cast<long long>(group) * ((seqlenQ + blockM - 1) / blockM);
+  return 2 + static_cast<long long>(group) * ((seqlenQ + blockM - 1) / blockM);
 }
 // The preprocess and the conversion: grid (query blocks of bwd block_m
 // rows, q_heads, batch), ATTN_BWD_ROW_THREADS threads, a warp per row at a

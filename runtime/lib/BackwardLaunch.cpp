@@ -75,7 +75,7 @@ uint64_t stepListWords(const AttnLaunchConfig &config, const LogicalShape &shape
   const uint64_t perBlock = uint64_t(attn_abi::bwdStepListEntries(
       shape.seqlenQ, config.blockM, config.qHeads / config.kvHeads));
   // An entry holds its step in 31 bits.
-  if (perBlock - 1 > uint64_t(INT32_MAX))
+  if (perBlock - 2 > uint64_t(INT32_MAX))
     fail("q", fmt::format("{} query blocks of {} rows times {} query heads a kv head exceed the "
                           "step list's 2^31 steps a block",
                           (shape.seqlenQ + config.blockM - 1) / config.blockM, config.blockM,

@@ -50,6 +50,40 @@ __device__ __forceinline__ void stageDqPiece(u32 smemBase, const Barriers &barri
   mbarrierArriveForWarp(barriers.dqFull(consumer, slot.stage), thread % 32);
 }
 
+// The deterministic mode's counter of a query block: waits until the
+// additions before the block's turn have counted themselves, and counts an
+// addition (after it has completed).
+__device__ __forceinline__ void waitForTurn(const int *counter, int turn) {
+  int seen;
+  do {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+  } while (seen < turn);
+}
+__device__ __forceinline__ void countTurn(int *counter) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(counter) : "memory");
+}
+
+// The turn warp's lane 0, where dQ's additions are ordered: takes the turns
+// of the step list's empty steps, which add nothing, as they come (the
+// other roles pass over them; the writer warp's 24 registers spilled
+// doing both).
+__device__ void takeEmptyTurns(const attn_abi::AttnBwdParams &p, const KeyBlock &block) {
+  if constexpr (kWalksStepList) {
+    const i64 queryBlocks = attn_abi::bwdPaddedQueries(p.seqlen_q, kBlockM) / kBlockM;
+    const StepList list = stepListOf(p);
+    const int empty = static_cast<int>(__ldg(list.words + 1));
+    for (int k = 0; k < empty; ++k) {
+      const int step = static_cast<int>(__ldg(list.empty() - 1 - k));
+      const int head = block.headOf(step), queryBlock = block.queryBlockOf(step);
+      int *counter =
+          p.dq_semaphores + (static_cast<i64>(block.batch) * p.q_heads + head) * queryBlocks +
+          queryBlock;
+      waitForTurn(counter, additionTurn(block, queryBlock));
+      countTurn(counter);
+    }
+  }
+}
+
 // The writer warp's lane 0: adds each step's staged dQ pieces to the
 // accumulator in global memory, one bulk reduction a piece, and gives the
 // buffers back once the copy engine has read them. Deterministic: a step's
@@ -75,11 +109,7 @@ __device__ void writeDq(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
       if constexpr (kPasses > 1)
         counterIndex = counterIndex * kPasses + block.passOf(step);
       counter = p.dq_semaphores + counterIndex;
-      const int target = loadShared<int>(dqTurn(smemBase, slot.stage));
-      int seen;
-      do {
-        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
-      } while (seen < target);
+      waitForTurn(counter, loadShared<int>(dqTurn(smemBase, slot.stage)));
     }
     float *accumulator = dqAccumBlock(p, block.batch, head, queryBlock);
     if constexpr (kPasses > 1)
@@ -91,7 +121,7 @@ __device__ void writeDq(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
     if (counter) {
       bulkWaitComplete();
       asm volatile("fence.acq_rel.gpu;" ::: "memory");
-      asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(counter) : "memory");
+      countTurn(counter);
     } else {
       tmaStoreWaitRead();
     }

@@ -8,9 +8,9 @@
 
 namespace attn_bwd {
 
-// Roles: warpgroup 0's warp 0 loads, its warp 1 writes dQ; warpgroups 1..C
-// compute.
-enum ProducerWarp { kLoadWarp = 0, kDqWriterWarp = 1 };
+// Roles: warpgroup 0's warp 0 loads, its warp 1 writes dQ, its warp 2
+// takes the turns of a step list's empty steps; warpgroups 1..C compute.
+enum ProducerWarp { kLoadWarp = 0, kDqWriterWarp = 1, kTurnWarp = 2 };
 
 __device__ __forceinline__ Sequence sequenceOf(const attn_abi::AttnBwdParams &p, int batch) {
   return attn_dev::sequenceOf(p, batch, attn_plan::kMaskBottomRight);
@@ -135,16 +135,26 @@ __device__ __forceinline__ KeyBlock keyBlockOf(const attn_abi::AttnBwdParams &p)
 // of its pairs.
 constexpr u32 kStepFull = 1u << 31;
 
-// This block's step list in the workspace: its count, then its entries.
-__device__ __forceinline__ u32 *stepListOf(const attn_abi::AttnBwdParams &p) {
+// This block's step list in the workspace (AttnBwdParams::step_list): the
+// count of the steps it walks and of the empty ones it lists, the steps it
+// walks from the front of its entries and the empty ones from their back.
+struct StepList {
+  u32 *words;
+  i64 capacity; // entries
+
+  __device__ u32 *walked() const { return words + 2; }
+  __device__ u32 *empty() const { return words + 2 + capacity; } // the k-th at [-1 - k]
+};
+
+__device__ __forceinline__ StepList stepListOf(const attn_abi::AttnBwdParams &p) {
   const i64 block =
       (static_cast<i64>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
-  return p.step_list +
-         block * attn_abi::bwdStepListEntries(p.seqlen_q, kBlockM, p.q_heads / p.kv_heads);
+  const i64 words = attn_abi::bwdStepListEntries(p.seqlen_q, kBlockM, p.q_heads / p.kv_heads);
+  return StepList{p.step_list + block * words, words - 2};
 }
 
 // The steps each role of the block walks, in the same order: all of the
-// block's, or with a step list the steps it lists. A role reads a
+// block's, or with a step list the steps it lists to walk. A role reads a
 // position's entry once and takes the step (and the mask's fullness) from
 // it, so that testing the mask costs the 24-register producer warps
 // nothing.
@@ -165,9 +175,9 @@ __device__ __forceinline__ StepWalk stepWalkOf(const attn_abi::AttnBwdParams &p,
                                                const KeyBlock &block) {
   StepWalk walk;
   if constexpr (kWalksStepList) {
-    const u32 *list = stepListOf(p);
-    walk.entries = list + 1;
-    walk.positions = static_cast<int>(__ldg(list));
+    const StepList list = stepListOf(p);
+    walk.entries = list.walked();
+    walk.positions = static_cast<int>(__ldg(list.words));
   } else {
     walk.entries = nullptr;
     walk.positions = block.steps();

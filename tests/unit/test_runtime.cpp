@@ -601,9 +601,9 @@ TEST_CASE("a backward that walks a step list sizes it in the workspace",
   AttnLaunchConfig config = backwardConfig(8, 2);
   AttnBackwardArgs args = backwardArgs(config);
   const uint64_t withoutList = backwardWorkspaceBytes(config, args);
-  // 3 key tiles x 2 kv heads x 2 sequences = 12 blocks, each with a count
-  // and 4 query heads x 2 query blocks of entries: 108 words, 432 bytes in
-  // two 256-byte blocks.
+  // 3 key tiles x 2 kv heads x 2 sequences = 12 blocks, each with two
+  // counts and 4 query heads x 2 query blocks of entries: 120 words, 480
+  // bytes in two 256-byte blocks.
   config.stepList = 1;
   args.workspaceBytes = backwardWorkspaceBytes(config, args);
   CHECK(args.workspaceBytes == withoutList + 512);
