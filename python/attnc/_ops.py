@@ -105,6 +105,14 @@ def _empty_bhsd(b, h, s, d, like):
     return like.new_empty((b, s, h, d)).transpose(1, 2)
 
 
+def _gradient_like(t):
+    """An empty gradient of t's layout where its head dim is contiguous:
+    autograd then keeps it as t.grad as it is, where it would copy a
+    gradient whose strides differ from t's (3 tensors a training step)."""
+    gradient = torch.empty_like(t)
+    return gradient if gradient.stride(-1) == 1 else _empty_bhsd(*t.shape, t)
+
+
 def _address(array):
     return ctypes.addressof(array) if array is not None else 0
 
@@ -257,9 +265,7 @@ def _attention_backward_cuda(grad_out, q, k, v, out, lse, captures, spec, determ
                              capture_grad_atomics, tile_coverage):
     kernel = kernel_for(spec, backward=True)
     grad_out = _dense_head_dim(grad_out)
-    dq = _empty_bhsd(*q.shape, q)
-    dk = _empty_bhsd(*k.shape, k)
-    dv = _empty_bhsd(*v.shape, v)
+    dq, dk, dv = _gradient_like(q), _gradient_like(k), _gradient_like(v)
     capture_grads = _capture_gradients(captures, spec)
     fields = [bshd_fields(t, n) for t, n in ((q, "q"), (k, "k"), (v, "v"), (out, "out"),
                                               (grad_out, "grad_out"))]
@@ -286,7 +292,7 @@ def _attention_backward_cuda(grad_out, q, k, v, out, lse, captures, spec, determ
 @torch.library.register_fake("attnc::attention_backward")
 def _attention_backward_fake(grad_out, q, k, v, out, lse, captures, spec, deterministic,
                              capture_grad_atomics, tile_coverage):
-    return (_empty_bhsd(*q.shape, q), _empty_bhsd(*k.shape, k), _empty_bhsd(*v.shape, v),
+    return (_gradient_like(q), _gradient_like(k), _gradient_like(v),
             [c.new_empty(c.shape, dtype=torch.float32)
              for c in (captures[i] for i in _spec.learnable_captures(spec))])
 
@@ -396,9 +402,7 @@ torch.library.define(
 def _linear_backward_cuda(grad_out, q, k, v, initial_state, log_decay, grad_state, spec):
     kernel = kernel_for(spec, backward=True)
     grad_out = _dense_head_dim(grad_out)
-    dq = _empty_bhsd(*q.shape, q)
-    dk = _empty_bhsd(*k.shape, k)
-    dv = _empty_bhsd(*v.shape, v)
+    dq, dk, dv = _gradient_like(q), _gradient_like(k), _gradient_like(v)
     b, h, _, d = q.shape
     d_initial_state = torch.empty((b, h, d, d), dtype=torch.float32, device=q.device)
     d_log_decay = torch.empty_like(log_decay) if log_decay is not None else q.new_empty(
@@ -424,7 +428,7 @@ def _linear_backward_cuda(grad_out, q, k, v, initial_state, log_decay, grad_stat
 @torch.library.register_fake("attnc::linear_backward")
 def _linear_backward_fake(grad_out, q, k, v, initial_state, log_decay, grad_state, spec):
     b, h, _, d = q.shape
-    return (_empty_bhsd(*q.shape, q), _empty_bhsd(*k.shape, k), _empty_bhsd(*v.shape, v),
+    return (_gradient_like(q), _gradient_like(k), _gradient_like(v),
             q.new_empty((b, h, d, d), dtype=torch.float32),
             torch.empty_like(log_decay) if log_decay is not None else q.new_empty(
                 (0,), dtype=torch.float32))

@@ -248,6 +248,17 @@ def test_backward_matches_fp32_autograd(head_dim, gqa):
         assert error <= 0.02 * scale + 2e-2, f"{name}: max |error| {error} (max {scale})"
 
 
+def test_gradients_keep_the_inputs_layout():
+    # Autograd keeps a gradient of its tensor's strides as it is; one of
+    # other strides it would copy.
+    q = rand(2, 4, 200, 64).requires_grad_()
+    k, v = (rand(2, 4, 300, 64).transpose(1, 2).contiguous().transpose(1, 2).requires_grad_()
+            for _ in range(2))
+    attnc.attention(q, k, v).backward(rand(2, 4, 200, 64))
+    for t in (q, k, v):
+        assert t.grad.stride() == t.stride()
+
+
 def _gradients_against_reference(q, k, v, grad, tolerance=0.02, **mods):
     """Backpropagates `grad` through attnc and through the fp32 reference
     with the same mods, and compares dq, dk and dv."""
