@@ -87,7 +87,7 @@ double defaultOverTuned(const TuneReport &report) {
 std::string planSetDataHeader() {
   return "point\tbatch\tseqlen_q\tseqlen_k\tblock_m\tblock_n\tstages\tconsumer_warpgroups\t"
          "consumer_registers\tproducer_registers\tsoftmax_chains\tpersistent_blocks_per_sm\t"
-         "registers\tlocal_bytes\tms\theuristic\tfinalist\n";
+         "registers\tlocal_bytes\tms\theuristic\tfinalist\tscreen_ms\n";
 }
 
 std::string planSetDataRows(const PlanSetPoint &point, const TuneReport &report) {
@@ -96,13 +96,13 @@ std::string planSetDataRows(const PlanSetPoint &point, const TuneReport &report)
     if (result.status != CandidateStatus::Measured)
       continue;
     const TileConfig &c = result.config;
-    rows += fmt::format("{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{:.6f}\t{}\t{}\n",
+    rows += fmt::format("{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{:.6f}\t{}\t{}\t{:.6f}\n",
                         point.name, report.shape.batch, report.shape.seqlenQ,
                         report.shape.seqlenK, c.blockM, c.blockN, c.stages,
                         c.consumerWarpgroups, c.consumerRegisters, c.producerRegisters,
                         c.softmaxChains, c.persistentBlocksPerSm, result.registers,
                         result.localBytes, result.milliseconds, result.heuristic ? 1 : 0,
-                        result.finalist ? 1 : 0);
+                        result.finalist ? 1 : 0, result.screenMilliseconds);
   }
   return rows;
 }

@@ -237,6 +237,7 @@ void screen(const TuneOptions &options, CandidateResult &result, const Timer &ti
   result.milliseconds = first > fastestScreen * (1 + 2.5 * options.finalistMargin)
                             ? first
                             : time(0, options.screenRepeats);
+  result.screenMilliseconds = result.milliseconds;
   fastestScreen = std::min(fastestScreen, result.milliseconds);
 }
 

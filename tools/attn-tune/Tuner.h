@@ -87,6 +87,11 @@ struct CandidateResult {
   double maxAbsError = 0;
   /// Timed with `repeats` launches (a finalist), not just screened.
   bool finalist = false;
+  /// The screen's time: `milliseconds` until a finalist's rounds replace
+  /// it. Screens compare with screens, rounds with rounds: the rounds, run
+  /// back to back, have measured up to 6 % slower than the screens
+  /// (docs/tuning.md).
+  double screenMilliseconds = 0;
 };
 
 /// The best finalist must beat the heuristic by more than this fraction to
