@@ -1,12 +1,15 @@
 // Backward softmax attention for sm_90a: dQ, dK and dV from dO, the
 // forward's inputs and its log-sum-exp.
 //
-// Three kernels in one unit. The preprocess (bwd/row_kernels.cuh) turns the
-// forward's log-sum-exp into base 2, computes delta = rowsum(dO * O) and
-// clears dQ's fp32 accumulator; the main kernel below walks, for one key
-// tile of BLOCK_N keys and one kv head, the query blocks of BLOCK_M rows
-// that may see the tile, for every query head of the kv head's group; the
-// conversion scales the accumulator into dQ.
+// Three kernels in one unit, and two where they apply. The preprocess
+// (bwd/row_kernels.cuh) turns the forward's log-sum-exp into base 2,
+// computes delta = rowsum(dO * O) and clears dQ's fp32 accumulator; with a
+// mask_mod in one pass, the step list (bwd/step_list.cuh) lists the steps
+// the mask keeps; the main kernel below walks, for one key tile of BLOCK_N
+// keys and one kv head, the query blocks of BLOCK_M rows that may see the
+// tile (or those the list holds), for every query head of the kv head's
+// group; the conversion scales the accumulator into dQ; with learnable
+// captures summed exactly, the capture-sum kernel reads their records.
 //
 // Main kernel: warpgroup 0 is the producer, one thread of which loads the K
 // and V tiles once and streams a ring of (Q, dO, log-sum-exp, delta) stages
@@ -33,7 +36,8 @@
 // With p.deterministic (and always where consumers split the columns:
 // orderedAdditions) each query block takes the key tiles' additions in
 // one order (additionTurn; a counter per query block and pass, waited on by
-// the writer warp, not the consumers), so dQ is bitwise reproducible; dK and
+// the writer warp, and for a step list's empty steps by warp 2, not the
+// consumers), so dQ is bitwise reproducible; dK and
 // dV always are: one block owns a key tile of a kv head for all its query
 // heads. The epilogue scales dK by the softmax scale and stores dK and dV.
 //

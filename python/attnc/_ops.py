@@ -106,9 +106,11 @@ def _empty_bhsd(b, h, s, d, like):
 
 
 def _gradient_like(t):
-    """An empty gradient of t's layout where its head dim is contiguous:
-    autograd then keeps it as t.grad as it is, where it would copy a
-    gradient whose strides differ from t's (3 tensors a training step)."""
+    """An empty gradient of t's layout where its head dim is contiguous. For
+    a dense t autograd then keeps it as t.grad as it is, where it would copy
+    a gradient whose strides differ from t's (3 tensors a training step); a
+    t with gaps (a slice of a packed qkv) gets a dense gradient, which
+    autograd still copies into the contiguous layout it wants."""
     gradient = torch.empty_like(t)
     return gradient if gradient.stride(-1) == 1 else _empty_bhsd(*t.shape, t)
 

@@ -313,7 +313,14 @@ BackwardFunctions loadBackwardFunctions(const Module &module, const AttnLaunchCo
   functions.main = module.function(config.kernelName);
   functions.convert = module.function(ATTN_BWD_CONVERT_KERNEL_NAME);
   functions.captureSum = module.function(ATTN_BWD_CAPTURE_SUM_KERNEL_NAME);
-  if (config.stepList)
+  // The main kernel of a module with the step-list kernel reads the list
+  // unchecked: a config that disagrees would launch it without one.
+  const bool listed = module.hasFunction(ATTN_BWD_STEP_LIST_KERNEL_NAME);
+  if (listed != (config.stepList != 0))
+    fail("config", fmt::format("step_list is {}, but the module's main kernel walks {}step list "
+                               "(the compiler's launch metadata says which)",
+                               config.stepList, listed ? "a " : "no "));
+  if (listed)
     functions.stepList = module.function(ATTN_BWD_STEP_LIST_KERNEL_NAME);
   functions.main.setMaxDynamicSharedMemory(config.sharedMemoryBytes);
   return functions;

@@ -107,4 +107,16 @@ KernelFunction Module::function(const std::string &name) const {
   return KernelFunction(function, name);
 }
 
+bool Module::hasFunction(const std::string &name) const {
+  if (!module)
+    throw Error("function '" + name + "' looked for in an empty Module");
+  CUfunction function = nullptr;
+  const CUresult result = Driver::get().api().cuModuleGetFunction(&function, module, name.c_str());
+  if (result == CUDA_ERROR_NOT_FOUND)
+    return false;
+  ATTN_CU_CHECK_CTX("kernel '" + name + "'", cuModuleGetFunction, &function, module,
+                    name.c_str());
+  return true;
+}
+
 } // namespace attn

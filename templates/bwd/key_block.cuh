@@ -17,10 +17,10 @@ __device__ __forceinline__ Sequence sequenceOf(const attn_abi::AttnBwdParams &p,
 }
 
 // Whether the block's roles walk a step list (the compiler's decision,
-// attn_plan::kStepList): a mask_mod's kernel, in one pass. The step-list
+// ATTN_PLAN_STEP_LIST): a mask_mod's kernel, in one pass. The step-list
 // kernel writes it before the main kernel runs (attn_bwd_step_list_kernel).
 constexpr bool kWalksStepList = Mods::kHasMaskMod && kPasses == 1;
-static_assert(kWalksStepList == attn_plan::kStepList,
+static_assert(kWalksStepList == (ATTN_PLAN_STEP_LIST != 0),
               "the plan's step list is the one the kernel walks");
 
 // The block's unit of work: key tile `keyTile` of kv head `kvHead` in batch
@@ -194,7 +194,8 @@ __device__ __forceinline__ StepWalk stepWalkOf(const attn_abi::AttnBwdParams &p,
 // (KeyBlock::rotation: tile n starts at query block n k), so the tile whose
 // walk started at or last before the query block adds first, then the tiles
 // before it, round; without the rotation, the last tile first. Consumer 0
-// computes it (the 24-register writer warp spilled doing so).
+// computes it for a step with pairs (the 24-register writer warp spilled
+// doing so), the turn warp for a step list's empty step.
 __device__ __forceinline__ int additionTurn(const KeyBlock &block, int queryBlock) {
   if constexpr (Mask::kEveryQueryVisitsEveryKey) {
     if (!block.rotated)

@@ -164,6 +164,11 @@ __device__ __forceinline__ void regionPairGradient(
 // One bit per fragment register of a thread's Sᵀ: pair i is bit i.
 using PairBits = typename attn_dev::Conditional<kScoreRegs <= 32, u32, u64>::type;
 static_assert(kScoreRegs <= 64, "a thread's pairs fit a 64-bit word");
+// The fragment order tests the mask of 16 pairs (4 groups of 8 query
+// columns) at a time: all of them at once made BigBird's consumers spill,
+// two or four at a time the document mask's at head dim 64 (ptxas).
+constexpr int kMaskGroups = 4;
+static_assert((kQueryColumns / 8) % kMaskGroups == 0, "whole chunks of the mask's groups");
 
 // The mask_mod's verdict on the thread's pairs of `Groups` groups of 8
 // query columns from `firstGroup`, in a step it does not keep whole: bit i
@@ -230,10 +235,6 @@ __device__ __forceinline__ void regionGradientsOf(const attn_abi::AttnBwdParams 
   } else {
 #pragma unroll
     for (int group = 0; group < kQueryColumns / 8; ++group) {
-      // The mask of 16 pairs at a time: all of them at once made BigBird's
-      // consumers spill, two or four at a time the document mask's at head
-      // dim 64 (ptxas).
-      constexpr int kMaskGroups = 4;
       if constexpr (Mods::kHasMaskMod)
         if (group % kMaskGroups == 0 && maskPartial)
           maskBits = maskModBitsOf<kMaskGroups>(p, batch, head, key0, query0, lane, group);

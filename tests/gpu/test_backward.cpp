@@ -178,12 +178,22 @@ TEST_CASE("backward over packed sequences matches the reference sequence by sequ
   // Sequences end to end in tensors of batch 1: lengths that are not tile
   // multiples, an empty query sequence (its keys get zero gradients), one
   // with more queries than keys (bottom-right rows with no key), Sq != Sk.
+  // Longformer's mask_mod, its band narrowed to |q - kv| < 40 beside 64
+  // global tokens (in each sequence's positions), walks a step list sized
+  // by the longest sequence.
   const int headDim = GENERATE(64, 128);
   const std::string mask = GENERATE(std::string(kMasks[0]), std::string(kMasks[2]),
-                                    std::string(kMasks[3]));
+                                    std::string(kMasks[3]), std::string("longformer"));
   const bool deterministic = GENERATE(false, true);
   const std::vector<int64_t> lengthsQ{100, 0, 257, 64, 190}, lengthsK{130, 50, 200, 64, 129};
-  const std::string spec = specText(headDim, "bf16", mask, 4, 2);
+  const std::string spec =
+      mask == "longformer"
+          ? gputest::replaceAll(
+                gputest::replaceAll(gputest::exampleWithHeads("longformer_hd128.mlir",
+                                                              "q_heads = 4, kv_heads = 2"),
+                                    "head_dim = 128", "head_dim = " + std::to_string(headDim)),
+                "arith.constant 256 : index", "arith.constant 40 : index")
+          : specText(headDim, "bf16", mask, 4, 2);
   LoadedKernel &forward = loadKernel(spec);
   LoadedBackward &backward = loadBackward(spec);
   const AttnLaunchConfig &launch = backward.compiled.launch;

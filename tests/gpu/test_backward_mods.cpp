@@ -180,6 +180,25 @@ TEST_CASE("mask_mods' step lists in the deterministic mode, at head dims 64 and 
                      {1, 500, 500, false}, addBlocks, 605, withCoverage());
 }
 
+TEST_CASE("a backward config whose step list disagrees with its module is refused",
+          "[gpu][backward][mods]") {
+  // The main kernel of a listing module reads the list unchecked.
+  LoadedBackward &listing = gputest::loadBackward(exampleWithHeads("prefix_lm_hd128.mlir"));
+  AttnLaunchConfig config = listing.compiled.launch;
+  REQUIRE(config.stepList == 1);
+  config.stepList = 0;
+  CHECK_THROWS_WITH(loadBackwardFunctions(listing.module, config),
+                    Catch::StartsWith("config: step_list is 0, but the module's main kernel "
+                                      "walks a step list"));
+  LoadedBackward &dense = gputest::loadBackward(exampleWithHeads("causal_hd128.mlir"));
+  config = dense.compiled.launch;
+  REQUIRE(config.stepList == 0);
+  config.stepList = 1;
+  CHECK_THROWS_WITH(loadBackwardFunctions(dense.module, config),
+                    Catch::StartsWith("config: step_list is 1, but the module's main kernel "
+                                      "walks no step list"));
+}
+
 TEST_CASE("regions in the backward at head dims 64 and 256, f16 and MQA", "[gpu][backward][mods]") {
   const std::string softcap = exampleWithHeads("softcap_causal_hd128.mlir");
   const std::string slopes = exampleWithHeads("alibi_learned_hd128.mlir");

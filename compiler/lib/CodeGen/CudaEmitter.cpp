@@ -584,6 +584,9 @@ std::string emitBackwardKernelSource(const BackwardKernelConfig &config) {
       << "} // namespace attn_dev\n\n";
 
   const BackwardSharedMemoryOffsets &smem = config.smem;
+  // Whether the main kernel walks a step list: a macro, so that the
+  // step-list kernel exists only where it does.
+  out << "#define ATTN_PLAN_STEP_LIST " << (backwardWalksStepList(config) ? 1 : 0) << "\n";
   out << "// ---- plan\nnamespace attn_plan {\n"
       << "using Element = attn_dev::" << elementTag(config.element) << ";\n";
   emitMaskPolicy(config.mask, out);
@@ -595,8 +598,6 @@ std::string emitBackwardKernelSource(const BackwardKernelConfig &config) {
       << "constexpr int kConsumerWarpgroups = " << consumers << ";\n"
       << "constexpr int kConsumerRegisters = " << config.tile.consumerRegisters << ";\n"
       << "constexpr int kProducerRegisters = " << config.tile.producerRegisters << ";\n"
-      << "constexpr bool kStepList = " << (backwardWalksStepList(config) ? "true" : "false")
-      << ";\n"
       << "constexpr unsigned kSmemK = " << smem.k << ";\n"
       << "constexpr unsigned kSmemV = " << smem.v << ";\n"
       << "constexpr unsigned kSmemQ = " << smem.q << ";\n"

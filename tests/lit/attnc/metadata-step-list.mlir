@@ -5,11 +5,12 @@
 // RUN: attnc %s --kernel=masked --backward --emit=metadata | FileCheck %s --check-prefix=MASKED
 // RUN: attnc %s --kernel=masked --backward --emit=cuda | FileCheck %s --check-prefix=MASKED-CUDA
 // RUN: attnc %s --kernel=causal --backward --emit=metadata | FileCheck %s --check-prefix=CAUSAL
+// RUN: attnc %s --kernel=causal --backward --emit=cuda | FileCheck %s --check-prefix=CAUSAL-CUDA
 // RUN: attnc %s --kernel=masked --emit=metadata | FileCheck %s --check-prefix=FORWARD
 
 // MASKED: backward 1
 // MASKED-NEXT: step_list 1
-// MASKED-CUDA: constexpr bool kStepList = true;
+// MASKED-CUDA: #define ATTN_PLAN_STEP_LIST 1
 // MASKED-CUDA: attn_bwd_step_list_kernel
 // FORWARD: step_list 0
 attn.kernel @masked
@@ -24,6 +25,7 @@ attn.kernel @masked
 
 // CAUSAL: backward 1
 // CAUSAL-NEXT: step_list 0
+// CAUSAL-CUDA: #define ATTN_PLAN_STEP_LIST 0
 attn.kernel @causal
     problem = #attn.problem<q_heads = 16, kv_heads = 16, head_dim = 128, element_type = bf16>
     mask = #attn.causal<bottom_right> normalizer = #attn.softmax

@@ -63,6 +63,8 @@ public:
 
   /// Looks up a kernel by its (mangled or extern "C") name.
   KernelFunction function(const std::string &name) const;
+  /// Whether the module has a kernel of that name.
+  bool hasFunction(const std::string &name) const;
 
   CUmodule get() const { return module; }
 
