@@ -171,23 +171,23 @@ constexpr int kMaskGroups = 4;
 static_assert((kQueryColumns / 8) % kMaskGroups == 0, "whole chunks of the mask's groups");
 
 // The mask_mod's verdict on the thread's pairs of `Groups` groups of 8
-// query columns from `firstGroup`, in a step it does not keep whole: bit i
-// for pair i. Every pair is evaluated, in range or not (a capture read
+// query columns from `firstGroup` (of their columns e in [firstE, firstE +
+// Es)), in a step it does not keep whole: bit i for pair i. Every pair is evaluated, in range or not (a capture read
 // outside its extents gives 0, and the caller drops pairs outside the
 // sequence), so that the region's loads are in flight together instead of
 // each pair's waiting behind the last one's branch (that made a partial
 // step of the document mask about 2.7 times a dense step).
-template <int Groups = kQueryColumns / 8>
+template <int Groups, int Es = 2>
 __device__ __forceinline__ PairBits maskModBitsOf(const attn_abi::AttnBwdParams &p, int batch,
                                                   int head, int key0, int query0, int lane,
-                                                  int firstGroup = 0) {
+                                                  int firstGroup, int firstE = 0) {
   PairBits bits = 0;
 #pragma unroll
   for (int group = firstGroup; group < firstGroup + Groups; ++group)
 #pragma unroll
     for (int half = 0; half < 2; ++half)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
+      for (int e = firstE; e < firstE + Es; ++e) {
         const int i = group * 4 + half * 2 + e;
         const int query = query0 + group * 8 + 2 * (lane & 3) + e;
         if (Mods::keeps(p, batch, head, query, key0 + 8 * half))
@@ -214,13 +214,16 @@ __device__ __forceinline__ void regionGradientsOf(const attn_abi::AttnBwdParams 
   PairBits maskBits = ~PairBits(0);
   const auto maskKeeps = [&](int i) { return ((maskBits >> i) & 1) != 0; };
   if constexpr (Mods::kLearnsCaptures || (Mods::kHasScoreMod && Mods::kHasCaptures)) {
-    if constexpr (Mods::kHasMaskMod)
-      if (maskPartial)
-        maskBits = maskModBitsOf(p, batch, head, key0, query0, lane);
 #pragma unroll
     for (int e = 0; e < 2; ++e)
 #pragma unroll
       for (int group = 0; group < kQueryColumns / 8; ++group) {
+        // The mask of the chunk's column e (8 pairs): all of a thread's
+        // pairs at once spilled at head dim 64 (document mask, learned
+        // slopes).
+        if constexpr (Mods::kHasMaskMod)
+          if (group % kMaskGroups == 0 && maskPartial)
+            maskBits = maskModBitsOf<kMaskGroups, 1>(p, batch, head, key0, query0, lane, group, e);
         const int column = group * 8 + 2 * (lane & 3) + e;
         const float rowLse = __uint_as_float(loadShared<u32>(lse + column * 4));
         const float rowDelta = __uint_as_float(loadShared<u32>(delta + column * 4));

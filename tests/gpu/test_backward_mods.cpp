@@ -180,6 +180,52 @@ TEST_CASE("mask_mods' step lists in the deterministic mode, at head dims 64 and 
                      {1, 500, 500, false}, addBlocks, 605, withCoverage());
 }
 
+TEST_CASE("a buffer mask_mod beside learnable slopes: the diagonal walk's mask",
+          "[gpu][backward][mods]") {
+  // A mask_mod with a learnable capture walks the pairs diagonal by
+  // diagonal, testing the mask 8 pairs at a time; the slopes' gradient sums
+  // over the kept pairs only.
+  const std::string spec =
+      "attn.kernel @document_alibi\n"
+      "  problem = #attn.problem<q_heads = 4, kv_heads = 2, head_dim = 128, element_type = bf16>\n"
+      "  mask = #attn.causal<bottom_right> normalizer = #attn.softmax\n"
+      "  captures = [#attn.capture<\"document\", i32, [batch, seqlen_k]>,\n"
+      "              #attn.capture<\"slopes\", f32, [q_heads], grad>]\n"
+      "  mask_mod {\n"
+      "  ^bb0(%b: index, %h: index, %q: index, %kv: index, %document: memref<?x?xi32>,\n"
+      "       %slopes: memref<?xf32>):\n"
+      "    %dq = memref.load %document[%b, %q] : memref<?x?xi32>\n"
+      "    %dk = memref.load %document[%b, %kv] : memref<?x?xi32>\n"
+      "    %same = arith.cmpi eq, %dq, %dk : i32\n"
+      "    attn.yield %same : i1\n"
+      "  }\n"
+      "  score_mod {\n"
+      "  ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index, %document: memref<?x?xi32>,\n"
+      "       %slopes: memref<?xf32>):\n"
+      "    %slope = memref.load %slopes[%h] : memref<?xf32>\n"
+      "    %qi = arith.index_cast %q : index to i32\n"
+      "    %kvi = arith.index_cast %kv : index to i32\n"
+      "    %qf = arith.sitofp %qi : i32 to f32\n"
+      "    %kvf = arith.sitofp %kvi : i32 to f32\n"
+      "    %distance = arith.subf %qf, %kvf : f32\n"
+      "    %bias = arith.mulf %slope, %distance : f32\n"
+      "    %biased = arith.subf %s, %bias : f32\n"
+      "    attn.yield %biased : f32\n"
+      "  }\n";
+  const CaptureMaker documentsAndSlopes = [](harness::ForwardProblem &data,
+                                             const AttnLaunchConfig &launch,
+                                             const harness::Shape &shape,
+                                             std::mt19937_64 &random) {
+    gputest::addDocuments(data, launch, shape, random);
+    gputest::addSlopes(data, launch, shape, random);
+  };
+  for (const char *headDim : {"head_dim = 64", "head_dim = 128"}) {
+    const std::string text = replaceAll(spec, "head_dim = 128", headDim);
+    runBackwardVariant(text, {2, 300, 300, false}, documentsAndSlopes, 700);
+    runBackwardVariant(text, {1, 200, 333, false}, documentsAndSlopes, 701);
+  }
+}
+
 TEST_CASE("a backward config whose step list disagrees with its module is refused",
           "[gpu][backward][mods]") {
   // The main kernel of a listing module reads the list unchecked.
