@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <optional>
 #include <cmath>
 
 namespace attn {
@@ -315,13 +316,13 @@ BackwardFunctions loadBackwardFunctions(const Module &module, const AttnLaunchCo
   functions.captureSum = module.function(ATTN_BWD_CAPTURE_SUM_KERNEL_NAME);
   // The main kernel of a module with the step-list kernel reads the list
   // unchecked: a config that disagrees would launch it without one.
-  const bool listed = module.hasFunction(ATTN_BWD_STEP_LIST_KERNEL_NAME);
-  if (listed != (config.stepList != 0))
+  std::optional<KernelFunction> stepList = module.findFunction(ATTN_BWD_STEP_LIST_KERNEL_NAME);
+  if (stepList.has_value() != (config.stepList != 0))
     fail("config", fmt::format("step_list is {}, but the module's main kernel walks {}step list "
                                "(the compiler's launch metadata says which)",
-                               config.stepList, listed ? "a " : "no "));
-  if (listed)
-    functions.stepList = module.function(ATTN_BWD_STEP_LIST_KERNEL_NAME);
+                               config.stepList, stepList ? "a " : "no "));
+  if (stepList)
+    functions.stepList = *stepList;
   functions.main.setMaxDynamicSharedMemory(config.sharedMemoryBytes);
   return functions;
 }

@@ -107,16 +107,15 @@ KernelFunction Module::function(const std::string &name) const {
   return KernelFunction(function, name);
 }
 
-bool Module::hasFunction(const std::string &name) const {
+std::optional<KernelFunction> Module::findFunction(const std::string &name) const {
   if (!module)
     throw Error("function '" + name + "' looked for in an empty Module");
   CUfunction function = nullptr;
   const CUresult result = Driver::get().api().cuModuleGetFunction(&function, module, name.c_str());
   if (result == CUDA_ERROR_NOT_FOUND)
-    return false;
-  ATTN_CU_CHECK_CTX("kernel '" + name + "'", cuModuleGetFunction, &function, module,
-                    name.c_str());
-  return true;
+    return std::nullopt;
+  Driver::get().check(result, "cuModuleGetFunction", "kernel '" + name + "'");
+  return KernelFunction(function, name);
 }
 
 } // namespace attn

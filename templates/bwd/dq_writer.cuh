@@ -50,6 +50,19 @@ __device__ __forceinline__ void stageDqPiece(u32 smemBase, const Barriers &barri
   mbarrierArriveForWarp(barriers.dqFull(consumer, slot.stage), thread % 32);
 }
 
+// The deterministic mode's counter of a step's query block (and pass), of
+// `queryBlocks` a (batch, query head).
+__device__ __forceinline__ int *dqCounterOf(const attn_abi::AttnBwdParams &p,
+                                            const KeyBlock &block, i64 queryBlocks, int head,
+                                            int queryBlock, int step) {
+  i64 counterIndex = (static_cast<i64>(block.batch) * p.q_heads + head) * queryBlocks + queryBlock;
+  // Spelled out only where there are passes: the 24-register writer warp
+  // spilled for the folded form too.
+  if constexpr (kPasses > 1)
+    counterIndex = counterIndex * kPasses + block.passOf(step);
+  return p.dq_semaphores + counterIndex;
+}
+
 // The deterministic mode's counter of a query block: waits until the
 // additions before the block's turn have counted themselves, and counts an
 // addition (after it has completed).
@@ -74,10 +87,8 @@ __device__ void takeEmptyTurns(const attn_abi::AttnBwdParams &p, const KeyBlock 
     const int empty = static_cast<int>(__ldg(list.words + 1));
     for (int k = 0; k < empty; ++k) {
       const int step = static_cast<int>(__ldg(list.empty() - 1 - k));
-      const int head = block.headOf(step), queryBlock = block.queryBlockOf(step);
-      int *counter =
-          p.dq_semaphores + (static_cast<i64>(block.batch) * p.q_heads + head) * queryBlocks +
-          queryBlock;
+      const int queryBlock = block.queryBlockOf(step);
+      int *counter = dqCounterOf(p, block, queryBlocks, block.headOf(step), queryBlock, step);
       waitForTurn(counter, additionTurn(block, queryBlock));
       countTurn(counter);
     }
@@ -102,13 +113,7 @@ __device__ void writeDq(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
       mbarrierWait(barriers.dqFull(consumer, slot.stage), slot.phase);
     int *counter = nullptr;
     if (orderedAdditions(p)) {
-      i64 counterIndex =
-          (static_cast<i64>(block.batch) * p.q_heads + head) * queryBlocks + queryBlock;
-      // Spelled out only where there are passes: the 24-register writer warp
-      // spilled for the folded form too.
-      if constexpr (kPasses > 1)
-        counterIndex = counterIndex * kPasses + block.passOf(step);
-      counter = p.dq_semaphores + counterIndex;
+      counter = dqCounterOf(p, block, queryBlocks, head, queryBlock, step);
       waitForTurn(counter, loadShared<int>(dqTurn(smemBase, slot.stage)));
     }
     float *accumulator = dqAccumBlock(p, block.batch, head, queryBlock);

@@ -159,7 +159,7 @@ __device__ __forceinline__ StepList stepListOf(const attn_abi::AttnBwdParams &p)
 // it, so that testing the mask costs the 24-register producer warps
 // nothing.
 struct StepWalk {
-  const u32 *entries; // the list's, past its count
+  const u32 *entries; // the walked entries, past the list's two counts
   int positions;
 
   __device__ u32 entryAt(int position) const {

@@ -166,17 +166,18 @@ using PairBits = typename attn_dev::Conditional<kScoreRegs <= 32, u32, u64>::typ
 static_assert(kScoreRegs <= 64, "a thread's pairs fit a 64-bit word");
 // The fragment order tests the mask of 16 pairs (4 groups of 8 query
 // columns) at a time: all of them at once made BigBird's consumers spill,
-// two or four at a time the document mask's at head dim 64 (ptxas).
+// 4 or 8 at a time the document mask's at head dim 64 (ptxas).
 constexpr int kMaskGroups = 4;
 static_assert((kQueryColumns / 8) % kMaskGroups == 0, "whole chunks of the mask's groups");
 
 // The mask_mod's verdict on the thread's pairs of `Groups` groups of 8
 // query columns from `firstGroup` (of their columns e in [firstE, firstE +
-// Es)), in a step it does not keep whole: bit i for pair i. Every pair is evaluated, in range or not (a capture read
-// outside its extents gives 0, and the caller drops pairs outside the
-// sequence), so that the region's loads are in flight together instead of
-// each pair's waiting behind the last one's branch (that made a partial
-// step of the document mask about 2.7 times a dense step).
+// Es)), in a step it does not keep whole: bit i for pair i. Every pair is
+// evaluated, in range or not (a capture read outside its extents gives 0,
+// and the caller drops pairs outside the sequence), so that the region's
+// loads are in flight together instead of each pair's waiting behind the
+// last one's branch (that made a partial step of the document mask about
+// 2.7 times a dense step).
 template <int Groups, int Es = 2>
 __device__ __forceinline__ PairBits maskModBitsOf(const attn_abi::AttnBwdParams &p, int batch,
                                                   int head, int key0, int query0, int lane,

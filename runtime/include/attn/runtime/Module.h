@@ -5,6 +5,7 @@
 #include "attn/runtime/Driver.h"
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -63,8 +64,8 @@ public:
 
   /// Looks up a kernel by its (mangled or extern "C") name.
   KernelFunction function(const std::string &name) const;
-  /// Whether the module has a kernel of that name.
-  bool hasFunction(const std::string &name) const;
+  /// The kernel of that name, or nothing where the module has none.
+  std::optional<KernelFunction> findFunction(const std::string &name) const;
 
   CUmodule get() const { return module; }
 
