@@ -91,11 +91,12 @@ int runDecodeGrid(int warmup, int repeats, bool quick) {
   constexpr uint64_t kMaxCopiesBytes = uint64_t(60) << 30;
   std::printf("## Short-query path (attn-bench --decode-grid)\n\n"
               "Hq = 32, bf16, causal aligned bottom-right; TB/s = bytes of K and V read once / "
-              "time. `splits`: the automatic split count (`forward (1)`: the automatic choice is the forward kernel; the path ran with one split); paged: pages of 64 and 16 rows in a "
-              "shuffled order; forward: the 128-row forward kernel (keySplits = 0).\n\n"
+              "time. `splits`: the automatic split count (`forward (1)`: the automatic choice is the forward kernel; the path ran with one split); paged: pages of 64 and 16 rows "
+              "in a shuffled order, and pages of 64 rows in order (each sequence's pages one after "
+              "another in the pool); forward: the 128-row forward kernel (keySplits = 0).\n\n"
               "| Sq | batch | Hkv | D | Sk | splits | ms | TB/s | paged 64 ms | TB/s | "
-              "paged 16 ms | TB/s | forward ms | TB/s |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "paged 64 in order ms | TB/s | paged 16 ms | TB/s | forward ms | TB/s |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   std::mt19937_64 random(1);
   std::map<std::pair<int64_t, int64_t>, LoadedModule> modules;
   for (const DecodePoint &point : points) {
@@ -168,18 +169,24 @@ int runDecodeGrid(int warmup, int repeats, bool quick) {
       return withWorkspace(argsFor(cache));
     });
 
-    // Paged: the same bytes as pools of pages, each sequence's pages in a
-    // shuffled order.
-    double pagedMs[2] = {0, 0};
-    const int64_t pageSizes[2] = {64, 16};
-    for (int index = 0; index < 2; ++index) {
-      const int64_t pageSize = pageSizes[index];
+    // Paged: the same bytes as pools of pages, the table naming the pool's
+    // pages in a shuffled order, or in order (what separates the kernel's
+    // page lookups from the memory system's cost of scattered pages).
+    struct PagedCase {
+      int64_t pageSize;
+      bool shuffled;
+    };
+    const PagedCase pagedCases[3] = {{64, true}, {64, false}, {16, true}};
+    double pagedMs[3] = {0, 0, 0};
+    for (int index = 0; index < 3; ++index) {
+      const int64_t pageSize = pagedCases[index].pageSize;
       const int64_t pagesPerSequence = (point.seqlenK + pageSize - 1) / pageSize;
       if (point.seqlenK % pageSize != 0)
         continue;
       std::vector<int32_t> table(point.batch * pagesPerSequence);
       std::iota(table.begin(), table.end(), 0);
-      std::shuffle(table.begin(), table.end(), random);
+      if (pagedCases[index].shuffled)
+        std::shuffle(table.begin(), table.end(), random);
       DeviceBuffer blockTable(table.size() * 4), seqlens(point.batch * 4);
       blockTable.upload(table);
       seqlens.upload(std::vector<int32_t>(point.batch, int32_t(point.seqlenK)));
@@ -213,12 +220,13 @@ int runDecodeGrid(int warmup, int repeats, bool quick) {
     auto rate = [&](double ms) { return ms > 0 ? fmt::format("{:.2f}", kvBytes / ms / 1e9) : std::string(); };
     auto time = [](double ms) { return ms > 0 ? fmt::format("{:.4f}", ms) : std::string("-"); };
     const std::string splitsCell = splits > 0 ? std::to_string(splits) : "forward (1)";
-    std::printf("| %lld | %lld | %lld | %lld | %lld | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+    std::printf("| %lld | %lld | %lld | %lld | %lld | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
                 (long long)point.seqlenQ, (long long)point.batch, (long long)point.kvHeads,
                 (long long)point.headDim, (long long)point.seqlenK, splitsCell.c_str(),
                 time(contiguousMs).c_str(), rate(contiguousMs).c_str(), time(pagedMs[0]).c_str(),
                 rate(pagedMs[0]).c_str(), time(pagedMs[1]).c_str(), rate(pagedMs[1]).c_str(),
-                time(forwardMs).c_str(), rate(forwardMs).c_str());
+                time(pagedMs[2]).c_str(), rate(pagedMs[2]).c_str(), time(forwardMs).c_str(),
+                rate(forwardMs).c_str());
     std::fflush(stdout);
   }
   return 0;

@@ -7,7 +7,8 @@ namespace attn::bench {
 /// `attn-bench --decode-grid`: decode (one query row; Hq = 32 over 8 or 1
 /// kv heads, head dims 128 and 256; batch 1, 8, 64; 4096 to 131072 keys) and
 /// speculative verification (4 to 64 rows) on the short-query path,
-/// contiguous and paged (pages of 64 and 16 rows), beside the forward
+/// contiguous and paged (pages of 64 and 16 rows, shuffled, and of 64 rows
+/// in order), beside the forward
 /// kernel: milliseconds and bytes of K and V read once per second. `quick`
 /// keeps batch 1 and 8 and up to 32768 keys.
 int runDecodeGrid(int warmup, int repeats, bool quick);

@@ -19,7 +19,8 @@ K/V are stored as attnc stores them, [B, Sk, Hkv, D] (bf16). SDPA gets the
 enable_gqa=True; the cell names the fastest of --sdpa-backends (the math
 backend is left out by default: with GQA it expands K/V per query head).
 FlashInfer reads the same memory as a paged NHD cache [pages, page, Hkv, D]
-with pages in order (page sizes 16 and 64 are separate columns). Its decode
+with pages in order (page sizes 16 and 64 are separate columns; --shuffle-pages
+gives them in a random order). Its decode
 cell is the faster of the CUDA-core kernel ("cc", group sizes 1,2,3,4,6,8
 only) and the tensor-core one ("tc", the fa2 prefill kernel);
 BatchDecodeWithPagedKVCacheWrapper, plan()/run() as in flashinfer 0.7.0.post1.
@@ -101,6 +102,10 @@ def parse_args(argv=None):
                         help="FlashInfer prefill backends for verify, fastest shown "
                              "(fa2, fa3: fa3 is a further, longer JIT build)")
     parser.add_argument("--page-sizes", default="16,64")
+    parser.add_argument("--shuffle-pages", action="store_true",
+                        help="give FlashInfer each copy's pages in a random order (as "
+                             "attn-bench's shuffled columns); its output is then not "
+                             "compared, since the pages no longer hold SDPA's sequence")
     parser.add_argument("--workspace-mib", type=int, default=256,
                         help="FlashInfer float workspace")
     parser.add_argument("--no-check", action="store_true",
@@ -363,6 +368,10 @@ class Runner:
         pps = sk // page_size
         indptr = torch.arange(batch + 1, dtype=torch.int32, device="cuda") * pps
         indices = torch.arange(pages, dtype=torch.int32, device="cuda")
+        if self.args.shuffle_pages:
+            generator = torch.Generator(device="cuda")
+            generator.manual_seed(1)
+            indices = torch.randperm(pages, generator=generator, device="cuda").to(torch.int32)
         last = torch.full((batch,), page_size, dtype=torch.int32, device="cuda")
         views = [(kp[c * pages:(c + 1) * pages], vp[c * pages:(c + 1) * pages])
                  for c in range(copies)]
@@ -414,7 +423,7 @@ class Runner:
             fns = [lambda kv=kv: w.run(q, kv) for kv in views]
             out = fns[0]()
             e = None
-            if ref is not None and not self.args.no_check:
+            if ref is not None and not self.args.no_check and not self.args.shuffle_pages:
                 e = (out.float() - ref.reshape(out.shape).float()).abs().max().item()
             ms, method = self.time_fns(fns)
             return (ms, nbytes, variant, method), e
