@@ -162,7 +162,10 @@ struct AttnSplitKvParams {
   int max_pages;
   int num_pages;
   int page_size;
-  // log2(page_size) for a power of two, else -1.
+  // A key's page is (umulhi(page_magic, key) + key) >> page_shift: the
+  // smallest page_shift with 2^page_shift >= page_size, and page_magic =
+  // floor(2^32 (2^page_shift - page_size) / page_size) + 1.
+  unsigned page_magic;
   int page_shift;
   int batch;
   int seqlen_q;
@@ -188,6 +191,20 @@ constexpr int splitKvBlockN(int headDim) { return headDim <= 64 ? 128 : (headDim
 constexpr int splitKvStages(int headDim) { return 3; }
 constexpr int splitKvSharedBytes(int headDim) {
   return (splitKvRows(headDim) + splitKvStages(headDim) * 2 * splitKvBlockN(headDim)) * headDim * 2;
+}
+
+// A page size's page_magic and page_shift (AttnSplitKvParams): the keys'
+// page numbers by a multiply and a shift, exact for keys below 2^31.
+struct PageDivider {
+  unsigned magic;
+  int shift;
+};
+constexpr PageDivider pageDividerOf(int pageSize) {
+  int shift = 0;
+  while ((1ll << shift) < pageSize)
+    ++shift;
+  const unsigned long long size = static_cast<unsigned long long>(pageSize);
+  return {static_cast<unsigned>((((1ull << shift) - size) << 32) / size + 1), shift};
 }
 // The most query rows a call sends down the short-query path by itself
 // (longer queries take the forward kernel unless the KV cache is paged;

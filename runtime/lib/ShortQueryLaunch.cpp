@@ -157,10 +157,9 @@ attn_abi::AttnSplitKvParams encodeParams(const AttnLaunchConfig &config,
     params.seqlens_k = args.paged.seqlensK;
     params.num_pages = static_cast<int>(args.k.shape[0]);
     params.page_size = static_cast<int>(args.k.shape[1]);
-    params.page_shift = -1;
-    for (int shift = 0; shift < 31; ++shift)
-      if ((int64_t(1) << shift) == params.page_size)
-        params.page_shift = shift;
+    const attn_abi::PageDivider divider = attn_abi::pageDividerOf(params.page_size);
+    params.page_magic = divider.magic;
+    params.page_shift = divider.shift;
   }
   params.q_heads = config.qHeads;
   params.kv_heads = config.kvHeads;

@@ -59,13 +59,17 @@ __device__ __forceinline__ int stageKey(const Work &work, int tile, int i) {
   return min(key, work.keyEnd - 1);
 }
 
-// A key's page of the block table, and its row in it: shifts for the
-// power-of-two page sizes, a division otherwise.
+// A key's page of the block table, by a multiply and a shift that the
+// launch derived from the page size (n / d = (umulhi(m, n) + n) >> l for
+// every n below 2^31), and its row in that page. Branch-free: a division,
+// or a branch between it and a shift, kept each row's address behind the
+// one before it and the stage's copies late.
 __device__ __forceinline__ int pageOf(const attn_abi::AttnSplitKvParams &p, int key) {
-  return p.page_shift >= 0 ? key >> p.page_shift : key / p.page_size;
+  const unsigned n = static_cast<unsigned>(key);
+  return static_cast<int>((__umulhi(p.page_magic, n) + n) >> p.page_shift);
 }
-__device__ __forceinline__ int rowInPage(const attn_abi::AttnSplitKvParams &p, int key) {
-  return p.page_shift >= 0 ? key & (p.page_size - 1) : key % p.page_size;
+__device__ __forceinline__ int rowInPage(const attn_abi::AttnSplitKvParams &p, int key, int page) {
+  return key - page * p.page_size;
 }
 
 // A block table entry, loaded where the call stands: a volatile load is
@@ -79,21 +83,21 @@ __device__ __forceinline__ int loadTableEntry(const int *address) {
 __device__ __forceinline__ StagePages lookupStagePages(const attn_abi::AttnSplitKvParams &p,
                                                        const Work &work, int tile) {
   StagePages pages;
+  if (p.page_size > 0) {
+    const int *row = p.block_table + work.batch * p.block_table_stride;
 #pragma unroll
-  for (int i = 0; i < kRowsPerThread; ++i)
-    pages.entry[i] =
-        p.page_size > 0
-            ? loadTableEntry(p.block_table + work.batch * p.block_table_stride +
-                             pageOf(p, max(stageKey(work, tile, i), 0)))
-            : work.batch;
+    for (int i = 0; i < kRowsPerThread; ++i)
+      pages.entry[i] = loadTableEntry(row + pageOf(p, max(stageKey(work, tile, i), 0)));
+  }
   return pages;
 }
 
-// Keys keyBegin + tile kBlockN ... of the split into stage `stage` (zeros
-// past its end), from the pages `pages` looked up for them.
-__device__ __forceinline__ void loadKeyTile(const attn_abi::AttnSplitKvParams &p, u32 smemBase,
-                                            const Work &work, int tile, int stage,
-                                            const StagePages &pages) {
+// A stage's copies from one layout: a row loop each, so that no row's
+// address waits on a branch between them.
+template <bool Paged>
+__device__ __forceinline__ void loadKeyTileOf(const attn_abi::AttnSplitKvParams &p, u32 smemBase,
+                                              const Work &work, int tile, int stage,
+                                              const StagePages &pages) {
   const int firstKey = work.keyBegin + tile * kBlockN;
   const int chunk = threadIdx.x % kRowChunks, firstRow = threadIdx.x / kRowChunks;
   const unsigned short *k = static_cast<const unsigned short *>(p.k) + chunk * 8;
@@ -103,11 +107,11 @@ __device__ __forceinline__ void loadKeyTile(const attn_abi::AttnSplitKvParams &p
     const int row = firstRow + i * kRowStep;
     const int key = stageKey(work, tile, i);
     const bool valid = firstKey + row < work.keyEnd;
-    i64 page = pages.entry[i];
+    i64 page = work.batch;
     int pageRow = key;
-    if (p.page_size > 0) {
+    if constexpr (Paged) {
       page = min(max(pages.entry[i], 0), p.num_pages - 1);
-      pageRow = rowInPage(p, key);
+      pageRow = rowInPage(p, key, pageOf(p, key));
     }
     const u32 offset = swizzledChunk<kRowChunks>(row, chunk);
     copyAsync16(keyStage(smemBase, stage) + offset,
@@ -115,6 +119,17 @@ __device__ __forceinline__ void loadKeyTile(const attn_abi::AttnSplitKvParams &p
     copyAsync16(valueStage(smemBase, stage) + offset,
                 v + keyRowOffset(p, p.v_strides, work, page, pageRow), valid);
   }
+}
+
+// Keys keyBegin + tile kBlockN ... of the split into stage `stage` (zeros
+// past its end), from the pages `pages` looked up for them.
+__device__ __forceinline__ void loadKeyTile(const attn_abi::AttnSplitKvParams &p, u32 smemBase,
+                                            const Work &work, int tile, int stage,
+                                            const StagePages &pages) {
+  if (p.page_size > 0)
+    loadKeyTileOf<true>(p, smemBase, work, tile, stage, pages);
+  else
+    loadKeyTileOf<false>(p, smemBase, work, tile, stage, pages);
 }
 
 } // namespace attn_split_kv

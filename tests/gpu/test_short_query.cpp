@@ -261,6 +261,15 @@ TEST_CASE("a paged KV cache matches the reference with shuffled pages and per-se
   runPaged(gputest::exampleWithHeads("softcap_causal_hd128.mlir", "q_heads = 8, kv_heads = 2"), 2,
            32, lengths, -1, seed++);
   runPaged(causal, 100, 64, {700, 1200}, -1, seed++);
+  // Pages of other sizes: a stage's table entries shared by a warp's lanes
+  // at 3 and 24 rows (not powers of two), looked up row by row where a
+  // stage spans more pages than a warp has lanes (1 and 2 rows at head dim
+  // 128, whose stages are 64 keys; 4 at head dim 64, whose stages are 128).
+  for (int64_t pageSize : {1, 2, 3, 24})
+    runPaged(causal, 1, pageSize, lengths, -1, seed++);
+  const std::string causal64 = gputest::specText(64, "bf16", "#attn.causal<bottom_right>", 8, 2);
+  for (int64_t pageSize : {4, 5, 128})
+    runPaged(causal64, 4, pageSize, lengths, 3, seed++);
 }
 
 TEST_CASE("Kernel::run takes the short-query path for decode and matches the reference",

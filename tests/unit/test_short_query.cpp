@@ -162,3 +162,29 @@ TEST_CASE("requested splits need a softmax forward module", "[runtime][short]") 
   CHECK_THROWS_WITH(validateForwardArgs(backward, args),
                     StartsWith("keySplits: ") && Contains("softmax forward modules"));
 }
+
+TEST_CASE("a paged cache's page numbers by multiply and shift equal the division",
+          "[runtime][paged]") {
+  // The kernel's pageOf, on the host: (umulhi(magic, key) + key) >> shift.
+  auto pageOf = [](const attn_abi::PageDivider &divider, uint32_t key) {
+    const uint32_t high = uint32_t((uint64_t(divider.magic) * key) >> 32);
+    return (high + key) >> divider.shift;
+  };
+  std::vector<uint32_t> keys = {0, 1, 2, 3, 15, 16, 17, 63, 64, 65, 1000, 4095, 65535, 131071};
+  for (uint32_t key = INT_MAX; key > INT_MAX - 2000u; --key)
+    keys.push_back(key);
+  for (uint64_t key = 7; key < INT_MAX; key = key * 3 + 1)
+    keys.push_back(uint32_t(key));
+  std::vector<int> pageSizes = {1, 2, 3, 5, 7, 16, 24, 64, 96, 100, 128, 255, 256, 1000,
+                                4097, 65536, 1 << 30, INT_MAX};
+  for (int size = 1; size < 600; size += 13)
+    pageSizes.push_back(size);
+  for (int pageSize : pageSizes) {
+    const attn_abi::PageDivider divider = attn_abi::pageDividerOf(pageSize);
+    CHECK((int64_t(1) << divider.shift) >= pageSize);
+    for (uint32_t key : keys) {
+      INFO("page size " << pageSize << ", key " << key);
+      REQUIRE(pageOf(divider, key) == key / uint32_t(pageSize));
+    }
+  }
+}
