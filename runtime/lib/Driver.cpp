@@ -62,6 +62,11 @@ void Driver::load() {
   resolveSymbol(handle, ATTN_STRINGIFY(fn), table.fn, missing);
   ATTN_CUDA_DRIVER_FUNCTIONS(ATTN_RESOLVE_DRIVER_FN)
 #undef ATTN_RESOLVE_DRIVER_FN
+  std::string absentOptional; // left null: their users fall back
+#define ATTN_RESOLVE_OPTIONAL_DRIVER_FN(fn)                                    \
+  resolveSymbol(handle, ATTN_STRINGIFY(fn), table.fn, absentOptional);
+  ATTN_CUDA_DRIVER_OPTIONAL_FUNCTIONS(ATTN_RESOLVE_OPTIONAL_DRIVER_FN)
+#undef ATTN_RESOLVE_OPTIONAL_DRIVER_FN
   if (!missing.empty()) {
     reason = std::string("CUDA driver unusable: ") + kDriverLibrary +
              " lacks " + missing + " (driver too old?)";

@@ -110,11 +110,23 @@ KernelFunction Module::function(const std::string &name) const {
 std::optional<KernelFunction> Module::findFunction(const std::string &name) const {
   if (!module)
     throw Error("function '" + name + "' looked for in an empty Module");
+  const DriverApi &api = Driver::get().api();
   // The module's kernels are listed by name rather than asked for and
   // refused: a refused cuModuleGetFunction is an API error that
-  // compute-sanitizer reports on every launch that looks.
+  // compute-sanitizer reports on every launch that looks. Drivers before
+  // CUDA 12.4 cannot list them and are asked.
+  if (!api.cuModuleGetFunctionCount || !api.cuModuleEnumerateFunctions || !api.cuFuncGetName) {
+    CUfunction function = nullptr;
+    const CUresult result = api.cuModuleGetFunction(&function, module, name.c_str());
+    if (result == CUDA_ERROR_NOT_FOUND)
+      return std::nullopt;
+    Driver::get().check(result, "cuModuleGetFunction", "kernel '" + name + "'");
+    return KernelFunction(function, name);
+  }
   unsigned count = 0;
   ATTN_CU_CHECK_CTX("kernels of a module", cuModuleGetFunctionCount, &count, module);
+  if (count == 0)
+    return std::nullopt;
   std::vector<CUfunction> functions(count);
   ATTN_CU_CHECK_CTX("kernels of a module", cuModuleEnumerateFunctions, functions.data(), count,
                     module);

@@ -261,10 +261,9 @@ TEST_CASE("a paged KV cache matches the reference with shuffled pages and per-se
   runPaged(gputest::exampleWithHeads("softcap_causal_hd128.mlir", "q_heads = 8, kv_heads = 2"), 2,
            32, lengths, -1, seed++);
   runPaged(causal, 100, 64, {700, 1200}, -1, seed++);
-  // Pages of other sizes: a stage's table entries shared by a warp's lanes
-  // at 3 and 24 rows (not powers of two), looked up row by row where a
-  // stage spans more pages than a warp has lanes (1 and 2 rows at head dim
-  // 128, whose stages are 64 keys; 4 at head dim 64, whose stages are 128).
+  // Pages of other sizes, whose page numbers take the multiply's
+  // correction (3, 5 and 24 rows), none (1 row) or only the shift (2, 4 and
+  // 128 rows), at head dims 128 (stages of 64 keys) and 64 (128 keys).
   for (int64_t pageSize : {1, 2, 3, 24})
     runPaged(causal, 1, pageSize, lengths, -1, seed++);
   const std::string causal64 = gputest::specText(64, "bf16", "#attn.causal<bottom_right>", 8, 2);

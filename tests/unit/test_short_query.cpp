@@ -182,9 +182,18 @@ TEST_CASE("a paged cache's page numbers by multiply and shift equal the division
   for (int pageSize : pageSizes) {
     const attn_abi::PageDivider divider = attn_abi::pageDividerOf(pageSize);
     CHECK((int64_t(1) << divider.shift) >= pageSize);
-    for (uint32_t key : keys) {
-      INFO("page size " << pageSize << ", key " << key);
-      REQUIRE(pageOf(divider, key) == key / uint32_t(pageSize));
-    }
+    // Beside the keys above, each side of the last few page boundaries
+    // below 2^31, where a magic number too small or too large shows first.
+    std::vector<uint32_t> boundaries;
+    const uint32_t lastPage = uint32_t(INT_MAX) / uint32_t(pageSize);
+    for (uint32_t page = lastPage > 3 ? lastPage - 3 : 1; page <= lastPage; ++page)
+      for (int64_t key : {int64_t(page) * pageSize - 1, int64_t(page) * pageSize})
+        if (key >= 0 && key <= INT_MAX)
+          boundaries.push_back(uint32_t(key));
+    for (const std::vector<uint32_t> *list : {&keys, &boundaries})
+      for (uint32_t key : *list) {
+        INFO("page size " << pageSize << ", key " << key);
+        REQUIRE(pageOf(divider, key) == key / uint32_t(pageSize));
+      }
   }
 }

@@ -45,9 +45,6 @@
   X(cuModuleLoadDataEx)                                                        \
   X(cuModuleUnload)                                                            \
   X(cuModuleGetFunction)                                                       \
-  X(cuModuleGetFunctionCount)                                                  \
-  X(cuModuleEnumerateFunctions)                                                \
-  X(cuFuncGetName)                                                             \
   X(cuFuncSetAttribute)                                                        \
   X(cuFuncGetAttribute)                                                        \
   X(cuLaunchKernel)                                                            \
@@ -82,6 +79,13 @@
   X(cuPointerGetAttribute)                                                      \
   X(cuPointerGetAttributes)
 
+/// Entry points the runtime uses where the driver has them (null where it
+/// does not): listing a module's kernels (CUDA 12.4).
+#define ATTN_CUDA_DRIVER_OPTIONAL_FUNCTIONS(X)                                 \
+  X(cuModuleGetFunctionCount)                                                  \
+  X(cuModuleEnumerateFunctions)                                                \
+  X(cuFuncGetName)
+
 namespace attn {
 
 /// Function pointers resolved from libcuda.so.1. Use through ATTN_CU_CHECK or
@@ -89,6 +93,7 @@ namespace attn {
 struct DriverApi {
 #define ATTN_DECLARE_DRIVER_FN(fn) decltype(&::fn) fn = nullptr;
   ATTN_CUDA_DRIVER_FUNCTIONS(ATTN_DECLARE_DRIVER_FN)
+  ATTN_CUDA_DRIVER_OPTIONAL_FUNCTIONS(ATTN_DECLARE_DRIVER_FN)
 #undef ATTN_DECLARE_DRIVER_FN
 };
 
