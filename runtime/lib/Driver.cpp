@@ -62,9 +62,9 @@ void Driver::load() {
   resolveSymbol(handle, ATTN_STRINGIFY(fn), table.fn, missing);
   ATTN_CUDA_DRIVER_FUNCTIONS(ATTN_RESOLVE_DRIVER_FN)
 #undef ATTN_RESOLVE_DRIVER_FN
-  std::string absentOptional; // left null: their users fall back
+  // Left null where the driver lacks them: their users fall back.
 #define ATTN_RESOLVE_OPTIONAL_DRIVER_FN(fn)                                    \
-  resolveSymbol(handle, ATTN_STRINGIFY(fn), table.fn, absentOptional);
+  table.fn = reinterpret_cast<decltype(table.fn)>(dlsym(handle, ATTN_STRINGIFY(fn)));
   ATTN_CUDA_DRIVER_OPTIONAL_FUNCTIONS(ATTN_RESOLVE_OPTIONAL_DRIVER_FN)
 #undef ATTN_RESOLVE_OPTIONAL_DRIVER_FN
   if (!missing.empty()) {
