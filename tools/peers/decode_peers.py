@@ -127,6 +127,11 @@ def ints(text):
     return [int(x) for x in text.split(",") if x.strip()]
 
 
+def page_order(args):
+    """How FlashInfer's paged views order the pages (--shuffle-pages)."""
+    return "shuffled" if args.shuffle_pages else "in order"
+
+
 def names(text):
     return [x.strip() for x in text.split(",") if x.strip()]
 
@@ -487,7 +492,7 @@ class Runner:
         notes = Notes()
         fi_cols = "".join(f" FI p{p} ms | FI p{p} TB/s |" for p in page_sizes)
         print(f"\n## Decode: Sq=1, Hq={hq}, bf16, K/V [B, Sk, Hkv, D], FlashInfer's pages "
-              f"{'shuffled' if a.shuffle_pages else 'in order'}\n")
+              f"{page_order(a)}\n")
         print("| batch | Hkv | D | Sk | K+V MiB | SDPA ms | SDPA TB/s |" + fi_cols +
               " FI max err |")
         print("|---" * (8 + 2 * len(page_sizes)) + "|")
@@ -501,7 +506,7 @@ class Runner:
                         continue
                     k_all, v_all, copies, nbytes = alloc
                     row = dict(table="decode", batch=batch, hkv=hkv, d=d, sk=sk, sq=1,
-                               pages="shuffled" if a.shuffle_pages else "in order")
+                               pages=page_order(a))
                     q = torch.randn(batch, hq, d, dtype=torch.bfloat16, device="cuda")
                     ks, vs = self.sdpa_kv(k_all, v_all, copies, batch)
                     sdpa, ref = self.sdpa(q.unsqueeze(2), ks, vs, nbytes)
@@ -538,7 +543,7 @@ class Runner:
         print(f"\n## Speculative verify: Hq={hq}, Hkv={hkv}, D={d}, batch {batch}, bf16; "
               "SDPA and FI p16/p64 without mask, 'FI p64 causal' = FlashInfer's "
               f"bottom-right causal mask; FlashInfer's pages "
-              f"{'shuffled' if a.shuffle_pages else 'in order'}\n")
+              f"{page_order(a)}\n")
         print("| batch | Hkv | D | Sk | Sq | SDPA ms | SDPA TB/s |" + fi_cols +
               f" FI p{page_sizes[-1]} causal ms | FI max err |")
         print("|---" * (9 + 2 * len(page_sizes)) + "|")
@@ -555,7 +560,7 @@ class Runner:
                           for p in page_sizes}
             for sq in ints(a.verify_sq):
                 row = dict(table="verify", batch=batch, hkv=hkv, d=d, sk=sk, sq=sq,
-                           pages="shuffled" if a.shuffle_pages else "in order")
+                           pages=page_order(a))
                 q = torch.randn(batch * sq, hq, d, dtype=torch.bfloat16, device="cuda")
                 q4 = q.view(batch, sq, hq, d).transpose(1, 2)  # [B, Hq, Sq, D]
                 sdpa, ref = self.sdpa(q4, ks, vs, nbytes)
