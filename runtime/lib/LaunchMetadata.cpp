@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <vector>
 
 namespace attn {
@@ -56,6 +57,26 @@ int parseInt(const std::string &value, int line, const std::string &key) {
 
 std::string captureKey(size_t index) {
   return fmt::format("capture.{}", index);
+}
+
+std::string tunedKeySplitsKey(size_t index) {
+  return fmt::format("tuned_key_splits.{}", index);
+}
+
+/// `BUCKET SPLITS`, as serializeLaunchConfig writes a TunedKeySplits.
+TunedKeySplits parseTunedKeySplits(const std::string &value, int line, const std::string &key) {
+  size_t space = value.find(' ');
+  std::optional<ShapeBucket> bucket =
+      space == std::string::npos ? std::nullopt : ShapeBucket::parse(value.substr(0, space));
+  if (!bucket)
+    fail(line, key + ": expected 'bhN_qN_kN SPLITS' (powers of two), got '" + value + "'");
+  TunedKeySplits tuned;
+  tuned.bucket = *bucket;
+  tuned.keySplits = parseInt(value.substr(space + 1), line, key);
+  if (tuned.keySplits < 0 || tuned.keySplits > attn_abi::kMaxKeySplits)
+    fail(line, fmt::format("{}: expected 0 to {} splits, got {}", key, attn_abi::kMaxKeySplits,
+                           tuned.keySplits));
+  return tuned;
 }
 
 /// `NAME DTYPE DIM,DIM,...`, as serializeLaunchConfig writes a CaptureDecl.
@@ -143,6 +164,11 @@ std::string serializeLaunchConfig(const AttnLaunchConfig &config) {
   text += std::string("dtype ") + dtypeName(config.dtype) + "\n";
   // Hexadecimal, so the float reads back exactly ({:a} is printf's %a).
   text += fmt::format("scale {:a}\n", double(config.scale));
+  text += fmt::format("tuned_key_splits {}\n", config.tunedKeySplits.size());
+  for (size_t index = 0; index < config.tunedKeySplits.size(); ++index)
+    text += fmt::format("{} {} {}\n", tunedKeySplitsKey(index),
+                        config.tunedKeySplits[index].bucket.str(),
+                        config.tunedKeySplits[index].keySplits);
   text += fmt::format("captures {}\n", config.captures.size());
   for (size_t index = 0; index < config.captures.size(); ++index)
     text += captureKey(index) + " " + serializeCapture(config.captures[index]) +
@@ -228,6 +254,25 @@ AttnLaunchConfig parseLaunchConfig(std::string_view text) {
     if (key.rfind("capture.", 0) == 0)
       fail(valueAndLine.second, fmt::format("unexpected key '{}' (line {} says 'captures {}')",
                                             key, captureCountLine, captureCount));
+
+  auto [tunedCount, tunedCountLine] = take("tuned_key_splits");
+  int declaredTuned = parseInt(tunedCount, tunedCountLine, "tuned_key_splits");
+  if (declaredTuned < 0)
+    fail(tunedCountLine, "tuned_key_splits: expected a count, got " + tunedCount);
+  for (int index = 0; index < declaredTuned; ++index) {
+    std::string key = tunedKeySplitsKey(index);
+    auto [value, line] = take(key);
+    TunedKeySplits tuned = parseTunedKeySplits(value, line, key);
+    for (const TunedKeySplits &earlier : config.tunedKeySplits)
+      if (earlier.bucket == tuned.bucket)
+        fail(line, key + ": a second entry for " + tuned.bucket.str());
+    config.tunedKeySplits.push_back(tuned);
+  }
+  for (const auto &[key, valueAndLine] : values)
+    if (key.rfind("tuned_key_splits.", 0) == 0)
+      fail(valueAndLine.second,
+           fmt::format("unexpected key '{}' (line {} says 'tuned_key_splits {}')", key,
+                       tunedCountLine, tunedCount));
 
   if (!values.empty())
     fail(values.begin()->second.second,

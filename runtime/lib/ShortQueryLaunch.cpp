@@ -76,6 +76,19 @@ int automaticSplits(int64_t baseBlocks, int64_t keyTiles, int64_t residentBlocks
   return best;
 }
 
+/// The split count attn-tune measured for the call's shape bucket
+/// (AttnLaunchConfig::tunedKeySplits), if it did.
+std::optional<int> tunedSplitsOf(const AttnLaunchConfig &config, const LogicalShape &shape) {
+  if (config.tunedKeySplits.empty())
+    return std::nullopt;
+  const ShapeBucket bucket =
+      ShapeBucket::of(TuningShape{shape.batch, shape.seqlenQ, shape.seqlenK}, config.qHeads);
+  for (const TunedKeySplits &tuned : config.tunedKeySplits)
+    if (tuned.bucket == bucket)
+      return tuned.keySplits;
+  return std::nullopt;
+}
+
 ShortQueryPlan planOf(const AttnLaunchConfig &config, const AttnForwardArgs &args,
                       int multiprocessors, bool withWorkspace) {
   ShortQueryPlan plan;
@@ -87,13 +100,18 @@ ShortQueryPlan planOf(const AttnLaunchConfig &config, const AttnForwardArgs &arg
       (shape.seqlenQ > attn_abi::kShortQueryMaxRows || args.packed.active() ||
        args.tileCoverage || args.tileKeyBits || args.workOrder))
     return plan;
+  // A measured choice replaces the model's; 0 (the forward kernel) cannot
+  // read a paged cache, whose calls then take the model's count.
+  const std::optional<int> tuned = automatic ? tunedSplitsOf(config, shape) : std::nullopt;
+  if (tuned == 0 && !args.paged.active())
+    return plan;
   const int64_t rowBlocks = rowBlocksOf(config, shape.seqlenQ);
   // Past a few rows the forward kernel's WGMMA tiles outrun the path's
   // warp-level products, unless packing the heads halves the reads of K and
   // V (each row block reads them once, each forward work tile once).
   const int64_t forwardReads =
       int64_t(config.qHeads) * ((shape.seqlenQ + config.blockM - 1) / config.blockM);
-  if (automatic && !args.paged.active() && shape.seqlenQ > kFewQueryRows &&
+  if (automatic && !tuned && !args.paged.active() && shape.seqlenQ > kFewQueryRows &&
       2 * rowBlocks * config.kvHeads > forwardReads)
     return plan;
   plan.rowBlocks = static_cast<int>(std::max<int64_t>(rowBlocks, 1));
@@ -107,6 +125,12 @@ ShortQueryPlan planOf(const AttnLaunchConfig &config, const AttnForwardArgs &arg
   }
   const int blockN = attn_abi::splitKvBlockN(config.headDim);
   const int64_t keyTiles = std::max<int64_t>((shape.seqlenK + blockN - 1) / blockN, 1);
+  // The bucket's count, measured at one key length of the bucket, leaves no
+  // split without keys at a shorter one.
+  if (tuned > 0) {
+    plan.splits = static_cast<int>(std::min<int64_t>(*tuned, keyTiles));
+    return plan;
+  }
   const int64_t perSm = std::max(
       1, kSharedBytesPerSm /
              (attn_abi::splitKvSharedBytes(config.headDim) + kSharedReservedPerBlock));

@@ -7,6 +7,7 @@
 #include "attn/runtime/Hash.h"
 
 #include "FileUtil.h"
+#include "attn_params.h"
 
 #include <fmt/format.h>
 
@@ -207,6 +208,30 @@ std::string backwardTuningHash(const std::string &specHash) {
   return Sha256::toHex(hash.finish());
 }
 
+std::string shortQueryTuningHash(const std::string &specHash) {
+  Sha256 hash;
+  hash.updateField("attnc-tuning-key short-query 1");
+  hash.updateField(specHash);
+  return Sha256::toHex(hash.finish());
+}
+
+std::string formatKeySplitsConfig(int keySplits) {
+  return fmt::format("key_splits={}", keySplits);
+}
+
+std::optional<int> parseKeySplitsConfig(const std::string &config) {
+  constexpr std::string_view kPrefix = "key_splits=";
+  int64_t splits = 0;
+  if (config.rfind(kPrefix, 0) != 0)
+    return std::nullopt;
+  const std::string digits = config.substr(kPrefix.size());
+  if (digits == "0")
+    return 0;
+  if (!parsePositive(digits, splits) || splits > attn_abi::kMaxKeySplits)
+    return std::nullopt;
+  return static_cast<int>(splits);
+}
+
 TuningDatabase::TuningDatabase(std::string path) : filePath(std::move(path)) {}
 
 std::string TuningDatabase::defaultPath() {
@@ -253,9 +278,8 @@ void TuningDatabase::record(const TuningRecord &record) {
     throw Error("tuning database '" + filePath + "': " + error);
 }
 
-std::optional<TuningRecord> TuningDatabase::lookup(const std::string &specHash,
+std::vector<TuningRecord> TuningDatabase::recordsOf(const std::string &specHash,
                                                    const std::string &arch,
-                                                   const std::optional<ShapeBucket> &bucket,
                                                    std::string *error) const {
   std::vector<TuningRecord> all;
   try {
@@ -263,13 +287,23 @@ std::optional<TuningRecord> TuningDatabase::lookup(const std::string &specHash,
   } catch (const Error &failure) {
     if (error)
       *error = failure.what();
-    return std::nullopt;
+    return {};
   }
+  all.erase(std::remove_if(all.begin(), all.end(),
+                           [&](const TuningRecord &record) {
+                             return record.specHash != specHash || record.arch != arch;
+                           }),
+            all.end());
+  return all;
+}
+
+std::optional<TuningRecord> TuningDatabase::lookup(const std::string &specHash,
+                                                   const std::string &arch,
+                                                   const std::optional<ShapeBucket> &bucket,
+                                                   std::string *error) const {
   std::optional<TuningRecord> best;
   double bestScore = std::numeric_limits<double>::infinity();
-  for (const TuningRecord &record : all) {
-    if (record.specHash != specHash || record.arch != arch)
-      continue;
+  for (const TuningRecord &record : recordsOf(specHash, arch, error)) {
     // Nearest bucket; without one, the largest (most work) wins.
     double score = bucket ? record.bucket.distance(*bucket)
                           : -std::log2(double(record.bucket.batchHeads)) -

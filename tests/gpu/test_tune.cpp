@@ -1,13 +1,18 @@
 // The tuning loop on the GPU: every candidate of a small search space is
 // checked against the reference and timed, the ranking is by time, the best
 // plan goes into a tuning database, and compiling the spec with that
-// database (as attnc and the JIT do) gives the best plan back.
+// database (as attnc and the JIT do) gives the best plan back. At short
+// query lengths the same for the short-query path's split count: every
+// count checked against the reference, and the JIT's kernel then launching
+// the recorded count on its own.
 //
 // Tagged [tune]: `attn_gpu_tests "[tune]"` runs only these.
 #include <catch2/catch.hpp>
 
 #include "TestSupport.h"
+#include "SplitTuner.h"
 #include "Tuner.h"
+#include "AttnHarness.h"
 #include "attn/Compiler/Compiler.h"
 #include "attn/Compiler/Jit.h"
 
@@ -20,7 +25,85 @@ attn.kernel @tune_causal
     mask = #attn.causal<bottom_right>
     normalizer = #attn.softmax
 )";
+const char *kDecodeSpec = R"(
+attn.kernel @tune_decode
+    problem = #attn.problem<q_heads = 8, kv_heads = 2, head_dim = 128, element_type = bf16>
+    mask = #attn.causal<bottom_right>
+    normalizer = #attn.softmax
+)";
 } // namespace
+
+TEST_CASE("the split tuner checks every count, records the fastest, and the JIT's kernel "
+          "launches it", "[tune][short]") {
+  test::TempDir dir;
+  tune::TuneOptions options;
+  options.specText = kDecodeSpec;
+  options.specName = "tune_decode.mlir";
+  // Awkward sizes: key lengths that are not stage multiples; one decode
+  // token and five verification rows.
+  options.shapes = {{3, 1, 3001}, {1, 5, 700}};
+  options.warmup = 1;
+  options.repeats = 2;
+  options.rounds = 2;
+  std::vector<tune::SplitTuneReport> reports = tune::tuneKeySplits(options);
+  REQUIRE(reports.size() == 2);
+  const int blockN = attn_abi::splitKvBlockN(128);
+  REQUIRE(blockN == 64);
+  const std::vector<int> ladder3001 = tune::splitCandidates((3001 + blockN - 1) / blockN);
+  CHECK(ladder3001 == std::vector<int>{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 0});
+  for (const tune::SplitTuneReport &report : reports) {
+    INFO(tune::renderSplitTable(report));
+    const std::vector<int> ladder = tune::splitCandidates((report.shape.seqlenK + blockN - 1) / blockN);
+    CHECK(report.results.size() >= ladder.size());
+    size_t automatic = 0;
+    for (const tune::SplitCandidate &result : report.results) {
+      CHECK(result.status == tune::CandidateStatus::Measured);
+      CHECK(result.milliseconds > 0);
+      automatic += result.automatic;
+      if (result.automatic)
+        CHECK(result.keySplits == report.automaticSplits);
+    }
+    CHECK(automatic == 1);
+    for (size_t i = 1; i < report.results.size(); ++i)
+      CHECK(report.results[i - 1].milliseconds <= report.results[i].milliseconds);
+    REQUIRE(report.best());
+    CHECK(report.bestRecord().specHash ==
+          shortQueryTuningHash(tuningKeyOfSpec(kDecodeSpec, "tune_decode.mlir").specHash));
+    CHECK(parseKeySplitsConfig(report.bestRecord().config) == report.best()->keySplits);
+  }
+
+  // Both records reach the JIT's kernel, which takes them on its own.
+  TuningDatabase database(dir.path + "/tuning.tsv");
+  for (const tune::SplitTuneReport &report : reports)
+    database.record(report.bestRecord());
+  JitOptions jitOptions;
+  jitOptions.tuningDatabase = database.path();
+  jitOptions.diskCache = DiskCacheOptions{};
+  Compiler jit(jitOptions);
+  Kernel kernel = jit.compile(kDecodeSpec, "tune_decode.mlir");
+  const AttnLaunchConfig &launch = kernel.launchConfig();
+  REQUIRE(launch.tunedKeySplits.size() == 2);
+  const int multiprocessors = queryDevice(currentDevice()).multiprocessorCount;
+  for (const tune::SplitTuneReport &report : reports) {
+    INFO(tune::renderSplitTable(report));
+    const harness::Shape shape{report.shape.batch, report.shape.seqlenQ, report.shape.seqlenK,
+                               false};
+    harness::ForwardProblem data(launch, shape, 99);
+    AttnForwardArgs args = data.args();
+    DeviceBuffer workspace(std::max<uint64_t>(forwardWorkspaceBytes(launch, args), 16));
+    args.workspace = workspace.data();
+    args.workspaceBytes = workspace.size();
+    CHECK(shortQueryPlanFor(launch, args, multiprocessors).splits == report.best()->keySplits);
+    data.poisonOutputs();
+    kernel.run(args);
+    ATTN_CU_CHECK(cuCtxSynchronize);
+    const harness::Comparison check = harness::compareWithReference(
+        referenceProblemFromSpec(kDecodeSpec, shape.batch, shape.seqlenQ, shape.seqlenK), data,
+        launch.dtype);
+    INFO(check.firstViolation);
+    CHECK(check.passed());
+  }
+}
 
 TEST_CASE("the tuner measures, ranks and records; compiles then use the record", "[tune]") {
   test::TempDir dir;

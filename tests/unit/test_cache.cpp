@@ -177,9 +177,12 @@ TEST_CASE("launch metadata round-trips every field exactly", "[cache][metadata]"
   config.evenWorkTiles = 1;
   config.automaticWorkOrder = 1;
   config.kernelName = "my_kernel";
+  config.tunedKeySplits = {{ShapeBucket{256, 1, 32768}, 4}, {ShapeBucket{32, 16, 8192}, 0}};
 
   std::string text = serializeLaunchConfig(config);
-  CHECK_THAT(text, StartsWith("attn-launch-metadata 8\n"));
+  CHECK_THAT(text, StartsWith("attn-launch-metadata 9\n"));
+  CHECK_THAT(text, Contains("\ntuned_key_splits 2\ntuned_key_splits.0 bh256_q1_k32768 4\n"
+                            "tuned_key_splits.1 bh32_q16_k8192 0\n"));
   AttnLaunchConfig back = parseLaunchConfig(text);
   CHECK(back.headDim == 256);
   CHECK(back.qHeads == 12);
@@ -194,6 +197,7 @@ TEST_CASE("launch metadata round-trips every field exactly", "[cache][metadata]"
   CHECK(back.evenWorkTiles == 1);
   CHECK(back.automaticWorkOrder == 1);
   CHECK(back.kernelName == "my_kernel");
+  CHECK(back.tunedKeySplits == config.tunedKeySplits);
 }
 
 TEST_CASE("malformed launch metadata is reported with its line", "[cache][metadata]") {
@@ -219,6 +223,30 @@ TEST_CASE("malformed launch metadata is reported with its line", "[cache][metada
   std::string badDtype = good;
   badDtype.replace(badDtype.find("dtype bf16"), 10, "dtype fp8");
   CHECK_THROWS_WITH(parseLaunchConfig(badDtype), Contains("dtype: expected bf16, f16 or f32"));
+
+  // The measured split counts: each line a bucket of powers of two and a
+  // count within the limit, each bucket once, as many lines as announced.
+  auto withSplits = [&](const std::string &lines) {
+    std::string text = good;
+    text.replace(text.find("tuned_key_splits 0\n"), 19, lines);
+    return text;
+  };
+  CHECK(parseLaunchConfig(withSplits("tuned_key_splits 1\ntuned_key_splits.0 bh8_q4_k1024 3\n"))
+            .tunedKeySplits == std::vector<TunedKeySplits>{{ShapeBucket{8, 4, 1024}, 3}});
+  CHECK_THROWS_WITH(
+      parseLaunchConfig(withSplits("tuned_key_splits 1\ntuned_key_splits.0 bh8_q3_k1024 3\n")),
+      Contains("tuned_key_splits.0: expected 'bhN_qN_kN SPLITS'"));
+  CHECK_THROWS_WITH(
+      parseLaunchConfig(withSplits("tuned_key_splits 1\ntuned_key_splits.0 bh8_q4_k1024 1025\n")),
+      Contains("tuned_key_splits.0: expected 0 to 1024 splits, got 1025"));
+  CHECK_THROWS_WITH(parseLaunchConfig(withSplits("tuned_key_splits 2\ntuned_key_splits.0 bh8_q4_k1024 "
+                                                 "3\ntuned_key_splits.1 bh8_q4_k1024 5\n")),
+                    Contains("a second entry for bh8_q4_k1024"));
+  CHECK_THROWS_WITH(parseLaunchConfig(withSplits("tuned_key_splits 1\n")),
+                    Contains("missing key 'tuned_key_splits.0'"));
+  CHECK_THROWS_WITH(
+      parseLaunchConfig(withSplits("tuned_key_splits 0\ntuned_key_splits.0 bh8_q4_k1024 3\n")),
+      Contains("unexpected key 'tuned_key_splits.0'"));
 }
 
 //===----------------------------------------------------------------------===//

@@ -373,7 +373,7 @@ TEST_CASE("launch metadata round-trips captures", "[runtime][metadata][captures]
   SECTION("none") {
     AttnLaunchConfig config = makeConfig();
     std::string text = serializeLaunchConfig(config);
-    CHECK_THAT(text, StartsWith("attn-launch-metadata 8\n"));
+    CHECK_THAT(text, StartsWith("attn-launch-metadata 9\n"));
     CHECK_THAT(text, Contains("\ncaptures 0\n"));
     CHECK_THAT(text, !Contains("capture."));
     AttnLaunchConfig back = parseLaunchConfig(text);
@@ -499,6 +499,6 @@ TEST_CASE("malformed capture metadata is reported with its line",
                     StartsWith("launch metadata: ") && Contains("missing key 'captures'"));
   // Metadata from before captures existed is refused, not misread.
   std::string version2 = "attn-launch-metadata 2" + withoutCaptures.substr(withoutCaptures.find('\n'));
-  expectMetadataInvalid(version2, 1, "unsupported version 2 (this runtime reads version 8)");
+  expectMetadataInvalid(version2, 1, "unsupported version 2 (this runtime reads version " + std::to_string(kLaunchMetadataVersion) + ")");
 }
 

@@ -197,3 +197,42 @@ TEST_CASE("a paged cache's page numbers by multiply and shift equal the division
       }
   }
 }
+
+TEST_CASE("a measured split count replaces the model's in its shape bucket",
+          "[runtime][short][tuning]") {
+  AttnLaunchConfig config = decodeConfig(8);
+  // Batch 1 x 32 heads, one query, 32768 keys: bucket bh32_q1_k32768,
+  // where the model chooses 32 splits (the first test case).
+  config.tunedKeySplits = {{ShapeBucket{32, 1, 32768}, 12},
+                           {ShapeBucket{256, 1, 4096}, 0},
+                           {ShapeBucket{32, 1, 256}, 64}};
+  CHECK(shortQueryPlanFor(config, decodeArgs(config, 1, 1, 32768), 132).splits == 12);
+  // Any key length of the bucket (16385 to 32768) takes it.
+  CHECK(shortQueryPlanFor(config, decodeArgs(config, 1, 1, 20000), 132).splits == 12);
+  // Another bucket keeps the model's count.
+  CHECK(shortQueryPlanFor(config, decodeArgs(config, 1, 1, 65536), 132).splits ==
+        shortQueryPlanFor(decodeConfig(8), decodeArgs(config, 1, 1, 65536), 132).splits);
+  // 0: the forward kernel (batch 8 x 32 heads, 4096 keys), where the model
+  // took the path.
+  CHECK(shortQueryPlanFor(decodeConfig(8), decodeArgs(config, 8, 1, 4096), 132).splits > 0);
+  CHECK(shortQueryPlanFor(config, decodeArgs(config, 8, 1, 4096), 132).splits == 0);
+  // A count beyond the key tiles (200 keys: 4 tiles of 64) is capped.
+  CHECK(shortQueryPlanFor(config, decodeArgs(config, 1, 1, 200), 132).splits == 4);
+  // An explicit keySplits still wins; without a workspace, one split.
+  AttnForwardArgs requested = decodeArgs(config, 1, 1, 32768);
+  requested.keySplits = 3;
+  CHECK(shortQueryPlanFor(config, requested, 132).splits == 3);
+  AttnForwardArgs bare = decodeArgs(config, 1, 1, 32768);
+  bare.workspace = nullptr;
+  bare.workspaceBytes = 0;
+  CHECK(shortQueryPlanFor(config, bare, 132).splits == 1);
+  // A paged call cannot take the forward kernel: a measured 0 leaves it the
+  // model's count.
+  AttnLaunchConfig pagedConfig = decodeConfig(8);
+  AttnForwardArgs paged = pagedArgs(pagedConfig, 8);
+  const int model = shortQueryPlanFor(pagedConfig, paged, 132).splits;
+  pagedConfig.tunedKeySplits = {{ShapeBucket{256, 1, 32768}, 0}};
+  CHECK(shortQueryPlanFor(pagedConfig, paged, 132).splits == model);
+  pagedConfig.tunedKeySplits = {{ShapeBucket{256, 1, 32768}, 7}};
+  CHECK(shortQueryPlanFor(pagedConfig, paged, 132).splits == 7);
+}

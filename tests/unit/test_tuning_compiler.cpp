@@ -474,3 +474,82 @@ TEST_CASE("attn-tile and the backward fall back to their heuristics without a us
     CHECK_THROWS_WITH(compiledBlockN(), Contains("invalid tuning-shape"));
   }
 }
+
+TEST_CASE("attn-tile lists the spec's measured split counts in tuned_key_splits",
+          "[tuning][tile][short]") {
+  TempDir dir;
+  std::string path = dir.path + "/tuning.tsv";
+  SpecTuningKey key = tuningKeyOfSpec(specText(), "t.mlir");
+  const std::string shortKey = shortQueryTuningHash(key.specHash);
+  CHECK(isHexDigest(shortKey));
+  CHECK(shortKey != key.specHash);
+  CHECK(shortKey != backwardTuningHash(key.specHash));
+  auto splitRecord = [&](const TuningShape &shape, const std::string &config) {
+    TuningRecord record = recordFor(key, shape, config);
+    record.specHash = shortKey;
+    return record;
+  };
+  TuningDatabase db(path);
+  // Recorded out of order: bh128_q1_k32768, bh16_q1_k4096, bh16_q16_k8192.
+  db.record(splitRecord(shapeOf(8, 1, 32768), formatKeySplitsConfig(6)));
+  db.record(splitRecord(shapeOf(1, 1, 4096), formatKeySplitsConfig(24)));
+  db.record(splitRecord(shapeOf(1, 16, 8192), formatKeySplitsConfig(0)));
+  // Another spec's split count, and one for another arch: not listed.
+  TuningRecord otherSpec = splitRecord(shapeOf(2, 1, 2048), formatKeySplitsConfig(3));
+  otherSpec.specHash =
+      shortQueryTuningHash(tuningKeyOfSpec(specText("t", 16, "#attn.no_mask"), "t.mlir").specHash);
+  db.record(otherSpec);
+  TuningRecord otherArch = splitRecord(shapeOf(2, 1, 2048), formatKeySplitsConfig(3));
+  otherArch.arch = "sm_100a";
+  db.record(otherArch);
+
+  CompileOptions options;
+  options.tuningDatabase = path;
+  options.tuningShape = "8,1,32768";
+  options.planOnly = true;
+  ParsedSpec spec(specText());
+  REQUIRE(mlir::succeeded(runCompilePipeline(*spec.module, options)));
+  CHECK(spec.warnings.empty());
+  std::optional<llvm::ArrayRef<int64_t>> table = spec.kernel().getTunedKeySplits();
+  REQUIRE(table);
+  CHECK(std::vector<int64_t>(table->begin(), table->end()) ==
+        std::vector<int64_t>{16, 1, 4096, 24, 16, 16, 8192, 0, 128, 1, 32768, 6});
+  // The launch config carries them; the tile plan is the heuristic's (the
+  // forward's lookup does not meet split records).
+  const AttnLaunchConfig launch = launchConfigFor(spec.kernel());
+  CHECK(launch.tunedKeySplits == std::vector<TunedKeySplits>{{ShapeBucket{16, 1, 4096}, 24},
+                                                              {ShapeBucket{16, 16, 8192}, 0},
+                                                              {ShapeBucket{128, 1, 32768}, 6}});
+  CHECK(mlir::attn::getTileConfig(spec.kernel().getTileAttr()) == heuristicAt(key, 32768));
+
+  SECTION("an unusable record warns and is left out") {
+    db.record(splitRecord(shapeOf(4, 1, 1024), "key_splits=many"));
+    db.record(splitRecord(shapeOf(4, 128, 1024), formatKeySplitsConfig(2)));
+    ParsedSpec again(specText());
+    REQUIRE(mlir::succeeded(runCompilePipeline(*again.module, options)));
+    REQUIRE(again.warnings.size() == 2);
+    CHECK_THAT(again.warnings[0] + again.warnings[1],
+               Contains("short-query record 'key_splits=many' for bh64_q1_k1024 is unusable") &&
+                   Contains("short-query record 'key_splits=2' for bh64_q128_k1024 is unusable"));
+    CHECK(again.kernel().getTunedKeySplits()->size() == 12);
+  }
+  SECTION("without a database the kernel has none") {
+    options.tuningDatabase.clear();
+    ParsedSpec bare(specText());
+    REQUIRE(mlir::succeeded(runCompilePipeline(*bare.module, options)));
+    CHECK_FALSE(bare.kernel().getTunedKeySplits());
+    CHECK(launchConfigFor(bare.kernel()).tunedKeySplits.empty());
+  }
+}
+
+TEST_CASE("short-query records' configs", "[tuning][short]") {
+  CHECK(formatKeySplitsConfig(12) == "key_splits=12");
+  CHECK(parseKeySplitsConfig("key_splits=12") == 12);
+  CHECK(parseKeySplitsConfig("key_splits=0") == 0);
+  CHECK(parseKeySplitsConfig("key_splits=1024") == 1024);
+  CHECK_FALSE(parseKeySplitsConfig("key_splits=1025"));
+  CHECK_FALSE(parseKeySplitsConfig("key_splits=-1"));
+  CHECK_FALSE(parseKeySplitsConfig("key_splits=00"));
+  CHECK_FALSE(parseKeySplitsConfig("key_splits="));
+  CHECK_FALSE(parseKeySplitsConfig("block_m=64"));
+}

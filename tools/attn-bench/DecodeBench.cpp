@@ -61,9 +61,11 @@ struct LoadedModule {
   KernelFunction function;
 };
 
-LoadedModule loadModule(const std::string &spec) {
+LoadedModule loadModule(const std::string &spec, const std::string &tuningDatabase) {
   LoadedModule loaded;
-  loaded.compiled = compileSpec(spec, "decode.mlir");
+  CompileOptions options;
+  options.tuningDatabase = tuningDatabase;
+  loaded.compiled = compileSpec(spec, "decode.mlir", options);
   loaded.module = Module::loadPtx(
       std::string_view(loaded.compiled.binary.data(), loaded.compiled.binary.size()));
   loaded.function = loaded.module.function(loaded.compiled.launch.kernelName);
@@ -72,7 +74,7 @@ LoadedModule loadModule(const std::string &spec) {
 
 } // namespace
 
-int runDecodeGrid(int warmup, int repeats, bool quick) {
+int runDecodeGrid(int warmup, int repeats, bool quick, const std::string &tuningDatabase) {
   std::vector<DecodePoint> points;
   const std::vector<int64_t> batches = quick ? std::vector<int64_t>{1, 8}
                                              : std::vector<int64_t>{1, 8, 64};
@@ -93,8 +95,12 @@ int runDecodeGrid(int warmup, int repeats, bool quick) {
               "Hq = 32, bf16, causal aligned bottom-right; TB/s = bytes of K and V read once / "
               "time. `splits`: the automatic split count (`forward (1)`: the automatic choice is the forward kernel; the path ran with one split); paged: pages of 64 and 16 rows "
               "in a shuffled order, and pages of 64 rows in order (each sequence's pages one after "
-              "another in the pool); forward: the 128-row forward kernel (keySplits = 0).\n\n"
-              "| Sq | batch | Hkv | D | Sk | splits | ms | TB/s | paged 64 ms | TB/s | "
+              "another in the pool); forward: the 128-row forward kernel (keySplits = 0).\n\n");
+  if (!tuningDatabase.empty())
+    std::printf("Split counts: the tuning database %s where it has the point's bucket "
+                "(attn-tune), else the runtime's model.\n\n",
+                tuningDatabase.c_str());
+  std::printf("| Sq | batch | Hkv | D | Sk | splits | ms | TB/s | paged 64 ms | TB/s | "
               "paged 64 in order ms | TB/s | paged 16 ms | TB/s | forward ms | TB/s |\n"
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   std::mt19937_64 random(1);
@@ -114,7 +120,8 @@ int runDecodeGrid(int warmup, int repeats, bool quick) {
       modules.emplace(key, loadModule(harness::softmaxSpecText(
                                fmt::format("decode_kv{}_d{}", point.kvHeads, point.headDim),
                                int(point.headDim), "bf16", "#attn.causal<bottom_right>", 32,
-                               point.kvHeads)));
+                               point.kvHeads),
+                                          tuningDatabase));
     LoadedModule &loaded = modules.at(key);
     const AttnLaunchConfig &launch = loaded.compiled.launch;
     ShortQueryFunctions functions = loadShortQueryFunctions(loaded.module, launch);

@@ -2,6 +2,8 @@
 #ifndef ATTN_TOOLS_ATTNBENCH_DECODEBENCH_H
 #define ATTN_TOOLS_ATTNBENCH_DECODEBENCH_H
 
+#include <string>
+
 namespace attn::bench {
 
 /// `attn-bench --decode-grid`: decode (one query row; Hq = 32 over 8 or 1
@@ -10,8 +12,10 @@ namespace attn::bench {
 /// contiguous and paged (pages of 64 and 16 rows, shuffled, and of 64 rows
 /// in order), beside the forward
 /// kernel: milliseconds and bytes of K and V read once per second. `quick`
-/// keeps batch 1 and 8 and up to 32768 keys.
-int runDecodeGrid(int warmup, int repeats, bool quick);
+/// keeps batch 1 and 8 and up to 32768 keys. With a tuning database, the
+/// kernels carry the split counts attn-tune recorded there for the grid's
+/// specs (the `splits` column then shows them where a bucket has one).
+int runDecodeGrid(int warmup, int repeats, bool quick, const std::string &tuningDatabase);
 
 } // namespace attn::bench
 

@@ -43,9 +43,10 @@
 //       tunes every point of the plan set and prints the default plan beside
 //       the tuned one with their times (PlanSetBench.h); the data file gets
 //       every measured candidate, for fitting a cost model.
-//   attn-bench --decode-grid [--quick]
+//   attn-bench --decode-grid [--quick] [--tuning-db=FILE]
 //       the short-query path at decode and speculative-verification shapes,
-//       contiguous and paged, beside the forward kernel (DecodeBench.h).
+//       contiguous and paged, beside the forward kernel (DecodeBench.h);
+//       with --tuning-db, the split counts attn-tune recorded there.
 //
 // TFLOP/s = 4*B*H*Sq*Sk*D / time (halved for causal masks); the time is the
 // median of --repeats launches after --warmup launches, timed with events.
@@ -123,7 +124,8 @@ cl::opt<std::string> tileOverride("tile",
 cl::opt<std::string> tuningDatabase(
     "tuning-db",
     cl::desc("Take the tile plan from this tuning database (the record nearest --batch, "
-             "--seqlen, --seqlen-k, or each grid point's shape); default: the heuristic"),
+             "--seqlen, --seqlen-k, or each grid point's shape; with --decode-grid the "
+             "short-query split counts recorded there); default: the heuristic"),
     cl::value_desc("file"), cl::init(""));
 cl::opt<int> blocksPerSm("persistent-blocks-per-sm",
                          cl::desc("Grid policy over the plan's (a tile setting, added to "
@@ -839,7 +841,7 @@ int main(int argc, char **argv) {
     if (linearBackwardGrid)
       return attn::bench::runLinearBackwardGrid(warmup, repeats);
     if (decodeGrid)
-      return attn::bench::runDecodeGrid(warmup, repeats, quickGrid);
+      return attn::bench::runDecodeGrid(warmup, repeats, quickGrid, tuningDatabase);
     if (backwardRun) {
       auto buffer = MemoryBuffer::getFile(specFile);
       if (!buffer) {

@@ -13,12 +13,16 @@
 // backward kernels (dQ, dK, dV) over the forward's o and lse: gradients
 // checked against the CPU reference (on a reduced problem for large
 // shapes), records under the spec's backward key, which attnc --backward
-// and compileBackwardSpec consult.
+// and compileBackwardSpec consult. A shape whose query length is at most 64
+// (decode, speculative verification) tunes the short-query path's split
+// count instead (SplitTuner.h): its record (`key_splits=N`) reaches the
+// kernel's `tuned_key_splits` when attnc or the JIT plans it again.
 //
 //===----------------------------------------------------------------------===//
 
 #include "ToolVersion.h"
 #include "AttnHarness.h"
+#include "SplitTuner.h"
 #include "Tuner.h"
 
 #include "attn/Compiler/Compiler.h"
@@ -42,7 +46,9 @@ using namespace llvm;
 namespace {
 cl::opt<std::string> specFile(cl::Positional, cl::desc("<spec.mlir>"), cl::Required);
 cl::opt<std::string> shapeText("shape",
-                               cl::desc("Problem sizes to tune for, ';'-separated (default: 2,8192)"),
+                               cl::desc("Problem sizes to tune for, ';'-separated (default: 2,8192); "
+                                        "with Sq <= 64 the short-query path's split count "
+                                        "is tuned instead of the tile plan"),
                                cl::value_desc("B,S or B,Sq,Sk[;...]"), cl::init("2,8192"));
 cl::list<std::string> captureOptions(
     "capture", cl::desc("NAME=GENERATOR[@D0xD1...]: a captured buffer (as attn-bench); "
@@ -111,6 +117,7 @@ int main(int argc, char **argv) {
   options.specText = (*buffer)->getBuffer().str();
   options.specName = specFile;
   options.backward = backward;
+  std::vector<attn::TuningShape> parsedShapes;
   std::stringstream shapes(shapeText);
   for (std::string item; std::getline(shapes, item, ';');) {
     attn::TuningShape shape;
@@ -118,7 +125,7 @@ int main(int argc, char **argv) {
       errs() << "attn-tune: --shape: " << *error << "\n";
       return 1;
     }
-    options.shapes.push_back(shape);
+    parsedShapes.push_back(shape);
   }
   options.captures.assign(captureOptions.begin(), captureOptions.end());
   options.warmup = warmup;
@@ -147,6 +154,43 @@ int main(int argc, char **argv) {
     std::string databasePath = tuningDatabase.empty() ? attn::TuningDatabase::defaultPath()
                                                       : tuningDatabase.getValue();
     bool allMeasured = true;
+    auto recordBest = [&](const attn::TuningRecord &record, const char *what) {
+      if (databasePath == "none" || databasePath.empty())
+        return;
+      attn::TuningDatabase(databasePath).record(record);
+      outs() << "recorded in " << databasePath << " (" << what << record.specHash.substr(0, 12)
+             << ", " << record.bucket.str() << ")\n";
+    };
+    // Short queries: the split count (the tile plan does not decide their
+    // time); the rest: the tile plan.
+    attn::tune::TuneOptions splitOptions = options;
+    splitOptions.shapes.clear();
+    options.shapes.clear();
+    for (const attn::TuningShape &shape : parsedShapes)
+      (!backward && attn::tune::isShortQueryShape(shape) ? splitOptions : options)
+          .shapes.push_back(shape);
+    if (!splitOptions.shapes.empty())
+      attn::tune::tuneKeySplits(splitOptions, [&](const attn::tune::SplitTuneReport &report) {
+        outs() << "\nattn-tune @" << specFile << " (short-query split count) B="
+               << report.shape.batch << " Sq=" << report.shape.seqlenQ
+               << " Sk=" << report.shape.seqlenK << " (" << report.bucket.str() << ") on "
+               << report.device << "\n\n"
+               << attn::tune::renderSplitTable(report);
+        const attn::tune::SplitCandidate *best = report.best();
+        const attn::tune::SplitCandidate *automatic = report.automaticResult();
+        if (best && automatic && automatic->status == attn::tune::CandidateStatus::Measured)
+          outs() << "best key_splits=" << best->keySplits << ": "
+                 << format("%.4f", best->milliseconds) << " ms, automatic ("
+                 << report.automaticSplits << ") " << format("%.4f", automatic->milliseconds)
+                 << " ms (" << format("%.3f", automatic->milliseconds / best->milliseconds)
+                 << "x)\n";
+        allMeasured = allMeasured && best;
+        if (best)
+          recordBest(report.bestRecord(), "short-query key ");
+        outs().flush();
+      });
+    if (options.shapes.empty())
+      return allMeasured ? 0 : 1;
     bool several = options.shapes.size() > 1;
     // Each shape is reported and recorded as soon as it is measured.
     attn::tune::tune(options, [&](const attn::tune::TuneReport &report) {
@@ -176,12 +220,8 @@ int main(int argc, char **argv) {
         std::ofstream(plot) << attn::tune::renderSvg(report);
         outs() << "plot: " << plot << "\n";
       }
-      if (best && databasePath != "none" && !databasePath.empty()) {
-        attn::TuningDatabase(databasePath).record(report.bestRecord());
-        outs() << "recorded in " << databasePath << " ("
-               << (report.backward ? "backward key " : "spec ") << report.specHash.substr(0, 12)
-               << ", " << report.bucket.str() << ")\n";
-      }
+      if (best)
+        recordBest(report.bestRecord(), report.backward ? "backward key " : "spec ");
       outs().flush();
     });
     return allMeasured ? 0 : 1;

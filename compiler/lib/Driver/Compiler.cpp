@@ -144,6 +144,10 @@ AttnLaunchConfig launchConfigFor(mlir::attn::KernelOp op) {
   }
   for (mlir::attn::CaptureAttr capture : op.getCaptureList())
     launch.captures.push_back(captureDeclFor(capture));
+  if (std::optional<llvm::ArrayRef<int64_t>> table = op.getTunedKeySplits())
+    for (size_t i = 0; i + 3 < table->size(); i += 4)
+      launch.tunedKeySplits.push_back(
+          {ShapeBucket{(*table)[i], (*table)[i + 1], (*table)[i + 2]}, int((*table)[i + 3])});
   return launch;
 }
 

@@ -18,6 +18,11 @@
 #include "mlir/IR/OperationSupport.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include "attn_params.h"
+
+#include <algorithm>
+#include <tuple>
+
 namespace mlir {
 namespace attn {
 #define GEN_PASS_DEF_ATTNTILE
@@ -186,6 +191,8 @@ struct AttnTilePass : public mlir::attn::impl::AttnTileBase<AttnTilePass> {
         return;
       }
       kernel.setTileAttr(getTilePlanAttr(kernel.getContext(), config));
+      if (!linear && !tuningDatabase.empty())
+        setTunedKeySplits(kernel);
       if (backward) {
         FailureOr<::attn::TileConfig> backwardPlan =
             backwardTilePlan(kernel, backwardTileOverride, tuningDatabase, tuningShape, arch);
@@ -198,6 +205,37 @@ struct AttnTilePass : public mlir::attn::impl::AttnTileBase<AttnTilePass> {
     });
     if (failed)
       signalPassFailure();
+  }
+
+  /// Lists the database's split counts of the kernel's short-query path in
+  /// `tuned_key_splits`, sorted by bucket (none: the attribute is removed).
+  /// An unusable record is reported and left out; an unreadable database
+  /// has no records (the plan's lookup reports it).
+  void setTunedKeySplits(KernelOp kernel) {
+    std::vector<::attn::TuningRecord> records =
+        ::attn::TuningDatabase(tuningDatabase)
+            .recordsOf(::attn::shortQueryTuningHash(tuningSpecHash(kernel)), arch);
+    std::sort(records.begin(), records.end(),
+              [](const ::attn::TuningRecord &a, const ::attn::TuningRecord &b) {
+                return std::tie(a.bucket.batchHeads, a.bucket.seqlenQ, a.bucket.seqlenK) <
+                       std::tie(b.bucket.batchHeads, b.bucket.seqlenQ, b.bucket.seqlenK);
+              });
+    SmallVector<int64_t> table;
+    for (const ::attn::TuningRecord &record : records) {
+      std::optional<int> splits = ::attn::parseKeySplitsConfig(record.config);
+      if (!splits || record.bucket.seqlenQ > attn_abi::kShortQueryMaxRows) {
+        kernel.emitWarning() << "tuning database '" << tuningDatabase
+                             << "': short-query record '" << record.config << "' for "
+                             << record.bucket.str() << " is unusable; left out";
+        continue;
+      }
+      table.append({record.bucket.batchHeads, record.bucket.seqlenQ, record.bucket.seqlenK,
+                    int64_t(*splits)});
+    }
+    if (table.empty())
+      kernel.removeTunedKeySplitsAttr();
+    else
+      kernel.setTunedKeySplits(table);
   }
 
   /// The tuning database's plan for the kernel, else the heuristic's.

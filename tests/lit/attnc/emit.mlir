@@ -27,7 +27,7 @@
 // PTX-DAG: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16
 
 // What Kernel::fromFiles reads beside the cubin.
-// METADATA: attn-launch-metadata 8
+// METADATA: attn-launch-metadata 9
 // METADATA-DAG: kernel attn_fwd_kernel
 // METADATA-DAG: head_dim 128
 // METADATA-DAG: q_heads 16
@@ -41,6 +41,8 @@
 // METADATA-DAG: even_work_tiles 0
 // A spec without captured buffers.
 // METADATA-DAG: captures 0
+// No tuning database: no measured split counts.
+// METADATA-DAG: tuned_key_splits 0
 
 // OVERRIDE: tile = #attn.tile<block_m = 128, block_n = 64, stages = 3
 

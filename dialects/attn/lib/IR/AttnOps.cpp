@@ -2,6 +2,8 @@
 
 #include "attn/IR/AttnOps.h"
 
+#include "attn_params.h"
+
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
 #include "llvm/ADT/STLExtras.h"
@@ -30,7 +32,8 @@ void KernelOp::build(OpBuilder &builder, OperationState &state, StringRef name,
         /*score_output_scale=*/FloatAttr(), /*score_bound=*/FloatAttr(),
         /*backward_mask_mod_fn=*/FlatSymbolRefAttr(),
         /*backward_score_mod_fn=*/FlatSymbolRefAttr(),
-        /*backward_score_mod_vjp_fn=*/FlatSymbolRefAttr());
+        /*backward_score_mod_vjp_fn=*/FlatSymbolRefAttr(),
+        /*tuned_key_splits=*/DenseI64ArrayAttr());
 }
 
 SmallVector<CaptureAttr> KernelOp::getCaptureList() {
@@ -278,10 +281,47 @@ static LogicalResult verifyLinearFamily(KernelOp op) {
   return success();
 }
 
+/// `tuned_key_splits`: (batch x query heads, query length, key length,
+/// splits) quadruples, each bucket a power of two and listed once, the
+/// query length within the short-query path's, the splits within its limit.
+static LogicalResult verifyTunedKeySplits(KernelOp op, ArrayRef<int64_t> table) {
+  if (op.getNormalizer().isLinearFamily())
+    return op.emitOpError("has tuned_key_splits, but only softmax kernels have the "
+                          "short-query path");
+  if (table.size() % 4 != 0)
+    return op.emitOpError() << "tuned_key_splits must hold quadruples (batch x q_heads, "
+                               "seqlen_q, seqlen_k, splits); got "
+                            << table.size() << " integers";
+  auto powerOfTwo = [](int64_t v) { return v > 0 && (v & (v - 1)) == 0; };
+  for (size_t i = 0; i < table.size(); i += 4) {
+    ArrayRef<int64_t> entry = table.slice(i, 4);
+    if (!powerOfTwo(entry[0]) || !powerOfTwo(entry[1]) || !powerOfTwo(entry[2]))
+      return op.emitOpError() << "tuned_key_splits entry " << i / 4
+                              << ": the bucket's sizes must be powers of two, got " << entry[0]
+                              << ", " << entry[1] << ", " << entry[2];
+    if (entry[1] > attn_abi::kShortQueryMaxRows)
+      return op.emitOpError() << "tuned_key_splits entry " << i / 4 << ": query length "
+                              << entry[1] << " is beyond the short-query path's "
+                              << attn_abi::kShortQueryMaxRows;
+    if (entry[3] < 0 || entry[3] > attn_abi::kMaxKeySplits)
+      return op.emitOpError() << "tuned_key_splits entry " << i / 4 << ": " << entry[3]
+                              << " splits; expected 0 (the forward kernel) to "
+                              << attn_abi::kMaxKeySplits;
+    for (size_t j = 0; j < i; j += 4)
+      if (table.slice(j, 3) == entry.take_front(3))
+        return op.emitOpError() << "tuned_key_splits lists the bucket of entry " << i / 4
+                                << " twice";
+  }
+  return success();
+}
+
 LogicalResult KernelOp::verifyRegions() {
   MLIRContext *ctx = getContext();
   if (getNormalizer().isLinearFamily() && failed(verifyLinearFamily(*this)))
     return failure();
+  if (std::optional<ArrayRef<int64_t>> table = getTunedKeySplits())
+    if (failed(verifyTunedKeySplits(*this, *table)))
+      return failure();
   Type index = IndexType::get(ctx);
   Type f32 = Float32Type::get(ctx);
   Type i1 = IntegerType::get(ctx, 1);

@@ -11,6 +11,7 @@
 #include "attn/runtime/DeviceBuffer.h"
 #include "attn/runtime/Module.h"
 #include "attn/runtime/Tensor.h"
+#include "attn/runtime/TuningDatabase.h"
 
 #include "attn_params.h"
 
@@ -56,6 +57,17 @@ int64_t requiredCaptureExtent(const CaptureDim &dim, int64_t batch, int64_t qHea
 /// Whether `name` is an identifier ([A-Za-z_][A-Za-z0-9_]*), as capture
 /// names must be.
 bool isCaptureName(std::string_view name);
+
+/// A split count attn-tune measured for the short-query path at one shape
+/// bucket (ShapeBucket: batch x query heads, query length and key length,
+/// each rounded up to a power of two). keySplits 0: the forward kernel.
+struct TunedKeySplits {
+  ShapeBucket bucket;
+  int keySplits = 0;
+  bool operator==(const TunedKeySplits &o) const {
+    return bucket == o.bucket && keySplits == o.keySplits;
+  }
+};
 
 /// What the compiler's plan fixes about a kernel (from its metadata).
 struct AttnLaunchConfig {
@@ -105,6 +117,11 @@ struct AttnLaunchConfig {
   /// The spec's captured buffers, in declaration order (at most
   /// attn_abi::kMaxCaptures).
   std::vector<CaptureDecl> captures;
+  /// The short-query path's measured split counts (the kernel's
+  /// `tuned_key_splits`, from the tuning database when it was planned). An
+  /// automatic call (keySplits -1) in one of these buckets takes the listed
+  /// count instead of the model's (shortQueryPlanFor).
+  std::vector<TunedKeySplits> tunedKeySplits;
   // A new field must also go into LaunchMetadata.cpp (the disk cache and
   // `attnc --emit=metadata` serialize every field).
 };
@@ -330,7 +347,10 @@ ForwardTailSplit forwardTailSplitFor(const AttnLaunchConfig &config, int batch, 
 /// (GQA packing); the splits minimize waves of resident blocks (two a
 /// multiprocessor) times the stages each streams plus
 /// a block's overhead, leaving each split at least two stages of keys;
-/// without a workspace, one split.
+/// without a workspace, one split. Where attn-tune measured the call's shape
+/// bucket (config.tunedKeySplits), the measured count replaces both choices
+/// (0: the forward kernel, which a paged call cannot take; at most one split
+/// per key tile; still one without a workspace).
 struct ShortQueryPlan {
   int splits = 0;
   int rowBlocks = 0;

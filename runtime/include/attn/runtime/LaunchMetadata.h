@@ -16,6 +16,9 @@
 //   persistent_blocks_per_sm 0
 //   dtype bf16
 //   scale 0x1.6a09e6p-4
+//   tuned_key_splits 2
+//   tuned_key_splits.0 bh256_q1_k32768 4
+//   tuned_key_splits.1 bh2048_q1_k131072 1
 //   captures 2
 //   capture.0 slopes f32 q_heads
 //   capture.1 bias f32 q_heads,?,16 grad
@@ -24,7 +27,8 @@
 // `captures N` is followed by capture.0 to capture.N-1, each `NAME DTYPE
 // DIMS` with DIMS comma-separated: a size, `?` (any), `batch`, `q_heads`,
 // `kv_heads`, `seqlen_q` or `seqlen_k` (captureDimSpelling), then `grad`
-// for a capture whose gradient the backward computes.
+// for a capture whose gradient the backward computes. `tuned_key_splits N`
+// is followed by N `BUCKET SPLITS` lines (AttnLaunchConfig::tunedKeySplits).
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTN_RUNTIME_LAUNCHMETADATA_H
@@ -40,8 +44,9 @@ namespace attn {
 /// The version written by serializeLaunchConfig; parseLaunchConfig accepts
 /// only this one.
 /// Version 3 added the captured buffers, 5 even_work_tiles, 6
-/// automatic_work_order, 7 the captures' `grad`, 8 step_list.
-inline constexpr int kLaunchMetadataVersion = 8;
+/// automatic_work_order, 7 the captures' `grad`, 8 step_list, 9
+/// tuned_key_splits.
+inline constexpr int kLaunchMetadataVersion = 9;
 
 std::string serializeLaunchConfig(const AttnLaunchConfig &config);
 

@@ -11,7 +11,9 @@
 //
 // `config` is a complete tile override (block_m=...,persistent_blocks_per_sm=...).
 // A backward plan (attn-tune --backward) is a record like any other, keyed
-// by backwardTuningHash(spec_hash).
+// by backwardTuningHash(spec_hash); a split count of the short-query path
+// (attn-tune at a query length up to kShortQueryMaxRows) is one keyed by
+// shortQueryTuningHash(spec_hash), its config `key_splits=N`.
 // A writer holds an advisory lock on `PATH.lock`, re-reads the file, merges
 // its record and replaces the file atomically (temporary file, fsync,
 // rename): two tuners writing at once both keep their records, and a reader
@@ -64,9 +66,22 @@ std::string formatTuningShape(const TuningShape &shape);
 /// same, and programs that predate backward records keep them untouched.
 std::string backwardTuningHash(const std::string &specHash);
 
+/// The key of a spec's short-query records: SHA-256 of a "short-query" tag
+/// and the spec's tuning hash. Their buckets index the split counts that
+/// attn-tile copies into the kernel's `tuned_key_splits`; the forward's
+/// plan lookup never meets them.
+std::string shortQueryTuningHash(const std::string &specHash);
+
+/// A short-query record's config: "key_splits=N" (N = 0: the forward
+/// kernel).
+std::string formatKeySplitsConfig(int keySplits);
+/// N of "key_splits=N" with 0 <= N <= kMaxKeySplits; nullopt otherwise.
+std::optional<int> parseKeySplitsConfig(const std::string &config);
+
 struct TuningRecord {
   /// 64 hex digits: attn-tile's tuning hash of the spec for a forward plan,
-  /// backwardTuningHash of it for a backward plan.
+  /// backwardTuningHash of it for a backward plan, shortQueryTuningHash of
+  /// it for a split count.
   std::string specHash;
   std::string arch;     // "sm_90a"
   ShapeBucket bucket;
@@ -94,6 +109,11 @@ public:
   /// Adds `record` (creating the file and its directory). Throws attn::Error
   /// naming the path when it cannot be written or the record is malformed.
   void record(const TuningRecord &record);
+
+  /// Every record of (specHash, arch). Never throws: an unreadable file has
+  /// no records and, with `error`, says why there.
+  std::vector<TuningRecord> recordsOf(const std::string &specHash, const std::string &arch,
+                                      std::string *error = nullptr) const;
 
   /// The record of (specHash, arch) whose bucket is nearest `bucket`, or
   /// with no bucket the one of the largest bucket (long sequences are where

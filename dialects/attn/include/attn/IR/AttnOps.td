@@ -29,7 +29,17 @@ def Attn_KernelOp : Attn_Op<"kernel", [
     (`#attn.smem_plan`) attributes, printed in the trailing
     `attributes {...}` dictionary; asked for the backward (`attn-tile`'s
     `backward` option), they add its plan as `backward_tile` and
-    `backward_smem` (a softmax kernel with built-in masks only).
+    `backward_smem` (a softmax kernel with built-in masks only). Given a
+    tuning database that holds split counts of the spec's short-query path
+    (`attn-tune` at a query length up to 64), `attn-tile` also lists them in
+    `tuned_key_splits`, four integers per shape bucket: batch x query heads,
+    query length and key length (each a power of two), then the split count
+    (0: the forward kernel). A launch in a listed bucket that leaves the
+    choice to the runtime takes that count:
+
+    ```mlir
+    attributes {tuned_key_splits = array<i64: 256, 1, 32768, 4>, ...}
+    ```
 
     Two optional single-block regions are reserved for user code; each is
     printed only when non-empty and must end in `attn.yield`:
@@ -120,7 +130,8 @@ def Attn_KernelOp : Attn_Op<"kernel", [
     OptionalAttr<F32Attr>:$score_bound,
     OptionalAttr<FlatSymbolRefAttr>:$backward_mask_mod_fn,
     OptionalAttr<FlatSymbolRefAttr>:$backward_score_mod_fn,
-    OptionalAttr<FlatSymbolRefAttr>:$backward_score_mod_vjp_fn
+    OptionalAttr<FlatSymbolRefAttr>:$backward_score_mod_vjp_fn,
+    OptionalAttr<DenseI64ArrayAttr>:$tuned_key_splits
   );
   let regions = (region MaxSizedRegion<1>:$mask_mod,
                         MaxSizedRegion<1>:$score_mod);
