@@ -226,13 +226,13 @@ TEST_CASE("a measured split count replaces the model's in its shape bucket",
   bare.workspace = nullptr;
   bare.workspaceBytes = 0;
   CHECK(shortQueryPlanFor(config, bare, 132).splits == 1);
-  // A paged call cannot take the forward kernel: a measured 0 leaves it the
-  // model's count.
+  // Counts measured on contiguous caches leave paged calls the model's
+  // (neither the forward kernel nor the measured count).
   AttnLaunchConfig pagedConfig = decodeConfig(8);
   AttnForwardArgs paged = pagedArgs(pagedConfig, 8);
   const int model = shortQueryPlanFor(pagedConfig, paged, 132).splits;
   pagedConfig.tunedKeySplits = {{ShapeBucket{256, 1, 32768}, 0}};
   CHECK(shortQueryPlanFor(pagedConfig, paged, 132).splits == model);
   pagedConfig.tunedKeySplits = {{ShapeBucket{256, 1, 32768}, 7}};
-  CHECK(shortQueryPlanFor(pagedConfig, paged, 132).splits == 7);
+  CHECK(shortQueryPlanFor(pagedConfig, paged, 132).splits == model);
 }

@@ -197,7 +197,7 @@ int runDecodeGrid(int warmup, int repeats, bool quick, const std::string &tuning
       DeviceBuffer blockTable(table.size() * 4), seqlens(point.batch * 4);
       blockTable.upload(table);
       seqlens.upload(std::vector<int32_t>(point.batch, int32_t(point.seqlenK)));
-      pagedMs[index] = timeShortQuery([&](const CacheCopy &cache) {
+      auto pagedArgsFor = [&](const CacheCopy &cache) {
         AttnForwardArgs args = withWorkspace(argsFor(cache));
         const int64_t pages = point.batch * pagesPerSequence;
         args.k = contiguousBSHD(cache.k.data(), DType::BF16, pages, pageSize, point.kvHeads,
@@ -210,7 +210,13 @@ int runDecodeGrid(int warmup, int repeats, bool quick, const std::string &tuning
         args.paged.seqlensK = static_cast<const int32_t *>(seqlens.data());
         args.paged.maxSeqlenK = point.seqlenK;
         return args;
-      });
+      };
+      // A paged call's split count can differ from a contiguous one's (the
+      // tuned counts are for contiguous caches): its own workspace size.
+      const uint64_t pagedBytes = forwardWorkspaceBytes(launch, pagedArgsFor(caches[0]));
+      if (pagedBytes > workspace.size())
+        workspace = DeviceBuffer(pagedBytes);
+      pagedMs[index] = timeShortQuery(pagedArgsFor);
     }
 
     const double forwardMs = harness::backToBackMs(

@@ -10,7 +10,8 @@
 // copies of K and V that they come from memory, not from L2, as in serving,
 // where each layer reads its own cache. The record it leaves
 // (shortQueryTuningHash, `key_splits=N`) reaches the kernel through
-// attn-tile's `tuned_key_splits`.
+// attn-tile's `tuned_key_splits`; it is measured on a contiguous cache and
+// applies to contiguous calls (paged ones keep the runtime's model).
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTN_TUNE_SPLITTUNER_H

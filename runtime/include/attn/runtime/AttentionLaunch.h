@@ -119,8 +119,9 @@ struct AttnLaunchConfig {
   std::vector<CaptureDecl> captures;
   /// The short-query path's measured split counts (the kernel's
   /// `tuned_key_splits`, from the tuning database when it was planned). An
-  /// automatic call (keySplits -1) in one of these buckets takes the listed
-  /// count instead of the model's (shortQueryPlanFor).
+  /// automatic call (keySplits -1) on a contiguous cache in one of these
+  /// buckets takes the listed count instead of the model's
+  /// (shortQueryPlanFor).
   std::vector<TunedKeySplits> tunedKeySplits;
   // A new field must also go into LaunchMetadata.cpp (the disk cache and
   // `attnc --emit=metadata` serialize every field).
@@ -349,8 +350,8 @@ ForwardTailSplit forwardTailSplitFor(const AttnLaunchConfig &config, int batch, 
 /// a block's overhead, leaving each split at least two stages of keys;
 /// without a workspace, one split. Where attn-tune measured the call's shape
 /// bucket (config.tunedKeySplits), the measured count replaces both choices
-/// (0: the forward kernel, which a paged call cannot take; at most one split
-/// per key tile; still one without a workspace).
+/// for a contiguous cache (0: the forward kernel; at most one split per key
+/// tile; still one without a workspace); a paged call keeps the model's.
 struct ShortQueryPlan {
   int splits = 0;
   int rowBlocks = 0;

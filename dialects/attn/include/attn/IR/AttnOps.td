@@ -34,8 +34,9 @@ def Attn_KernelOp : Attn_Op<"kernel", [
     (`attn-tune` at a query length up to 64), `attn-tile` also lists them in
     `tuned_key_splits`, four integers per shape bucket: batch x query heads,
     query length and key length (each a power of two), then the split count
-    (0: the forward kernel). A launch in a listed bucket that leaves the
-    choice to the runtime takes that count:
+    (0: the forward kernel). A launch on a contiguous KV cache in a listed
+    bucket that leaves the choice to the runtime takes that count (a paged
+    one keeps the runtime's):
 
     ```mlir
     attributes {tuned_key_splits = array<i64: 256, 1, 32768, 4>, ...}
