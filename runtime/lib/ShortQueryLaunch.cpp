@@ -290,6 +290,30 @@ ShortQueryPlan shortQueryPlanFor(const AttnLaunchConfig &config, const AttnForwa
   return shortQueryPlanOf(config, args, multiprocessors);
 }
 
+int modelKeySplits(const AttnLaunchConfig &config, const AttnForwardArgs &args,
+                   int multiprocessors) {
+  validateForwardArgs(config, args);
+  AttnLaunchConfig model = config;
+  model.tunedKeySplits.clear();
+  AttnForwardArgs automatic = args;
+  automatic.keySplits = -1;
+  return checkedPlanOf(model, automatic, multiprocessors, /*withWorkspace=*/true).splits;
+}
+
+std::vector<int> keySplitLadder(const AttnLaunchConfig &config, int64_t seqlenK) {
+  const int blockN = attn_abi::splitKvBlockN(config.headDim);
+  const int64_t keyTiles = (std::max<int64_t>(seqlenK, 1) + blockN - 1) / blockN;
+  const int64_t limit = std::clamp<int64_t>(keyTiles, 1, kMaxKeySplits);
+  std::vector<int> ladder;
+  for (int64_t power = 1; power <= limit; power *= 2) {
+    ladder.push_back(int(power));
+    if (power >= 2 && power + power / 2 <= limit)
+      ladder.push_back(int(power + power / 2));
+  }
+  ladder.push_back(0);
+  return ladder;
+}
+
 std::optional<uint64_t> detail::shortQueryWorkspaceBytes(const AttnLaunchConfig &config,
                                                          const AttnForwardArgs &args,
                                                          int multiprocessors) {

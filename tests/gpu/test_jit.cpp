@@ -217,6 +217,47 @@ TEST_CASE("first-use tuning times real candidates and returns a kernel that matc
   CHECK(again.image().ptx == tuned.image().ptx);
 }
 
+TEST_CASE("first-use tuning of a decode call times real split counts and the kernel it returns "
+          "matches the reference with them",
+          "[gpu][jit][first_use][short]") {
+  TempDir dir;
+  JitOptions options = cacheIn(dir.path + "/cache");
+  options.tuningDatabase = dir.path + "/tuning.tsv";
+  options.firstUse.enabled = true;
+  Compiler compiler(options);
+  Spec spec = SpecBuilder("first_use_decode").heads(8, 2).headDim(128).causal();
+  // One query row of 3 sequences over 3001 keys: not a tile multiple.
+  const harness::Shape shape{3, 1, 3001, false};
+  const reference::Problem problem = referenceFor(compiler, spec, shape);
+  Kernel sizing = Compiler(cacheIn(dir.path + "/cache")).compile(spec);
+  harness::ForwardProblem data(sizing.launchConfig(), shape, 31);
+  Kernel tuned = compiler.compileFor(spec, data.args());
+  CHECK(compiler.stats().firstUseTunings == 1);
+  CHECK(compiler.stats().firstUseSeconds < 10);
+  const std::vector<TuningRecord> records = TuningDatabase(*options.tuningDatabase).records();
+  REQUIRE(records.size() == 1);
+  const std::optional<int> recorded = parseKeySplitsConfig(records[0].config);
+  REQUIRE(recorded);
+  REQUIRE(tuned.launchConfig().tunedKeySplits.size() == 1);
+  CHECK(tuned.launchConfig().tunedKeySplits[0].keySplits == *recorded);
+
+  // The call with a workspace for the recorded count runs it and matches.
+  AttnForwardArgs args = data.args();
+  DeviceBuffer workspace(std::max<uint64_t>(forwardWorkspaceBytes(tuned.launchConfig(), args), 16));
+  args.workspace = workspace.data();
+  args.workspaceBytes = workspace.size();
+  CHECK(shortQueryPlanFor(tuned.launchConfig(), args,
+                          queryDevice(currentDevice()).multiprocessorCount)
+            .splits == *recorded);
+  data.poisonOutputs();
+  tuned.run(args);
+  ATTN_CU_CHECK(cuCtxSynchronize);
+  CHECK_MATCHES_REFERENCE(
+      harness::compareWithReference(problem, data, tuned.launchConfig().dtype));
+  compiler.compileFor(spec, data.args());
+  CHECK(compiler.stats().firstUseTunings == 1);
+}
+
 TEST_CASE("threads compiling and running one kernel at once", "[gpu][jit]") {
   TempDir dir;
   Compiler compiler(cacheIn(dir.path));

@@ -47,13 +47,11 @@ TEST_CASE("the split tuner checks every count, records the fastest, and the JIT'
   options.rounds = 2;
   std::vector<tune::SplitTuneReport> reports = tune::tuneKeySplits(options);
   REQUIRE(reports.size() == 2);
-  const int blockN = attn_abi::splitKvBlockN(128);
-  REQUIRE(blockN == 64);
-  const std::vector<int> ladder3001 = tune::splitCandidates((3001 + blockN - 1) / blockN);
-  CHECK(ladder3001 == std::vector<int>{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 0});
+  AttnLaunchConfig headDim128;
+  headDim128.headDim = 128;
   for (const tune::SplitTuneReport &report : reports) {
     INFO(tune::renderSplitTable(report));
-    const std::vector<int> ladder = tune::splitCandidates((report.shape.seqlenK + blockN - 1) / blockN);
+    const std::vector<int> ladder = keySplitLadder(headDim128, report.shape.seqlenK);
     CHECK(report.results.size() >= ladder.size());
     size_t automatic = 0;
     for (const tune::SplitCandidate &result : report.results) {

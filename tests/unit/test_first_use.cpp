@@ -3,7 +3,9 @@
 // the fastest is returned and recorded for the shape's bucket, and later
 // calls (this Compiler or a new one reading the database) time nothing.
 // The switch (JitOptions and ATTNC_AUTOTUNE), the noise floor and the time
-// budget are pinned too. Needs no GPU: the fake timer launches nothing.
+// budget are pinned too; and for short queries the same over the
+// short-query path's split counts. Needs no GPU: the fake timer launches
+// nothing.
 #include "attn/Compiler/Compiler.h"
 #include "attn/Compiler/Jit.h"
 #include "attn/Compiler/Spec.h"
@@ -13,7 +15,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdlib>
+#include <map>
 
 using namespace attn;
 
@@ -185,11 +189,12 @@ TEST_CASE("first-use tuning is off unless asked for, and never overrides a given
   fromEnvironment.compileFor(kSpec, "spec", argsOfShape(2, 1024, 1024));
   CHECK(fake.calls == 2);
 
-  // A decode call takes the short-query path, which the forward's plan does
-  // not run: nothing to tune.
+  // A decode call that asks for its split count tunes nothing.
   FakeTimer decode{{1.0, 0.5}};
   Compiler decoding(firstUseOptions(dir.path + "/decode.tsv", decode, 2));
-  decoding.compileFor(kSpec, "spec", argsOfShape(2, 1, 4096));
+  AttnForwardArgs requested = argsOfShape(2, 1, 4096);
+  requested.keySplits = 4;
+  decoding.compileFor(kSpec, "spec", requested);
   CHECK(decode.calls == 0);
   CHECK(decoding.stats().firstUseTunings == 0);
 
@@ -257,4 +262,93 @@ TEST_CASE("a neighbour whose timing fails or gives no time is left out", "[jit][
   Compiler broken(failing);
   CHECK_THROWS_WITH(broken.compileFor(kSpec, "spec", argsOfShape(2, 2048, 2048)),
                     "launch failed");
+}
+
+TEST_CASE("first-use tuning of a short query measures split counts, records the fastest and "
+          "the kernel takes it", "[jit][first-use][short]") {
+  test::TempDir dir;
+  const std::string database = dir.path + "/tuning.tsv";
+  // 8 query heads over 2 kv heads, one query row, 3000 keys (47 tiles of
+  // 64): the model's count first, then the ladder without it.
+  const AttnForwardArgs args = argsOfShape(2, 1, 3000);
+  std::vector<int> timedCounts;
+  std::map<int, double> times = {{8, 0.6}, {16, 0.5}, {0, 3.0}};
+  JitOptions options;
+  options.diskCache = DiskCacheOptions{};
+  options.tuningDatabase = database;
+  options.firstUse.enabled = true;
+  options.firstUse.timer = [&](const Kernel &, const AttnForwardArgs &timing, CUstream) {
+    CHECK(timing.workspace == nullptr); // the call's own is not lent out
+    timedCounts.push_back(timing.keySplits);
+    return times.count(timing.keySplits) ? times.at(timing.keySplits) : 1.0;
+  };
+  Compiler compiler(options);
+  const Kernel kernel = compiler.compileFor(kSpec, "spec", args);
+  const int model = modelKeySplits(kernel.launchConfig(), args, int(kReferenceMultiprocessors));
+  REQUIRE(!timedCounts.empty());
+  CHECK(timedCounts.front() == model);
+  std::vector<int> expected{model};
+  for (int splits : keySplitLadder(kernel.launchConfig(), 3000))
+    if (splits != model)
+      expected.push_back(splits);
+  CHECK(timedCounts == expected);
+  CHECK(std::find(timedCounts.begin(), timedCounts.end(), 32) != timedCounts.end());
+
+  // The kernel carries the fastest count for the bucket and takes it.
+  const ShapeBucket bucket = ShapeBucket::of({2, 1, 3000}, 8);
+  CHECK(kernel.launchConfig().tunedKeySplits == std::vector<TunedKeySplits>{{bucket, 16}});
+  AttnForwardArgs withWorkspace = args;
+  withWorkspace.workspace = reinterpret_cast<void *>(0x9000000);
+  withWorkspace.workspaceBytes = uint64_t(1) << 30;
+  CHECK(shortQueryPlanFor(kernel.launchConfig(), withWorkspace, int(kReferenceMultiprocessors))
+            .splits == 16);
+  CHECK(compiler.stats().firstUseTunings == 1);
+
+  // Recorded under the spec's short-query key.
+  const std::vector<TuningRecord> records = TuningDatabase(database).records();
+  REQUIRE(records.size() == 1);
+  CHECK(records[0].specHash ==
+        shortQueryTuningHash(tuningKeyOfSpec(kSpec, "spec").specHash));
+  CHECK(records[0].bucket == bucket);
+  CHECK(records[0].config == "key_splits=16");
+  CHECK(records[0].milliseconds == 0.5);
+
+  // Another call of the bucket times nothing and gets the same count.
+  timedCounts.clear();
+  CHECK(compiler.compileFor(kSpec, "spec", argsOfShape(2, 1, 2500))
+            .launchConfig()
+            .tunedKeySplits == kernel.launchConfig().tunedKeySplits);
+  CHECK(timedCounts.empty());
+
+  // A new Compiler plans the kernel with the record: nothing to time.
+  Compiler later(options);
+  const Kernel planned = later.compileFor(kSpec, "spec", args);
+  CHECK(timedCounts.empty());
+  CHECK(planned.launchConfig().tunedKeySplits == std::vector<TunedKeySplits>{{bucket, 16}});
+  CHECK(later.stats().firstUseTunings == 0);
+
+  SECTION("the model's count stays within the noise floor") {
+    test::TempDir other;
+    options.tuningDatabase = other.path + "/tuning.tsv";
+    times = {{model, 1.0}, {model == 16 ? 8 : 16, 0.995}};
+    Compiler close(options);
+    CHECK(close.compileFor(kSpec, "spec", args).launchConfig().tunedKeySplits ==
+          std::vector<TunedKeySplits>{{bucket, model}});
+  }
+  SECTION("a paged call is not tuned") {
+    test::TempDir other;
+    options.tuningDatabase = other.path + "/tuning.tsv";
+    AttnForwardArgs paged = argsOfShape(2, 1, 1);
+    paged.k = contiguousBSHD(paged.k.data, DType::BF16, 100, 64, 2, 128);
+    paged.v = contiguousBSHD(paged.v.data, DType::BF16, 100, 64, 2, 128);
+    paged.paged.blockTable = reinterpret_cast<const int32_t *>(0x8000000);
+    paged.paged.blockTableStride = 50;
+    paged.paged.maxPages = 50;
+    paged.paged.seqlensK = reinterpret_cast<const int32_t *>(0x8100000);
+    paged.paged.maxSeqlenK = 3000;
+    timedCounts.clear();
+    Compiler pagedCompiler(options);
+    CHECK(pagedCompiler.compileFor(kSpec, "spec", paged).launchConfig().tunedKeySplits.empty());
+    CHECK(timedCounts.empty());
+  }
 }

@@ -236,3 +236,37 @@ TEST_CASE("a measured split count replaces the model's in its shape bucket",
   pagedConfig.tunedKeySplits = {{ShapeBucket{256, 1, 32768}, 7}};
   CHECK(shortQueryPlanFor(pagedConfig, paged, 132).splits == model);
 }
+
+TEST_CASE("the split ladder stops at one split per key tile, then the forward kernel",
+          "[runtime][short][tuning]") {
+  // Head dim 128: 64 keys a tile.
+  const AttnLaunchConfig config = decodeConfig(8);
+  CHECK(keySplitLadder(config, 1) == std::vector<int>{1, 0});
+  CHECK(keySplitLadder(config, 150) == std::vector<int>{1, 2, 3, 0});
+  CHECK(keySplitLadder(config, 3001) == std::vector<int>{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 0});
+  CHECK(keySplitLadder(config, 3072) ==
+        std::vector<int>{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 0});
+  // 131072 keys: 2048 tiles, capped at the path's 1024 splits.
+  const std::vector<int> longest = keySplitLadder(config, 131072);
+  CHECK(longest.size() == 21);
+  CHECK(longest[longest.size() - 2] == 1024);
+  CHECK(std::find(longest.begin(), longest.end(), 768) != longest.end());
+  // Head dim 256: 32 keys a tile.
+  CHECK(keySplitLadder(decodeConfig(1, 256), 96) == std::vector<int>{1, 2, 3, 0});
+}
+
+TEST_CASE("the model's split count ignores the measured ones", "[runtime][short][tuning]") {
+  AttnLaunchConfig config = decodeConfig(8);
+  AttnForwardArgs args = decodeArgs(config, 1, 1, 32768);
+  CHECK(modelKeySplits(config, args, 132) == 32);
+  config.tunedKeySplits = {{ShapeBucket{32, 1, 32768}, 12}};
+  CHECK(modelKeySplits(config, args, 132) == 32);
+  CHECK(shortQueryPlanFor(config, args, 132).splits == 12);
+  // Without a workspace too, and whatever keySplits asks.
+  args.workspace = nullptr;
+  args.workspaceBytes = 0;
+  args.keySplits = 5;
+  CHECK(modelKeySplits(config, args, 132) == 32);
+  // The forward kernel where the model sends the call there.
+  CHECK(modelKeySplits(config, decodeArgs(config, 8, 64, 8192), 132) == 0);
+}

@@ -29,19 +29,6 @@ SplitCandidate measured(int keySplits, double milliseconds, bool automatic = fal
 }
 } // namespace
 
-TEST_CASE("the split ladder stops at one split per key tile, then the forward kernel",
-          "[tune][short]") {
-  CHECK(splitCandidates(1) == std::vector<int>{1, 0});
-  CHECK(splitCandidates(3) == std::vector<int>{1, 2, 3, 0});
-  CHECK(splitCandidates(47) == std::vector<int>{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 0});
-  CHECK(splitCandidates(48) == std::vector<int>{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 0});
-  // 131072 keys of 64: capped at the path's 1024 splits.
-  const std::vector<int> longest = splitCandidates(2048);
-  CHECK(longest.size() == 21);
-  CHECK(longest[longest.size() - 2] == 1024);
-  CHECK(std::find(longest.begin(), longest.end(), 768) != longest.end());
-}
-
 TEST_CASE("the split tuner takes query lengths up to 64", "[tune][short]") {
   CHECK(isShortQueryShape({8, 1, 32768}));
   CHECK(isShortQueryShape({8, 64, 32768}));

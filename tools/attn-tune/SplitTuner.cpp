@@ -80,8 +80,7 @@ void measureShape(const TuneOptions &options, const SpecTuningKey &key, LoadedPl
 
   const AttnForwardArgs base = data.args();
   const int multiprocessors = queryDevice(currentDevice()).multiprocessorCount;
-  const int blockN = attn_abi::splitKvBlockN(launch.headDim);
-  std::vector<int> ladder = splitCandidates((tuningShape.seqlenK + blockN - 1) / blockN);
+  std::vector<int> ladder = keySplitLadder(launch, tuningShape.seqlenK);
 
   // One workspace for the largest need (the most splits, the automatic
   // choice's, or the forward kernel's tail split).
@@ -98,7 +97,7 @@ void measureShape(const TuneOptions &options, const SpecTuningKey &key, LoadedPl
     args.keySplits = keySplits;
     return args;
   };
-  report.automaticSplits = shortQueryPlanFor(launch, withWorkspace(base, -1), multiprocessors).splits;
+  report.automaticSplits = modelKeySplits(launch, base, multiprocessors);
   if (std::find(ladder.begin(), ladder.end(), report.automaticSplits) == ladder.end())
     ladder.insert(ladder.end() - 1, report.automaticSplits);
 
@@ -196,19 +195,6 @@ void measureShape(const TuneOptions &options, const SpecTuningKey &key, LoadedPl
 
 bool isShortQueryShape(const TuningShape &shape) {
   return shape.seqlenQ <= attn_abi::kShortQueryMaxRows;
-}
-
-std::vector<int> splitCandidates(int64_t keyTiles) {
-  const int64_t limit = std::clamp<int64_t>(keyTiles, 1, attn_abi::kMaxKeySplits);
-  std::vector<int> ladder;
-  // 1, 2, 3, then powers of two and one and a half times them.
-  for (int64_t power = 1; power <= limit; power *= 2) {
-    ladder.push_back(int(power));
-    if (power >= 2 && power + power / 2 <= limit)
-      ladder.push_back(int(power + power / 2));
-  }
-  ladder.push_back(0);
-  return ladder;
 }
 
 const SplitCandidate *SplitTuneReport::best() const {

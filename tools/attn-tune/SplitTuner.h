@@ -4,8 +4,9 @@
 // verification): the tile plan does not decide the time there, the number
 // of pieces the keys are split into does. For each such shape the loop
 // compiles the spec's heuristic plan once, runs the short-query path with
-// each split count of a ladder (1, 2, 3, 4, 6, 8, 12, ... up to one split
-// per key tile) and the forward kernel (split count 0), checks every output
+// each split count of keySplitLadder (1, 2, 3, 4, 6, 8, 12, ... up to one
+// split per key tile, and the forward kernel as count 0) and the model's
+// count (modelKeySplits) when the ladder lacks it, checks every output
 // against the CPU reference on sampled rows, and times them over enough
 // copies of K and V that they come from memory, not from L2, as in serving,
 // where each layer reads its own cache. The record it leaves
@@ -58,10 +59,6 @@ struct SplitTuneReport {
   /// measured.
   TuningRecord bestRecord() const;
 };
-
-/// The split counts tried at a shape of `keyTiles` key tiles: the ladder up
-/// to min(keyTiles, kMaxKeySplits), then 0 (the forward kernel).
-std::vector<int> splitCandidates(int64_t keyTiles);
 
 /// Runs the loop over every shape of `options` (each must be a short-query
 /// shape; options.backward must be off); one report per shape, in order.

@@ -116,14 +116,63 @@ AttnForwardArgs withoutPlanSizedBuffers(const AttnForwardArgs &args) {
   return stripped;
 }
 
-/// CandidateTimer's default: two launches, then the median of five.
+/// CandidateTimer's default: two launches, then the median of five. A
+/// split count beyond one gets a workspace of its own (first-use tuning
+/// strips the call's).
 static double timeOnGpu(const Kernel &kernel, const AttnForwardArgs &args, CUstream stream) {
+  if (args.keySplits > 1 && !args.workspace) {
+    DeviceBuffer scratch(std::max<uint64_t>(forwardWorkspaceBytes(kernel.launchConfig(), args), 16));
+    AttnForwardArgs withScratch = args;
+    withScratch.workspace = scratch.data();
+    withScratch.workspaceBytes = scratch.size();
+    return medianRunMilliseconds(kernel, withScratch, stream, /*warmup=*/2, /*repeats=*/5);
+  }
   return medianRunMilliseconds(kernel, args, stream, /*warmup=*/2, /*repeats=*/5);
 }
 
 /// The heuristic's plan stays unless a first-use candidate beats it by more
 /// than this fraction (measurement noise).
 constexpr double kFirstUseNoiseFloor = 0.01;
+
+/// First-use tuning's timing loop over `count` candidates: the baseline
+/// (candidate 0) first, whose failure or lack of a positive time is the
+/// call's error (naming `baseline`); then the others while the budget
+/// since `began` lasts (the baseline and one other are always timed),
+/// leaving out those whose timing throws or gives no positive time (a
+/// candidate with nothing to time returns 0). Returns the fastest, the
+/// baseline when it is within kFirstUseNoiseFloor, and every time in
+/// `milliseconds` (0 where none).
+static size_t fastestOnFirstUse(size_t count, const std::function<double(size_t)> &time,
+                                double budgetSeconds,
+                                std::chrono::steady_clock::time_point began,
+                                const std::string &baseline, std::vector<double> &milliseconds) {
+  milliseconds.assign(count, 0);
+  milliseconds[0] = time(0);
+  if (!(milliseconds[0] > 0) || !std::isfinite(milliseconds[0]))
+    throw Error(fmt::format("first-use tuning: the timer gave {} ms for {}", milliseconds[0],
+                            baseline));
+  size_t best = 0, timed = 1;
+  for (size_t i = 1; i < count; ++i) {
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    if (timed >= 2 && elapsed > budgetSeconds)
+      break;
+    try {
+      milliseconds[i] = time(i);
+    } catch (const Error &) {
+      milliseconds[i] = 0;
+      continue;
+    }
+    if (!(milliseconds[i] > 0) || !std::isfinite(milliseconds[i])) {
+      milliseconds[i] = 0;
+      continue;
+    }
+    ++timed;
+    if (milliseconds[i] < milliseconds[best])
+      best = i;
+  }
+  return milliseconds[0] <= milliseconds[best] * (1 + kFirstUseNoiseFloor) ? 0 : best;
+}
 
 struct Compiler::Impl {
   JitOptions options;
@@ -370,12 +419,50 @@ struct Compiler::Impl {
                                                    const std::string &)> &compileWith,
                         const AttnForwardArgs &args, CUstream stream);
 
+  /// First-use tuning of the short-query path's split count for a call
+  /// that leaves it to the runtime: `planned` with the bucket's count added
+  /// to its tunedKeySplits (measured on the call's arguments, or read from
+  /// a record written since `planned` was planned). The caller holds
+  /// tuningMutex.
+  Kernel tuneKeySplitsOnFirstUse(const SpecTuningKey &key, const Kernel &planned,
+                                 const AttnForwardArgs &args, const TuningShape &shape,
+                                 int multiprocessors, CUstream stream);
+
+  /// Records a first-use winner (when there is a database; a failure to
+  /// write is reported, and this Compiler keeps the winner while later
+  /// processes tune again) and counts the tuning and its time since `began`.
+  void finishFirstUse(TuningDatabase &database, const std::string &specHash,
+                      const ShapeBucket &bucket, const std::string &config, double milliseconds,
+                      std::chrono::steady_clock::time_point began) {
+    if (!database.path().empty()) {
+      TuningRecord record;
+      record.specHash = specHash;
+      record.arch = options.arch;
+      record.bucket = bucket;
+      record.config = config;
+      record.milliseconds = milliseconds;
+      record.device = Driver::available() ? queryDevice().name : "";
+      record.unixSeconds = static_cast<int64_t>(std::time(nullptr));
+      try {
+        database.record(record);
+      } catch (const Error &error) {
+        std::fprintf(stderr, "attnc: first-use tuning: %s\n", error.what());
+      }
+    }
+    ++firstUseTunings;
+    firstUseMicroseconds += static_cast<uint64_t>(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count() * 1e6);
+  }
+
   bool firstUseEnabled = false;
   // The buckets this Compiler tuned (spec hash and bucket -> override), so
   // that a database it cannot write does not make every call tune again;
   // tuningMutex keeps two calls from tuning one bucket at once.
   std::mutex tuningMutex;
   std::map<std::string, std::string> tunedHere;
+  // The kernels whose split counts this Compiler tuned, by spec hash and
+  // bucket.
+  std::map<std::string, Kernel> splitsTunedHere;
   std::map<std::string, SpecTuningKey> tuningKeys; // by spec text
   std::atomic<uint64_t> firstUseTunings{0}, firstUseMicroseconds{0};
 };
@@ -402,8 +489,14 @@ Kernel Compiler::Impl::compileForArgs(
   Kernel planned = compileWith(std::nullopt, shapeText);
   const int multiprocessors = Driver::available() ? queryDevice().multiprocessorCount
                                                   : int(kReferenceMultiprocessors);
-  if (key.linearFamily || args.paged.active() ||
-      shortQueryPlanFor(planned.launchConfig(), args, multiprocessors).splits > 0)
+  if (key.linearFamily || args.paged.active())
+    return planned;
+  // A call of few query rows that leaves the path to the runtime: its time
+  // is the split count's (0 being the forward kernel), not the tile plan's.
+  if (args.keySplits < 0 && logical.seqlenQ <= attn_abi::kShortQueryMaxRows &&
+      !args.packed.active() && !args.tileCoverage && !args.tileKeyBits && !args.workOrder)
+    return tuneKeySplitsOnFirstUse(key, planned, args, shape, multiprocessors, stream);
+  if (shortQueryPlanFor(planned.launchConfig(), args, multiprocessors).splits > 0)
     return planned;
   const ShapeBucket bucket = ShapeBucket::of(shape, key.qHeads);
   const std::string tunedKey = key.specHash + " " + bucket.str();
@@ -421,9 +514,6 @@ Kernel Compiler::Impl::compileForArgs(
   }
 
   const auto began = std::chrono::steady_clock::now();
-  auto secondsSince = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
-  };
   TileProblem problem = key.problem;
   problem.keyLength = shape.seqlenK;
   const std::vector<TileConfig> candidates =
@@ -456,51 +546,66 @@ Kernel Compiler::Impl::compileForArgs(
   // and workspace, which are sized for one plan's tiles.
   const AttnForwardArgs timing = withoutPlanSizedBuffers(args);
   const CandidateTimer &timer = options.firstUse.timer ? options.firstUse.timer : timeOnGpu;
-  std::vector<double> milliseconds(candidates.size(), 0);
-  milliseconds[0] = timer(*kernels[0], timing, stream);
-  if (!(milliseconds[0] > 0) || !std::isfinite(milliseconds[0]))
-    throw Error(fmt::format("first-use tuning: the timer gave {} ms for the heuristic's plan",
-                            milliseconds[0]));
-  size_t best = 0, timed = 1;
-  for (size_t i = 1; i < candidates.size(); ++i) {
-    if (!kernels[i])
-      continue;
-    if (timed >= 2 && secondsSince() > options.firstUse.budgetSeconds)
-      break;
-    try {
-      milliseconds[i] = timer(*kernels[i], timing, stream);
-    } catch (const Error &) {
-      continue;
-    }
-    if (!(milliseconds[i] > 0) || !std::isfinite(milliseconds[i]))
-      continue;
-    ++timed;
-    if (milliseconds[i] < milliseconds[best])
-      best = i;
-  }
-  if (milliseconds[0] <= milliseconds[best] * (1 + kFirstUseNoiseFloor))
-    best = 0;
+  std::vector<double> milliseconds;
+  const size_t best = fastestOnFirstUse(
+      candidates.size(),
+      [&](size_t i) { return kernels[i] ? timer(*kernels[i], timing, stream) : 0.0; },
+      options.firstUse.budgetSeconds, began, "the heuristic's plan", milliseconds);
   const std::string winner = formatTileOverride(candidates[best]);
   tunedHere[tunedKey] = winner;
-  if (!database.path().empty()) {
-    TuningRecord record;
-    record.specHash = key.specHash;
-    record.arch = options.arch;
-    record.bucket = bucket;
-    record.config = winner;
-    record.milliseconds = milliseconds[best];
-    record.device = Driver::available() ? queryDevice().name : "";
-    record.unixSeconds = static_cast<int64_t>(std::time(nullptr));
-    try {
-      database.record(record);
-    } catch (const Error &error) {
-      // This Compiler keeps the plan (tunedHere); later processes tune again.
-      std::fprintf(stderr, "attnc: first-use tuning: %s\n", error.what());
-    }
-  }
-  ++firstUseTunings;
-  firstUseMicroseconds += static_cast<uint64_t>(secondsSince() * 1e6);
+  finishFirstUse(database, key.specHash, bucket, winner, milliseconds[best], began);
   return *kernels[best];
+}
+
+Kernel Compiler::Impl::tuneKeySplitsOnFirstUse(const SpecTuningKey &key, const Kernel &planned,
+                                                const AttnForwardArgs &args,
+                                                const TuningShape &shape, int multiprocessors,
+                                                CUstream stream) {
+  const AttnLaunchConfig &config = planned.launchConfig();
+  const ShapeBucket bucket = ShapeBucket::of(shape, key.qHeads);
+  for (const TunedKeySplits &tuned : config.tunedKeySplits)
+    if (tuned.bucket == bucket)
+      return planned;
+  const std::string tunedKey = key.specHash + " " + bucket.str();
+  if (auto tuned = splitsTunedHere.find(tunedKey); tuned != splitsTunedHere.end())
+    return tuned->second;
+  auto withCount = [&](int keySplits) {
+    KernelImage image = planned.image();
+    image.launch.tunedKeySplits.push_back({bucket, keySplits});
+    return splitsTunedHere.emplace(tunedKey, Kernel(std::move(image))).first->second;
+  };
+  // A record another process wrote after this kernel was planned.
+  TuningDatabase database(*options.tuningDatabase);
+  const std::string recordKey = shortQueryTuningHash(key.specHash);
+  if (!database.path().empty())
+    for (const TuningRecord &record : database.recordsOf(recordKey, options.arch))
+      if (record.bucket == bucket)
+        if (std::optional<int> splits = parseKeySplitsConfig(record.config))
+          return withCount(*splits);
+
+  const auto began = std::chrono::steady_clock::now();
+  // The model's count first: its time is the call's own risk, its error
+  // propagates. Another count that fails, or reports no positive time, is
+  // left out.
+  const int model = modelKeySplits(config, args, multiprocessors);
+  std::vector<int> counts{model};
+  for (int splits : keySplitLadder(config, shape.seqlenK))
+    if (splits != model)
+      counts.push_back(splits);
+  const CandidateTimer &timer = options.firstUse.timer ? options.firstUse.timer : timeOnGpu;
+  auto timeCount = [&](int splits) {
+    AttnForwardArgs timing = withoutPlanSizedBuffers(args);
+    timing.keySplits = splits;
+    return timer(planned, timing, stream);
+  };
+  std::vector<double> milliseconds;
+  const size_t best = fastestOnFirstUse(
+      counts.size(), [&](size_t i) { return timeCount(counts[i]); },
+      options.firstUse.budgetSeconds, began, fmt::format("the model's {} splits", model),
+      milliseconds);
+  finishFirstUse(database, recordKey, bucket, formatKeySplitsConfig(counts[best]),
+                 milliseconds[best], began);
+  return withCount(counts[best]);
 }
 
 Compiler::Compiler(JitOptions options) : impl(std::make_unique<Impl>(std::move(options))) {}

@@ -66,7 +66,8 @@ AttnForwardArgs withoutPlanSizedBuffers(const AttnForwardArgs &args);
 /// shape bucket that the tuning database lacks compiles the heuristic's
 /// plan and its nearest neighbours (firstUseCandidates) on CPU threads,
 /// times them on the call's arguments, records the fastest in the database
-/// (later processes read it) and returns its kernel.
+/// (later processes read it) and returns its kernel. For a short query the
+/// candidates are split counts of one kernel instead (compileFor).
 struct FirstUseTuning {
   /// Unset: on when the environment's ATTNC_AUTOTUNE is 1.
   std::optional<bool> enabled;
@@ -138,8 +139,13 @@ public:
   /// arguments (reading q, k, v and the captures, writing o and lse, which
   /// the call's own launch then overwrites) on `stream`, without their tile
   /// coverage, key bits, work order and workspace (sized for one plan's
-  /// tiles). Not tuned: linear attention and retention (one plan) and calls
-  /// the short-query path takes (every paged one). A packed call's bucket
+  /// tiles). A call of at most kShortQueryMaxRows query rows on a contiguous
+  /// cache that leaves keySplits at -1 tunes the short-query path's split
+  /// count instead: the model's count (modelKeySplits) and keySplitLadder's,
+  /// timed with this kernel on these arguments; the kernel returned carries
+  /// the fastest in its tunedKeySplits (the model's within 1 %), and the
+  /// database gets its short-query record. Not tuned: linear attention and
+  /// retention (one plan) and paged calls. A packed call's bucket
   /// is its batch and longest sequences.
   Kernel compileFor(const Spec &spec, const AttnForwardArgs &args, CUstream stream = nullptr);
   Kernel compileFor(std::string_view specText, std::string_view bufferName,

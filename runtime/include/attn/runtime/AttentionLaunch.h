@@ -359,6 +359,18 @@ struct ShortQueryPlan {
 ShortQueryPlan shortQueryPlanFor(const AttnLaunchConfig &config, const AttnForwardArgs &args,
                                  int multiprocessors);
 
+/// The split count the runtime's model gives a call with a workspace,
+/// whatever config.tunedKeySplits lists (0: the forward kernel): the
+/// baseline that attn-tune and first-use tuning measure others against.
+int modelKeySplits(const AttnLaunchConfig &config, const AttnForwardArgs &args,
+                   int multiprocessors);
+
+/// The split counts worth measuring for a call of `seqlenK` keys: 1, 2, 3,
+/// then powers of two and one and a half times them, up to one split per
+/// key tile of the short-query path (at most kMaxKeySplits), then 0 (the
+/// forward kernel).
+std::vector<int> keySplitLadder(const AttnLaunchConfig &config, int64_t seqlenK);
+
 /// Bytes of AttnForwardArgs::workspace that the call uses (0: none). On the
 /// forward kernel, its tail split's: per tail tile and consumer warp a
 /// counter, per block two pieces of BLOCK_M rows of fp32 O and log-sum-exp.
