@@ -160,6 +160,11 @@ TEST_CASE("tuning key: the spec as written, not its name or plan", "[tuning][key
                "consumer_warpgroups = 1, producer_warpgroups = 1, consumer_registers = 232, "
                "producer_registers = 24>}\n");
   CHECK(tuningKeyOfSpec(planned, "t.mlir").specHash == key.specHash);
+  // The measured split counts attn-tile lists are a plan too.
+  std::string withSplits = specText("t", 16, "#attn.causal<bottom_right>",
+                                    "    attributes {tuned_key_splits = array<i64: 16, 1, 4096, "
+                                    "8>}\n");
+  CHECK(tuningKeyOfSpec(withSplits, "t.mlir").specHash == key.specHash);
 
   // What the kernel computes does count.
   std::vector<std::string> others = {

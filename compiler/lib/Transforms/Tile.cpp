@@ -48,6 +48,7 @@ std::string mlir::attn::tuningSpecHash(KernelOp kernel) {
   copy.removeScoreModDiagonalFnsAttr();
   copy.removeScoreModRowOffsetFnAttr();
   copy.removeScoreModKeyRelativeAttr();
+  copy.removeTunedKeySplitsAttr();
   copy->removeAttr(kCudaSourceAttrName);
   std::string text;
   llvm::raw_string_ostream os(text);

@@ -78,6 +78,12 @@ def AttnTile : Pass<"attn-tile"> {
     same `tuning-db`, `tuning-shape` and `arch`), under
     `backward-tile-override` (whose `block_n` and `consumer_warpgroups`
     follow each other), checked against the backward's constraints.
+
+    Given a `tuning-db`, a softmax kernel also gets `tuned_key_splits`: every
+    split count of its short-query path that the database holds for the
+    spec and `arch` (`attn-tune` at a query length up to 64, or first-use
+    tuning), whatever `tuning-shape` is; a record that does not parse is
+    reported and left out, and without records the attribute is removed.
   }];
   let options = [
     Option<"tileOverride", "tile-override", "std::string", /*default=*/"\"\"",
