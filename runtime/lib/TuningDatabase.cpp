@@ -246,7 +246,7 @@ std::vector<TuningRecord> TuningDatabase::records(size_t *skipped) const {
   return parseDatabase(readDatabase(filePath), skipped);
 }
 
-void TuningDatabase::record(const TuningRecord &record) {
+void TuningDatabase::record(const TuningRecord &record, Merge merge) {
   if (!parseRecord(formatRecord(record)))
     throw Error("tuning database '" + filePath + "': malformed record for spec '" +
                 record.specHash + "' (" + record.arch + ", " + record.bucket.str() + ")");
@@ -265,7 +265,7 @@ void TuningDatabase::record(const TuningRecord &record) {
                            [&](const TuningRecord &r) { return sameKey(r, record); });
   if (same == merged.end())
     merged.push_back(record);
-  else if (record.milliseconds < same->milliseconds)
+  else if (merge == Merge::Replace || record.milliseconds < same->milliseconds)
     *same = record;
 
   std::string text = std::string(kHeader) + "\n";

@@ -352,3 +352,41 @@ TEST_CASE("first-use tuning of a short query measures split counts, records the 
     CHECK(timedCounts.empty());
   }
 }
+
+TEST_CASE("a new split record reaches a cached kernel without a compile", "[jit][short]") {
+  test::TempDir dir;
+  JitOptions options;
+  options.diskCache = DiskCacheOptions{};
+  options.diskCache->directory = dir.path + "/cache";
+  options.tuningDatabase = dir.path + "/tuning.tsv";
+  Compiler compiler(options);
+  const Kernel first = compiler.compile(kSpec, "spec");
+  CHECK(first.launchConfig().tunedKeySplits.empty());
+  CHECK(compiler.stats().compiles == 1);
+
+  TuningRecord record;
+  record.specHash = shortQueryTuningHash(tuningKeyOfSpec(kSpec, "spec").specHash);
+  record.arch = "sm_90a";
+  record.bucket = ShapeBucket{16, 1, 4096};
+  record.config = formatKeySplitsConfig(12);
+  record.milliseconds = 0.02;
+  record.device = "test";
+  record.unixSeconds = 1700000000;
+  TuningDatabase(*options.tuningDatabase).record(record);
+
+  // From memory (once the request cache is cleared) and from disk (a new
+  // Compiler): the same binary, the new table, no NVRTC.
+  compiler.clearMemoryCache();
+  const Kernel again = compiler.compile(kSpec, "spec");
+  CHECK(again.launchConfig().tunedKeySplits ==
+        std::vector<TunedKeySplits>{{ShapeBucket{16, 1, 4096}, 12}});
+  CHECK(again.image().ptx == first.image().ptx);
+  Compiler fresh(options);
+  const Kernel fromDisk = fresh.compile(kSpec, "spec");
+  CHECK(fromDisk.launchConfig().tunedKeySplits == again.launchConfig().tunedKeySplits);
+  CHECK(compiler.stats().compiles == 1);
+  CHECK(fresh.stats().compiles == 0);
+  CHECK(fresh.stats().diskHits == 1);
+  // The backward does not carry them.
+  CHECK(fresh.compileBackward(kSpec, "spec").launchConfig().tunedKeySplits.empty());
+}

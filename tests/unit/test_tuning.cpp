@@ -250,6 +250,21 @@ TEST_CASE("tuning database: of two records for one key the faster stays", "[tuni
   CHECK(all[0].config == "block_n=64");
 }
 
+TEST_CASE("tuning database: a replacing record replaces a faster one", "[tuning][db]") {
+  TempDir dir;
+  TuningDatabase db(dir.path + "/tuning.tsv");
+  ShapeBucket b = bucket(32, 1, 32768);
+  db.record(makeRecord(hashOf('c'), b, 0.010, "key_splits=64"));
+  db.record(makeRecord(hashOf('c'), b, 0.020, "key_splits=16"), TuningDatabase::Merge::Replace);
+  std::vector<TuningRecord> all = db.records();
+  REQUIRE(all.size() == 1);
+  CHECK(all[0].config == "key_splits=16");
+  CHECK(all[0].milliseconds == 0.020);
+  // The default still keeps the faster.
+  db.record(makeRecord(hashOf('c'), b, 0.030, "key_splits=8"));
+  CHECK(db.records()[0].config == "key_splits=16");
+}
+
 TEST_CASE("tuning database: records of other keys are kept", "[tuning][db]") {
   TempDir dir;
   TuningDatabase db(dir.path + "/tuning.tsv");

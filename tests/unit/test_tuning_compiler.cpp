@@ -17,6 +17,8 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
 
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -537,6 +539,37 @@ TEST_CASE("attn-tile lists the spec's measured split counts in tuned_key_splits"
                Contains("short-query record 'key_splits=many' for bh64_q1_k1024 is unusable") &&
                    Contains("short-query record 'key_splits=2' for bh64_q128_k1024 is unusable"));
     CHECK(again.kernel().getTunedKeySplits()->size() == 12);
+  }
+  SECTION("two records of one bucket (databases concatenated): the faster, no error") {
+    TuningRecord slower = splitRecord(shapeOf(8, 1, 32768), formatKeySplitsConfig(3));
+    slower.milliseconds = 2.0;
+    TuningRecord faster = splitRecord(shapeOf(8, 1, 32768), formatKeySplitsConfig(5));
+    faster.milliseconds = 0.5;
+    // record() would merge them: append the lines as `cat a.tsv b.tsv` does.
+    TuningDatabase other(dir.path + "/other.tsv");
+    other.record(slower);
+    std::string text;
+    {
+      std::ifstream in(path);
+      text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    std::ifstream second(dir.path + "/other.tsv");
+    std::string line;
+    while (std::getline(second, line))
+      text += line + "\n";
+    TuningDatabase fasterOnly(dir.path + "/faster.tsv");
+    fasterOnly.record(faster);
+    std::ifstream third(dir.path + "/faster.tsv");
+    while (std::getline(third, line))
+      if (line.rfind("#", 0) != 0)
+        text += line + "\n";
+    std::ofstream(path) << text;
+    ParsedSpec again(specText());
+    REQUIRE(mlir::succeeded(runCompilePipeline(*again.module, options)));
+    std::optional<llvm::ArrayRef<int64_t>> merged = again.kernel().getTunedKeySplits();
+    REQUIRE(merged);
+    CHECK(std::vector<int64_t>(merged->begin(), merged->end()) ==
+          std::vector<int64_t>{16, 1, 4096, 24, 16, 16, 8192, 0, 128, 1, 32768, 5});
   }
   SECTION("without a database the kernel has none") {
     options.tuningDatabase.clear();

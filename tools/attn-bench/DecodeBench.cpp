@@ -198,7 +198,9 @@ int runDecodeGrid(int warmup, int repeats, bool quick, const std::string &tuning
       blockTable.upload(table);
       seqlens.upload(std::vector<int32_t>(point.batch, int32_t(point.seqlenK)));
       auto pagedArgsFor = [&](const CacheCopy &cache) {
+        // The runtime's choice, whatever the contiguous column forced.
         AttnForwardArgs args = withWorkspace(argsFor(cache));
+        args.keySplits = -1;
         const int64_t pages = point.batch * pagesPerSequence;
         args.k = contiguousBSHD(cache.k.data(), DType::BF16, pages, pageSize, point.kvHeads,
                                 point.headDim);

@@ -154,10 +154,11 @@ int main(int argc, char **argv) {
     std::string databasePath = tuningDatabase.empty() ? attn::TuningDatabase::defaultPath()
                                                       : tuningDatabase.getValue();
     bool allMeasured = true;
-    auto recordBest = [&](const attn::TuningRecord &record, const char *what) {
+    auto recordBest = [&](const attn::TuningRecord &record, const char *what,
+                          attn::TuningDatabase::Merge merge) {
       if (databasePath == "none" || databasePath.empty())
         return;
-      attn::TuningDatabase(databasePath).record(record);
+      attn::TuningDatabase(databasePath).record(record, merge);
       outs() << "recorded in " << databasePath << " (" << what << record.specHash.substr(0, 12)
              << ", " << record.bucket.str() << ")\n";
     };
@@ -186,7 +187,8 @@ int main(int argc, char **argv) {
                  << "x)\n";
         allMeasured = allMeasured && best;
         if (best)
-          recordBest(report.bestRecord(), "short-query key ");
+          recordBest(report.bestRecord(), "short-query key ",
+                     attn::TuningDatabase::Merge::Replace);
         outs().flush();
       });
     if (options.shapes.empty())
@@ -221,7 +223,8 @@ int main(int argc, char **argv) {
         outs() << "plot: " << plot << "\n";
       }
       if (best)
-        recordBest(report.bestRecord(), report.backward ? "backward key " : "spec ");
+        recordBest(report.bestRecord(), report.backward ? "backward key " : "spec ",
+                   attn::TuningDatabase::Merge::KeepFaster);
       outs().flush();
     });
     return allMeasured ? 0 : 1;

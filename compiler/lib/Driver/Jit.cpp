@@ -116,12 +116,16 @@ AttnForwardArgs withoutPlanSizedBuffers(const AttnForwardArgs &args) {
   return stripped;
 }
 
-/// CandidateTimer's default: two launches, then the median of five. A
-/// split count beyond one gets a workspace of its own (first-use tuning
-/// strips the call's).
+/// CandidateTimer's default: two launches, then the median of five. A split
+/// count of first-use tuning gets a workspace of its own sized for it (the
+/// call's is stripped): the pieces of more than one split, or the forward
+/// kernel's tail split at count 0, as a call with a workspace runs them.
 static double timeOnGpu(const Kernel &kernel, const AttnForwardArgs &args, CUstream stream) {
-  if (args.keySplits > 1 && !args.workspace) {
-    DeviceBuffer scratch(std::max<uint64_t>(forwardWorkspaceBytes(kernel.launchConfig(), args), 16));
+  const uint64_t scratchBytes =
+      args.keySplits >= 0 && !args.workspace ? forwardWorkspaceBytes(kernel.launchConfig(), args)
+                                             : 0;
+  if (scratchBytes > 0) {
+    DeviceBuffer scratch(scratchBytes);
     AttnForwardArgs withScratch = args;
     withScratch.workspace = scratch.data();
     withScratch.workspaceBytes = scratch.size();
@@ -237,10 +241,14 @@ struct Compiler::Impl {
 
     PlannedKernel planned;
     planned.name = op.getSymName().str();
+    planned.launch = launchConfigFor(op);
+    // The measured split counts change no code: they stay out of the
+    // planned IR that keys the caches, and kernelFor gives the kernel the
+    // plan's own (a new record costs no compile).
+    op.removeTunedKeySplitsAttr();
     llvm::raw_string_ostream irStream(planned.plannedIr);
     op->print(irStream, mlir::OpPrintingFlags().useLocalScope());
     irStream.flush();
-    planned.launch = launchConfigFor(op);
 
     mlir::PassManager emit(&context);
     mlir::attn::buildEmitPipeline(emit);
@@ -268,6 +276,8 @@ struct Compiler::Impl {
       diagnostics.fail(what);
     PlannedKernel planned;
     planned.name = op.getSymName().str();
+    // The forward's measured split counts are nothing to the backward.
+    op.removeTunedKeySplitsAttr();
     llvm::raw_string_ostream irStream(planned.plannedIr);
     op->print(irStream, mlir::OpPrintingFlags().useLocalScope());
     irStream << "\nbackward " << formatTileOverride(backward->tile);
@@ -318,6 +328,7 @@ struct Compiler::Impl {
     } catch (const Error &) {
       return std::nullopt;
     }
+    image.launch.tunedKeySplits = planned.launch.tunedKeySplits;
     if (!sameLaunch(image.launch, planned.launch))
       return std::nullopt;
     image.ptx = *ptx;
@@ -352,6 +363,11 @@ struct Compiler::Impl {
         &created);
     if (!created)
       ++memoryHits;
+    if (kernel.launchConfig().tunedKeySplits != planned.launch.tunedKeySplits) {
+      KernelImage image = kernel.image();
+      image.launch.tunedKeySplits = planned.launch.tunedKeySplits;
+      return Kernel(std::move(image));
+    }
     return kernel;
   }
 

@@ -222,6 +222,7 @@ struct AttnTilePass : public mlir::attn::impl::AttnTileBase<AttnTilePass> {
                        std::tie(b.bucket.batchHeads, b.bucket.seqlenQ, b.bucket.seqlenK);
               });
     SmallVector<int64_t> table;
+    double tableMilliseconds = 0;
     for (const ::attn::TuningRecord &record : records) {
       std::optional<int> splits = ::attn::parseKeySplitsConfig(record.config);
       if (!splits || record.bucket.seqlenQ > attn_abi::kShortQueryMaxRows) {
@@ -230,8 +231,20 @@ struct AttnTilePass : public mlir::attn::impl::AttnTileBase<AttnTilePass> {
                              << record.bucket.str() << " is unusable; left out";
         continue;
       }
+      // Two records of one bucket (databases concatenated): the faster
+      // stays, as a writer would keep it.
+      const size_t size = table.size();
+      if (size >= 4 && table[size - 4] == record.bucket.batchHeads &&
+          table[size - 3] == record.bucket.seqlenQ && table[size - 2] == record.bucket.seqlenK) {
+        if (record.milliseconds < tableMilliseconds) {
+          table[size - 1] = *splits;
+          tableMilliseconds = record.milliseconds;
+        }
+        continue;
+      }
       table.append({record.bucket.batchHeads, record.bucket.seqlenQ, record.bucket.seqlenK,
                     int64_t(*splits)});
+      tableMilliseconds = record.milliseconds;
     }
     if (table.empty())
       kernel.removeTunedKeySplitsAttr();

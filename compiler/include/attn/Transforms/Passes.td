@@ -83,7 +83,8 @@ def AttnTile : Pass<"attn-tile"> {
     split count of its short-query path that the database holds for the
     spec and `arch` (`attn-tune` at a query length up to 64, or first-use
     tuning), whatever `tuning-shape` is; a record that does not parse is
-    reported and left out, and without records the attribute is removed.
+    reported and left out, of two records of one bucket the faster is
+    listed, and without records the attribute is removed.
   }];
   let options = [
     Option<"tileOverride", "tile-override", "std::string", /*default=*/"\"\"",

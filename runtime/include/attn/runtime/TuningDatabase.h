@@ -106,9 +106,19 @@ public:
   /// missing file has no records.
   std::vector<TuningRecord> records(size_t *skipped = nullptr) const;
 
+  /// How record() merges with a record of the same key.
+  enum class Merge {
+    /// The faster of the two stays (times of one method compare).
+    KeepFaster,
+    /// The new record replaces the old: attn-tune's split counts, timed
+    /// from memory, over first-use tuning's, timed on a caller's cache
+    /// that may sit in L2.
+    Replace,
+  };
+
   /// Adds `record` (creating the file and its directory). Throws attn::Error
   /// naming the path when it cannot be written or the record is malformed.
-  void record(const TuningRecord &record);
+  void record(const TuningRecord &record, Merge merge = Merge::KeepFaster);
 
   /// Every record of (specHash, arch). Never throws: an unreadable file has
   /// no records and, with `error`, says why there.
