@@ -33,6 +33,12 @@ bool shortQueryModule(const AttnLaunchConfig &config) {
   return !config.linearFamily && !config.backward;
 }
 
+/// Stages of keys (splitKvBlockN each) in `seqlenK` keys, at least one.
+int64_t keyTilesOf(const AttnLaunchConfig &config, int64_t seqlenK) {
+  const int blockN = attn_abi::splitKvBlockN(config.headDim);
+  return std::max<int64_t>((seqlenK + blockN - 1) / blockN, 1);
+}
+
 int64_t rowsPerBlock(const AttnLaunchConfig &config) {
   return attn_abi::splitKvRows(config.headDim);
 }
@@ -127,8 +133,7 @@ ShortQueryPlan planOf(const AttnLaunchConfig &config, const AttnForwardArgs &arg
     plan.splits = 1;
     return plan;
   }
-  const int blockN = attn_abi::splitKvBlockN(config.headDim);
-  const int64_t keyTiles = std::max<int64_t>((shape.seqlenK + blockN - 1) / blockN, 1);
+  const int64_t keyTiles = keyTilesOf(config, shape.seqlenK);
   // The bucket's count, measured at one key length of the bucket, leaves no
   // split without keys at a shorter one.
   if (tuned > 0) {
@@ -301,9 +306,7 @@ int modelKeySplits(const AttnLaunchConfig &config, const AttnForwardArgs &args,
 }
 
 std::vector<int> keySplitLadder(const AttnLaunchConfig &config, int64_t seqlenK) {
-  const int blockN = attn_abi::splitKvBlockN(config.headDim);
-  const int64_t keyTiles = (std::max<int64_t>(seqlenK, 1) + blockN - 1) / blockN;
-  const int64_t limit = std::clamp<int64_t>(keyTiles, 1, kMaxKeySplits);
+  const int64_t limit = std::min<int64_t>(keyTilesOf(config, seqlenK), kMaxKeySplits);
   std::vector<int> ladder;
   for (int64_t power = 1; power <= limit; power *= 2) {
     ladder.push_back(int(power));

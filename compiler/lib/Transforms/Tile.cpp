@@ -216,13 +216,18 @@ struct AttnTilePass : public mlir::attn::impl::AttnTileBase<AttnTilePass> {
     std::vector<::attn::TuningRecord> records =
         ::attn::TuningDatabase(tuningDatabase)
             .recordsOf(::attn::shortQueryTuningHash(tuningSpecHash(kernel)), arch);
+    // By bucket, the fastest first: of two records of one bucket
+    // (databases concatenated) the faster stays, as a writer would keep it.
+    auto bucketOf = [](const ::attn::TuningRecord &r) {
+      return std::make_tuple(r.bucket.batchHeads, r.bucket.seqlenQ, r.bucket.seqlenK);
+    };
     std::sort(records.begin(), records.end(),
-              [](const ::attn::TuningRecord &a, const ::attn::TuningRecord &b) {
-                return std::tie(a.bucket.batchHeads, a.bucket.seqlenQ, a.bucket.seqlenK) <
-                       std::tie(b.bucket.batchHeads, b.bucket.seqlenQ, b.bucket.seqlenK);
+              [&](const ::attn::TuningRecord &a, const ::attn::TuningRecord &b) {
+                return std::make_pair(bucketOf(a), a.milliseconds) <
+                       std::make_pair(bucketOf(b), b.milliseconds);
               });
     SmallVector<int64_t> table;
-    double tableMilliseconds = 0;
+    const ::attn::TuningRecord *listed = nullptr;
     for (const ::attn::TuningRecord &record : records) {
       std::optional<int> splits = ::attn::parseKeySplitsConfig(record.config);
       if (!splits || record.bucket.seqlenQ > attn_abi::kShortQueryMaxRows) {
@@ -231,20 +236,11 @@ struct AttnTilePass : public mlir::attn::impl::AttnTileBase<AttnTilePass> {
                              << record.bucket.str() << " is unusable; left out";
         continue;
       }
-      // Two records of one bucket (databases concatenated): the faster
-      // stays, as a writer would keep it.
-      const size_t size = table.size();
-      if (size >= 4 && table[size - 4] == record.bucket.batchHeads &&
-          table[size - 3] == record.bucket.seqlenQ && table[size - 2] == record.bucket.seqlenK) {
-        if (record.milliseconds < tableMilliseconds) {
-          table[size - 1] = *splits;
-          tableMilliseconds = record.milliseconds;
-        }
+      if (listed && bucketOf(*listed) == bucketOf(record))
         continue;
-      }
       table.append({record.bucket.batchHeads, record.bucket.seqlenQ, record.bucket.seqlenK,
                     int64_t(*splits)});
-      tableMilliseconds = record.milliseconds;
+      listed = &record;
     }
     if (table.empty())
       kernel.removeTunedKeySplitsAttr();
