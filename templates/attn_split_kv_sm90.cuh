@@ -30,6 +30,8 @@ extern "C" __global__ void __launch_bounds__(attn_abi::kSplitKvThreads, 2)
   const u32 smemBase = sharedAddress(splitKvShared);
   const Work work = workOf(p);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // The combine kernel's blocks may take the multiprocessors' free room as
+  // soon as the last of these blocks has started: they wait for its results.
 
   // Few rows: the warps split each stage's keys; many: its rows.
   const int blockRows = min(kRows, work.packedRows - work.rowBegin);
@@ -81,6 +83,12 @@ extern "C" __global__ void __launch_bounds__(attn_abi::kSplitKvThreads, 2)
                          keyRow0, warpKeys, lane, state);
     }
   }
+  // The combine kernel's blocks may start once every block has streamed
+  // its keys (they wait for the results), so its launch hides behind the
+  // blocks' stores. Allowed at the kernel's start, they landed on the few
+  // multiprocessors with room then, and a combine of 256 pieces a row ran
+  // slower (H200, docs/benchmarks.md).
+  allowDependentLaunch();
   waitAsyncCopies<0>();
   __syncthreads();
   const u32 scratch = keyStage(smemBase, 0);
@@ -94,7 +102,8 @@ extern "C" __global__ void __launch_bounds__(attn_abi::kSplitKvThreads, 2)
   storeBlockRows(p, scratch, work, rowWarps, keyWarps);
 }
 
-// Merges the splits' pieces of one output row's 32 columns a block: the
+// Merges the splits' pieces of one output row's 32 columns a block (a
+// dependent launch behind the split kernel): the
 // threads take the splits' log-sum-exps in turn, then each takes a 4-column
 // chunk of every (ATTN_SPLIT_KV_COMBINE_THREADS / 8)-th split, so that many
 // pieces' loads are in flight together and a decode step's few rows still
@@ -118,6 +127,9 @@ extern "C" __global__ void __launch_bounds__(ATTN_SPLIT_KV_COMBINE_THREADS)
   const int batch = static_cast<int>(outputRow / (static_cast<i64>(p.seqlen_q) * p.q_heads));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int splits = min(p.splits, attn_abi::kMaxKeySplits);
+  // Launched while the split kernel may still run (launchDependent): its
+  // pieces are read only after it completes.
+  waitForPrerequisiteGrids();
 
   // The block's maximum and the splits' weights against it.
   float maximum = negativeInfinity();

@@ -31,16 +31,49 @@ void KernelFunction::launch(Dim3 grid, Dim3 block, int sharedMemoryBytes,
     throw Error("launch of an empty KernelFunction");
   if (sharedMemoryBytes < 0)
     throw Error(kernelName + ": negative shared memory size");
-  const Driver &driver = Driver::get();
-  const CUresult result = driver.api().cuLaunchKernel(
+  const CUresult result = Driver::get().api().cuLaunchKernel(
       function, grid.x, grid.y, grid.z, block.x, block.y, block.z,
       static_cast<unsigned>(sharedMemoryBytes), stream, args, nullptr);
+  checkLaunch(result, "cuLaunchKernel", grid, block, sharedMemoryBytes);
+}
+
+void KernelFunction::launchDependent(Dim3 grid, Dim3 block, int sharedMemoryBytes,
+                                     CUstream stream, void **args) {
+  const DriverApi &api = Driver::get().api();
+  if (!api.cuLaunchKernelEx) {
+    launch(grid, block, sharedMemoryBytes, stream, args);
+    return;
+  }
+  if (!function)
+    throw Error("launch of an empty KernelFunction");
+  if (sharedMemoryBytes < 0)
+    throw Error(kernelName + ": negative shared memory size");
+  CUlaunchAttribute attribute{};
+  attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attribute.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig config{};
+  config.gridDimX = grid.x;
+  config.gridDimY = grid.y;
+  config.gridDimZ = grid.z;
+  config.blockDimX = block.x;
+  config.blockDimY = block.y;
+  config.blockDimZ = block.z;
+  config.sharedMemBytes = static_cast<unsigned>(sharedMemoryBytes);
+  config.hStream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  const CUresult result = api.cuLaunchKernelEx(&config, function, args, nullptr);
+  checkLaunch(result, "cuLaunchKernelEx", grid, block, sharedMemoryBytes);
+}
+
+void KernelFunction::checkLaunch(CUresult result, const char *call, Dim3 grid, Dim3 block,
+                                 int sharedMemoryBytes) const {
   // The launch's description only on failure: it is on every call's path.
   if (result != CUDA_SUCCESS)
-    driver.check(result, "cuLaunchKernel",
-                 fmt::format("{}, grid ({},{},{}), block ({},{},{}), {} bytes shared memory",
-                             kernelName, grid.x, grid.y, grid.z, block.x, block.y, block.z,
-                             sharedMemoryBytes));
+    Driver::get().check(result, call,
+                        fmt::format("{}, grid ({},{},{}), block ({},{},{}), {} bytes shared memory",
+                                    kernelName, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+                                    sharedMemoryBytes));
 }
 
 Module Module::loadPtx(std::string_view ptx) {

@@ -305,6 +305,10 @@ int modelKeySplits(const AttnLaunchConfig &config, const AttnForwardArgs &args,
   return checkedPlanOf(model, automatic, multiprocessors, /*withWorkspace=*/true).splits;
 }
 
+bool combineLaunchesDependent(int splits, uint64_t splitBlocks, int multiprocessors) {
+  return splitBlocks <= uint64_t(multiprocessors) || splits <= kDependentCombineMaxSplits;
+}
+
 std::vector<int> keySplitLadder(const AttnLaunchConfig &config, int64_t seqlenK) {
   const int64_t limit = std::min<int64_t>(keyTilesOf(config, seqlenK), kMaxKeySplits);
   std::vector<int> ladder;
@@ -336,7 +340,8 @@ ShortQueryFunctions loadShortQueryFunctions(const Module &module, const AttnLaun
 void launchShortQuery(ShortQueryFunctions &functions, const AttnLaunchConfig &config,
                       const AttnForwardArgs &args, CUstream stream) {
   validateForwardArgs(config, args);
-  const ShortQueryPlan plan = shortQueryPlanOf(config, args, multiprocessorsOf(currentDevice()));
+  const int multiprocessors = multiprocessorsOf(currentDevice());
+  const ShortQueryPlan plan = shortQueryPlanOf(config, args, multiprocessors);
   if (plan.splits == 0)
     fail("keySplits", "the call does not take the short-query path (keySplits 0, or an "
                       "automatic choice of the forward kernel)");
@@ -359,16 +364,21 @@ void launchShortQuery(ShortQueryFunctions &functions, const AttnLaunchConfig &co
   functions.split.setMaxDynamicSharedMemory(sharedBytes);
   void *kernelArgs[] = {&params};
   functions.split.launch(Dim3{static_cast<unsigned>(plan.splits),
-                    static_cast<unsigned>(plan.rowBlocks * config.kvHeads),
-                    static_cast<unsigned>(shape.batch)},
-               Dim3{attn_abi::kSplitKvThreads, 1, 1}, sharedBytes, stream, kernelArgs);
+                              static_cast<unsigned>(plan.rowBlocks * config.kvHeads),
+                              static_cast<unsigned>(shape.batch)},
+                         Dim3{attn_abi::kSplitKvThreads, 1, 1}, sharedBytes, stream, kernelArgs);
   if (plan.splits > 1) {
     const uint64_t rows = uint64_t(shape.batch) * config.qHeads * shape.seqlenQ;
-    functions.combine.launch(Dim3{static_cast<unsigned>(rows),
-                                  static_cast<unsigned>(config.headDim /
-                                                        ATTN_SPLIT_KV_COMBINE_COLUMNS),
-                                  1},
-                   Dim3{ATTN_SPLIT_KV_COMBINE_THREADS, 1, 1}, 0, stream, kernelArgs);
+    const Dim3 combineGrid{static_cast<unsigned>(rows),
+                           static_cast<unsigned>(config.headDim / ATTN_SPLIT_KV_COMBINE_COLUMNS),
+                           1};
+    const Dim3 combineBlock{ATTN_SPLIT_KV_COMBINE_THREADS, 1, 1};
+    const uint64_t splitBlocks =
+        uint64_t(plan.splits) * plan.rowBlocks * config.kvHeads * shape.batch;
+    if (combineLaunchesDependent(plan.splits, splitBlocks, multiprocessors))
+      functions.combine.launchDependent(combineGrid, combineBlock, 0, stream, kernelArgs);
+    else
+      functions.combine.launch(combineGrid, combineBlock, 0, stream, kernelArgs);
   }
 }
 

@@ -47,7 +47,8 @@ constexpr int kRowsPerThread = kBlockN / kRowStep;
 static_assert(kBlockN % kRowStep == 0, "whole rows per thread");
 
 // The pages of a stage's rows this thread copies (a paged cache's block
-// table entries; unused for a contiguous one). The kernel looks them up a
+// table entries: one a row, or with KeyRows::PagedStages the stage's in
+// entry[0]; unused for a contiguous cache). The kernel looks them up a
 // stage before the copies that use them, so that the table's loads hide
 // behind a stage's products instead of delaying the copies.
 struct StagePages {
@@ -83,18 +84,21 @@ __device__ __forceinline__ int loadTableEntry(const int *address) {
 __device__ __forceinline__ StagePages lookupStagePages(const attn_abi::AttnSplitKvParams &p,
                                                        const Work &work, int tile) {
   StagePages pages;
-  if (p.page_size > 0) {
-    const int *row = p.block_table + work.batch * p.block_table_stride;
+  const int *row = p.block_table + work.batch * p.block_table_stride;
+  if (work.keyRows == KeyRows::PagedRows) {
 #pragma unroll
     for (int i = 0; i < kRowsPerThread; ++i)
       pages.entry[i] = loadTableEntry(row + pageOf(p, max(stageKey(work, tile, i), 0)));
+  } else if (work.keyRows == KeyRows::PagedStages) {
+    const int firstKey = min(work.keyBegin + tile * kBlockN, work.keyEnd - 1);
+    pages.entry[0] = loadTableEntry(row + pageOf(p, max(firstKey, 0)));
   }
   return pages;
 }
 
 // A stage's copies from one layout: a row loop each, so that no row's
 // address waits on a branch between them.
-template <bool Paged>
+template <KeyRows Layout>
 __device__ __forceinline__ void loadKeyTileOf(const attn_abi::AttnSplitKvParams &p, u32 smemBase,
                                               const Work &work, int tile, int stage,
                                               const StagePages &pages) {
@@ -102,14 +106,22 @@ __device__ __forceinline__ void loadKeyTileOf(const attn_abi::AttnSplitKvParams 
   const int chunk = threadIdx.x % kRowChunks, firstRow = threadIdx.x / kRowChunks;
   const unsigned short *k = static_cast<const unsigned short *>(p.k) + chunk * 8;
   const unsigned short *v = static_cast<const unsigned short *>(p.v) + chunk * 8;
+  // The stage's page and its first key (PagedStages): every row of the
+  // stage lies in it.
+  i64 stagePage = work.batch;
+  int pageFirstKey = 0;
+  if constexpr (Layout == KeyRows::PagedStages) {
+    stagePage = min(max(pages.entry[0], 0), p.num_pages - 1);
+    pageFirstKey = firstKey - rowInPage(p, firstKey, pageOf(p, firstKey));
+  }
 #pragma unroll
   for (int i = 0; i < kRowsPerThread; ++i) {
     const int row = firstRow + i * kRowStep;
     const int key = stageKey(work, tile, i);
     const bool valid = firstKey + row < work.keyEnd;
-    i64 page = work.batch;
-    int pageRow = key;
-    if constexpr (Paged) {
+    i64 page = stagePage;
+    int pageRow = key - pageFirstKey;
+    if constexpr (Layout == KeyRows::PagedRows) {
       page = min(max(pages.entry[i], 0), p.num_pages - 1);
       pageRow = rowInPage(p, key, pageOf(p, key));
     }
@@ -126,10 +138,17 @@ __device__ __forceinline__ void loadKeyTileOf(const attn_abi::AttnSplitKvParams 
 __device__ __forceinline__ void loadKeyTile(const attn_abi::AttnSplitKvParams &p, u32 smemBase,
                                             const Work &work, int tile, int stage,
                                             const StagePages &pages) {
-  if (p.page_size > 0)
-    loadKeyTileOf<true>(p, smemBase, work, tile, stage, pages);
-  else
-    loadKeyTileOf<false>(p, smemBase, work, tile, stage, pages);
+  switch (work.keyRows) {
+  case KeyRows::Contiguous:
+    loadKeyTileOf<KeyRows::Contiguous>(p, smemBase, work, tile, stage, pages);
+    break;
+  case KeyRows::PagedRows:
+    loadKeyTileOf<KeyRows::PagedRows>(p, smemBase, work, tile, stage, pages);
+    break;
+  case KeyRows::PagedStages:
+    loadKeyTileOf<KeyRows::PagedStages>(p, smemBase, work, tile, stage, pages);
+    break;
+  }
 }
 
 } // namespace attn_split_kv

@@ -2,6 +2,7 @@
 // head dim's short-query plan (attn_params.h).
 #pragma once
 
+#include "device/grid_dependency.cuh"
 #include "device/warp_mma.cuh"
 
 namespace attn_split_kv {

@@ -269,6 +269,18 @@ TEST_CASE("a paged KV cache matches the reference with shuffled pages and per-se
   const std::string causal64 = gputest::specText(64, "bf16", "#attn.causal<bottom_right>", 8, 2);
   for (int64_t pageSize : {4, 5, 128})
     runPaged(causal64, 4, pageSize, lengths, 3, seed++);
+  // Pages holding whole stages (multiples of a stage's 64 keys at head dim
+  // 128, 32 at 256) take one table lookup a stage; a window's first stage
+  // then starts on a stage boundary before its first key. Pages of 48 rows
+  // at head dim 256 hold one and a half stages: a lookup a row.
+  const std::string window =
+      gputest::specText(128, "bf16", "#attn.sliding_window<left = 100, right = 0>", 8, 2);
+  runPaged(window, 1, 64, lengths, -1, seed++);
+  runPaged(window, 16, 128, lengths, 3, seed++);
+  const std::string causal256 = gputest::specText(256, "bf16", "#attn.causal<bottom_right>", 8, 1);
+  for (int64_t pageSize : {32, 48, 64})
+    for (int64_t seqlenQ : {1, 5})
+      runPaged(causal256, seqlenQ, pageSize, lengths, -1, seed++);
 }
 
 TEST_CASE("Kernel::run takes the short-query path for decode and matches the reference",

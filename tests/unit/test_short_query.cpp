@@ -255,6 +255,17 @@ TEST_CASE("the split ladder stops at one split per key tile, then the forward ke
   CHECK(keySplitLadder(decodeConfig(1, 256), 96) == std::vector<int>{1, 2, 3, 0});
 }
 
+TEST_CASE("the combine launches as a dependent where its blocks find room or its rows are light",
+          "[runtime][short]") {
+  // One split block a multiprocessor at most: every multiprocessor has room.
+  CHECK(combineLaunchesDependent(256, 132, 132));
+  // More split blocks than multiprocessors: only a light combine.
+  CHECK(combineLaunchesDependent(32, 256, 132));
+  CHECK(combineLaunchesDependent(4, 2048, 132));
+  CHECK_FALSE(combineLaunchesDependent(33, 256, 132));
+  CHECK_FALSE(combineLaunchesDependent(256, 256, 132));
+}
+
 TEST_CASE("the model's split count ignores the measured ones", "[runtime][short][tuning]") {
   AttnLaunchConfig config = decodeConfig(8);
   AttnForwardArgs args = decodeArgs(config, 1, 1, 32768);

@@ -46,10 +46,6 @@ DeviceBuffer randomDeviceBuffer(uint64_t bytes, std::mt19937_64 &random) {
   return buffer;
 }
 
-struct DecodePoint {
-  int64_t seqlenQ, batch, kvHeads, headDim, seqlenK;
-};
-
 /// One copy of the cache's K and V (the paged calls view it as pages).
 struct CacheCopy {
   DeviceBuffer k, v;
@@ -74,19 +70,39 @@ LoadedModule loadModule(const std::string &spec, const std::string &tuningDataba
 
 } // namespace
 
-int runDecodeGrid(int warmup, int repeats, bool quick, const std::string &tuningDatabase) {
+std::vector<DecodePoint> parseDecodePoints(const std::vector<std::string> &entries) {
   std::vector<DecodePoint> points;
-  const std::vector<int64_t> batches = quick ? std::vector<int64_t>{1, 8}
-                                             : std::vector<int64_t>{1, 8, 64};
-  const std::vector<int64_t> keys = quick ? std::vector<int64_t>{4096, 32768}
-                                          : std::vector<int64_t>{4096, 32768, 131072};
-  for (auto [kvHeads, headDim] : {std::pair<int64_t, int64_t>{8, 128}, {1, 128}, {1, 256}})
-    for (int64_t batch : batches)
-      for (int64_t seqlenK : keys)
-        points.push_back({1, batch, kvHeads, headDim, seqlenK});
-  for (int64_t seqlenQ : {4, 16, 64})
-    for (int64_t seqlenK : {8192, 32768})
-      points.push_back({seqlenQ, 8, 8, 128, seqlenK});
+  for (const std::string &entry : entries) {
+    char extra = 0;
+    long long v[5];
+    if (std::sscanf(entry.c_str(), "%lldx%lldx%lldx%lldx%lld%c", &v[0], &v[1], &v[2], &v[3],
+                    &v[4], &extra) != 5 ||
+        std::any_of(v, v + 5, [](long long x) { return x <= 0; }) || 32 % v[2] != 0 ||
+        (v[3] != 64 && v[3] != 128 && v[3] != 256))
+      throw Error(fmt::format("--decode-grid-points: '{}' is not SqxBATCHxHKVxDxSK with positive "
+                              "values, HKV dividing 32 and D 64, 128 or 256",
+                              entry));
+    points.push_back({v[0], v[1], v[2], v[3], v[4]});
+  }
+  return points;
+}
+
+int runDecodeGrid(int warmup, int repeats, bool quick, const std::string &tuningDatabase,
+                  const std::vector<DecodePoint> &chosen) {
+  std::vector<DecodePoint> points = chosen;
+  if (points.empty()) {
+    const std::vector<int64_t> batches = quick ? std::vector<int64_t>{1, 8}
+                                               : std::vector<int64_t>{1, 8, 64};
+    const std::vector<int64_t> keys = quick ? std::vector<int64_t>{4096, 32768}
+                                            : std::vector<int64_t>{4096, 32768, 131072};
+    for (auto [kvHeads, headDim] : {std::pair<int64_t, int64_t>{8, 128}, {1, 128}, {1, 256}})
+      for (int64_t batch : batches)
+        for (int64_t seqlenK : keys)
+          points.push_back({1, batch, kvHeads, headDim, seqlenK});
+    for (int64_t seqlenQ : {4, 16, 64})
+      for (int64_t seqlenK : {8192, 32768})
+        points.push_back({seqlenQ, 8, 8, 128, seqlenK});
+  }
 
   // Two copies of K and V at most this large fit an 80 GB card beside the
   // rest.

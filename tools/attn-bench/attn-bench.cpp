@@ -44,9 +44,11 @@
 //       the tuned one with their times (PlanSetBench.h); the data file gets
 //       every measured candidate, for fitting a cost model.
 //   attn-bench --decode-grid [--quick] [--tuning-db=FILE]
+//       [--decode-grid-points=SqxBATCHxHKVxDxSK,...]
 //       the short-query path at decode and speculative-verification shapes,
 //       contiguous and paged, beside the forward kernel (DecodeBench.h);
-//       with --tuning-db, the split counts attn-tune recorded there.
+//       with --tuning-db, the split counts attn-tune recorded there; with
+//       --decode-grid-points, those shapes instead of the grid.
 //
 // TFLOP/s = 4*B*H*Sq*Sk*D / time (halved for causal masks); the time is the
 // median of --repeats launches after --warmup launches, timed with events.
@@ -97,6 +99,10 @@ cl::opt<bool> decodeGrid("decode-grid",
                          cl::init(false));
 cl::opt<bool> quickGrid("quick", cl::desc("With --decode-grid: batch 1 and 8, up to 32768 keys"),
                         cl::init(false));
+cl::list<std::string> decodeGridPoints(
+    "decode-grid-points", cl::CommaSeparated,
+    cl::desc("With --decode-grid: only these points, each SqxBATCHxHKVxDxSK (e.g. "
+             "1x1x1x128x32768,16x8x8x128x8192)"));
 cl::opt<bool> backwardGrid("backward-grid",
                            cl::desc("Run the backward grid (head dims 64, 128 and 256)"),
                            cl::init(false));
@@ -825,6 +831,13 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
+  std::vector<attn::bench::DecodePoint> decodePoints;
+  try {
+    decodePoints = attn::bench::parseDecodePoints({decodeGridPoints.begin(), decodeGridPoints.end()});
+  } catch (const attn::Error &error) {
+    errs() << "attn-bench: " << error.what() << "\n";
+    return 1;
+  }
   std::string reason = attn::harness::gpuUnavailableReason();
   if (!reason.empty()) {
     std::printf("attn-bench: no GPU run: %s\n", reason.c_str());
@@ -841,7 +854,7 @@ int main(int argc, char **argv) {
     if (linearBackwardGrid)
       return attn::bench::runLinearBackwardGrid(warmup, repeats);
     if (decodeGrid)
-      return attn::bench::runDecodeGrid(warmup, repeats, quickGrid, tuningDatabase);
+      return attn::bench::runDecodeGrid(warmup, repeats, quickGrid, tuningDatabase, decodePoints);
     if (backwardRun) {
       auto buffer = MemoryBuffer::getFile(specFile);
       if (!buffer) {

@@ -371,6 +371,17 @@ int modelKeySplits(const AttnLaunchConfig &config, const AttnForwardArgs &args,
 /// forward kernel).
 std::vector<int> keySplitLadder(const AttnLaunchConfig &config, int64_t seqlenK);
 
+/// Whether the short-query path launches its combine kernel as a dependent
+/// of the split kernel (KernelFunction::launchDependent), so that the
+/// combine's launch hides behind the split blocks' last stores. Its blocks
+/// then start on the multiprocessors with room beside the split blocks:
+/// every one where the split grid has at most one block each, else only a
+/// few, which a combine of at most kDependentCombineMaxSplits pieces a row
+/// does not mind and one of 256 pieces does (H200: 9 to 14 % slower than
+/// after an ordinary launch; docs/benchmarks.md).
+inline constexpr int kDependentCombineMaxSplits = 32;
+bool combineLaunchesDependent(int splits, uint64_t splitBlocks, int multiprocessors);
+
 /// Bytes of AttnForwardArgs::workspace that the call uses (0: none). On the
 /// forward kernel, its tail split's: per tail tile and consumer warp a
 /// counter, per block two pieces of BLOCK_M rows of fp32 O and log-sum-exp.

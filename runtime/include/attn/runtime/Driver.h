@@ -80,8 +80,10 @@
   X(cuPointerGetAttributes)
 
 /// Entry points the runtime uses where the driver has them (null where it
-/// does not): listing a module's kernels (CUDA 12.4).
+/// does not): listing a module's kernels (CUDA 12.4), launches with
+/// attributes (12.0).
 #define ATTN_CUDA_DRIVER_OPTIONAL_FUNCTIONS(X)                                 \
+  X(cuLaunchKernelEx)                                                          \
   X(cuModuleGetFunctionCount)                                                  \
   X(cuModuleEnumerateFunctions)                                                \
   X(cuFuncGetName)

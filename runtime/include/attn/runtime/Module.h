@@ -40,7 +40,19 @@ public:
   void launch(Dim3 grid, Dim3 block, int sharedMemoryBytes, CUstream stream,
               void **args);
 
+  /// Launches on `stream` as a programmatic dependent launch: its blocks may
+  /// start once every block of the kernel before it in the stream has
+  /// started (or signalled, griddepcontrol.launch_dependents), so the
+  /// launch's latency hides behind that kernel's tail. The kernel must wait
+  /// (griddepcontrol.wait) before it reads what its predecessor writes.
+  /// An ordinary launch where the driver lacks cuLaunchKernelEx.
+  void launchDependent(Dim3 grid, Dim3 block, int sharedMemoryBytes, CUstream stream,
+                       void **args);
+
 private:
+  void checkLaunch(CUresult result, const char *call, Dim3 grid, Dim3 block,
+                   int sharedMemoryBytes) const;
+
   CUfunction function = nullptr;
   std::string kernelName;
   int maxDynamicSharedMemory = -1; // Last value set, to skip repeats.
