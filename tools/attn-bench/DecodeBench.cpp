@@ -104,9 +104,10 @@ int runDecodeGrid(int warmup, int repeats, bool quick, const std::string &tuning
         points.push_back({seqlenQ, 8, 8, 128, seqlenK});
   }
 
-  // Two copies of K and V at most this large fit an 80 GB card beside the
-  // rest.
+  // K and V (one copy, or the copies to rotate over) at most this large
+  // fit an 80 GB card beside the rest.
   constexpr uint64_t kMaxCopiesBytes = uint64_t(60) << 30;
+  constexpr uint64_t kRotationBytes = uint64_t(256) << 20;
   std::printf("## Short-query path (attn-bench --decode-grid)\n\n"
               "Hq = 32, bf16, causal aligned bottom-right; TB/s = bytes of K and V read once / "
               "time. `splits`: the automatic split count (`forward (1)`: the automatic choice is the forward kernel; the path ran with one split); paged: pages of 64 and 16 rows "
@@ -124,8 +125,12 @@ int runDecodeGrid(int warmup, int repeats, bool quick, const std::string &tuning
   for (const DecodePoint &point : points) {
     const uint64_t cacheBytes =
         uint64_t(point.batch) * point.seqlenK * point.kvHeads * point.headDim * 2;
-    // K and V twice over (a copy to rotate to) must leave room.
-    if (4 * cacheBytes > kMaxCopiesBytes) {
+    // Copies enough to exceed 256 MiB together, so that every call reads K
+    // and V from memory, not from the L2: one where K and V alone do.
+    const int copies =
+        int(std::clamp<uint64_t>(kRotationBytes / (2 * cacheBytes) + 1,
+                                 2 * cacheBytes >= kRotationBytes ? 1 : 2, 16));
+    if (2 * cacheBytes * copies > kMaxCopiesBytes) {
       std::printf("| %lld | %lld | %lld | %lld | %lld | skipped: K and V need %.1f GB |\n",
                   (long long)point.seqlenQ, (long long)point.batch, (long long)point.kvHeads,
                   (long long)point.headDim, (long long)point.seqlenK, 2.0 * cacheBytes / 1e9);
@@ -142,8 +147,6 @@ int runDecodeGrid(int warmup, int repeats, bool quick, const std::string &tuning
     const AttnLaunchConfig &launch = loaded.compiled.launch;
     ShortQueryFunctions functions = loadShortQueryFunctions(loaded.module, launch);
 
-    // Copies enough to exceed 256 MiB together (at least two).
-    const int copies = int(std::clamp<uint64_t>((uint64_t(256) << 20) / (2 * cacheBytes) + 1, 2, 16));
     std::vector<CacheCopy> caches;
     for (int copy = 0; copy < copies; ++copy)
       caches.push_back({randomDeviceBuffer(cacheBytes, random), randomDeviceBuffer(cacheBytes, random)});

@@ -23,6 +23,8 @@ struct DecodePoint {
 /// keeps batch 1 and 8 and up to 32768 keys. With a tuning database, the
 /// kernels carry the split counts attn-tune recorded there for the grid's
 /// specs (the `splits` column then shows them where a bucket has one).
+/// Calls rotate over copies of K and V that exceed 256 MiB together (one
+/// copy where it alone does); a point whose copies exceed 60 GB is skipped.
 /// `points` (each "SqxBATCHxHKVxDxSK", e.g. 1x8x1x256x32768), when not
 /// empty, replaces the grid's points.
 int runDecodeGrid(int warmup, int repeats, bool quick, const std::string &tuningDatabase,
