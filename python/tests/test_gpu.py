@@ -442,6 +442,42 @@ def test_cuda_graph_capture_and_replay():
     assert torch.equal(captured, expected) and not torch.equal(captured, eager)
 
 
+def test_cuda_graph_capture_of_decode_steps():
+    # One query row over 8192 keys takes the short-query path with its keys
+    # split, the combine a dependent launch of the split kernel; captured in
+    # a graph, contiguous and over pages of 64 rows, and replayed on new
+    # queries.
+    torch.manual_seed(7)
+    hq, hkv, d, sk, page_size = 32, 8, 128, 8192, 64
+    k, v = rand(1, hkv, sk, d), rand(1, hkv, sk, d)
+    pages = sk // page_size
+    order = torch.randperm(pages, dtype=torch.int32)
+    key_cache = torch.empty(pages, page_size, hkv, d, dtype=torch.bfloat16, device=DEVICE)
+    value_cache = torch.empty_like(key_cache)
+    key_cache[order.long()] = k[0].permute(1, 0, 2).reshape(pages, page_size, hkv, d)
+    value_cache[order.long()] = v[0].permute(1, 0, 2).reshape(pages, page_size, hkv, d)
+    table = order.view(1, pages).to(DEVICE)
+    lengths = torch.tensor([sk], dtype=torch.int32, device=DEVICE)
+    q = rand(1, hq, 1, d)
+
+    def step():
+        return (attnc.attention(q, k, v, causal=True, enable_gqa=True),
+                attnc.paged_attention(q, key_cache, value_cache, table, lengths, causal=True))
+
+    eager = step()  # compiles and loads
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    q.copy_(rand(1, hq, 1, d))
+    graph.replay()
+    torch.cuda.synchronize()
+    expected, _ = reference(q, k, v, causal=True)
+    for got, before in zip(captured, eager):
+        check(got, expected, torch.bfloat16, "replayed decode step")
+        assert not torch.equal(got, before)
+
+
 def linear_reference(q, k, v, phi, scale, normalize=False, decay=None):
     qf, kf, vf = phi(q.float()), phi(k.float()), v.float()
     sq = q.shape[2]
