@@ -30,8 +30,6 @@ extern "C" __global__ void __launch_bounds__(attn_abi::kSplitKvThreads, 2)
   const u32 smemBase = sharedAddress(splitKvShared);
   const Work work = workOf(p);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  // The combine kernel's blocks may take the multiprocessors' free room as
-  // soon as the last of these blocks has started: they wait for its results.
 
   // Few rows: the warps split each stage's keys; many: its rows.
   const int blockRows = min(kRows, work.packedRows - work.rowBegin);

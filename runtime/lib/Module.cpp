@@ -40,7 +40,9 @@ void KernelFunction::launch(Dim3 grid, Dim3 block, int sharedMemoryBytes,
 void KernelFunction::launchDependent(Dim3 grid, Dim3 block, int sharedMemoryBytes,
                                      CUstream stream, void **args) {
   const DriverApi &api = Driver::get().api();
-  if (!api.cuLaunchKernelEx) {
+  // CUDA graphs take programmatic dependencies from driver 12.3 on.
+  static const bool dependentLaunches = api.cuLaunchKernelEx && Driver::get().version() >= 12030;
+  if (!dependentLaunches) {
     launch(grid, block, sharedMemoryBytes, stream, args);
     return;
   }

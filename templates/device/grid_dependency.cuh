@@ -1,8 +1,9 @@
 // Programmatic dependent launch (sm_90): a kernel launched with it
 // (KernelFunction::launchDependent) may start while the kernel before it in
 // the stream still runs, and waits for that kernel's completion and memory
-// before it reads its results. Both instructions are no-ops for a kernel
-// launched without it.
+// before it reads its results. launch_dependents does nothing where no
+// dependent kernel follows; wait returns at once in a kernel launched the
+// ordinary way (stream order already waited).
 #pragma once
 
 namespace attn_dev {

@@ -84,12 +84,13 @@ __device__ __forceinline__ int loadTableEntry(const int *address) {
 __device__ __forceinline__ StagePages lookupStagePages(const attn_abi::AttnSplitKvParams &p,
                                                        const Work &work, int tile) {
   StagePages pages;
-  const int *row = p.block_table + work.batch * p.block_table_stride;
   if (work.keyRows == KeyRows::PagedRows) {
+    const int *row = p.block_table + work.batch * p.block_table_stride;
 #pragma unroll
     for (int i = 0; i < kRowsPerThread; ++i)
       pages.entry[i] = loadTableEntry(row + pageOf(p, max(stageKey(work, tile, i), 0)));
   } else if (work.keyRows == KeyRows::PagedStages) {
+    const int *row = p.block_table + work.batch * p.block_table_stride;
     const int firstKey = min(work.keyBegin + tile * kBlockN, work.keyEnd - 1);
     pages.entry[0] = loadTableEntry(row + pageOf(p, max(firstKey, 0)));
   }

@@ -7,9 +7,9 @@ namespace attn_split_kv {
 
 // How a block finds its keys' rows: in a contiguous cache; in pages, one
 // block-table lookup per row; or in pages that each hold whole stages (the
-// page size a multiple of kBlockN, the keys starting on a stage boundary),
-// one lookup a stage, after which a row's address is the contiguous
-// cache's arithmetic from the page's base.
+// page size a multiple of kBlockN; the block's stages then start on stage
+// boundaries), one lookup a stage, after which a row's address is the
+// contiguous cache's arithmetic from the page's base.
 enum class KeyRows { Contiguous, PagedRows, PagedStages };
 
 // Where one block's work lies: its (batch, kv head), its packed rows and
@@ -59,20 +59,22 @@ __device__ Work workOf(const attn_abi::AttnSplitKvParams &p) {
   const int rowEnd = min(work.rowBegin + kRows, work.packedRows);
   const i64 first = Mask::keyBegin(work.rowBegin / work.group, work.shift);
   const i64 last = Mask::keyEnd((rowEnd - 1) / work.group, work.shift, work.seqlenK);
+  work.keyRows = p.page_size == 0               ? KeyRows::Contiguous
+                 : p.page_size % kBlockN == 0 ? KeyRows::PagedStages
+                                              : KeyRows::PagedRows;
   int begin = static_cast<int>(minI64(maxI64(first, 0), work.seqlenK));
-  // Over pages the stages start on multiples of kBlockN (a window's first
-  // keys fall in a stage earlier; each row's key range masks them), so that
-  // a page of a multiple of kBlockN rows holds every stage whole.
-  if (p.page_size > 0)
+  // Over pages of whole stages the stages start on multiples of kBlockN, so
+  // that each lies in one page: a window's first keys fall in a stage that
+  // starts earlier in the same page (each row's key range masks the extra
+  // keys). Smaller pages start at the first key: a page wholly before it
+  // may have been given back, and its values (0 x NaN) would reach O.
+  if (work.keyRows == KeyRows::PagedStages)
     begin -= begin % kBlockN;
   const int end = static_cast<int>(maxI64(minI64(last, work.seqlenK), begin));
   const int tiles = (end - begin + kBlockN - 1) / kBlockN;
   const int tilesPerSplit = (tiles + p.splits - 1) / p.splits;
   work.keyBegin = min(end, begin + work.split * tilesPerSplit * kBlockN);
   work.keyEnd = min(end, work.keyBegin + tilesPerSplit * kBlockN);
-  work.keyRows = p.page_size == 0               ? KeyRows::Contiguous
-                 : p.page_size % kBlockN == 0 ? KeyRows::PagedStages
-                                              : KeyRows::PagedRows;
   return work;
 }
 

@@ -105,6 +105,11 @@ TEST_CASE("short queries match the reference at head dims 64 and 256", "[gpu][sh
         runShortQuery(spec, shape, keySplits, seed++);
   // Many splits of few keys: most pieces are empty.
   runShortQuery(wide, {1, 2, 100}, 40, seed++);
+  // More split blocks than multiprocessors and more than 32 pieces a row:
+  // the combine launches the ordinary way (combineLaunchesDependent).
+  const std::string gqa = gputest::specText(128, "bf16", "#attn.causal<bottom_right>", 8, 2);
+  REQUIRE_FALSE(combineLaunchesDependent(70, 70 * 2 * 2, 132));
+  runShortQuery(gqa, {2, 1, 5000, false}, 70, seed++);
 }
 
 TEST_CASE("the example variants match the reference on the short-query path",
@@ -136,7 +141,9 @@ namespace {
 
 /// K and V of a ForwardProblem copied into page pools of `pageSize` rows,
 /// the pages of every sequence shuffled among spare ones, with sequence b
-/// holding lengths[b] keys.
+/// holding lengths[b] keys. With `firstKeys`, the table names a spare page
+/// (NaN, as every row nothing is copied to) for each page of sequence b
+/// that lies wholly before key firstKeys[b]: a page a server gave back.
 struct PagedCopy {
   DeviceBuffer kPool, vPool, blockTable, seqlens;
   int64_t pages = 0, maxPages = 0;
@@ -144,7 +151,8 @@ struct PagedCopy {
 };
 
 PagedCopy pageProblem(const harness::ForwardProblem &data, const AttnLaunchConfig &launch,
-                      int64_t pageSize, const std::vector<int64_t> &lengths, uint64_t seed) {
+                      int64_t pageSize, const std::vector<int64_t> &lengths, uint64_t seed,
+                      const std::vector<int64_t> &firstKeys = {}) {
   const harness::Shape &shape = data.shape();
   const int64_t rowElements = int64_t(launch.kvHeads) * launch.headDim;
   PagedCopy copy;
@@ -169,7 +177,8 @@ PagedCopy pageProblem(const harness::ForwardProblem &data, const AttnLaunchConfi
   for (int64_t b = 0; b < shape.batch; ++b)
     for (int64_t page = 0; page * pageSize < lengths[b]; ++page) {
       const int32_t physical = order[next++];
-      table[b * copy.maxPages + page] = physical;
+      const bool givenBack = !firstKeys.empty() && (page + 1) * pageSize <= firstKeys[b];
+      table[b * copy.maxPages + page] = givenBack ? order[copy.pages - 1] : physical;
       const int64_t rows = std::min(pageSize, shape.seqlenK - page * pageSize);
       const int64_t from = (b * shape.seqlenK + page * pageSize) * rowElements;
       std::memcpy(&kPool[physical * pageSize * rowElements], &kBits[from], rows * rowElements * 2);
@@ -203,7 +212,8 @@ PagedCopy pageProblem(const harness::ForwardProblem &data, const AttnLaunchConfi
 harness::ReferenceOutputs pagedReference(const std::string &spec,
                                          const harness::ForwardProblem &data,
                                          const AttnLaunchConfig &launch,
-                                         const std::vector<int64_t> &lengths) {
+                                         const std::vector<int64_t> &lengths,
+                                         const std::vector<HostCapture> &captures) {
   const harness::Shape &shape = data.shape();
   const int64_t hq = launch.qHeads, hk = launch.kvHeads, d = launch.headDim;
   const int64_t sq = shape.seqlenQ, sk = shape.seqlenK;
@@ -211,7 +221,7 @@ harness::ReferenceOutputs pagedReference(const std::string &spec,
   outputs.o.assign(shape.batch * sq * hq * d, 0.f);
   outputs.lse.assign(shape.batch * hq * sq, 0.f);
   for (int64_t b = 0; b < shape.batch; ++b) {
-    reference::Problem problem = referenceProblemFromSpec(spec, 1, sq, lengths[b]);
+    reference::Problem problem = referenceProblemFromSpec(spec, 1, sq, lengths[b], captures);
     reference::HostTensor q{data.q.host.data() + b * sq * hq * d, {sq * hq * d, hq * d, d, 1}};
     reference::HostTensor k{data.k.host.data() + b * sk * hk * d, {sk * hk * d, hk * d, d, 1}};
     reference::HostTensor v{data.v.host.data() + b * sk * hk * d, {sk * hk * d, hk * d, d, 1}};
@@ -221,24 +231,36 @@ harness::ReferenceOutputs pagedReference(const std::string &spec,
   return outputs;
 }
 
+/// With `windowLeft` >= 0 (a sliding window of that many keys left of the
+/// diagonal, aligned bottom-right), the pages before every row's window
+/// are given back (pageProblem's firstKeys).
 void runPaged(const std::string &spec, int64_t seqlenQ, int64_t pageSize,
-              const std::vector<int64_t> &lengths, int keySplits, uint64_t seed) {
+              const std::vector<int64_t> &lengths, int keySplits, uint64_t seed,
+              const gputest::CaptureMaker &captures = {}, int64_t windowLeft = -1) {
   LoadedKernel &kernel = loadKernel(spec);
   const AttnLaunchConfig &launch = kernel.compiled.launch;
   const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
   const harness::Shape shape{int64_t(lengths.size()), seqlenQ, longest, false};
   harness::ForwardProblem data(launch, shape, seed);
+  gputest::addCaptures(data, launch, shape, captures, seed);
   data.poisonOutputs();
-  PagedCopy paged = pageProblem(data, launch, pageSize, lengths, seed + 1);
+  std::vector<int64_t> firstKeys;
+  if (windowLeft >= 0)
+    for (int64_t length : lengths)
+      firstKeys.push_back(std::max<int64_t>(0, length - seqlenQ - windowLeft));
+  PagedCopy paged = pageProblem(data, launch, pageSize, lengths, seed + 1, firstKeys);
   launchShortQueryWithWorkspace(kernel, paged.args, keySplits);
-  reference::Problem whole = referenceProblemFromSpec(spec, shape.batch, seqlenQ, longest);
+  reference::Problem whole = referenceProblemFromSpec(spec, shape.batch, seqlenQ, longest,
+                                                      gputest::hostCaptures(data));
   std::ostringstream what;
   what << "spec: " << spec << "\nSq=" << seqlenQ << " page size " << pageSize
-       << " keySplits=" << keySplits << " lengths:";
+       << " keySplits=" << keySplits << " window left " << windowLeft << " lengths:";
   for (int64_t length : lengths)
     what << " " << length;
-  checkComparison(harness::compareOutputs(whole, pagedReference(spec, data, launch, lengths), data,
-                                          launch.dtype),
+  checkComparison(harness::compareOutputs(whole,
+                                          pagedReference(spec, data, launch, lengths,
+                                                         gputest::hostCaptures(data)),
+                                          data, launch.dtype),
                   what.str());
 }
 
@@ -273,10 +295,22 @@ TEST_CASE("a paged KV cache matches the reference with shuffled pages and per-se
   // 128, 32 at 256) take one table lookup a stage; a window's first stage
   // then starts on a stage boundary before its first key. Pages of 48 rows
   // at head dim 256 hold one and a half stages: a lookup a row.
+  // The pages wholly before each row's window are given back (NaN): no
+  // layout reads them, pages of 16 rows included (a stage there starts at
+  // the window's first key, 333 - 1 - 100 = 232, not at 192).
   const std::string window =
       gputest::specText(128, "bf16", "#attn.sliding_window<left = 100, right = 0>", 8, 2);
-  runPaged(window, 1, 64, lengths, -1, seed++);
-  runPaged(window, 16, 128, lengths, 3, seed++);
+  runPaged(window, 1, 64, lengths, -1, seed++, {}, 100);
+  runPaged(window, 16, 128, lengths, 3, seed++, {}, 100);
+  runPaged(window, 1, 16, lengths, -1, seed++, {}, 100);
+  runPaged(window, 4, 48, lengths, 2, seed++, {}, 100);
+  // A key-relative score_mod (ALiBi, measured from each row's diagonal)
+  // over a window on pages of whole stages, where the stages start before
+  // the window.
+  const std::string alibiWindow =
+      gputest::replaceAll(gputest::exampleWithHeads("alibi_causal_hd128.mlir", "q_heads = 8, kv_heads = 2"),
+                 "#attn.causal<bottom_right>", "#attn.sliding_window<left = 100, right = 0>");
+  runPaged(alibiWindow, 3, 64, lengths, -1, seed++, gputest::addSlopes, 100);
   const std::string causal256 = gputest::specText(256, "bf16", "#attn.causal<bottom_right>", 8, 1);
   for (int64_t pageSize : {32, 48, 64})
     for (int64_t seqlenQ : {1, 5})

@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <map>
 #include <cstdio>
@@ -77,10 +78,11 @@ std::vector<DecodePoint> parseDecodePoints(const std::vector<std::string> &entri
     long long v[5];
     if (std::sscanf(entry.c_str(), "%lldx%lldx%lldx%lldx%lld%c", &v[0], &v[1], &v[2], &v[3],
                     &v[4], &extra) != 5 ||
-        std::any_of(v, v + 5, [](long long x) { return x <= 0; }) || 32 % v[2] != 0 ||
+        std::any_of(v, v + 5, [](long long x) { return x <= 0 || x > INT32_MAX; }) ||
+        32 % v[2] != 0 ||
         (v[3] != 64 && v[3] != 128 && v[3] != 256))
-      throw Error(fmt::format("--decode-grid-points: '{}' is not SqxBATCHxHKVxDxSK with positive "
-                              "values, HKV dividing 32 and D 64, 128 or 256",
+      throw Error(fmt::format("--decode-grid-points: '{}' is not SqxBATCHxHKVxDxSK with values in "
+                              "[1, 2^31), HKV dividing 32 and D 64, 128 or 256",
                               entry));
     points.push_back({v[0], v[1], v[2], v[3], v[4]});
   }

@@ -831,6 +831,10 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
+  if (!decodeGridPoints.empty() && !decodeGrid) {
+    errs() << "attn-bench: --decode-grid-points needs --decode-grid\n";
+    return 1;
+  }
   std::vector<attn::bench::DecodePoint> decodePoints;
   try {
     decodePoints = attn::bench::parseDecodePoints({decodeGridPoints.begin(), decodeGridPoints.end()});

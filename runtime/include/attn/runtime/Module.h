@@ -42,10 +42,11 @@ public:
 
   /// Launches on `stream` as a programmatic dependent launch: its blocks may
   /// start once every block of the kernel before it in the stream has
-  /// started (or signalled, griddepcontrol.launch_dependents), so the
-  /// launch's latency hides behind that kernel's tail. The kernel must wait
+  /// signalled (griddepcontrol.launch_dependents) or exited, so the launch's
+  /// latency hides behind that kernel's tail. The kernel must wait
   /// (griddepcontrol.wait) before it reads what its predecessor writes.
-  /// An ordinary launch where the driver lacks cuLaunchKernelEx.
+  /// An ordinary launch where the driver lacks cuLaunchKernelEx or is older
+  /// than CUDA 12.3 (CUDA graphs capture the dependency from 12.3).
   void launchDependent(Dim3 grid, Dim3 block, int sharedMemoryBytes, CUstream stream,
                        void **args);
 
