@@ -27,49 +27,48 @@ int KernelFunction::attribute(CUfunction_attribute attr) const {
 
 void KernelFunction::launch(Dim3 grid, Dim3 block, int sharedMemoryBytes,
                             CUstream stream, void **args) {
-  if (!function)
-    throw Error("launch of an empty KernelFunction");
-  if (sharedMemoryBytes < 0)
-    throw Error(kernelName + ": negative shared memory size");
-  const CUresult result = Driver::get().api().cuLaunchKernel(
-      function, grid.x, grid.y, grid.z, block.x, block.y, block.z,
-      static_cast<unsigned>(sharedMemoryBytes), stream, args, nullptr);
-  checkLaunch(result, "cuLaunchKernel", grid, block, sharedMemoryBytes);
+  launchWith(/*dependent=*/false, grid, block, sharedMemoryBytes, stream, args);
 }
 
 void KernelFunction::launchDependent(Dim3 grid, Dim3 block, int sharedMemoryBytes,
                                      CUstream stream, void **args) {
-  const DriverApi &api = Driver::get().api();
   // CUDA graphs take programmatic dependencies from driver 12.3 on.
-  static const bool dependentLaunches = api.cuLaunchKernelEx && Driver::get().version() >= 12030;
-  if (!dependentLaunches) {
-    launch(grid, block, sharedMemoryBytes, stream, args);
-    return;
-  }
+  static const bool dependentLaunches =
+      Driver::get().api().cuLaunchKernelEx && Driver::get().version() >= 12030;
+  launchWith(dependentLaunches, grid, block, sharedMemoryBytes, stream, args);
+}
+
+void KernelFunction::launchWith(bool dependent, Dim3 grid, Dim3 block, int sharedMemoryBytes,
+                                CUstream stream, void **args) {
   if (!function)
     throw Error("launch of an empty KernelFunction");
   if (sharedMemoryBytes < 0)
     throw Error(kernelName + ": negative shared memory size");
-  CUlaunchAttribute attribute{};
-  attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-  attribute.value.programmaticStreamSerializationAllowed = 1;
-  CUlaunchConfig config{};
-  config.gridDimX = grid.x;
-  config.gridDimY = grid.y;
-  config.gridDimZ = grid.z;
-  config.blockDimX = block.x;
-  config.blockDimY = block.y;
-  config.blockDimZ = block.z;
-  config.sharedMemBytes = static_cast<unsigned>(sharedMemoryBytes);
-  config.hStream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  const CUresult result = api.cuLaunchKernelEx(&config, function, args, nullptr);
-  checkLaunch(result, "cuLaunchKernelEx", grid, block, sharedMemoryBytes);
-}
-
-void KernelFunction::checkLaunch(CUresult result, const char *call, Dim3 grid, Dim3 block,
-                                 int sharedMemoryBytes) const {
+  const DriverApi &api = Driver::get().api();
+  CUresult result;
+  const char *call;
+  if (dependent) {
+    CUlaunchAttribute attribute{};
+    attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attribute.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig config{};
+    config.gridDimX = grid.x;
+    config.gridDimY = grid.y;
+    config.gridDimZ = grid.z;
+    config.blockDimX = block.x;
+    config.blockDimY = block.y;
+    config.blockDimZ = block.z;
+    config.sharedMemBytes = static_cast<unsigned>(sharedMemoryBytes);
+    config.hStream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    result = api.cuLaunchKernelEx(&config, function, args, nullptr);
+    call = "cuLaunchKernelEx";
+  } else {
+    result = api.cuLaunchKernel(function, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+                                static_cast<unsigned>(sharedMemoryBytes), stream, args, nullptr);
+    call = "cuLaunchKernel";
+  }
   // The launch's description only on failure: it is on every call's path.
   if (result != CUDA_SUCCESS)
     Driver::get().check(result, call,

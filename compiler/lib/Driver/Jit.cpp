@@ -124,14 +124,14 @@ static double timeOnGpu(const Kernel &kernel, const AttnForwardArgs &args, CUstr
   const uint64_t scratchBytes =
       args.keySplits >= 0 && !args.workspace ? forwardWorkspaceBytes(kernel.launchConfig(), args)
                                              : 0;
+  DeviceBuffer scratch;
+  AttnForwardArgs timed = args;
   if (scratchBytes > 0) {
-    DeviceBuffer scratch(scratchBytes);
-    AttnForwardArgs withScratch = args;
-    withScratch.workspace = scratch.data();
-    withScratch.workspaceBytes = scratch.size();
-    return medianRunMilliseconds(kernel, withScratch, stream, /*warmup=*/2, /*repeats=*/5);
+    scratch = DeviceBuffer(scratchBytes);
+    timed.workspace = scratch.data();
+    timed.workspaceBytes = scratch.size();
   }
-  return medianRunMilliseconds(kernel, args, stream, /*warmup=*/2, /*repeats=*/5);
+  return medianRunMilliseconds(kernel, timed, stream, /*warmup=*/2, /*repeats=*/5);
 }
 
 /// The heuristic's plan stays unless a first-use candidate beats it by more

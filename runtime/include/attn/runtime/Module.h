@@ -51,8 +51,8 @@ public:
                        void **args);
 
 private:
-  void checkLaunch(CUresult result, const char *call, Dim3 grid, Dim3 block,
-                   int sharedMemoryBytes) const;
+  void launchWith(bool dependent, Dim3 grid, Dim3 block, int sharedMemoryBytes,
+                  CUstream stream, void **args);
 
   CUfunction function = nullptr;
   std::string kernelName;
