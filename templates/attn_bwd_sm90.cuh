@@ -141,15 +141,20 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
       fenceRegisters(gradients);
       scoreGradientsOf(gradients, scores, delta(), lane);
     } else {
-      wgmmaWaitGroup<0>();
-      fenceRegisters(scores);
-      fenceRegisters(gradients);
       if constexpr (kHasRegions) {
+        wgmmaWaitGroup<0>();
+        fenceRegisters(scores);
+        fenceRegisters(gradients);
         regionGradientsOf(p, captureGradients, scores, gradients, lse(), delta(), partial,
                           maskPartial, sequence, block.batch, block.headOf(step), key0,
                           queryFirst, lane);
       } else {
+        // Pᵀ's exponentials in place while dPᵀ is still on the tensor cores.
+        wgmmaWaitGroup<1>();
+        fenceRegisters(scores);
         probabilitiesOf(scores, lse(), p.scale_log2, partial, sequence, key0, queryFirst, lane);
+        wgmmaWaitGroup<0>();
+        fenceRegisters(gradients);
         scoreGradientsOf(gradients, scores, delta(), lane);
       }
       if constexpr (!kSplitsColumns) {

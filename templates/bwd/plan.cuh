@@ -80,16 +80,18 @@ constexpr int kGradRegs = kGradColumns / 2;    // dK, dV: 64 keys x its columns 
 constexpr int kDqRegs = kDqColumns / 2;        // a dQ piece: 64 x kDqColumns fp32
 // With 64 query rows a step, Sᵀ's exponentials overlap dPᵀ's product and
 // dV's product dSᵀ's computation; with 128, Sᵀ, dPᵀ and P's packed copy
-// together would not fit the registers beside dK and dV, so both products
-// complete first. The regions need both products before either result.
+// together would not fit the registers beside dK and dV, so only the
+// exponentials overlap dPᵀ's product (in place, P not yet packed). The
+// regions need both products before either result.
 constexpr bool kExponentialsBesideDp = kBlockM <= 64 && !kHasRegions;
 static_assert(kDqRegs % 4 == 0, "dQ staging stores four floats at a time");
 // dQ's product ahead of dK's, its piece staged while dK's runs (head dim
-// 128: 5-11 % dense, 1-2 % with a score_mod; docs/benchmarks.md). With
-// 128 rows a step, a mask_mod or passes, dK's goes first (before the dSᵀ
-// barrier) and dQ's piece waits for both: the other order spills there.
+// 128: 5-11 % dense, 1-2 % with a score_mod; head dim 64, with the
+// exponentials beside dPᵀ: 2-6 %; docs/benchmarks.md). With a mask_mod or
+// passes, dK's goes first (before the dSᵀ barrier) and dQ's piece waits
+// for both: the other order spills there.
 constexpr bool kDqBeforeDk =
-    kBlockM <= 64 && kPasses == 1 && !Mods::kHasMaskMod && !kSplitsColumns;
+    kPasses == 1 && !Mods::kHasMaskMod && !kSplitsColumns;
 
 // dQ pieces are staged in a ring of kDqBuffers per consumer (two where
 // shared memory holds them), so that a consumer goes on while the writer
