@@ -274,7 +274,13 @@ extern "C" __global__ void __launch_bounds__(attn_bwd::kThreads, 1)
   }
   __syncthreads();
 
-  const int warpgroup = threadIdx.x / kWarpgroupThreads;
+  // Consumers owning a key slice each build their K and V descriptors from
+  // the index: uniform, the descriptors stay in uniform registers (the
+  // head-dim-128 step lost 220 of its 580 instructions). Consumers that
+  // split the columns share the slice; there the uniform index made the
+  // mask_mod kernels spill (ptxas, Longformer at head dim 256).
+  const int warpgroup =
+      kSplitsColumns ? static_cast<int>(threadIdx.x) / kWarpgroupThreads : warpgroupIndex();
   if (warpgroup == 0) {
     releaseRegisters<attn_plan::kProducerRegisters>();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;

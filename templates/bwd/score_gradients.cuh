@@ -24,15 +24,15 @@ __device__ __forceinline__ void issueDqProduct(float (&dq)[kDqRegs], u32 dsTile,
   const int aBlock = kDqSplitsRows ? consumer : 0;
   const int bBlock = (pass * kPassColumns + (kDqSplitsRows ? 0 : consumer * kDqColumns)) /
                      kColumnBlock;
-  const u32 aBase = dsTile + aBlock * kBlockN * kRowBytes;
-  const u32 bBase = kTile + bBlock * kBlockN * kRowBytes;
+  const u64 aFirst =
+      swizzled128Descriptor(dsTile + aBlock * kBlockN * kRowBytes, kBlockN * kRowBytes, kAtomBytes);
+  const u64 bFirst =
+      swizzled128Descriptor(kTile + bBlock * kBlockN * kRowBytes, kBlockN * kRowBytes, kAtomBytes);
   wgmmaFence();
 #pragma unroll
-  for (int step = 0; step < kBlockN / 16; ++step) {
-    const u64 a = swizzled128Descriptor(aBase + step * 16 * kRowBytes, kBlockN * kRowBytes, kAtomBytes);
-    const u64 b = swizzled128Descriptor(bBase + step * 16 * kRowBytes, kBlockN * kRowBytes, kAtomBytes);
-    WgmmaSSMN<kDqColumns, Element>::mma(dq, a, b, step > 0);
-  }
+  for (int step = 0; step < kBlockN / 16; ++step)
+    WgmmaSSMN<kDqColumns, Element>::mma(dq, advanceDescriptor(aFirst, step * 16 * kRowBytes),
+                                        advanceDescriptor(bFirst, step * 16 * kRowBytes), step > 0);
   wgmmaCommitGroup();
 }
 

@@ -6,6 +6,14 @@ namespace attn_dev {
 
 constexpr int kWarpgroupThreads = 128;
 
+// The thread's warpgroup, broadcast from lane 0 so that the compiler knows
+// it is the same across the warp: values derived from it (a consumer's
+// slice of a tile, its WGMMA descriptors) then live in uniform registers
+// instead of being moved there before every WGMMA.
+__device__ __forceinline__ int warpgroupIndex() {
+  return __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / kWarpgroupThreads, 0);
+}
+
 template <int Registers> __device__ __forceinline__ void releaseRegisters() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(Registers));
 }
