@@ -12,7 +12,7 @@ namespace attn_bwd {
 // rows of the stage's Q or dO, both K-major.
 __device__ __forceinline__ void issueKeyRowProduct(float (&d)[kScoreRegs], u32 slice, u32 tile) {
   static_assert(kRowBytes == 128, "issueKMajorProduct's rows");
-  issueKMajorProduct<kQueryColumns, kHeadDim, kBlockN, kBlockM, Element>(d, slice, tile);
+  issueKMajorProduct<kQueryColumns, kHeadDim, kBlockN, kBlockM, Element, true>(d, slice, tile);
 }
 
 // This consumer's dQ piece of pass `pass` = dS K over all BLOCK_N keys: A is

@@ -156,21 +156,30 @@ template <int N, class Element> struct WgmmaRS;
 // D[64 x N] = A[64 x Depth] Bᵀ, issued asynchronously as one WGMMA group,
 // both operands K-major in shared memory as 128-byte swizzled rows, in
 // column blocks of 64 that lie ARows (A) and BRows (B) rows apart; each
-// k-step of 16 columns advances 32 bytes inside a row. The k-steps'
-// descriptors are the first ones advanced by constants, so that no
-// descriptor is rebuilt between two WGMMAs.
-template <int N, int Depth, int ARows, int BRows, class Element>
+// k-step of 16 columns advances 32 bytes inside a row. AdvanceFirst: the
+// k-steps' descriptors are the first ones advanced by constants (the same
+// bits), so that no descriptor is rebuilt between two WGMMAs where the
+// caller's addresses are warp-uniform (the backward: 583 -> 361
+// instructions a head-dim-128 step); otherwise each is built from its
+// address (the forward's head-dim-256 plans of 80-key tiles spilled 24
+// bytes holding the first ones).
+template <int N, int Depth, int ARows, int BRows, class Element, bool AdvanceFirst = false>
 __device__ __forceinline__ void issueKMajorProduct(float (&d)[N / 2], u32 a, u32 b) {
   constexpr u32 kRowBytes = 128, kAtomBytes = 8 * kRowBytes;
-  const u64 aFirst = swizzled128Descriptor(a, 16, kAtomBytes);
-  const u64 bFirst = swizzled128Descriptor(b, 16, kAtomBytes);
   wgmmaFence();
 #pragma unroll
   for (int step = 0; step < Depth / 16; ++step) {
-    const u32 block = step / 4, inRow = (step % 4) * 32;
-    WgmmaSS<N, Element>::mma(d, advanceDescriptor(aFirst, block * ARows * kRowBytes + inRow),
-                             advanceDescriptor(bFirst, block * BRows * kRowBytes + inRow),
-                             step > 0);
+    const u32 aOffset = step / 4 * ARows * kRowBytes + step % 4 * 32;
+    const u32 bOffset = step / 4 * BRows * kRowBytes + step % 4 * 32;
+    if constexpr (AdvanceFirst) {
+      const u64 aFirst = swizzled128Descriptor(a, 16, kAtomBytes);
+      const u64 bFirst = swizzled128Descriptor(b, 16, kAtomBytes);
+      WgmmaSS<N, Element>::mma(d, advanceDescriptor(aFirst, aOffset),
+                               advanceDescriptor(bFirst, bOffset), step > 0);
+    } else {
+      WgmmaSS<N, Element>::mma(d, swizzled128Descriptor(a + aOffset, 16, kAtomBytes),
+                               swizzled128Descriptor(b + bOffset, 16, kAtomBytes), step > 0);
+    }
   }
   wgmmaCommitGroup();
 }
