@@ -119,6 +119,7 @@ static AttnLaunchConfig launchOfPlan(mlir::attn::KernelOp op, mlir::attn::TilePl
   launch.blockN = tile.getBlockN();
   launch.threadsPerBlock = tile.getThreadsPerBlock();
   launch.sharedMemoryBytes = smem.getLaunchBytes();
+  launch.causal = mlir::isa<mlir::attn::CausalAttr>(op.getMask());
   return launch;
 }
 
@@ -136,7 +137,6 @@ AttnLaunchConfig launchConfigFor(mlir::attn::KernelOp op) {
     // The plan's producer warpgroup is a single warp in this kernel.
     launch.threadsPerBlock = ATTN_LINEAR_THREADS(tile.getConsumerWarpgroups());
     launch.linearFamily = 1;
-    launch.causal = mlir::isa<mlir::attn::CausalAttr>(op.getMask());
     auto linear = mlir::dyn_cast<mlir::attn::LinearAttr>(op.getNormalizer());
     launch.normalize = linear && linear.getNormalize();
     auto retention = mlir::dyn_cast<mlir::attn::RetentionAttr>(op.getNormalizer());

@@ -4,6 +4,7 @@
 // RUN: attnc %s -o %t.ptx && FileCheck %s --check-prefix=PTX < %t.ptx
 // RUN: attnc %s --emit=cubin -o %t.cubin && test -s %t.cubin
 // RUN: attnc %s --emit=metadata | FileCheck %s --check-prefix=METADATA
+// RUN: attnc %docs_examples/full_hd128.mlir --emit=metadata | FileCheck %s --check-prefix=NOMASK
 // RUN: attnc %s --tile=block_n=64,stages=3 --emit=mlir | FileCheck %s --check-prefix=OVERRIDE
 // RUN: attnc %s --emit=mlir --print-ir-after-all -o /dev/null 2>&1 | FileCheck %s --check-prefix=DUMP
 
@@ -27,7 +28,7 @@
 // PTX-DAG: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16
 
 // What Kernel::fromFiles reads beside the cubin.
-// METADATA: attn-launch-metadata 9
+// METADATA: attn-launch-metadata 10
 // METADATA-DAG: kernel attn_fwd_kernel
 // METADATA-DAG: head_dim 128
 // METADATA-DAG: q_heads 16
@@ -43,6 +44,10 @@
 // METADATA-DAG: captures 0
 // No tuning database: no measured split counts.
 // METADATA-DAG: tuned_key_splits 0
+// The built-in causal mask.
+// METADATA-DAG: causal 1
+// A spec without a mask says so (the flag once read 1 for every softmax kernel).
+// NOMASK: causal 0
 
 // OVERRIDE: tile = #attn.tile<block_m = 128, block_n = 64, stages = 3
 

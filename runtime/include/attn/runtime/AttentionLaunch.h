@@ -98,9 +98,9 @@ struct AttnLaunchConfig {
   std::string kernelName = ATTN_FWD_KERNEL_NAME;
   /// 1 for linear attention and retention (the chunkwise kernel, launched
   /// with AttnLinearArgs; kernelName is ATTN_LINEAR_KERNEL_NAME), 0 for
-  /// softmax. The flags below are 0 or 1 and describe the linear family:
-  /// causal or not, normalized by the key sum (the state includes it), gated
-  /// (a per-token log-decay is passed at launch).
+  /// softmax. The flags `normalize` and `gated` below are 0 or 1 and
+  /// describe the linear family: normalized by the key sum (the state
+  /// includes it), gated (a per-token log-decay is passed at launch).
   int linearFamily = 0;
   /// 1 for the backward module of a softmax kernel (the preprocess, main
   /// and conversion kernels, launched with AttnBackwardArgs; kernelName is
@@ -111,6 +111,8 @@ struct AttnLaunchConfig {
   /// mask_mod, one pass over the head dim): the launch runs the step-list
   /// kernel into the workspace first (attn_abi::bwdStepListEntries).
   int stepList = 0;
+  /// 1 where the spec's mask is the built-in causal one (either
+  /// alignment), for every kernel; the linear family's launch reads it.
   int causal = 1;
   int normalize = 0;
   int gated = 0;

@@ -45,8 +45,9 @@ namespace attn {
 /// only this one.
 /// Version 3 added the captured buffers, 5 even_work_tiles, 6
 /// automatic_work_order, 7 the captures' `grad`, 8 step_list, 9
-/// tuned_key_splits.
-inline constexpr int kLaunchMetadataVersion = 9;
+/// tuned_key_splits, 10 `causal` for softmax kernels too (before, 1 there
+/// whatever the mask).
+inline constexpr int kLaunchMetadataVersion = 10;
 
 std::string serializeLaunchConfig(const AttnLaunchConfig &config);
 
