@@ -123,48 +123,38 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
                          !Mask::coversTile(queryFirst, queryFirst + kQueryColumns - 1, sliceFirst,
                                            sliceLast, sequence.shift);
     u32 probabilities[kPackedRegs], scoreGradients[kPackedRegs];
-    if constexpr (kExponentialsBesideDp) {
-      // Sᵀ and dPᵀ as two groups: the exponentials run while dPᵀ is on the
-      // tensor cores, and dV's product (from registers) while dSᵀ is
-      // computed.
+    if constexpr (kHasRegions) {
+      wgmmaWaitGroup<0>();
+      fenceRegisters(scores);
+      fenceRegisters(gradients);
+      regionGradientsOf(p, captureGradients, scores, gradients, lse(), delta(), partial,
+                        maskPartial, sequence, block.batch, block.headOf(step), key0, queryFirst,
+                        lane);
+    } else {
+      // Sᵀ and dPᵀ as two groups: Pᵀ's exponentials run in place while dPᵀ
+      // is on the tensor cores, and where kDvBesideScoreGradients, dV's
+      // product (from registers) while dSᵀ is computed.
       wgmmaWaitGroup<1>();
       fenceRegisters(scores);
       probabilitiesOf(scores, lse(), p.scale_log2, partial, sequence, key0, queryFirst, lane);
-      if constexpr (kSplitsColumns) {
-        wgmmaWaitGroup<0>();
-      } else {
+      if constexpr (kDvBesideScoreGradients && !kSplitsColumns) {
         packFragments(scores, probabilities);
         issueRegisterProduct<kGradColumns, kQueryColumns, Element>(dV, probabilities,
                                                                doTile + gradOffset);
         wgmmaWaitGroup<1>();
+      } else {
+        wgmmaWaitGroup<0>();
       }
       fenceRegisters(gradients);
       scoreGradientsOf(gradients, scores, delta(), lane);
-    } else {
-      if constexpr (kHasRegions) {
-        wgmmaWaitGroup<0>();
-        fenceRegisters(scores);
-        fenceRegisters(gradients);
-        regionGradientsOf(p, captureGradients, scores, gradients, lse(), delta(), partial,
-                          maskPartial, sequence, block.batch, block.headOf(step), key0,
-                          queryFirst, lane);
-      } else {
-        // Pᵀ's exponentials in place while dPᵀ is still on the tensor cores.
-        wgmmaWaitGroup<1>();
-        fenceRegisters(scores);
-        probabilitiesOf(scores, lse(), p.scale_log2, partial, sequence, key0, queryFirst, lane);
-        wgmmaWaitGroup<0>();
-        fenceRegisters(gradients);
-        scoreGradientsOf(gradients, scores, delta(), lane);
-      }
-      if constexpr (!kSplitsColumns) {
-        // dSᵀ packed first: its fp32 copy then dies before dV's product holds
-        // Pᵀ's packed registers.
-        packFragments(gradients, scoreGradients);
-        packFragments(scores, probabilities);
-        issueRegisterProduct<kGradColumns, kQueryColumns, Element>(dV, probabilities,
-                                                               doTile + gradOffset);
-      }
+    }
+    if constexpr (!kSplitsColumns && !kDvBesideScoreGradients) {
+      // dSᵀ packed first: its fp32 copy then dies before dV's product holds
+      // Pᵀ's packed registers.
+      packFragments(gradients, scoreGradients);
+      packFragments(scores, probabilities);
+      issueRegisterProduct<kGradColumns, kQueryColumns, Element>(dV, probabilities,
+                                                             doTile + gradOffset);
     }
 
     // dSᵀ (and with split columns Pᵀ) of every consumer, for dQ (and dV and
@@ -201,7 +191,7 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
       fenceRegisters(dK);
       mbarrierArriveForWarp(barriers.empty(slot.stage), lane);
     } else {
-      if constexpr (kExponentialsBesideDp)
+      if constexpr (kDvBesideScoreGradients)
         packFragments(gradients, scoreGradients);
       if constexpr (!kDqBeforeDk)
         issueRegisterProduct<kGradColumns, kQueryColumns, Element>(dK, scoreGradients,

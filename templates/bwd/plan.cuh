@@ -78,12 +78,12 @@ constexpr int kScoreRegs = kQueryColumns / 2;  // Sᵀ, dPᵀ: 64 keys x its que
 constexpr int kPackedRegs = kQueryColumns / 4; // Pᵀ, dSᵀ packed 16-bit
 constexpr int kGradRegs = kGradColumns / 2;    // dK, dV: 64 keys x its columns fp32
 constexpr int kDqRegs = kDqColumns / 2;        // a dQ piece: 64 x kDqColumns fp32
-// With 64 query rows a step, Sᵀ's exponentials overlap dPᵀ's product and
-// dV's product dSᵀ's computation; with 128, Sᵀ, dPᵀ and P's packed copy
-// together would not fit the registers beside dK and dV, so only the
-// exponentials overlap dPᵀ's product (in place, P not yet packed). The
-// regions need both products before either result.
-constexpr bool kExponentialsBesideDp = kBlockM <= 64 && !kHasRegions;
+// Without regions Sᵀ's exponentials overlap dPᵀ's product. With 64 query
+// rows a step dV's product (Pᵀ packed) also overlaps dSᵀ's computation;
+// with 128, Sᵀ, dPᵀ and P's packed copy together would not fit the
+// registers beside dK and dV, so dV's product follows dSᵀ. The regions
+// need both products before either result.
+constexpr bool kDvBesideScoreGradients = kBlockM <= 64 && !kHasRegions;
 static_assert(kDqRegs % 4 == 0, "dQ staging stores four floats at a time");
 // dQ's product ahead of dK's, its piece staged while dK's runs (head dim
 // 128: 5-11 % dense, 1-2 % with a score_mod; head dim 64, with the
