@@ -193,11 +193,13 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
     } else {
       if constexpr (kDvBesideScoreGradients)
         packFragments(gradients, scoreGradients);
+      // dSᵀ is stored before dK's product takes its registers as A: a
+      // WGMMA's A registers may not be read until its group completes.
+      storePackedFragmentSwizzled<kQueryColumns>(scoreGradients, dsTile, kBlockN,
+                                                 consumer * kWarpsPerWarpgroup + warp, lane);
       if constexpr (!kDqBeforeDk)
         issueRegisterProduct<kGradColumns, kQueryColumns, Element>(dK, scoreGradients,
                                                                qTile + gradOffset);
-      storePackedFragmentSwizzled<kQueryColumns>(scoreGradients, dsTile, kBlockN,
-                                                 consumer * kWarpsPerWarpgroup + warp, lane);
       fenceSharedForAsyncProxy();
       namedBarrierSync(kDsWrittenBarrier, kConsumers * kWarpgroupThreads);
       float dq[kDqRegs];
