@@ -350,6 +350,27 @@ constexpr BwdWidths bwdWidths(int headDim, int blockM, int blockN, int consumers
                    dqRows ? passColumns : passColumns / consumers};
 }
 
+// The backward's main grid is (key tiles, kv heads, batch), and blocks start
+// in the order of their linear index. Under a causal mask a lower key tile
+// walks more query blocks, so read x-major, the last (kv head, batch) lanes'
+// longest walks would start when little else is left. Read instead
+// key-tile-major within groups of kBwdLaneGroup lanes (the last group may
+// hold fewer), each group starts its longest walks first and ends with its
+// shortest. A bijection from [0, tiles * kvHeads * batches) onto the grid.
+constexpr unsigned kBwdLaneGroup = 8;
+struct BwdGridPosition {
+  unsigned keyTile, kvHead, batch;
+};
+constexpr BwdGridPosition bwdLongestWalksFirst(unsigned linear, unsigned tiles, unsigned kvHeads,
+                                               unsigned batches) {
+  const unsigned group = linear / (tiles * kBwdLaneGroup);
+  const unsigned within = linear - group * tiles * kBwdLaneGroup;
+  const unsigned remaining = kvHeads * batches - group * kBwdLaneGroup;
+  const unsigned groupLanes = remaining < kBwdLaneGroup ? remaining : kBwdLaneGroup;
+  const unsigned lane = group * kBwdLaneGroup + within % groupLanes;
+  return BwdGridPosition{within / groupLanes, lane % kvHeads, lane / kvHeads};
+}
+
 // Query positions of one (batch, query head) in the backward's workspace:
 // seqlen_q rounded up to whole query blocks.
 constexpr long long bwdPaddedQueries(long long seqlenQ, int blockM) {

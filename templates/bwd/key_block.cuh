@@ -90,34 +90,15 @@ struct KeyBlock {
   }
 };
 
-// Under a causal mask a lower key tile walks more query blocks. Blocks start
-// in the order of their linear index, so the grid (key tiles, kv heads,
-// batch) is read key-tile-major within groups of kLaneGroup (kv head, batch)
-// lanes: each group starts its longest walks first and ends with its
-// shortest. Read x-major, the last lanes' longest walks would start when
-// little else is left (a tail of up to 7 % at head dim 128 in a list
-// scheduling model of 132 multiprocessors; measured on an H200, head dim
-// 128, B S = 16384: 2.4, 4.5 and 5.3 % faster at S = 2048, 4096, 8192).
-// Eight lanes keep few enough query heads in flight that their Q, dO and
-// dQ rows stay in L2. A mask_mod's walks are its own (a step list), so its
-// kernels keep the x-major order, which their 24-register producer warps
-// hold without spilling.
-constexpr bool kLongestWalksFirst = Mask::kWorkGrowsWithQuery && !Mods::kHasMaskMod;
-constexpr unsigned kLaneGroup = 8;
-
-// Key tile, kv head and batch of linear block index `linear` in the order
-// above.
-__device__ __forceinline__ void longestWalksFirst(unsigned linear, int &keyTile, int &kvHead,
-                                                  int &batch) {
-  const unsigned tiles = gridDim.x, lanes = gridDim.y * gridDim.z;
-  const unsigned group = linear / (tiles * kLaneGroup);
-  const unsigned within = linear - group * tiles * kLaneGroup;
-  const unsigned groupLanes = min(kLaneGroup, lanes - group * kLaneGroup);
-  const unsigned lane = group * kLaneGroup + within % groupLanes;
-  keyTile = static_cast<int>(within / groupLanes);
-  kvHead = static_cast<int>(lane % gridDim.y);
-  batch = static_cast<int>(lane / gridDim.y);
-}
+// Under a causal mask the grid is read longest walks first
+// (attn_abi::bwdLongestWalksFirst; measured on an H200, head dim 128,
+// B S = 16384: 2.4, 4.5 and 5.3 % faster at S = 2048, 4096, 8192). A
+// mask_mod's walks are its own (a step list), so its kernels keep the
+// x-major order, as do plans with passes: there the remap made three
+// mask_mod kernels spill 8 bytes (unit.codegen) and the one-stage
+// one-consumer plan at head dim 256 80 bytes (ptxas).
+constexpr bool kLongestWalksFirst =
+    Mask::kWorkGrowsWithQuery && !Mods::kHasMaskMod && kPasses == 1;
 
 __device__ __forceinline__ KeyBlock keyBlockOf(const attn_abi::AttnBwdParams &p) {
   KeyBlock block;
@@ -128,9 +109,14 @@ __device__ __forceinline__ KeyBlock keyBlockOf(const attn_abi::AttnBwdParams &p)
   block.kvHead = static_cast<int>(blockIdx.y);
   block.batch = static_cast<int>(blockIdx.z);
   if constexpr (kLongestWalksFirst)
-    if (!orderedAdditions(p))
-      longestWalksFirst(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z),
-                        block.keyTile, block.kvHead, block.batch);
+    if (!orderedAdditions(p)) {
+      const attn_abi::BwdGridPosition position = attn_abi::bwdLongestWalksFirst(
+          blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z), gridDim.x, gridDim.y,
+          gridDim.z);
+      block.keyTile = static_cast<int>(position.keyTile);
+      block.kvHead = static_cast<int>(position.kvHead);
+      block.batch = static_cast<int>(position.batch);
+    }
   block.group = p.q_heads / p.kv_heads;
   block.sequence = sequenceOf(p, block.batch);
   block.keyTiles = (block.sequence.seqlenK + kBlockN - 1) / kBlockN;
