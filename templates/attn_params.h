@@ -357,6 +357,9 @@ constexpr BwdWidths bwdWidths(int headDim, int blockM, int blockN, int consumers
 // key-tile-major within groups of kBwdLaneGroup lanes (the last group may
 // hold fewer), each group starts its longest walks first and ends with its
 // shortest. A bijection from [0, tiles * kvHeads * batches) onto the grid.
+// Eight lanes end the tail in a list-scheduling model of 132
+// multiprocessors (S >= 2048) while keeping few enough query heads in
+// flight that their Q, dO and dQ rows stay in L2.
 constexpr unsigned kBwdLaneGroup = 8;
 struct BwdGridPosition {
   unsigned keyTile, kvHead, batch;
