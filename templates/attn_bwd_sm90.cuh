@@ -123,13 +123,24 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
                          !Mask::coversTile(queryFirst, queryFirst + kQueryColumns - 1, sliceFirst,
                                            sliceLast, sequence.shift);
     u32 probabilities[kPackedRegs], scoreGradients[kPackedRegs];
+    // With Mods::kDiagonalGradient, the warp's capture gradient by diagonal,
+    // added to memory once Pᵀ and dSᵀ are packed (fewer registers live).
+    SpreadDiagonalSums diagonalSums;
     if constexpr (kHasRegions) {
       wgmmaWaitGroup<0>();
       fenceRegisters(scores);
       fenceRegisters(gradients);
-      regionGradientsOf(p, captureGradients, scores, gradients, lse(), delta(), partial,
-                        maskPartial, sequence, block.batch, block.headOf(step), key0, queryFirst,
-                        lane);
+      regionGradientsOf(p, captureGradients, scores, gradients, diagonalSums, lse(), delta(),
+                        partial, maskPartial, sequence, block.batch, block.headOf(step), key0,
+                        queryFirst, lane);
+      // Additions whose element is the same for every pair of the step
+      // summed without it: one call notes it. The next step may read
+      // another query head, so the sums go to memory now.
+      captureGradients.findElements(true);
+      Mods::scoreVjp(p, captureGradients, 0.f, 0.f, block.batch, block.headOf(step), queryFirst,
+                     key0);
+      captureGradients.findElements(false);
+      captureGradients.flush();
     } else {
       // Sᵀ and dPᵀ as two groups: Pᵀ's exponentials run in place while dPᵀ
       // is on the tensor cores, and where kDvBesideScoreGradients, dV's
@@ -226,11 +237,13 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
         stageDq(dq);
       }
     }
+    if constexpr (Mods::kDiagonalGradient)
+      addDiagonalSums(p, captureGradients, diagonalSums, block.batch, block.headOf(step),
+                      key0 - lane / 4, queryFirst, lane);
     // With passes every step is walked: the position is the step.
     if (kPasses > 1 && step + 1 < walk.positions && block.passOf(step + 1) != pass)
       storePassGradients(p, dK, dV, block, key0, lane, consumer, pass);
   }
-  captureGradients.flush();
   // A key tile no query sees walks no step: every pass's gradients are 0.
   if constexpr (kPasses > 1)
     if (walk.positions == 0)

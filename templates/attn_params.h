@@ -282,7 +282,7 @@ struct AttnBwdParams {
   // among them, with the capture's extents, cleared by the runtime and
   // accumulated into by the main kernel. With capture_grads_exact, each
   // entry's data is a record of attn_exact::kExactSumWords int64 words per
-  // element (exact_sum.h; in the workspace), which the sum kernel turns into
+  // element, word-major (exact_sum.h; in the workspace), which the sum kernel turns into
   // the floats at capture_grad_outputs; otherwise the f32 gradients
   // themselves, added to with float atomics.
   CaptureArg captures[kMaxCaptures];

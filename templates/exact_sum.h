@@ -25,9 +25,16 @@ namespace attn_exact {
 
 constexpr int kExactFractionBits = 64;
 constexpr int kExactWindowBits = 8;
-// 128 bytes: one cache line per element.
 constexpr int kExactSumWords = 16;
 constexpr int kExactPoisonWord = kExactSumWords - 1;
+
+// Where word `word` of element `element` lies among the records of
+// `elements` elements: word-major, so that additions of one window into
+// neighbouring elements (a relative-position table's diagonals, summed by
+// one warp instruction) fall on one cache line instead of one line each.
+ATTN_EXACT_FN long long exactWordOffset(int word, long long element, long long elements) {
+  return static_cast<long long>(word) * elements + element;
+}
 
 // One value's addition: `amount` into word `word` (amount 0: nothing).
 struct ExactPart {

@@ -139,7 +139,7 @@ extern "C" __global__ void __launch_bounds__(ATTN_BWD_ROW_THREADS)
     for (long long element = first; element < elements; element += stride) {
       long long record[kExactSumWords];
       for (int word = 0; word < kExactSumWords; ++word)
-        record[word] = words[element * kExactSumWords + word];
+        record[word] = words[exactWordOffset(word, element, elements)];
       output[element] = exactSumValue(record);
     }
   }

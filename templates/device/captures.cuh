@@ -89,7 +89,8 @@ __device__ __forceinline__ T loadCapture(const Capture<T, 3> &c, size_t i, size_
 // the thread is summing in a register. A thread's pairs of a step mostly
 // add to one element (a per-head slope: every pair; a relative-position
 // table: each diagonal twice in a row), so the sum goes to memory only when
-// the element changes and at flushGradient. An index outside the extents
+// the element changes and at flushGradient, which the backward calls at the
+// end of every step. An index outside the extents
 // adds nothing, as a read there gives 0.
 // Two ways to memory: `exact` adds each sum to the element's record of
 // integer words (exact_sum.h), whose total does not depend on the order the
@@ -98,18 +99,29 @@ __device__ __forceinline__ T loadCapture(const Capture<T, 3> &c, size_t i, size_
 // last bits) that vary from run to run.
 // `enabled` off ignores the additions: a walk that recomputes pairs it has
 // already added (the backward's later passes) turns it off.
+// `findingElement` on makes a call of the vector-Jacobian product only note
+// the element of each addition that is the same for every pair of a step
+// (accumulateStepGradient), adding nothing: the backward asks so once a
+// step instead of keeping the element in a register over its pairs.
 template <int Rank> struct CaptureGradient {
   Capture<float, Rank> buffer; // data: the floats, or the records if exact
+  long long elements;          // the product of the extents
   long long pending;           // the element being summed, or -1
   float sum;
   bool enabled;
   bool exact;
+  bool findingElement;
 };
 
 template <int Rank>
 __device__ __forceinline__ CaptureGradient<Rank> gradientOf(const attn_abi::CaptureArg &arg,
                                                             int exact) {
-  return CaptureGradient<Rank>{captureOf<float, Rank>(arg), -1, 0.f, true, exact != 0};
+  const Capture<float, Rank> buffer = captureOf<float, Rank>(arg);
+  long long elements = 1;
+#pragma unroll
+  for (int i = 0; i < Rank; ++i)
+    elements *= buffer.extent[i];
+  return CaptureGradient<Rank>{buffer, elements, -1, 0.f, true, exact != 0, false};
 }
 
 // The element's index in the row-major buffer, or -1 outside the extents.
@@ -128,12 +140,14 @@ __device__ __forceinline__ long long gradientIndex(const Capture<float, 3> &g, s
   return inside ? static_cast<long long>((i * g.extent[1] + j) * g.extent[2] + k) : -1;
 }
 
-// One sum into element `index`'s record: one integer atomic add.
-__device__ __forceinline__ void addExact(unsigned long long *records, long long index,
-                                         float value) {
+// One sum into element `index`'s record: one integer atomic add. The
+// records are word-major (attn_exact::exactWordOffset): a warp's sums into
+// neighbouring elements in one window share cache lines.
+__device__ __forceinline__ void addExact(unsigned long long *records, long long elements,
+                                         long long index, float value) {
   const attn_exact::ExactPart part = attn_exact::exactPartOf(value);
   if (part.amount != 0)
-    atomicAdd(records + index * attn_exact::kExactSumWords + part.word,
+    atomicAdd(records + attn_exact::exactWordOffset(part.word, index, elements),
               static_cast<unsigned long long>(part.amount));
 }
 
@@ -142,7 +156,7 @@ __device__ __forceinline__ void addGradient(const CaptureGradient<Rank> &gradien
                                             long long index, float value) {
   float *data = const_cast<float *>(gradient.buffer.data);
   if (gradient.exact)
-    addExact(reinterpret_cast<unsigned long long *>(data), index, value);
+    addExact(reinterpret_cast<unsigned long long *>(data), gradient.elements, index, value);
   else
     atomicAdd(data + index, value);
 }
@@ -150,7 +164,7 @@ __device__ __forceinline__ void addGradient(const CaptureGradient<Rank> &gradien
 template <int Rank, typename... Indices>
 __device__ __forceinline__ void accumulateGradient(CaptureGradient<Rank> &gradient, float value,
                                                    Indices... indices) {
-  if (!gradient.enabled)
+  if (!gradient.enabled || gradient.findingElement)
     return;
   const long long index = gradientIndex(gradient.buffer, static_cast<size_t>(indices)...);
   if (index != gradient.pending) {
@@ -160,6 +174,29 @@ __device__ __forceinline__ void accumulateGradient(CaptureGradient<Rank> &gradie
     gradient.sum = 0.f;
   }
   gradient.sum += value;
+}
+
+// The same for an addition whose element is the same for every pair of a
+// step, one (batch, head) (attn.step_invariant, attn-differentiate-mods):
+// the sum needs no test of each pair's element, and so no branch between
+// pairs; the backward finds the element once a step (findingElement) and
+// then flushes.
+template <int Rank, typename... Indices>
+__device__ __forceinline__ void accumulateStepGradient(CaptureGradient<Rank> &gradient,
+                                                       float value, Indices... indices) {
+  if (gradient.findingElement)
+    gradient.pending = gradientIndex(gradient.buffer, static_cast<size_t>(indices)...);
+  else if (gradient.enabled)
+    gradient.sum += value;
+}
+
+// The same for an addition whose element depends on the pair only through
+// q - kv (attn.per_diagonal): the backward drains the sum after each pair
+// into its diagonal's (diagonalSumsOf in bwd/score_gradients.cuh).
+template <int Rank, typename... Indices>
+__device__ __forceinline__ void accumulateDiagonalGradient(CaptureGradient<Rank> &gradient,
+                                                           float value, Indices... indices) {
+  accumulateStepGradient(gradient, value, indices...);
 }
 
 // Adds the pending sums to memory; every lane of the warp calls it. Where
@@ -174,7 +211,8 @@ template <int Rank> __device__ __forceinline__ void flushGradient(CaptureGradien
     for (int offset = 16; offset > 0; offset /= 2)
       sum += __shfl_xor_sync(0xffffffffu, sum, offset);
   }
-  if (gradient.pending >= 0 && (!same || (threadIdx.x & 31) == 0))
+  // A sum of 0 adds nothing (a walk whose pairs all had dS = 0).
+  if (gradient.pending >= 0 && sum != 0.f && (!same || (threadIdx.x & 31) == 0))
     addGradient(gradient, gradient.pending, sum);
   gradient.pending = -1;
   gradient.sum = 0.f;

@@ -375,6 +375,9 @@ void emitBackwardMods(const BackwardMods &mods, std::ostringstream &out) {
       << (mods.gradientRanks.empty() ? "false" : "true") << ";\n"
       << "  static constexpr bool kHasCaptures = " << (mods.captures.empty() ? "false" : "true")
       << ";\n"
+      << "  // One learnable capture, added to by diagonal (q - kv) only.\n"
+      << "  static constexpr bool kDiagonalGradient = "
+      << (mods.diagonalGradient ? "true" : "false") << ";\n"
       << "  // Whether mask_mod keeps all, none or some pairs of the tile [q0, q1] x [k0, k1].\n"
       << "  static __device__ __forceinline__ attn_dev::Coverage maskCoverage(long long b, long "
          "long h, long long q0, long long q1, long long k0, long long k1) {\n"
@@ -397,6 +400,23 @@ void emitBackwardMods(const BackwardMods &mods, std::ostringstream &out) {
       << "    __device__ __forceinline__ void enable(bool on) {\n";
   for (size_t i = 0; i < mods.gradientRanks.size(); ++i)
     out << "      g" << i << ".enabled = on;\n";
+  out << "    }\n"
+      << "    __device__ __forceinline__ void findElements(bool on) {\n";
+  for (size_t i = 0; i < mods.gradientRanks.size(); ++i)
+    out << "      g" << i << ".findingElement = on;\n";
+  out << "    }\n"
+      << "    // With kDiagonalGradient: the sum of the pair just evaluated, taken\n"
+      << "    // out; and a diagonal's sum added to the element findElements noted\n"
+      << "    // (every lane of the warp calls it).\n"
+      << "    __device__ __forceinline__ float takeDiagonalSum() {\n";
+  if (mods.diagonalGradient)
+    out << "      const float sum = g0.sum;\n      g0.sum = 0.f;\n      return sum;\n";
+  else
+    out << "      return 0.f;\n";
+  out << "    }\n"
+      << "    __device__ __forceinline__ void flushDiagonalSum(float sum) {\n";
+  if (mods.diagonalGradient)
+    out << "      g0.sum = sum;\n      attn_dev::flushGradient(g0);\n";
   out << "    }\n"
       << "    // Every lane of the warp calls it.\n"
       << "    __device__ __forceinline__ void flush() {\n";

@@ -14,6 +14,7 @@
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/IR/Matchers.h"
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -73,13 +74,84 @@ func::FuncOp copyRegion(KernelOp kernel, Block &body, StringRef name) {
   return func;
 }
 
+/// How a region value varies over the pairs (q, kv) of one (batch, head),
+/// which is what one step of the backward holds fixed.
+struct PairDependence {
+  enum Kind { Invariant, Diagonal, Pair } kind = Invariant;
+  /// Integer values built by addition, subtraction and multiplication by a
+  /// constant from q and kv: q qCoefficient + kv kvCoefficient + an
+  /// invariant, modulo the width. Such a value is a function of q - kv
+  /// where the coefficients cancel.
+  bool affine = false;
+  int64_t qCoefficient = 0, kvCoefficient = 0;
+
+  static PairDependence of(Kind kind) { return {kind, false, 0, 0}; }
+  static PairDependence linear(int64_t q, int64_t kv) {
+    if (q == 0 && kv == 0)
+      return of(Invariant);
+    return {q == -kv ? Diagonal : Pair, true, q, kv};
+  }
+};
+
+/// The dependence of every value of the score_mod region `body` on the pair:
+/// the score varies with the pair, the batch, the head and the captures'
+/// contents do not, q and kv are the affine seeds. An operation other than
+/// affine index arithmetic depends on the pair as its most varying operand
+/// does (a function of q - kv stays one).
+DenseMap<Value, PairDependence> pairDependences(Block &body) {
+  DenseMap<Value, PairDependence> dependence;
+  dependence[body.getArgument(0)] = PairDependence::of(PairDependence::Pair);
+  dependence[body.getArgument(3)] = PairDependence::linear(1, 0);
+  dependence[body.getArgument(4)] = PairDependence::linear(0, 1);
+  auto lookup = [&](Value v) { return dependence.lookup(v); }; // default: invariant
+  for (Operation &op : body.without_terminator()) {
+    if (op.getNumRegions() != 0) {
+      for (Value result : op.getResults())
+        dependence[result] = PairDependence::of(PairDependence::Pair);
+      continue;
+    }
+    if (op.getNumResults() != 1)
+      continue;
+    Value result = op.getResult(0);
+    auto affineOperand = [&](unsigned index, PairDependence &out) {
+      out = lookup(op.getOperand(index));
+      return out.affine || out.kind == PairDependence::Invariant;
+    };
+    PairDependence a, b;
+    if (isa<arith::AddIOp, arith::SubIOp>(op) && affineOperand(0, a) && affineOperand(1, b)) {
+      const int64_t sign = isa<arith::SubIOp>(op) ? -1 : 1;
+      dependence[result] = PairDependence::linear(a.qCoefficient + sign * b.qCoefficient,
+                                                  a.kvCoefficient + sign * b.kvCoefficient);
+      continue;
+    }
+    if (auto mul = dyn_cast<arith::MulIOp>(op)) {
+      APInt factor;
+      for (unsigned index : {0u, 1u})
+        if (matchPattern(op.getOperand(1 - index), m_ConstantInt(&factor)) &&
+            affineOperand(index, a)) {
+          const int64_t k = factor.getSExtValue();
+          dependence[result] = PairDependence::linear(a.qCoefficient * k, a.kvCoefficient * k);
+          break;
+        }
+      if (dependence.count(result))
+        continue;
+    }
+    PairDependence::Kind kind = PairDependence::Invariant;
+    for (Value operand : op.getOperands())
+      kind = std::max(kind, lookup(operand).kind);
+    dependence[result] = PairDependence::of(kind);
+  }
+  return dependence;
+}
+
 /// Builds score_mod's vector-Jacobian product into a function whose entry
 /// block holds the arguments (dy, the region's, the gradient buffers).
 class ScoreModVjp {
 public:
   ScoreModVjp(Block &body, ArrayRef<CaptureAttr> captures, func::FuncOp func,
               IRMapping &primal)
-      : body(body), primal(primal), builder(OpBuilder::atBlockEnd(&func.front())) {
+      : body(body), primal(primal), builder(OpBuilder::atBlockEnd(&func.front())),
+        dependence(pairDependences(body)) {
     Block &entry = func.front();
     dy = entry.getArgument(0);
     // The region's capture arguments follow its five scalars; the gradient
@@ -110,6 +182,7 @@ public:
     if (!gradient)
       gradient = constant(0.0);
     func::ReturnOp::create(builder, body.getTerminator()->getLoc(), gradient);
+    markAdditionElements();
     // What the sweep did not need: the recomputed result, contributions
     // built before knowing they were unused, reads of values whose
     // derivative is constant.
@@ -129,6 +202,29 @@ private:
   DenseMap<Value, Value> adjoints;
   /// The gradient buffer (in the function) of each learnable capture argument.
   DenseMap<Value, Value> gradientOf;
+  /// How each region value varies over the pairs of a (batch, head).
+  DenseMap<Value, PairDependence> dependence;
+  /// The additions into gradient buffers, and how each one's element
+  /// varies over the pairs of a (batch, head).
+  SmallVector<std::pair<memref::AtomicRMWOp, PairDependence::Kind>> additions;
+
+  /// Marks the addition of a gradient buffer that has only one by how its
+  /// element varies: `attn.step_invariant` (not with the pair: the backward
+  /// sums it in a register over a step, one (batch, head), without testing
+  /// each pair's element) or `attn.per_diagonal` (only through q - kv: the
+  /// backward sums the pairs of each diagonal first).
+  void markAdditionElements() {
+    DenseMap<Value, int> additionsInto;
+    for (auto &[addition, kind] : additions)
+      ++additionsInto[addition.getMemref()];
+    for (auto &[addition, kind] : additions) {
+      if (additionsInto[addition.getMemref()] != 1 || kind == PairDependence::Pair)
+        continue;
+      addition->setAttr(kind == PairDependence::Invariant ? kStepInvariantAttr
+                                                          : kPerDiagonalAttr,
+                        builder.getUnitAttr());
+    }
+  }
 
   void markActive() {
     active.insert(body.getArgument(0));
@@ -219,8 +315,12 @@ private:
           SmallVector<Value> indices;
           for (Value index : load.getIndices())
             indices.push_back(primal.lookup(index));
-          memref::AtomicRMWOp::create(builder, load.getLoc(), arith::AtomicRMWKind::addf, g,
-                                      gradient, indices);
+          auto addition = memref::AtomicRMWOp::create(
+              builder, load.getLoc(), arith::AtomicRMWKind::addf, g, gradient, indices);
+          PairDependence::Kind kind = PairDependence::Invariant;
+          for (Value index : load.getIndices())
+            kind = std::max(kind, dependence.lookup(index).kind);
+          additions.emplace_back(addition, kind);
           return success();
         })
         .Case([&](arith::AddFOp) {

@@ -382,6 +382,11 @@ LogicalResult collectBackwardMods(KernelOp op, ::attn::codegen::BackwardMods &mo
       return func->emitOpError("backward mod function must take ")
              << function.arguments << " arguments and return one value";
     function.name = func->getSymName().str();
+    if (&function.name == &mods.scoreVjpFunction && learnable == 1)
+      func->walk([&](emitc::CallOpaqueOp call) {
+        if (isDiagonalGradientCallee(call.getCallee()))
+          mods.diagonalGradient = true;
+      });
   }
   if (TileFormulaAttr formula = op.getMaskTileFormulaAttr()) {
     if (!mods.maskFunction.empty()) {

@@ -64,6 +64,8 @@ constexpr OpCall kFloatCalls[] = {
 constexpr StringLiteral kCaptureLoadCallee = "attn_dev::loadCapture";
 constexpr StringLiteral kIntToFloatCallee = "attn_dev::exactIntToFloat";
 constexpr StringLiteral kGradientAddCallee = "attn_dev::accumulateGradient";
+constexpr StringLiteral kStepGradientAddCallee = "attn_dev::accumulateStepGradient";
+constexpr StringLiteral kDiagonalGradientAddCallee = "attn_dev::accumulateDiagonalGradient";
 /// Device helpers for the integer ops C has no operator for, or whose C
 /// operator leaves cases undefined that the reference's interpreter defines
 /// (a zero divisor, the minimum by -1), called on the operands viewed as
@@ -137,8 +139,10 @@ struct GradientAddLowering : OpConversionPattern<memref::AtomicRMWOp> {
       return rewriter.notifyMatchFailure(op, "only an addf whose result is unused");
     SmallVector<Value> operands{adaptor.getMemref(), adaptor.getValue()};
     llvm::append_range(operands, adaptor.getIndices());
-    emitc::CallOpaqueOp::create(rewriter, op.getLoc(), TypeRange(), kGradientAddCallee,
-                                operands);
+    const StringLiteral callee = op->hasAttr(kStepInvariantAttr) ? kStepGradientAddCallee
+                                 : op->hasAttr(kPerDiagonalAttr) ? kDiagonalGradientAddCallee
+                                                                 : kGradientAddCallee;
+    emitc::CallOpaqueOp::create(rewriter, op.getLoc(), TypeRange(), callee, operands);
     rewriter.eraseOp(op);
     return success();
   }
@@ -444,9 +448,12 @@ std::string getGradientCppType(int64_t rank) {
   return "attn_dev::CaptureGradient<" + std::to_string(rank) + "> &";
 }
 
+bool isDiagonalGradientCallee(StringRef callee) { return callee == kDiagonalGradientAddCallee; }
+
 bool isModFunctionCallee(StringRef callee) {
   return callee == kCaptureLoadCallee || callee == kIntToFloatCallee ||
-         callee == kGradientAddCallee ||
+         callee == kGradientAddCallee || callee == kStepGradientAddCallee ||
+         callee == kDiagonalGradientAddCallee ||
          listsCallee(kIntegerCalls, callee) || listsCallee(kUnsignedCalls, callee) ||
          listsCallee(kFloatCalls, callee);
 }

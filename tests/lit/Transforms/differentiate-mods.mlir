@@ -25,7 +25,7 @@
 // CHECK-NEXT:    %[[D:.*]] = arith.subi %[[KI]], %[[QI]] : i32
 // CHECK-NEXT:    %[[DF:.*]] = arith.sitofp %[[D]] : i32 to f32
 // CHECK-NEXT:    %[[G_SLOPE:.*]] = arith.mulf %[[DY]], %[[DF]] : f32
-// CHECK-NEXT:    memref.atomic_rmw addf %[[G_SLOPE]], %[[GRAD]][%[[H]]] : (f32, memref<?xf32>) -> f32
+// CHECK-NEXT:    memref.atomic_rmw addf %[[G_SLOPE]], %[[GRAD]][%[[H]]] {attn.step_invariant} : (f32, memref<?xf32>) -> f32
 // CHECK-NEXT:    return %[[DY]] : f32
 // CHECK-NEXT:  }
 // CHECK-LABEL: attn.kernel @alibi
@@ -97,7 +97,7 @@ attn.kernel @softcap
 // CHECK:         %[[G_S_MAX:.*]] = arith.select %[[FIRST]], %[[G_MAX]], %{{.*}} : f32
 // CHECK-NEXT:    %[[G_S:.*]] = arith.addf %[[G_S_ELSE]], %[[G_S_MAX]] : f32
 // CHECK:         %[[G_F:.*]] = arith.select %[[FIRST]], %{{.*}}, %[[G_MAX]] : f32
-// CHECK-NEXT:    memref.atomic_rmw addf %[[G_F]], %[[GRAD]][%[[H]]] : (f32, memref<?xf32>) -> f32
+// CHECK-NEXT:    memref.atomic_rmw addf %[[G_F]], %[[GRAD]][%[[H]]] {attn.step_invariant} : (f32, memref<?xf32>) -> f32
 // CHECK-NEXT:    return %[[G_S]] : f32
 // CHECK-LABEL: attn.kernel @select_max
 // CHECK:           attributes {backward_mask_mod_fn = @attn_mask_mod_full_2, backward_score_mod_fn = @attn_score_mod_full_2, backward_score_mod_vjp_fn = @attn_score_mod_vjp_2}
@@ -173,7 +173,7 @@ attn.kernel @mask_only
 // CHECK-NEXT:    %[[V:.*]] = memref.load %[[SCALE]][%[[H]]] : memref<?xf32>
 // CHECK-NEXT:    %[[G_S:.*]] = arith.mulf %[[DY]], %[[V]] : f32
 // CHECK-NEXT:    %[[G_V:.*]] = arith.mulf %[[DY]], %[[S]] : f32
-// CHECK-NEXT:    memref.atomic_rmw addf %[[G_V]], %[[G_SCALE]][%[[H]]] : (f32, memref<?xf32>) -> f32
+// CHECK-NEXT:    memref.atomic_rmw addf %[[G_V]], %[[G_SCALE]][%[[H]]] {attn.step_invariant} : (f32, memref<?xf32>) -> f32
 // CHECK-NEXT:    return %[[G_S]] : f32
 // CHECK-LABEL: attn.kernel @taken
 // CHECK:           attributes {backward_score_mod_fn = @attn_score_mod_full_7, backward_score_mod_vjp_fn = @attn_score_mod_vjp_6}

@@ -150,6 +150,10 @@ struct BackwardMods {
   std::vector<CaptureShape> captures;
   // The rank of each learnable capture's gradient, in declaration order.
   std::vector<int> gradientRanks;
+  // One learnable capture, whose one addition's element depends on the pair
+  // only through q - kv (attn.per_diagonal): the consumers sum each
+  // diagonal's pairs before adding to memory.
+  bool diagonalGradient = false;
   // What attn-classify-blocks proved of the mask_mod (the forward's).
   bool hasMaskFormula = false;
   TileFormula maskFormula;

@@ -54,10 +54,25 @@ std::string getCaptureCppType(Type elementType, int64_t rank);
 /// that only compute (a capture load reads a buffer the kernel never writes).
 void eraseDeadModOps(Block &block);
 
+/// The unit attribute attn-differentiate-mods puts on a memref.atomic_rmw
+/// into a gradient buffer whose element is the same for every pair of a
+/// (batch, head) and which is the buffer's only addition; attn-lower-mods
+/// then calls attn_dev::accumulateStepGradient, which sums without testing
+/// the element.
+inline constexpr llvm::StringLiteral kStepInvariantAttr = "attn.step_invariant";
+/// The same for an element that depends on the pair only through q - kv (a
+/// relative-position or bucketed bias): attn_dev::accumulateDiagonalGradient,
+/// whose sums the backward adds up diagonal by diagonal.
+inline constexpr llvm::StringLiteral kPerDiagonalAttr = "attn.per_diagonal";
+
 /// The C++ type of a learnable capture's gradient of `rank` extents in the
 /// backward's vector-Jacobian product: the kernel's per-thread accumulator
 /// (attn_dev::CaptureGradient in templates/device/captures.cuh), by reference.
 std::string getGradientCppType(int64_t rank);
+
+/// Whether `callee` is the addition attn-lower-mods emits for an
+/// `attn.per_diagonal` one.
+bool isDiagonalGradientCallee(llvm::StringRef callee);
 
 /// Whether attn-lower-mods emits calls of `callee` (attn-emit-cuda accepts
 /// no other callee in a mod function).
