@@ -234,6 +234,17 @@ def AttnDifferentiateMods : Pass<"attn-differentiate-mods", "::mlir::ModuleOp"> 
     would silently be 0 through it. So is any other operation such a value
     reaches.
 
+    A gradient buffer's only addition is marked by how its element varies
+    over the pairs (q, kv) of one (batch, head), which the backward kernel
+    exploits: `attn.step_invariant` where it does not (a per-head slope),
+    `attn.per_diagonal` where only through q - kv (a relative-position or
+    bucketed table). Index arithmetic from q and kv (`arith.addi`, `subi`,
+    `muli` by a constant) is tracked as q a + kv b plus what the pair does
+    not change, a function of q - kv where a = -b; any other operation
+    varies as its most varying operand. `attn-lower-mods` lowers marked
+    additions to `attn_dev::accumulateStepGradient` and
+    `attn_dev::accumulateDiagonalGradient`.
+
     Kernels whose normalizer is not the softmax (linear attention and
     retention have no regions to differentiate) and kernels without user
     regions are left alone.
