@@ -269,8 +269,8 @@ __device__ __forceinline__ void spreadDiagonalSums(const DiagonalSums &sums,
 // Adds the spread sums to the capture's gradient, each at the element that
 // score_mod's vector-Jacobian product names for a pair of its diagonal
 // (`rowKey`: the warp's first key, `query0` the step's first query column).
-// A round whose lanes all add to one element (the far buckets of a
-// bucketed bias) sums in the warp and adds once.
+// A round whose sums all go to one element (the far buckets of a bucketed
+// bias) sums in the warp and adds once (attn_dev::flushWarpSums).
 __device__ __forceinline__ void addDiagonalSums(const attn_abi::AttnBwdParams &p,
                                                 typename Mods::Gradients &captureGradients,
                                                 const SpreadDiagonalSums &spread, int batch,
@@ -293,7 +293,9 @@ __device__ __forceinline__ void addDiagonalSums(const attn_abi::AttnBwdParams &p
 // go diagonal by diagonal (q - kv ascending): a thread's pairs (key0,
 // column c) and (key0 + 8, column c + 8) lie on one diagonal and come one
 // after the other, so a capture indexed by q - kv (a relative-position or
-// bucketed bias) sums both in a register before one addition to memory.
+// bucketed bias) sums both in a register before one addition to memory
+// where the per-pair element test remains (several learnable captures);
+// with Mods::kDiagonalGradient into the diagonal's slot.
 // A score_mod that reads captures takes that order too, and the others the
 // fragment order (a row pair's statistics loaded once): so each example's
 // consumers stay within their registers (ptxas; unit.codegen pins them).

@@ -100,9 +100,10 @@ __device__ __forceinline__ T loadCapture(const Capture<T, 3> &c, size_t i, size_
 // `enabled` off ignores the additions: a walk that recomputes pairs it has
 // already added (the backward's later passes) turns it off.
 // `findingElement` on makes a call of the vector-Jacobian product only note
-// the element of each addition that is the same for every pair of a step
-// (accumulateStepGradient), adding nothing: the backward asks so once a
-// step instead of keeping the element in a register over its pairs.
+// the element of the additions that do not test each pair's element
+// (accumulateStepGradient, accumulateDiagonalGradient), adding nothing: the
+// backward asks so once a step, or once a diagonal, instead of keeping the
+// element in a register over the pairs.
 template <int Rank> struct CaptureGradient {
   Capture<float, Rank> buffer; // data: the floats, or the records if exact
   long long elements;          // the product of the extents
@@ -192,7 +193,9 @@ __device__ __forceinline__ void accumulateStepGradient(CaptureGradient<Rank> &gr
 
 // The same for an addition whose element depends on the pair only through
 // q - kv (attn.per_diagonal): the backward drains the sum after each pair
-// into its diagonal's (diagonalSumsOf in bwd/score_gradients.cuh).
+// into its diagonal's slot (takeDiagonalSum in regionGradientsOf,
+// bwd/score_gradients.cuh) and finds each diagonal's element with one pair
+// of it.
 template <int Rank, typename... Indices>
 __device__ __forceinline__ void accumulateDiagonalGradient(CaptureGradient<Rank> &gradient,
                                                            float value, Indices... indices) {
@@ -216,6 +219,23 @@ template <int Rank> __device__ __forceinline__ void flushGradient(CaptureGradien
     addGradient(gradient, gradient.pending, sum);
   gradient.pending = -1;
   gradient.sum = 0.f;
+}
+
+// flushGradient of a warp's sums where a lane without a sum (0, and no
+// element noted) takes another lane's element first: a round whose sums all
+// go to one element (a bucketed bias's far buckets) is then summed in the
+// warp and added once. A lane whose element lies outside the extents keeps
+// -1 and its sum is dropped, as everywhere.
+template <int Rank>
+__device__ __forceinline__ void flushWarpSums(CaptureGradient<Rank> &gradient, float sum) {
+  gradient.sum = sum;
+  const unsigned holders = __ballot_sync(0xffffffffu, gradient.pending >= 0);
+  if (holders != 0) {
+    const long long element = __shfl_sync(0xffffffffu, gradient.pending, __ffs(holders) - 1);
+    if (gradient.pending < 0 && sum == 0.f)
+      gradient.pending = element;
+  }
+  flushGradient(gradient);
 }
 
 // tanh on the special function unit: one instruction, relative error about

@@ -276,6 +276,34 @@ TEST_CASE("a learnable soft-capped ALiBi: capture gradients through tanh",
   runBackwardVariant(spec, {1, 333, 130, false}, gputest::addSlopes, 301);
 }
 
+TEST_CASE("two learnable captures: a relative-position table beside a per-head bias",
+          "[gpu][backward][mods]") {
+  // Only a kernel's one learnable capture is summed by diagonal: here the
+  // table keeps the per-pair element test and the bias is summed a step at
+  // a time.
+  std::string spec = replaceAll(
+      exampleWithHeads("relpos_learned_hd128.mlir"),
+      "captures = [#attn.capture<\"bias\", f32, [q_heads, ?], grad>]",
+      "captures = [#attn.capture<\"bias\", f32, [q_heads, ?], grad>, "
+      "#attn.capture<\"slopes\", f32, [q_heads], grad>]");
+  spec = replaceAll(spec, "%bias: memref<?x?xf32>):",
+                    "%bias: memref<?x?xf32>, %slopes: memref<?xf32>):");
+  spec = replaceAll(spec, "      attn.yield %biased : f32",
+                    "      %slope = memref.load %slopes[%h] : memref<?xf32>\n"
+                    "      %both = arith.addf %biased, %slope : f32\n"
+                    "      attn.yield %both : f32");
+  REQUIRE(spec.find("%both") != std::string::npos);
+  REQUIRE(spec.find("%slopes: memref") != std::string::npos);
+  const CaptureMaker tableAndSlopes = [](harness::ForwardProblem &data,
+                                         const AttnLaunchConfig &launch,
+                                         const harness::Shape &shape, std::mt19937_64 &random) {
+    kPositionTable(data, launch, shape, random);
+    gputest::addSlopes(data, launch, shape, random);
+  };
+  runBackwardVariant(spec, {2, 300, 300, false}, tableAndSlopes, 310);
+  runBackwardVariant(spec, {1, 333, 130, true}, tableAndSlopes, 311);
+}
+
 TEST_CASE("the backward through regions on small shapes, for the sanitizers",
           "[gpu][backward][mods][sanitize]") {
   runBackwardVariant(exampleWithHeads("alibi_learned_hd128.mlir"), {1, 130, 70, false},

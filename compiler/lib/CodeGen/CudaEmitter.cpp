@@ -416,7 +416,7 @@ void emitBackwardMods(const BackwardMods &mods, std::ostringstream &out) {
   out << "    }\n"
       << "    __device__ __forceinline__ void flushDiagonalSum(float sum) {\n";
   if (mods.diagonalGradient)
-    out << "      g0.sum = sum;\n      attn_dev::flushGradient(g0);\n";
+    out << "      attn_dev::flushWarpSums(g0, sum);\n";
   out << "    }\n"
       << "    // Every lane of the warp calls it.\n"
       << "    __device__ __forceinline__ void flush() {\n";

@@ -78,18 +78,19 @@ func::FuncOp copyRegion(KernelOp kernel, Block &body, StringRef name) {
 /// which is what one step of the backward holds fixed.
 struct PairDependence {
   enum Kind { Invariant, Diagonal, Pair } kind = Invariant;
-  /// Integer values built by addition, subtraction and multiplication by a
-  /// constant from q and kv: q qCoefficient + kv kvCoefficient + an
-  /// invariant, modulo the width. Such a value is a function of q - kv
-  /// where the coefficients cancel.
+  /// Integer values of at most 64 bits built by addition, subtraction and
+  /// multiplication by a constant from q and kv: q qCoefficient + kv
+  /// kvCoefficient + an invariant, all modulo 2^64 (truncation to the
+  /// value's width keeps what follows). Such a value is a function of
+  /// q - kv where the coefficients cancel.
   bool affine = false;
-  int64_t qCoefficient = 0, kvCoefficient = 0;
+  uint64_t qCoefficient = 0, kvCoefficient = 0;
 
   static PairDependence of(Kind kind) { return {kind, false, 0, 0}; }
-  static PairDependence linear(int64_t q, int64_t kv) {
+  static PairDependence linear(uint64_t q, uint64_t kv) {
     if (q == 0 && kv == 0)
       return of(Invariant);
-    return {q == -kv ? Diagonal : Pair, true, q, kv};
+    return {q + kv == 0 ? Diagonal : Pair, true, q, kv};
   }
 };
 
@@ -110,36 +111,40 @@ DenseMap<Value, PairDependence> pairDependences(Block &body) {
         dependence[result] = PairDependence::of(PairDependence::Pair);
       continue;
     }
-    if (op.getNumResults() != 1)
+    // Every result varies as the most varying operand, unless it is affine.
+    PairDependence::Kind kind = PairDependence::Invariant;
+    for (Value operand : op.getOperands())
+      kind = std::max(kind, lookup(operand).kind);
+    for (Value result : op.getResults())
+      dependence[result] = PairDependence::of(kind);
+    if (op.getNumResults() != 1 || kind == PairDependence::Invariant)
       continue;
     Value result = op.getResult(0);
+    auto intType = dyn_cast<IntegerType>(result.getType());
+    if (!result.getType().isIndex() && !(intType && intType.getWidth() <= 64))
+      continue;
     auto affineOperand = [&](unsigned index, PairDependence &out) {
       out = lookup(op.getOperand(index));
       return out.affine || out.kind == PairDependence::Invariant;
     };
     PairDependence a, b;
     if (isa<arith::AddIOp, arith::SubIOp>(op) && affineOperand(0, a) && affineOperand(1, b)) {
-      const int64_t sign = isa<arith::SubIOp>(op) ? -1 : 1;
+      const uint64_t sign = isa<arith::SubIOp>(op) ? ~uint64_t(0) : 1;
       dependence[result] = PairDependence::linear(a.qCoefficient + sign * b.qCoefficient,
                                                   a.kvCoefficient + sign * b.kvCoefficient);
       continue;
     }
-    if (auto mul = dyn_cast<arith::MulIOp>(op)) {
+    if (isa<arith::MulIOp>(op)) {
       APInt factor;
       for (unsigned index : {0u, 1u})
         if (matchPattern(op.getOperand(1 - index), m_ConstantInt(&factor)) &&
             affineOperand(index, a)) {
-          const int64_t k = factor.getSExtValue();
+          // Modulo 2^64, as the coefficients (an i64 -1 is 2^64 - 1).
+          const uint64_t k = factor.sextOrTrunc(64).getZExtValue();
           dependence[result] = PairDependence::linear(a.qCoefficient * k, a.kvCoefficient * k);
           break;
         }
-      if (dependence.count(result))
-        continue;
     }
-    PairDependence::Kind kind = PairDependence::Invariant;
-    for (Value operand : op.getOperands())
-      kind = std::max(kind, lookup(operand).kind);
-    dependence[result] = PairDependence::of(kind);
   }
   return dependence;
 }
@@ -213,12 +218,15 @@ private:
   /// sums it in a register over a step, one (batch, head), without testing
   /// each pair's element) or `attn.per_diagonal` (only through q - kv: the
   /// backward sums the pairs of each diagonal first).
+  /// Per diagonal only where the kernel learns one capture: the backward
+  /// keeps one set of diagonal sums (kDiagonalGradient).
   void markAdditionElements() {
     DenseMap<Value, int> additionsInto;
     for (auto &[addition, kind] : additions)
       ++additionsInto[addition.getMemref()];
     for (auto &[addition, kind] : additions) {
-      if (additionsInto[addition.getMemref()] != 1 || kind == PairDependence::Pair)
+      if (additionsInto[addition.getMemref()] != 1 || kind == PairDependence::Pair ||
+          (kind == PairDependence::Diagonal && gradientOf.size() != 1))
         continue;
       addition->setAttr(kind == PairDependence::Invariant ? kStepInvariantAttr
                                                           : kPerDiagonalAttr,

@@ -382,11 +382,16 @@ LogicalResult collectBackwardMods(KernelOp op, ::attn::codegen::BackwardMods &mo
       return func->emitOpError("backward mod function must take ")
              << function.arguments << " arguments and return one value";
     function.name = func->getSymName().str();
-    if (&function.name == &mods.scoreVjpFunction && learnable == 1)
+    if (&function.name == &mods.scoreVjpFunction)
       func->walk([&](emitc::CallOpaqueOp call) {
         if (isDiagonalGradientCallee(call.getCallee()))
           mods.diagonalGradient = true;
       });
+    // The kernel keeps one set of diagonal sums (attn-differentiate-mods
+    // marks per-diagonal additions only then).
+    if (mods.diagonalGradient && learnable != 1)
+      return func->emitOpError("adds per diagonal into one of ")
+             << learnable << " learnable captures; the backward sums one capture by diagonal";
   }
   if (TileFormulaAttr formula = op.getMaskTileFormulaAttr()) {
     if (!mods.maskFunction.empty()) {

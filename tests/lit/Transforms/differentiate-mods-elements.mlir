@@ -161,3 +161,47 @@ attn.kernel @skewed
       %r = arith.addf %s, %v : f32
       attn.yield %r : f32
     }
+
+// Two learnable captures: the table's addition keeps the per-pair element
+// test (the backward sums one capture by diagonal), the slope's is still
+// the same for every pair.
+// CHECK-LABEL: func.func @attn_score_mod_vjp_7(
+// CHECK-NOT:     attn.per_diagonal
+// CHECK:         memref.atomic_rmw addf %{{.*}} {attn.step_invariant}
+// CHECK-NEXT:    memref.atomic_rmw addf %{{[^ ]*}}, %{{[^ ]*}}[%{{[^ ]*}}, %{{[^ ]*}}] : (f32
+// LOWER-LABEL: emitc.func @attn_score_mod_vjp_7(
+// LOWER:         call_opaque "attn_dev::accumulateStepGradient"
+// LOWER-NEXT:    call_opaque "attn_dev::accumulateGradient"
+attn.kernel @two_learned
+    problem = #attn.problem<q_heads = 4, kv_heads = 4, head_dim = 64, element_type = bf16>
+    mask = #attn.causal<bottom_right> normalizer = #attn.softmax
+    captures = [#attn.capture<"bias", f32, [q_heads, ?], grad>, #attn.capture<"slope", f32, [q_heads], grad>]
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index, %bias: memref<?x?xf32>, %slope: memref<?xf32>):
+      %column = arith.subi %q, %kv : index
+      %v = memref.load %bias[%h, %column] : memref<?x?xf32>
+      %w = memref.load %slope[%h] : memref<?xf32>
+      %r = arith.addf %s, %v : f32
+      %t = arith.addf %r, %w : f32
+      attn.yield %t : f32
+    }
+
+// (q - kv) 2^62 4 is 0 modulo 2^64 for every pair: the coefficients'
+// arithmetic wraps as the index's.
+// CHECK-LABEL: func.func @attn_score_mod_vjp_8(
+// CHECK:         memref.atomic_rmw addf %{{.*}} {attn.step_invariant}
+attn.kernel @wrapped
+    problem = #attn.problem<q_heads = 4, kv_heads = 4, head_dim = 64, element_type = bf16>
+    mask = #attn.causal<bottom_right> normalizer = #attn.softmax
+    captures = [#attn.capture<"bias", f32, [q_heads, 32], grad>]
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index, %bias: memref<?x?xf32>):
+      %d = arith.subi %q, %kv : index
+      %big = arith.constant 4611686018427387904 : index
+      %four = arith.constant 4 : index
+      %scaled = arith.muli %d, %big : index
+      %zero = arith.muli %scaled, %four : index
+      %v = memref.load %bias[%h, %zero] : memref<?x?xf32>
+      %r = arith.addf %s, %v : f32
+      attn.yield %r : f32
+    }
