@@ -112,6 +112,11 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
     float scores[kScoreRegs], gradients[kScoreRegs];
     issueKeyRowProduct(scores, kSlice, qTile + firstQueryColumn * kRowBytes);
     issueKeyRowProduct(gradients, vSlice, doTile + firstQueryColumn * kRowBytes);
+    // score_mod's diagonal values, read while the products run.
+    WarpDiagonals warpDiagonals = {};
+    if constexpr (Mods::kScoreDiagonals > 0)
+      warpDiagonals = warpDiagonalsOf(p, block.batch, block.headOf(step), key0 - lane / 4,
+                                      queryFirst, lane);
     // A mask_mod the coverage shows keeping the whole tile needs no per-pair
     // test.
     bool maskPartial = false;
@@ -130,9 +135,9 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
       wgmmaWaitGroup<0>();
       fenceRegisters(scores);
       fenceRegisters(gradients);
-      regionGradientsOf(p, captureGradients, scores, gradients, diagonalSums, lse(), delta(),
-                        partial, maskPartial, sequence, block.batch, block.headOf(step), key0,
-                        queryFirst, lane);
+      regionGradientsOf(p, captureGradients, scores, gradients, diagonalSums, warpDiagonals,
+                        lse(), delta(), partial, maskPartial, sequence, block.batch,
+                        block.headOf(step), key0, queryFirst, lane);
       // Additions whose element is the same for every pair of the step
       // summed without it: one call notes it. The next step may read
       // another query head, so the sums go to memory now.

@@ -124,10 +124,22 @@ def main():
     def learned_relpos(score, b_, h_, qi, kv):
         return score + table[h_, qi - kv + s - 1]
 
+    # T5's buckets (docs/examples/t5_bias_hd128.mlir): exact below 16
+    # positions, logarithmic up to 128, the last bucket beyond.
+    buckets = (torch.randn(h, 32, device="cuda") * 0.5).requires_grad_()
+
+    def learned_t5(score, b_, h_, qi, kv):
+        distance = qi - kv
+        far = (torch.log(distance.float() / 16) * (16 / math.log(8))).long() + 16
+        bucket = torch.where(distance < 16, distance, torch.clamp(far, max=31))
+        return score + buckets[h_, bucket]
+
     trained = dict(variants)
     trained["learned alibi causal"] = (learned_alibi, causal)
     trained["learned relpos causal"] = (learned_relpos, causal)
-    learned = {"learned alibi causal": (learned_slopes,), "learned relpos causal": (table,)}
+    trained["learned t5 causal"] = (learned_t5, causal)
+    learned = {"learned alibi causal": (learned_slopes,), "learned relpos causal": (table,),
+               "learned t5 causal": (buckets,)}
     results["variant_training"] = {}
     print("training step (forward + backward) ms: attnc, flex, flex/attnc")
     for name, (score_mod, mask_mod) in keep(trained).items():

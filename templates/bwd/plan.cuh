@@ -15,6 +15,10 @@ using Mods = attn_plan::BackwardMods;
 // mask_mod or score_mod: P and dS come from the regions a pair at a time
 // (regionGradientsOf).
 constexpr bool kHasRegions = Mods::kHasMaskMod || Mods::kHasScoreMod;
+// Regions whose pairs go diagonal by diagonal: a score_mod that reads
+// captures, or learnable captures (regionGradientsOf).
+constexpr bool kDiagonalOrder =
+    Mods::kLearnsCaptures || (Mods::kHasScoreMod && Mods::kHasCaptures);
 
 constexpr int kHeadDim = attn_plan::kHeadDim;
 constexpr int kBlockM = attn_plan::kBlockM; // query rows a step

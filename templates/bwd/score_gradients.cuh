@@ -4,6 +4,7 @@
 #pragma once
 
 #include "bwd/producer.cuh"
+#include "bwd/score_diagonals.cuh"
 
 namespace attn_bwd {
 
@@ -144,7 +145,8 @@ __device__ __forceinline__ void scoreGradientsOf(float (&gradients)[kScoreRegs],
 __device__ __forceinline__ void regionPairGradient(
     const attn_abi::AttnBwdParams &p, typename Mods::Gradients &captureGradients, float &score,
     float &gradient, float rowLse, float rowDelta, bool partial, bool maskKeeps,
-    const Sequence &sequence, int batch, int head, int key, int query) {
+    const Sequence &sequence, int batch, int head, int key, int query,
+    const unsigned (&diagonals)[Mods::kScoreDiagonalSlots]) {
   bool keep = !partial || (key < sequence.seqlenK && Mask::allows(query, key, sequence.shift));
   if constexpr (Mods::kHasMaskMod)
     keep = keep && maskKeeps;
@@ -152,7 +154,7 @@ __device__ __forceinline__ void regionPairGradient(
   // Evaluated for every pair (a masked one's result is dropped): out of the
   // branch, its evaluation dominates the vector-Jacobian product's, which
   // the compiler then reuses instead of evaluating the region again.
-  const float modified = Mods::score(p, scaled, batch, head, query, key);
+  const float modified = Mods::score(p, scaled, batch, head, query, key, diagonals);
   const float probability = keep ? fastExp2(modified * kLog2e - rowLse) : 0.f;
   const float modGradient = probability * (gradient - rowDelta);
   score = probability;
@@ -295,7 +297,8 @@ __device__ __forceinline__ void addDiagonalSums(const attn_abi::AttnBwdParams &p
 // after the other, so a capture indexed by q - kv (a relative-position or
 // bucketed bias) sums both in a register before one addition to memory
 // where the per-pair element test remains (several learnable captures);
-// with Mods::kDiagonalGradient into the diagonal's slot.
+// with Mods::kDiagonalGradient into the diagonal's slot. score_mod's
+// diagonal values (`warpDiagonals`) come one shuffle per slot.
 // A score_mod that reads captures takes that order too, and the others the
 // fragment order (a row pair's statistics loaded once): so each example's
 // consumers stay within their registers (ptxas; unit.codegen pins them).
@@ -303,16 +306,23 @@ __device__ __forceinline__ void regionGradientsOf(const attn_abi::AttnBwdParams 
                                                   typename Mods::Gradients &captureGradients,
                                                   float (&scores)[kScoreRegs],
                                                   float (&gradients)[kScoreRegs],
-                                                  SpreadDiagonalSums &spread, u32 lse,
+                                                  SpreadDiagonalSums &spread,
+                                                  const WarpDiagonals &warpDiagonals, u32 lse,
                                                   u32 delta, bool partial, bool maskPartial,
                                                   const Sequence &sequence, int batch, int head,
                                                   int key0, int query0, int lane) {
+  static_assert(Mods::kScoreDiagonals == 0 || Mods::kHasCaptures,
+                "diagonal values read captures: the diagonal order below");
   PairBits maskBits = ~PairBits(0);
   const auto maskKeeps = [&](int i) { return ((maskBits >> i) & 1) != 0; };
-  if constexpr (Mods::kLearnsCaptures || (Mods::kHasScoreMod && Mods::kHasCaptures)) {
+  if constexpr (kDiagonalOrder) {
     DiagonalSums diagonalSums = {};
+    const int rowKey = key0 - (lane >> 2); // the warp's first key
+    unsigned values[Mods::kScoreDiagonalSlots] = {};
 #pragma unroll
-    for (int e = 0; e < 2; ++e)
+    for (int e = 0; e < 2; ++e) {
+      if constexpr (Mods::kScoreDiagonals > 0)
+        pairDiagonalsOf(p, warpDiagonals, 1, e, batch, head, rowKey, query0, lane, values);
 #pragma unroll
       for (int group = 0; group < kQueryColumns / 8; ++group) {
         // The mask of the chunk's column e (8 pairs): all of a thread's
@@ -327,18 +337,26 @@ __device__ __forceinline__ void regionGradientsOf(const attn_abi::AttnBwdParams 
 #pragma unroll
         for (int half = 1; half >= 0; --half) {
           const int i = group * 4 + half * 2 + e;
+          // Slot group - half + 2: the second key's pair shares the slot of
+          // the first key's pair just before it.
+          if constexpr (Mods::kScoreDiagonals > 0)
+            if (half == 0)
+              pairDiagonalsOf(p, warpDiagonals, group + 2, e, batch, head, rowKey, query0, lane,
+                              values);
           regionPairGradient(p, captureGradients, scores[i], gradients[i], rowLse, rowDelta,
                              partial, maskKeeps(i), sequence, batch, head, key0 + 8 * half,
-                             query0 + column);
+                             query0 + column, values);
           if constexpr (Mods::kDiagonalGradient)
             diagonalSums[e][group - half + 2] += captureGradients.takeDiagonalSum();
         }
       }
+    }
     if constexpr (Mods::kDiagonalGradient) {
       sumDiagonalsOverRows(diagonalSums, lane);
       spreadDiagonalSums(diagonalSums, spread, lane);
     }
   } else {
+    const unsigned values[Mods::kScoreDiagonalSlots] = {};
 #pragma unroll
     for (int group = 0; group < kQueryColumns / 8; ++group) {
       if constexpr (Mods::kHasMaskMod)
@@ -355,7 +373,7 @@ __device__ __forceinline__ void regionGradientsOf(const attn_abi::AttnBwdParams 
           const int i = group * 4 + half * 2 + e;
           regionPairGradient(p, captureGradients, scores[i], gradients[i], rowLse[e],
                              rowDelta[e], partial, maskKeeps(i), sequence, batch, head,
-                             key0 + 8 * half, query0 + column + e);
+                             key0 + 8 * half, query0 + column + e, values);
         }
     }
   }

@@ -304,6 +304,34 @@ TEST_CASE("two learnable captures: a relative-position table beside a per-head b
   runBackwardVariant(spec, {1, 333, 130, true}, tableAndSlopes, 311);
 }
 
+TEST_CASE("score_mod's diagonal values at head dims 64 and 256, and two values of one table",
+          "[gpu][backward][mods]") {
+  // Each warp evaluates a step's diagonals once (bwd/score_diagonals.cuh):
+  // head dim 64 takes 128 query columns a step (four words a lane), 256
+  // splits them over the consumers (32 each: one word).
+  const std::string positions = exampleWithHeads("relpos_learned_hd128.mlir");
+  runBackwardVariant(replaceAll(positions, "head_dim = 128", "head_dim = 64"),
+                     {1, 300, 257, false}, kPositionTable, 320);
+  runBackwardVariant(replaceAll(positions, "head_dim = 128", "head_dim = 256"),
+                     {2, 190, 257, false}, kPositionTable, 321);
+  runBackwardVariant(exampleWithHeads("relpos_bias_causal_hd128.mlir", "q_heads = 4, kv_heads = 1"),
+                     {2, 257, 190, true}, kPositionTable, 322);
+  // bias[h, q - kv + 8191] + bias[h, kv - q + 8191] / 2: two staged values;
+  // the table's two additions keep the per-pair element test.
+  const std::string mirrored = replaceAll(
+      positions, "      %biased = arith.addf %s, %value : f32\n",
+      "      %mirrored_shifted = arith.addi %kv, %offset : index\n"
+      "      %mirrored = arith.subi %mirrored_shifted, %q : index\n"
+      "      %other = memref.load %bias[%h, %mirrored] : memref<?x?xf32>\n"
+      "      %half = arith.constant 0.5 : f32\n"
+      "      %scaled = arith.mulf %other, %half : f32\n"
+      "      %first = arith.addf %s, %value : f32\n"
+      "      %biased = arith.addf %first, %scaled : f32\n");
+  REQUIRE(mirrored.find("%mirrored") != std::string::npos);
+  runBackwardVariant(mirrored, {2, 300, 300, false}, kPositionTable, 323);
+  runBackwardVariant(mirrored, {1, 333, 130, true}, kPositionTable, 324);
+}
+
 TEST_CASE("the backward through regions on small shapes, for the sanitizers",
           "[gpu][backward][mods][sanitize]") {
   runBackwardVariant(exampleWithHeads("alibi_learned_hd128.mlir"), {1, 130, 70, false},

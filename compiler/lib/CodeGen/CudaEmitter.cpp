@@ -197,6 +197,37 @@ void emitKeyBits(const TileFormula &formula, std::ostringstream &out) {
   out << ")";
 }
 
+/// score_mod's values that depend on q and kv only through d = q - kv, as
+/// the kernels read them: kScoreDiagonals, kScoreDiagonalSlots (at least
+/// one, for the array type) and scoreDiagonal(p, n, b, h, d), value n as a
+/// 32-bit word. `params` names the parameter block: `Params` makes the
+/// function a template over it.
+void emitScoreDiagonals(const std::vector<std::string> &functions,
+                        const std::string &captureArgs, const std::string &params,
+                        std::ostringstream &out) {
+  out << "  static constexpr int kScoreDiagonals = " << functions.size() << ";\n"
+      << "  static constexpr int kScoreDiagonalSlots = " << std::max<size_t>(1, functions.size())
+      << ";\n";
+  if (params == "Params")
+    out << "  template <class Params>\n";
+  out << "  static __device__ __forceinline__ unsigned scoreDiagonal(const " << params
+      << " &p, int n, long long b, long long h, long long d) {\n";
+  for (size_t i = 0; i < functions.size(); ++i)
+    out << "    if (n == " << i << ")\n      return attn_dev::toBits(" << functions[i] << "(b, h, d"
+        << captureArgs << "));\n";
+  out << "    return 0u;\n  }\n";
+}
+
+/// The staged diagonal values as a mod function's trailing arguments, from
+/// the words `diagonals[i]`.
+std::string diagonalArguments(const std::vector<std::string> &types) {
+  std::string arguments;
+  for (size_t i = 0; i < types.size(); ++i)
+    arguments += ", attn_dev::fromBits(diagonals[" + std::to_string(i) + "], " +
+                 (types[i] == "float" ? "float" : "int") + "())";
+  return arguments;
+}
+
 /// A region's hooks in UserMods: the struct `<Name>Row` of its row values,
 /// `<prefix>Row(p, b, h, q)` computing them, and `call` (`keeps` or `score`)
 /// taking them with the key. `leading` is the region's argument before b
@@ -233,10 +264,8 @@ void emitModHooks(const ModFunctions &mod, const std::string &captureArgs, const
   if (mod.empty()) {
     out << "    return " << fallback << ";\n";
   } else {
-    out << "    return " << mod.function << "(" << leading << "b, h, q, k, kf" << captureArgs;
-    for (size_t i = 0; i < mod.diagonalFunctions.size(); ++i)
-      out << ", attn_dev::fromBits(diagonals[" << i << "], "
-          << (mod.diagonalTypes[i] == "float" ? "float" : "int") << "())";
+    out << "    return " << mod.function << "(" << leading << "b, h, q, k, kf" << captureArgs
+        << diagonalArguments(mod.diagonalTypes);
     for (size_t i = 0; i < mod.rowFunctions.size(); ++i)
       out << ", row.v" << i;
     out << ");\n";
@@ -316,16 +345,7 @@ void emitUserMods(const UserMods &mods, std::ostringstream &out) {
   // score_mod's values that depend on q and kv only through d = q - kv,
   // which the kernel stages per key tile.
   const ModFunctions &score = mods.score;
-  out << "  static constexpr int kScoreDiagonals = " << score.diagonalFunctions.size() << ";\n"
-      << "  static constexpr int kScoreDiagonalSlots = "
-      << std::max<size_t>(1, score.diagonalFunctions.size()) << ";\n"
-      << "  template <class Params>\n"
-      << "  static __device__ __forceinline__ unsigned scoreDiagonal(const "
-         "Params &p, int n, long long b, long long h, long long d) {\n";
-  for (size_t i = 0; i < score.diagonalFunctions.size(); ++i)
-    out << "    if (n == " << i << ")\n      return attn_dev::toBits("
-        << score.diagonalFunctions[i] << "(b, h, d" << captureArgs.str() << "));\n";
-  out << "    return 0u;\n  }\n";
+  emitScoreDiagonals(score.diagonalFunctions, captureArgs.str(), "Params", out);
   emitModHooks(score, captureArgs.str(), "Score", "score", "float", "score", "float s, ", "s, ",
                "s", ", const unsigned (&diagonals)[kScoreDiagonalSlots]", out);
   // The terms attn-lower-mods took out of score_mod because they move every
@@ -388,7 +408,10 @@ void emitBackwardMods(const BackwardMods &mods, std::ostringstream &out) {
   else
     out << (mods.maskFunction.empty() ? "Coverage::Full" : "Coverage::Partial");
   out << ";\n  }\n"
-      << "  // A consumer thread's accumulators of the learnable captures' gradients.\n"
+      << "  // score_mod's values that depend on q and kv only through d = q - kv:\n"
+      << "  // each warp evaluates a step's diagonals once (bwd/score_diagonals.cuh).\n";
+  emitScoreDiagonals(mods.diagonalFunctions, captures, "attn_abi::AttnBwdParams", out);
+  out << "  // A consumer thread's accumulators of the learnable captures' gradients.\n"
       << "  struct Gradients {\n";
   for (size_t i = 0; i < mods.gradientRanks.size(); ++i)
     out << "    attn_dev::CaptureGradient<" << mods.gradientRanks[i] << "> g" << i << ";\n";
@@ -426,8 +449,11 @@ void emitBackwardMods(const BackwardMods &mods, std::ostringstream &out) {
       << "  static __device__ __forceinline__ bool keeps(" << params << ", " << pair << ") {\n"
       << "    return " << call(mods.maskFunction, "b, h, q, k" + captures, "true") << ";\n  }\n"
       << "  static __device__ __forceinline__ float score(" << params << ", float s, " << pair
-      << ") {\n"
-      << "    return " << call(mods.scoreFunction, "s, b, h, q, k" + captures, "s") << ";\n  }\n"
+      << ", const unsigned (&diagonals)[kScoreDiagonalSlots]) {\n"
+      << "    return "
+      << call(mods.scoreFunction,
+              "s, b, h, q, k" + captures + diagonalArguments(mods.diagonalTypes), "s")
+      << ";\n  }\n"
       << "  static __device__ __forceinline__ float scoreVjp(" << params
       << ", Gradients &gradients, float dy, float s, " << pair << ") {\n"
       << "    return "

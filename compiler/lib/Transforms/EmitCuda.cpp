@@ -185,6 +185,44 @@ FailureOr<emitc::FuncOp> printModFunction(KernelOp op, FlatSymbolRefAttr ref,
   return func;
 }
 
+/// Prints the functions `refs` names and notes their names and C++ types:
+/// row functions take (b, h, q, captures...), and `diagonal` ones (at most
+/// kMaxScoreDiagonals) (b, h, d, captures...) and return f32 or i32; both
+/// return one scalar. With `readsQuery`, it is set when a row function
+/// reads q.
+LogicalResult printValueFunctions(KernelOp op, ArrayAttr refs, bool diagonal,
+                                  ArrayRef<std::string> captureTypes, llvm::raw_ostream &source,
+                                  std::vector<std::string> &names,
+                                  std::vector<std::string> &types,
+                                  bool *readsQuery = nullptr) {
+  if (!refs)
+    return success();
+  const char *kind = diagonal ? "diagonal" : "row";
+  for (Attribute ref : refs) {
+    FailureOr<emitc::FuncOp> helper =
+        printModFunction(op, cast<FlatSymbolRefAttr>(ref), captureTypes, source);
+    if (failed(helper))
+      return failure();
+    if (helper->getNumArguments() != 3 + captureTypes.size() || helper->getNumResults() != 1)
+      return helper->emitOpError(kind) << " function must take (b, h, " << (diagonal ? "d" : "q")
+                                       << ", captures...) and return one value";
+    Type result = helper->getResultTypes()[0];
+    std::string type = cppScalarType(result);
+    if (type.empty() || (diagonal && !result.isF32() && !result.isSignlessInteger(32)))
+      return helper->emitOpError(kind)
+             << " value type " << result
+             << (diagonal ? " is not f32 or i32" : " has no C++ scalar type");
+    names.push_back(helper->getSymName().str());
+    types.push_back(type);
+    if (readsQuery)
+      *readsQuery |= !helper->getArgument(2).use_empty();
+  }
+  if (diagonal && names.size() > size_t(::attn::kMaxScoreDiagonals))
+    return op.emitOpError("has ") << names.size() << " score_mod diagonal functions, at most "
+                                  << ::attn::kMaxScoreDiagonals;
+  return success();
+}
+
 /// Fills `mods` from the kernel's lowered user regions.
 LogicalResult collectUserMods(KernelOp op, ::attn::codegen::UserMods &mods) {
   if (!op.getMaskMod().empty() || !op.getScoreMod().empty())
@@ -205,47 +243,15 @@ LogicalResult collectUserMods(KernelOp op, ::attn::codegen::UserMods &mods) {
   } regions[] = {{op.getMaskModFnAttr(), op.getMaskModRowFnsAttr(), ArrayAttr(), 0, mods.mask},
                  {op.getScoreModFnAttr(), op.getScoreModRowFnsAttr(),
                   op.getScoreModDiagonalFnsAttr(), 1, mods.score}};
-  // Row functions take (b, h, q, captures...), diagonal ones (b, h, d,
-  // captures...); both return one scalar.
-  // With `readsQuery`, it is set when a row function reads q.
-  auto emitHelpers = [&](ArrayAttr refs, const char *kind, bool only32Bit,
-                         std::vector<std::string> &names, std::vector<std::string> &types,
-                         bool *readsQuery = nullptr) -> LogicalResult {
-    if (!refs)
-      return success();
-    for (Attribute ref : refs) {
-      FailureOr<emitc::FuncOp> helper = emitFunction(cast<FlatSymbolRefAttr>(ref));
-      if (failed(helper))
-        return failure();
-      if (helper->getNumArguments() != 3 + captureTypes.size() || helper->getNumResults() != 1)
-        return helper->emitOpError(kind) << " function must take (b, h, "
-                                         << (only32Bit ? "d" : "q")
-                                         << ", captures...) and return one value";
-      Type result = helper->getResultTypes()[0];
-      std::string type = cppScalarType(result);
-      if (type.empty() || (only32Bit && !result.isF32() && !result.isSignlessInteger(32)))
-        return helper->emitOpError(kind) << " value type " << result
-                                         << (only32Bit ? " is not f32 or i32"
-                                                       : " has no C++ scalar type");
-      names.push_back(helper->getSymName().str());
-      types.push_back(type);
-      if (readsQuery)
-        *readsQuery |= !helper->getArgument(2).use_empty();
-    }
-    return success();
-  };
   for (auto &region : regions) {
     if (!region.function)
       continue;
-    if (failed(emitHelpers(region.rows, "row", false, region.out.rowFunctions,
-                           region.out.rowTypes, &region.out.rowsUseQuery)) ||
-        failed(emitHelpers(region.diagonals, "diagonal", true, region.out.diagonalFunctions,
-                           region.out.diagonalTypes)))
+    if (failed(printValueFunctions(op, region.rows, /*diagonal=*/false, captureTypes, source,
+                                   region.out.rowFunctions, region.out.rowTypes,
+                                   &region.out.rowsUseQuery)) ||
+        failed(printValueFunctions(op, region.diagonals, /*diagonal=*/true, captureTypes, source,
+                                   region.out.diagonalFunctions, region.out.diagonalTypes)))
       return failure();
-    if (region.out.diagonalFunctions.size() > size_t(::attn::kMaxScoreDiagonals))
-      return op.emitOpError("has ") << region.out.diagonalFunctions.size()
-                                    << " score_mod diagonal functions, at most "
-                                    << ::attn::kMaxScoreDiagonals;
     FailureOr<emitc::FuncOp> func = emitFunction(region.function);
     if (failed(func))
       return failure();
@@ -361,6 +367,13 @@ LogicalResult collectBackwardMods(KernelOp op, ::attn::codegen::BackwardMods &mo
     }
   const size_t learnable = mods.gradientRanks.size();
   llvm::raw_string_ostream source(mods.source);
+  if (op.getBackwardScoreModDiagonalFnsAttr() && !op.getBackwardScoreModFnAttr())
+    return op.emitOpError("has backward score_mod diagonal functions but no backward score_mod "
+                          "function");
+  if (failed(printValueFunctions(op, op.getBackwardScoreModDiagonalFnsAttr(), /*diagonal=*/true,
+                                 captureTypes, source, mods.diagonalFunctions,
+                                 mods.diagonalTypes)))
+    return failure();
   struct {
     FlatSymbolRefAttr ref;
     size_t arguments;
@@ -368,8 +381,8 @@ LogicalResult collectBackwardMods(KernelOp op, ::attn::codegen::BackwardMods &mo
     ArrayRef<std::string> types;
   } functions[] = {
       {op.getBackwardMaskModFnAttr(), 4 + captureTypes.size(), mods.maskFunction, captureTypes},
-      {op.getBackwardScoreModFnAttr(), 5 + captureTypes.size(), mods.scoreFunction,
-       captureTypes},
+      {op.getBackwardScoreModFnAttr(), 5 + captureTypes.size() + mods.diagonalFunctions.size(),
+       mods.scoreFunction, captureTypes},
       {op.getBackwardScoreModVjpFnAttr(), 6 + captureTypes.size() + learnable,
        mods.scoreVjpFunction, vjpTypes}};
   for (auto &function : functions) {

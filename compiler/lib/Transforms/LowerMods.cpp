@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ModRewrites.h"
+#include "attn/Compiler/TileConstraints.h"
 #include "attn/IR/AttnOps.h"
 #include "attn/Transforms/Passes.h"
 #include "attn_params.h"
@@ -354,7 +355,9 @@ struct LowerModsPass : impl::AttnLowerModsBase<LowerModsPass> {
         }
       }
     }
-    // The backward's functions (attn-differentiate-mods) lower whole.
+    // The backward's functions (attn-differentiate-mods) lower whole, but
+    // for the score_mod's staged diagonal values: each warp of the backward
+    // evaluates those once per diagonal of a step.
     for (KernelOp kernel : module.getOps<KernelOp>())
       for (FlatSymbolRefAttr ref :
            {kernel.getBackwardMaskModFnAttr(), kernel.getBackwardScoreModFnAttr(),
@@ -366,9 +369,22 @@ struct LowerModsPass : impl::AttnLowerModsBase<LowerModsPass> {
           continue;
         if (failed(checkLowerable(func.getBody(), func.getSymName())))
           return signalPassFailure();
-        divisionsByConstantsToProducts(func);
-        outlined.push_back(func);
-        outlinedNames.push_back(func.getSymName().str());
+        SmallVector<func::FuncOp> lowered{func};
+        if (ref == kernel.getBackwardScoreModFnAttr()) {
+          SmallVector<func::FuncOp> diagonals =
+              splitScoreDiagonals(func, ::attn::kMaxScoreDiagonals, symbols);
+          SmallVector<Attribute> diagonalRefs;
+          for (func::FuncOp diagonal : diagonals)
+            diagonalRefs.push_back(FlatSymbolRefAttr::get(context, diagonal.getSymName()));
+          if (!diagonalRefs.empty())
+            kernel.setBackwardScoreModDiagonalFnsAttr(ArrayAttr::get(context, diagonalRefs));
+          lowered.append(diagonals.begin(), diagonals.end());
+        }
+        for (func::FuncOp function : lowered) {
+          divisionsByConstantsToProducts(function);
+          outlined.push_back(function);
+          outlinedNames.push_back(function.getSymName().str());
+        }
       }
     if (outlined.empty())
       return;

@@ -142,8 +142,12 @@ struct BackwardMods {
   std::string source; // the functions, printed by MLIR's C++ emitter
   // (b, h, q, kv, captures...) -> bool
   std::string maskFunction;
-  // (s, b, h, q, kv, captures...) -> float
+  // (s, b, h, q, kv, captures..., diagonal values...) -> float
   std::string scoreFunction;
+  // score_mod's values that depend on q and kv only through d = q - kv:
+  // (b, h, d, captures...) -> f32 or i32, evaluated once per diagonal.
+  std::vector<std::string> diagonalFunctions;
+  std::vector<std::string> diagonalTypes;
   // (dy, s, b, h, q, kv, captures..., gradients...) -> dy * d score / d s,
   // adding into the gradients of the learnable captures.
   std::string scoreVjpFunction;

@@ -319,6 +319,18 @@ def AttnLowerMods : Pass<"attn-lower-mods", "::mlir::ModuleOp"> {
     -inf give `score_bound`. The kernel runs the softmax of a bounded
     score_mod against a fixed base, with no running row maximum and no
     rescaling of the output, where the bound leaves room for it.
+
+    The backward's functions (`attn-differentiate-mods`) lower whole, but
+    for the staged values of `backward_score_mod_fn`: its values that read a
+    capture and depend on q and kv only through d = q - kv (at most two,
+    as the forward's) become functions `<name>_diag_<i>(b, h, d,
+    captures...)` named in `backward_score_mod_diagonal_fns`, whatever the
+    shared-memory plan. Each warp of the backward evaluates a step's
+    diagonals once and hands the values to its pairs through shuffles
+    (`templates/bwd/score_diagonals.cuh`), so a relative-position table or
+    T5's buckets cost a shuffle per diagonal of a thread instead of a
+    capture read (and T5's logarithm) per pair. The vector-Jacobian
+    product keeps its own reads.
   }];
   let dependentDialects = ["::mlir::attn::AttnDialect",
                            "::mlir::emitc::EmitCDialect",

@@ -32,6 +32,7 @@ void KernelOp::build(OpBuilder &builder, OperationState &state, StringRef name,
         /*score_output_scale=*/FloatAttr(), /*score_bound=*/FloatAttr(),
         /*backward_mask_mod_fn=*/FlatSymbolRefAttr(),
         /*backward_score_mod_fn=*/FlatSymbolRefAttr(),
+        /*backward_score_mod_diagonal_fns=*/ArrayAttr(),
         /*backward_score_mod_vjp_fn=*/FlatSymbolRefAttr(),
         /*tuned_key_splits=*/DenseI64ArrayAttr());
 }

@@ -91,7 +91,12 @@ def Attn_KernelOp : Attn_Op<"kernel", [
     into functions named in `backward_mask_mod_fn` and
     `backward_score_mod_fn`, and derives from `score_mod` its
     vector-Jacobian product, named in `backward_score_mod_vjp_fn`;
-    `attn-lower-mods` lowers them with the others.
+    `attn-lower-mods` lowers them with the others. It splits the staged
+    values of `backward_score_mod_fn` (the forward's kind: capture reads
+    that depend on q and kv only through d = q - kv) into functions of
+    (b, h, d), named in `backward_score_mod_diagonal_fns`: each warp of the
+    backward evaluates a step's diagonals once and passes the values to
+    its pairs through shuffles.
 
     ```mlir
     attn.kernel @k problem = #attn.problem<...> mask = #attn.no_mask
@@ -131,6 +136,7 @@ def Attn_KernelOp : Attn_Op<"kernel", [
     OptionalAttr<F32Attr>:$score_bound,
     OptionalAttr<FlatSymbolRefAttr>:$backward_mask_mod_fn,
     OptionalAttr<FlatSymbolRefAttr>:$backward_score_mod_fn,
+    OptionalAttr<FlatSymbolRefArrayAttr>:$backward_score_mod_diagonal_fns,
     OptionalAttr<FlatSymbolRefAttr>:$backward_score_mod_vjp_fn,
     OptionalAttr<DenseI64ArrayAttr>:$tuned_key_splits
   );
