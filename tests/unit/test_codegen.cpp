@@ -5,7 +5,12 @@
 
 #include "attn/Backend/Nvrtc.h"
 #include "attn/Compiler/Compiler.h"
+#include "attn/IR/AttnOps.h"
 #include "attn/runtime/Error.h"
+
+#include "mlir/Dialect/EmitC/IR/EmitC.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/Parser/Parser.h"
 
 #include "TestSupport.h"
 
@@ -371,4 +376,92 @@ TEST_CASE("hostile names in a spec never reach the CUDA source unescaped", "[cod
       attn::compileSpec(scaledByCaptureSpec("k", "c\"); int injected_capture; //"),
                         "hostile.mlir"),
       Catch::Contains("hostile.mlir:1:") && Catch::Contains("must be an identifier"));
+}
+
+namespace {
+
+// The backward's functions of one kernel, already lowered: capture c of
+// rank 1 and learnable; `fullExtra` adds parameters to the score function,
+// `vjpBody` is the vector-Jacobian product's, `attributes` the kernel's.
+std::string loweredBackward(const std::string &fullExtra, const std::string &vjpBody,
+                            const std::string &attributes) {
+  const std::string capture = "!emitc.opaque<\"attn_dev::Capture<float, 1>\">";
+  const std::string gradient = "!emitc.opaque<\"attn_dev::CaptureGradient<1> &\">";
+  const std::string pair = "%b: !emitc.size_t, %h: !emitc.size_t, %q: !emitc.size_t, "
+                           "%kv: !emitc.size_t";
+  return "emitc.func @attn_score_mod_full_0(%s: f32, " + pair + ", %t: " + capture +
+         ", %u: " + capture + fullExtra + ") -> f32 {\n  emitc.return %s : f32\n}\n" +
+         "emitc.func @attn_score_mod_full_0_diag_0(%b: !emitc.size_t, %h: !emitc.size_t, %d: "
+         "!emitc.size_t, %t: " + capture + ", %u: " + capture + ") -> f32 {\n" +
+         "  %v = emitc.call_opaque \"attn_dev::loadCapture\"(%t, %d) : (" + capture +
+         ", !emitc.size_t) -> f32\n  emitc.return %v : f32\n}\n" +
+         "emitc.func @attn_score_mod_vjp_0(%dy: f32, %s: f32, " + pair + ", %t: " + capture +
+         ", %u: " + capture + ", %gt: " + gradient + ", %gu: " + gradient + ") -> f32 {\n" +
+         vjpBody + "  emitc.return %dy : f32\n}\n" +
+         "attn.kernel @k problem = #attn.problem<q_heads = 4, kv_heads = 4, head_dim = 128, "
+         "element_type = bf16> mask = #attn.causal<bottom_right> normalizer = #attn.softmax\n"
+         "    captures = [#attn.capture<\"t\", f32, [?], grad>, #attn.capture<\"u\", f32, [?], "
+         "grad>]\n    attributes {" + attributes + "}\n";
+}
+
+// Whether planBackward takes the kernel of `text`, and its diagnostics.
+std::pair<bool, std::string> planLowered(const std::string &text) {
+  mlir::MLIRContext context;
+  mlir::DialectRegistry registry;
+  attn::registerSpecDialects(registry);
+  registry.insert<mlir::emitc::EmitCDialect>();
+  context.appendDialectRegistry(registry);
+  context.loadAllAvailableDialects();
+  std::string diagnostics;
+  mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic &diagnostic) {
+    diagnostics += diagnostic.str() + "\n";
+    return mlir::success();
+  });
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      mlir::parseSourceString<mlir::ModuleOp>(text, &context);
+  INFO(text << diagnostics);
+  REQUIRE(module);
+  auto kernels = module->getOps<mlir::attn::KernelOp>();
+  REQUIRE(!kernels.empty());
+  const bool planned =
+      mlir::succeeded(attn::planBackward(*kernels.begin(), attn::CompileOptions()));
+  return {planned, diagnostics};
+}
+
+} // namespace
+
+TEST_CASE("the backward's emitter refuses lowered functions the kernel cannot take",
+          "[codegen][backward][mods]") {
+  const std::string functions =
+      "backward_score_mod_fn = @attn_score_mod_full_0, "
+      "backward_score_mod_vjp_fn = @attn_score_mod_vjp_0";
+  const std::string diagonals =
+      ", backward_score_mod_diagonal_fns = [@attn_score_mod_full_0_diag_0]";
+  // The kernel keeps one set of diagonal sums: a per-diagonal addition
+  // into one of two learnable captures has nowhere to go.
+  const std::string perDiagonal =
+      "  %d = emitc.sub %q, %kv : (!emitc.size_t, !emitc.size_t) -> !emitc.size_t\n"
+      "  emitc.call_opaque \"attn_dev::accumulateDiagonalGradient\"(%gt, %dy, %d) : "
+      "(!emitc.opaque<\"attn_dev::CaptureGradient<1> &\">, f32, !emitc.size_t) -> ()\n";
+  // The functions as attn-lower-mods leaves them are taken.
+  const auto [planned, diagnostics] =
+      planLowered(loweredBackward(", %staged: f32", "", functions + diagonals));
+  INFO(diagnostics);
+  CHECK(planned);
+  const auto refused = [](const std::string &text) {
+    const auto [planned, diagnostics] = planLowered(text);
+    CHECK_FALSE(planned);
+    return diagnostics;
+  };
+  CHECK_THAT(refused(loweredBackward("", perDiagonal, functions)),
+             Catch::Contains("adds per diagonal into one of 2 learnable captures; the backward "
+                             "sums one capture by diagonal"));
+  // Diagonal functions belong to a score function.
+  CHECK_THAT(refused(loweredBackward(
+                 "", "", "backward_score_mod_vjp_fn = @attn_score_mod_vjp_0" + diagonals)),
+             Catch::Contains("has backward score_mod diagonal functions but no backward "
+                             "score_mod function"));
+  // The score function takes each diagonal value after the captures.
+  CHECK_THAT(refused(loweredBackward("", "", functions + diagonals)),
+             Catch::Contains("backward mod function must take 8 arguments and return one value"));
 }
