@@ -37,6 +37,15 @@ struct CaptureArg {
   long long extents[kMaxCaptureRank];
 };
 
+// A capture's elements: the product of its first `rank` extents (the
+// others are 1).
+constexpr long long captureElements(const CaptureArg &arg, int rank = kMaxCaptureRank) {
+  long long elements = 1;
+  for (int dim = 0; dim < rank; ++dim)
+    elements *= arg.extents[dim];
+  return elements;
+}
+
 // Parameters of the forward softmax attention kernel.
 //
 // Tensors use the BSHD layout: Q and O are [batch, seqlen_q, q_heads, head_dim],

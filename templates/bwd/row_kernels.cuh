@@ -132,9 +132,7 @@ extern "C" __global__ void __launch_bounds__(ATTN_BWD_ROW_THREADS)
     if (!output)
       continue;
     const attn_abi::CaptureArg &records = p.capture_grads[capture];
-    long long elements = 1;
-    for (int dim = 0; dim < attn_abi::kMaxCaptureRank; ++dim)
-      elements *= records.extents[dim];
+    const long long elements = attn_abi::captureElements(records);
     const long long *words = static_cast<const long long *>(records.data);
     for (long long element = first; element < elements; element += stride) {
       long long record[kExactSumWords];

@@ -117,12 +117,8 @@ template <int Rank> struct CaptureGradient {
 template <int Rank>
 __device__ __forceinline__ CaptureGradient<Rank> gradientOf(const attn_abi::CaptureArg &arg,
                                                             int exact) {
-  const Capture<float, Rank> buffer = captureOf<float, Rank>(arg);
-  long long elements = 1;
-#pragma unroll
-  for (int i = 0; i < Rank; ++i)
-    elements *= buffer.extent[i];
-  return CaptureGradient<Rank>{buffer, elements, -1, 0.f, true, exact != 0, false};
+  return CaptureGradient<Rank>{captureOf<float, Rank>(arg), attn_abi::captureElements(arg, Rank), -1,
+                              0.f, true, exact != 0, false};
 }
 
 // The element's index in the row-major buffer, or -1 outside the extents.
