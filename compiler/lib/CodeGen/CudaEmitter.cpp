@@ -200,16 +200,16 @@ void emitKeyBits(const TileFormula &formula, std::ostringstream &out) {
 /// score_mod's values that depend on q and kv only through d = q - kv, as
 /// the kernels read them: kScoreDiagonals, kScoreDiagonalSlots (at least
 /// one, for the array type) and scoreDiagonal(p, n, b, h, d), value n as a
-/// 32-bit word. `params` names the parameter block: `Params` makes the
-/// function a template over it.
+/// 32-bit word. `params` names the parameter block's type; `generic` makes
+/// the function a template over it (named `Params`).
 void emitScoreDiagonals(const std::vector<std::string> &functions,
-                        const std::string &captureArgs, const std::string &params,
+                        const std::string &captureArgs, const char *params, bool generic,
                         std::ostringstream &out) {
   out << "  static constexpr int kScoreDiagonals = " << functions.size() << ";\n"
       << "  static constexpr int kScoreDiagonalSlots = " << std::max<size_t>(1, functions.size())
       << ";\n";
-  if (params == "Params")
-    out << "  template <class Params>\n";
+  if (generic)
+    out << "  template <class " << params << ">\n";
   out << "  static __device__ __forceinline__ unsigned scoreDiagonal(const " << params
       << " &p, int n, long long b, long long h, long long d) {\n";
   for (size_t i = 0; i < functions.size(); ++i)
@@ -345,7 +345,8 @@ void emitUserMods(const UserMods &mods, std::ostringstream &out) {
   // score_mod's values that depend on q and kv only through d = q - kv,
   // which the kernel stages per key tile.
   const ModFunctions &score = mods.score;
-  emitScoreDiagonals(score.diagonalFunctions, captureArgs.str(), "Params", out);
+  emitScoreDiagonals(score.diagonalFunctions, captureArgs.str(), "Params", /*generic=*/true,
+                     out);
   emitModHooks(score, captureArgs.str(), "Score", "score", "float", "score", "float s, ", "s, ",
                "s", ", const unsigned (&diagonals)[kScoreDiagonalSlots]", out);
   // The terms attn-lower-mods took out of score_mod because they move every
@@ -410,7 +411,8 @@ void emitBackwardMods(const BackwardMods &mods, std::ostringstream &out) {
   out << ";\n  }\n"
       << "  // score_mod's values that depend on q and kv only through d = q - kv:\n"
       << "  // each warp evaluates a step's diagonals once (bwd/score_diagonals.cuh).\n";
-  emitScoreDiagonals(mods.diagonalFunctions, captures, "attn_abi::AttnBwdParams", out);
+  emitScoreDiagonals(mods.diagonalFunctions, captures, "attn_abi::AttnBwdParams",
+                     /*generic=*/false, out);
   out << "  // A consumer thread's accumulators of the learnable captures' gradients.\n"
       << "  struct Gradients {\n";
   for (size_t i = 0; i < mods.gradientRanks.size(); ++i)
