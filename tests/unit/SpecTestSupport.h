@@ -4,6 +4,7 @@
 
 #include "attn/Compiler/Compiler.h"
 
+#include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
 
@@ -13,9 +14,12 @@
 
 namespace attn::test {
 
-/// A context with the spec dialects loaded.
+/// A context with the spec dialects loaded (or those of `registry`).
 struct SpecContext {
-  SpecContext() : context(makeRegistry()) { context.loadAllAvailableDialects(); }
+  explicit SpecContext(const mlir::DialectRegistry &registry = makeRegistry())
+      : context(registry) {
+    context.loadAllAvailableDialects();
+  }
 
   /// The module of `text`; fails the test when it does not parse.
   mlir::OwningOpRef<mlir::ModuleOp> parse(const std::string &text) {
@@ -32,6 +36,19 @@ struct SpecContext {
   }
 
   mlir::MLIRContext context;
+};
+
+/// The diagnostics `context` reports while the log lives, as text (for a
+/// test's INFO or its checks) instead of on standard error.
+struct DiagnosticLog {
+  explicit DiagnosticLog(mlir::MLIRContext &context)
+      : handler(&context, [this](mlir::Diagnostic &diagnostic) {
+          text += diagnostic.str() + "\n";
+          return mlir::success();
+        }) {}
+
+  std::string text;
+  mlir::ScopedDiagnosticHandler handler;
 };
 
 } // namespace attn::test

@@ -9,9 +9,8 @@
 #include "attn/runtime/Error.h"
 
 #include "mlir/Dialect/EmitC/IR/EmitC.h"
-#include "mlir/IR/Diagnostics.h"
-#include "mlir/Parser/Parser.h"
 
+#include "SpecTestSupport.h"
 #include "TestSupport.h"
 
 #include <algorithm>
@@ -406,26 +405,19 @@ std::string loweredBackward(const std::string &fullExtra, const std::string &vjp
 
 // Whether planBackward takes the kernel of `text`, and its diagnostics.
 std::pair<bool, std::string> planLowered(const std::string &text) {
-  mlir::MLIRContext context;
-  mlir::DialectRegistry registry;
-  attn::registerSpecDialects(registry);
+  mlir::DialectRegistry registry = attn::test::SpecContext::makeRegistry();
   registry.insert<mlir::emitc::EmitCDialect>();
-  context.appendDialectRegistry(registry);
-  context.loadAllAvailableDialects();
-  std::string diagnostics;
-  mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic &diagnostic) {
-    diagnostics += diagnostic.str() + "\n";
-    return mlir::success();
-  });
+  attn::test::SpecContext spec(registry);
+  attn::test::DiagnosticLog log(spec.context);
   mlir::OwningOpRef<mlir::ModuleOp> module =
-      mlir::parseSourceString<mlir::ModuleOp>(text, &context);
-  INFO(text << diagnostics);
+      mlir::parseSourceString<mlir::ModuleOp>(text, &spec.context);
+  INFO(text << log.text);
   REQUIRE(module);
   auto kernels = module->getOps<mlir::attn::KernelOp>();
   REQUIRE(!kernels.empty());
   const bool planned =
       mlir::succeeded(attn::planBackward(*kernels.begin(), attn::CompileOptions()));
-  return {planned, diagnostics};
+  return {planned, log.text};
 }
 
 } // namespace

@@ -20,6 +20,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "SpecTestSupport.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -43,17 +45,11 @@ struct Derived {
 /// @attn_score_mod_full_0 and @attn_score_mod_vjp_0.
 Derived derive(const std::string &captures, const std::string &captureArgs,
                const std::string &body) {
-  mlir::MLIRContext context;
-  mlir::DialectRegistry registry;
-  registerSpecDialects(registry);
+  mlir::DialectRegistry registry = test::SpecContext::makeRegistry();
   registry.insert<mlir::memref::MemRefDialect>();
-  context.appendDialectRegistry(registry);
-  context.loadAllAvailableDialects();
-  std::string diagnostics;
-  mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic &diagnostic) {
-    diagnostics += diagnostic.str() + "\n";
-    return mlir::success();
-  });
+  test::SpecContext spec(registry);
+  mlir::MLIRContext &context = spec.context;
+  test::DiagnosticLog log(context);
   const std::string text =
       "attn.kernel @k problem = #attn.problem<q_heads = 4, kv_heads = 4, head_dim = 64, "
       "element_type = bf16>\n"
@@ -65,7 +61,7 @@ Derived derive(const std::string &captures, const std::string &captureArgs,
   INFO(text);
   mlir::OwningOpRef<mlir::ModuleOp> module =
       mlir::parseSourceString<mlir::ModuleOp>(text, &context, "test.mlir");
-  INFO(diagnostics);
+  INFO(log.text);
   REQUIRE(module);
   mlir::PassManager pm(&context);
   pm.addPass(mlir::attn::createAttnDifferentiateMods());

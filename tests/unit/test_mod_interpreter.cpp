@@ -16,6 +16,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "SpecTestSupport.h"
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -43,15 +45,11 @@ mlir::OwningOpRef<mlir::ModuleOp> parseUnverified(mlir::MLIRContext &context,
   registerSpecDialects(registry);
   context.appendDialectRegistry(registry);
   context.loadAllAvailableDialects();
-  std::string diagnostics;
-  mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic &diagnostic) {
-    diagnostics += diagnostic.str() + "\n";
-    return mlir::success();
-  });
+  test::DiagnosticLog log(context);
   mlir::ParserConfig config(&context, /*verifyAfterParse=*/false);
   mlir::OwningOpRef<mlir::ModuleOp> module =
       mlir::parseSourceString<mlir::ModuleOp>(text, config, "test.mlir");
-  INFO(text << "\n" << diagnostics);
+  INFO(text << "\n" << log.text);
   REQUIRE(module);
   return module;
 }
