@@ -128,16 +128,29 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
                          !Mask::coversTile(queryFirst, queryFirst + kQueryColumns - 1, sliceFirst,
                                            sliceLast, sequence.shift);
     u32 probabilities[kPackedRegs], scoreGradients[kPackedRegs];
-    // With Mods::kDiagonalGradient, the warp's capture gradient by diagonal,
-    // added to memory once Pᵀ and dSᵀ are packed (fewer registers live).
-    SpreadDiagonalSums diagonalSums;
+    // With Mods::kDiagonalGradient, the warp's capture gradient by diagonal:
+    // stored for the tile's sums (kBlockDiagonalSums), or spread over the
+    // lanes and added to memory once Pᵀ and dSᵀ are packed (fewer registers
+    // live).
+    SpreadDiagonalSums spreadSums;
     if constexpr (kHasRegions) {
       wgmmaWaitGroup<0>();
       fenceRegisters(scores);
       fenceRegisters(gradients);
+      DiagonalSums diagonalSums;
       regionGradientsOf(p, captureGradients, scores, gradients, diagonalSums, warpDiagonals,
                         lse(), delta(), partial, maskPartial, sequence, block.batch,
                         block.headOf(step), key0, queryFirst, lane);
+      // Stored before the dSᵀ barrier below, which makes every warp's row
+      // visible to the owners.
+      if constexpr (kBlockDiagonalSums) {
+        if (pass == 0)
+          storeDiagonalRow(diagonalSums,
+                           diagonalRow(smemBase, position, consumer * kWarpsPerWarpgroup + warp),
+                           lane);
+      } else if constexpr (Mods::kDiagonalGradient) {
+        spreadDiagonalSums(diagonalSums, spreadSums, lane);
+      }
       // Additions whose element is the same for every pair of the step
       // summed without it: one call notes it. The next step may read
       // another query head, so the sums go to memory now.
@@ -242,9 +255,25 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
         stageDq(dq);
       }
     }
-    if constexpr (Mods::kDiagonalGradient)
-      addDiagonalSums(p, captureGradients, diagonalSums, block.batch, block.headOf(step),
+    if constexpr (kBlockDiagonalSums) {
+      // Later passes recompute pairs whose gradients are in. The next step
+      // meets this one's upper diagonals when it is the next query block
+      // of the same head.
+      if (pass == 0) {
+        bool continues = false;
+        if (position + 1 < walk.positions) {
+          const int next = StepWalk::stepOf(walk.entryAt(position + 1));
+          continues = block.headOf(next) == block.headOf(step) && block.passOf(next) == 0 &&
+                      block.queryBlockOf(next) == queryBlock + 1;
+        }
+        sumBlockDiagonals(p, captureGradients, smemBase, position, block.batch,
+                          block.headOf(step), query0, block.keyTile * kBlockN + kBlockN - 1,
+                          continues, consumer * kWarpgroupThreads + thread);
+      }
+    } else if constexpr (Mods::kDiagonalGradient) {
+      addDiagonalSums(p, captureGradients, spreadSums, block.batch, block.headOf(step),
                       key0 - lane / 4, queryFirst, lane);
+    }
     // With passes every step is walked: the position is the step.
     if (kPasses > 1 && step + 1 < walk.positions && block.passOf(step + 1) != pass)
       storePassGradients(p, dK, dV, block, key0, lane, consumer, pass);

@@ -359,6 +359,29 @@ constexpr BwdWidths bwdWidths(int headDim, int blockM, int blockN, int consumers
                    dqRows ? passColumns : passColumns / consumers};
 }
 
+// With a learnable capture added to by diagonal (q - kv), a backward plan
+// with room for them sums a step's diagonals over its key tile in shared
+// memory (templates/bwd/diagonal_sums.cuh): a row of a consumer warp's sums
+// (its query columns + 15 diagonals, from entry 1), two steps' rows of every
+// consumer warp, then a float per consumer thread (the sum an owner carries
+// to the next step). Each of the step's diagonals needs an owner thread,
+// and owners are assigned modulo the consumer threads.
+constexpr int bwdDiagonalRowFloats(int queryColumns) {
+  return queryColumns + 16;
+}
+constexpr bool bwdBlockDiagonalSumsFit(int blockM, int blockN, int consumers) {
+  return (consumers == 1 || consumers == 2 || consumers == 4) &&
+         blockM + blockN - 1 <= 128 * consumers;
+}
+constexpr long long bwdDiagonalSumBytes(int headDim, int blockM, int blockN,
+                                        int consumers) {
+  return 2LL * 4 * consumers *
+             bwdDiagonalRowFloats(
+                 bwdWidths(headDim, blockM, blockN, consumers).queryColumns) *
+             4 +
+         128LL * consumers * 4;
+}
+
 // The backward's main grid is (key tiles, kv heads, batch), and blocks start
 // in the order of their linear index. Under a causal mask a lower key tile
 // walks more query blocks, so read x-major, the last (kv head, batch) lanes'

@@ -56,7 +56,7 @@ __device__ __forceinline__ WarpDiagonals warpDiagonalsOf(const attn_abi::AttnBwd
 
 // The values of a thread's pairs at column 8 j + 2 (lane % 4) + e of its
 // first key (row lane / 4) and 8 columns on of its second key: slot j of
-// DiagonalSums (bwd/score_gradients.cuh), the diagonal
+// DiagonalSums (bwd/diagonal_sums.cuh), the diagonal
 // x = 8 j + 2 (lane % 4) + e - lane / 4 - 1. Every lane calls it with the
 // same (slot, e). The lanes' x span 14 values from lo = 8 j + e - 8, so
 // each sender lane s is read for at most one of them: lo + ((s - lo) mod

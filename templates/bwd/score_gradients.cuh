@@ -4,6 +4,7 @@
 #pragma once
 
 #include "bwd/producer.cuh"
+#include "bwd/diagonal_sums.cuh"
 #include "bwd/score_diagonals.cuh"
 
 namespace attn_bwd {
@@ -199,106 +200,15 @@ __device__ __forceinline__ PairBits maskModBitsOf(const attn_abi::AttnBwdParams 
   return bits;
 }
 
-// With Mods::kDiagonalGradient, a thread's sums of its pairs' capture
-// gradient by diagonal: slot (e, j + 2) holds its pairs at query column
-// 8 j + 2 (lane % 4) + e of key row key0 (and column 8 j + 8 + ... of row
-// key0 + 8: j = group - half), the diagonal q - kv = query0 - key0 + 8 j +
-// 2 (lane % 4) + e. Slot 0 (j = -2) takes what the sum over rows carries.
-constexpr int kDiagonalSlots = kQueryColumns / 8 + 2;
-typedef float DiagonalSums[2][kDiagonalSlots];
-
-// Sums the diagonals over the warp's eight key rows r = lane / 4, in the
-// same order on every run: for s = 1, 2, 4 row r takes row r + s's sums at
-// column X + s into its own at X (a column past 7 is the next slot's). Then
-// lanes 0-3 (row 0) hold each diagonal's sum over the warp's 16 keys, the
-// diagonal query0 - rowKey + 8 j + 2 lane + e of the warp's first key
-// rowKey; the other lanes hold partial sums.
-__device__ __forceinline__ void sumDiagonalsOverRows(DiagonalSums &sums, int lane) {
-  const int c = lane & 3;
-#pragma unroll
-  for (int s = 1; s < 8; s *= 2) {
-    // The register e of the sender that a receiver's register e takes, and
-    // the sender: row r + s, the lane of column 2 c + e + s.
-    int sender[2];
-    bool carried[2];
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      sender[e] = (lane + 4 * s + (((2 * c + e + s) >> 1) & 3) - c) & 31;
-      // As a sender of register (e + s) % 2, this lane's receiver wants the
-      // next slot where its column came past 7.
-      carried[e] = 2 * c + ((e + s) & 1) < s;
-    }
-    // Ascending slots: slot k reads slots k and k + 1 and then writes slot
-    // k, so every read sees the values before this round.
-#pragma unroll
-    for (int slot = 0; slot < kDiagonalSlots; ++slot) {
-      float received[2];
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int from = (e + s) & 1;
-        const float next = slot + 1 < kDiagonalSlots ? sums[from][slot + 1] : 0.f;
-        received[e] = __shfl_sync(0xffffffffu, carried[e] ? next : sums[from][slot], sender[e]);
-      }
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
-        sums[e][slot] += received[e];
-    }
-  }
-}
-
-// The warp's diagonal sums (sumDiagonalsOverRows: lanes 0-3) spread over
-// its lanes, so that every lane finds elements and adds: lane 4 m + c takes
-// lane c's sum k = 2 slot + e into round k / 8 where k % 8 == m.
-constexpr int kDiagonalRounds = (2 * kDiagonalSlots + 7) / 8;
-typedef float SpreadDiagonalSums[kDiagonalRounds];
-__device__ __forceinline__ void spreadDiagonalSums(const DiagonalSums &sums,
-                                                   SpreadDiagonalSums &spread, int lane) {
-  const int m = lane >> 2, c = lane & 3;
-#pragma unroll
-  for (int round = 0; round < kDiagonalRounds; ++round)
-    spread[round] = 0.f;
-#pragma unroll
-  for (int slot = 0; slot < kDiagonalSlots; ++slot)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int k = 2 * slot + e;
-      const float sum = __shfl_sync(0xffffffffu, sums[e][slot], c);
-      if (k % 8 == m)
-        spread[k / 8] = sum;
-    }
-}
-
-// Adds the spread sums to the capture's gradient, each at the element that
-// score_mod's vector-Jacobian product names for a pair of its diagonal
-// (`rowKey`: the warp's first key, `query0` the step's first query column).
-// A round whose sums all go to one element (the far buckets of a bucketed
-// bias) sums in the warp and adds once (attn_dev::flushWarpSums).
-__device__ __forceinline__ void addDiagonalSums(const attn_abi::AttnBwdParams &p,
-                                                typename Mods::Gradients &captureGradients,
-                                                const SpreadDiagonalSums &spread, int batch,
-                                                int head, int rowKey, int query0, int lane) {
-  const int m = lane >> 2, c = lane & 3;
-#pragma unroll
-  for (int round = 0; round < kDiagonalRounds; ++round) {
-    const int k = 8 * round + m;
-    if (k < 2 * kDiagonalSlots && spread[round] != 0.f) {
-      const int column = 8 * (k / 2 - 2) + 2 * c + (k & 1);
-      captureGradients.findElements(true);
-      Mods::scoreVjp(p, captureGradients, 0.f, 0.f, batch, head, query0 + column, rowKey);
-      captureGradients.findElements(false);
-    }
-    captureGradients.flushDiagonalSum(spread[round]);
-  }
-}
-
 // Every pair of the thread's fragments. With learnable captures the pairs
 // go diagonal by diagonal (q - kv ascending): a thread's pairs (key0,
 // column c) and (key0 + 8, column c + 8) lie on one diagonal and come one
 // after the other, so a capture indexed by q - kv (a relative-position or
 // bucketed bias) sums both in a register before one addition to memory
 // where the per-pair element test remains (several learnable captures);
-// with Mods::kDiagonalGradient into the diagonal's slot. score_mod's
-// diagonal values (`warpDiagonals`) come one shuffle per slot.
+// with Mods::kDiagonalGradient into the diagonal's slot, and
+// `diagonalSums` then holds the warp's sums (sumDiagonalsOverRows).
+// score_mod's diagonal values (`warpDiagonals`) come one shuffle per slot.
 // A score_mod that reads captures takes that order too, and the others the
 // fragment order (a row pair's statistics loaded once): so each example's
 // consumers stay within their registers (ptxas; unit.codegen pins them).
@@ -306,7 +216,7 @@ __device__ __forceinline__ void regionGradientsOf(const attn_abi::AttnBwdParams 
                                                   typename Mods::Gradients &captureGradients,
                                                   float (&scores)[kScoreRegs],
                                                   float (&gradients)[kScoreRegs],
-                                                  SpreadDiagonalSums &spread,
+                                                  DiagonalSums &diagonalSums,
                                                   const WarpDiagonals &warpDiagonals, u32 lse,
                                                   u32 delta, bool partial, bool maskPartial,
                                                   const Sequence &sequence, int batch, int head,
@@ -316,7 +226,11 @@ __device__ __forceinline__ void regionGradientsOf(const attn_abi::AttnBwdParams 
   PairBits maskBits = ~PairBits(0);
   const auto maskKeeps = [&](int i) { return ((maskBits >> i) & 1) != 0; };
   if constexpr (kDiagonalOrder) {
-    DiagonalSums diagonalSums = {};
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+#pragma unroll
+      for (int slot = 0; slot < kDiagonalSlots; ++slot)
+        diagonalSums[e][slot] = 0.f;
     const int rowKey = key0 - (lane >> 2); // the warp's first key
     unsigned values[Mods::kScoreDiagonalSlots] = {};
 #pragma unroll
@@ -351,10 +265,8 @@ __device__ __forceinline__ void regionGradientsOf(const attn_abi::AttnBwdParams 
         }
       }
     }
-    if constexpr (Mods::kDiagonalGradient) {
+    if constexpr (Mods::kDiagonalGradient)
       sumDiagonalsOverRows(diagonalSums, lane);
-      spreadDiagonalSums(diagonalSums, spread, lane);
-    }
   } else {
     const unsigned values[Mods::kScoreDiagonalSlots] = {};
 #pragma unroll

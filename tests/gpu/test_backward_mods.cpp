@@ -332,6 +332,49 @@ TEST_CASE("score_mod's diagonal values at head dims 64 and 256, and two values o
   runBackwardVariant(mirrored, {1, 333, 130, true}, kPositionTable, 324);
 }
 
+TEST_CASE("the key tile's diagonal sums across query heads, rotated walks and step lists",
+          "[gpu][backward][mods]") {
+  // A plan with room sums a step's diagonals over its key tile in shared
+  // memory and carries them to the next query block of the same head
+  // (bwd/diagonal_sums.cuh). Here a block walks 4 query heads, the
+  // deterministic mode rotates its query blocks (the last is followed by
+  // the first), and a buffer mask_mod's step list skips the empty steps.
+  const std::string positions =
+      exampleWithHeads("relpos_learned_hd128.mlir", "q_heads = 4, kv_heads = 1");
+  runBackwardVariant(positions, {2, 300, 257, false}, kPositionTable, 330);
+  RunOptions deterministic;
+  deterministic.deterministic = true;
+  runBackwardVariant(positions, {1, 700, 700, true}, kPositionTable, 331, deterministic);
+  std::string documents = replaceAll(
+      exampleWithHeads("relpos_learned_hd128.mlir", "q_heads = 4, kv_heads = 2"),
+      "captures = [#attn.capture<\"bias\", f32, [q_heads, ?], grad>]",
+      "captures = [#attn.capture<\"document\", i32, [batch, seqlen_k]>, "
+      "#attn.capture<\"bias\", f32, [q_heads, ?], grad>]\n"
+      "    mask_mod {\n"
+      "    ^bb0(%b: index, %h: index, %q: index, %kv: index, %document: memref<?x?xi32>, "
+      "%bias: memref<?x?xf32>):\n"
+      "      %dq = memref.load %document[%b, %q] : memref<?x?xi32>\n"
+      "      %dk = memref.load %document[%b, %kv] : memref<?x?xi32>\n"
+      "      %same = arith.cmpi eq, %dq, %dk : i32\n"
+      "      attn.yield %same : i1\n"
+      "    }");
+  documents = replaceAll(documents, "%kv: index, %bias: memref<?x?xf32>):\n      %offset",
+                         "%kv: index, %document: memref<?x?xi32>, %bias: memref<?x?xf32>):\n"
+                         "      %offset");
+  REQUIRE(documents.find("mask_mod") != std::string::npos);
+  REQUIRE(documents.find("%document: memref<?x?xi32>, %bias: memref<?x?xf32>):\n      %offset") !=
+          std::string::npos);
+  const CaptureMaker documentsAndTable = [](harness::ForwardProblem &data,
+                                            const AttnLaunchConfig &launch,
+                                            const harness::Shape &shape,
+                                            std::mt19937_64 &random) {
+    gputest::addDocuments(data, launch, shape, random);
+    kPositionTable(data, launch, shape, random);
+  };
+  runBackwardVariant(documents, {2, 300, 300, false}, documentsAndTable, 332);
+  runBackwardVariant(documents, {1, 700, 900, false}, documentsAndTable, 333, withCoverage());
+}
+
 TEST_CASE("the backward through regions on small shapes, for the sanitizers",
           "[gpu][backward][mods][sanitize]") {
   runBackwardVariant(exampleWithHeads("alibi_learned_hd128.mlir"), {1, 130, 70, false},
@@ -340,6 +383,9 @@ TEST_CASE("the backward through regions on small shapes, for the sanitizers",
                      gputest::addDocuments, 401);
   runBackwardVariant(exampleWithHeads("t5_bias_hd128.mlir"), {1, 100, 100, false}, kBucketTable,
                      402);
+  // The key tile's diagonal sums, carried over query blocks and heads.
+  runBackwardVariant(exampleWithHeads("relpos_learned_hd128.mlir", "q_heads = 4, kv_heads = 1"),
+                     {1, 200, 150, false}, kPositionTable, 405);
   runBackwardVariant(exampleWithHeads("document_mask_hd128.mlir"), {1, 200, 150, false},
                      gputest::addDocuments, 403, withCoverage());
   // A step list of every step.

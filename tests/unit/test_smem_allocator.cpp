@@ -135,9 +135,9 @@ TEST_CASE("the kernels' own plans keep the allocator's invariants", "[smem]") {
   CHECK(forwardLayout.total + kSmemBaseAlignSlack <= kMaxSharedMemoryPerBlock);
 
   const TileConfig backward = backwardTileConfig(problem);
-  const int buffers = backwardDqStagingBuffers(problem, backward);
-  const std::vector<SmemRequest> backwardRequests =
-      backwardKernelSmemRequests(problem, backward, buffers);
+  const BackwardSmemChoice choice = backwardSmemChoice(problem, backward);
+  const std::vector<SmemRequest> backwardRequests = backwardKernelSmemRequests(
+      problem, backward, choice.dqStagingBuffers, choice.diagonalSums);
   const SmemLayout backwardLayout = allocateSharedMemory(backwardRequests);
   checkInvariants(backwardRequests, backwardLayout);
   CHECK(backwardLayout.total + kSmemBaseAlignSlack <= kMaxSharedMemoryPerBlock);

@@ -644,8 +644,10 @@ std::string emitBackwardKernelSource(const BackwardKernelConfig &config) {
       << "constexpr int kBlockN = " << config.tile.blockN << ";\n"
       << "constexpr int kStages = " << config.tile.stages << ";\n"
       << "constexpr int kConsumerWarpgroups = " << consumers << ";\n"
-      << "constexpr int kConsumerRegisters = " << config.tile.consumerRegisters << ";\n"
-      << "constexpr int kProducerRegisters = " << config.tile.producerRegisters << ";\n"
+      << "constexpr int kConsumerRegisters = " << config.tile.consumerRegisters
+      << ";\n"
+      << "constexpr int kProducerRegisters = " << config.tile.producerRegisters
+      << ";\n"
       << "constexpr unsigned kSmemK = " << smem.k << ";\n"
       << "constexpr unsigned kSmemV = " << smem.v << ";\n"
       << "constexpr unsigned kSmemQ = " << smem.q << ";\n"
@@ -657,6 +659,10 @@ std::string emitBackwardKernelSource(const BackwardKernelConfig &config) {
       << "constexpr unsigned kSmemDqStaging = " << smem.dqStaging << ";\n"
       << "constexpr int kDqStagingBuffers = " << smem.dqStagingBuffers << ";\n"
       << "constexpr unsigned kSmemDqTurns = " << smem.dqTurns << ";\n"
+      << "constexpr bool kBlockDiagonalSums = "
+      << (smem.diagonalSums ? "true" : "false") << ";\n"
+      << "constexpr unsigned kSmemDiagonalSums = "
+      << smem.diagonalSums.value_or(0) << ";\n"
       << "constexpr int kBarrierCount = " << smem.barrierCount << ";\n"
       << "constexpr unsigned kSmemBarriers = " << smem.barriers << ";\n"
       << "constexpr unsigned kSmemTotal = " << smem.total << ";\n"

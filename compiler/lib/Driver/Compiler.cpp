@@ -216,8 +216,7 @@ mlir::FailureOr<PlannedBackward> planBackward(mlir::attn::KernelOp op,
   tileOptions.backwardTileOverride = options.tileOverride;
   auto module = op->getParentOfType<mlir::ModuleOp>();
   mlir::PassManager pm(op.getContext());
-  mlir::attn::buildPlanPipeline(pm, tileOptions);
-  mlir::attn::buildBackwardModsPipeline(pm);
+  mlir::attn::buildBackwardPipeline(pm, tileOptions);
   if (mlir::failed(pm.run(module)))
     return mlir::failure();
   mlir::FailureOr<codegen::BackwardKernelConfig> config =

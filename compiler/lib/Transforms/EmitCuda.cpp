@@ -440,6 +440,23 @@ FailureOr<::attn::codegen::BackwardKernelConfig> buildBackwardKernelConfig(Kerne
     return failure();
   if (SmemBufferAttr p = smemPlan.lookupBuffer("p"))
     smem.p = p.getOffset();
+  if (SmemBufferAttr sums = smemPlan.lookupBuffer("diagonal_sums")) {
+    if (!config.mods.diagonalGradient)
+      return op.emitOpError("backward shared-memory plan has diagonal sums, "
+                            "but the backward adds "
+                            "no capture gradient by diagonal");
+    const int64_t bytes = attn_abi::bwdDiagonalSumBytes(
+        config.headDim, config.tile.blockM, config.tile.blockN,
+        config.tile.consumerWarpgroups);
+    if (sums.getSize() < bytes || !attn_abi::bwdBlockDiagonalSumsFit(
+                                      config.tile.blockM, config.tile.blockN,
+                                      config.tile.consumerWarpgroups))
+      return op.emitOpError(
+                 "backward shared-memory plan's 'diagonal_sums' buffer of ")
+             << sums.getSize() << " bytes does not serve the plan, which needs "
+             << bytes;
+    smem.diagonalSums = sums.getOffset();
+  }
   smem.total = smemPlan.getTotal();
   smem.dqStagingBuffers = smemPlan.lookupBuffer("dq_turns").getSlots();
   smem.barrierCount = smemPlan.lookupBuffer("barriers").getSlots();

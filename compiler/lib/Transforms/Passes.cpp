@@ -2,6 +2,8 @@
 
 #include "attn/Transforms/Passes.h"
 
+#include "mlir/Dialect/EmitC/IR/EmitC.h"
+#include "mlir/IR/SymbolTable.h"
 #include "mlir/Pass/PassOptions.h"
 #include "mlir/Pass/PassRegistry.h"
 
@@ -31,10 +33,30 @@ void mlir::attn::buildEmitPipeline(OpPassManager &pm) {
   pm.addPass(createAttnEmitCuda());
 }
 
-void mlir::attn::buildBackwardModsPipeline(OpPassManager &pm) {
+void mlir::attn::buildBackwardPipeline(OpPassManager &pm,
+                                       const AttnTileOptions &tileOptions) {
   pm.addPass(createAttnClassifyBlocks());
   pm.addPass(createAttnDifferentiateMods());
+  buildPlanPipeline(pm, tileOptions);
   pm.addPass(createAttnLowerMods());
+}
+
+/// Whether the backward's score_mod derivative (attn-differentiate-mods'
+/// function, lowered or not) adds to a capture's gradient by diagonal.
+static bool addsGradientByDiagonal(KernelOp kernel) {
+  FlatSymbolRefAttr vjp = kernel.getBackwardScoreModVjpFnAttr();
+  Operation *function =
+      vjp ? SymbolTable::lookupNearestSymbolFrom(kernel, vjp) : nullptr;
+  if (!function)
+    return false;
+  WalkResult found = function->walk([](Operation *op) {
+    auto call = dyn_cast<emitc::CallOpaqueOp>(op);
+    return op->hasAttr(kPerDiagonalAttr) ||
+                   (call && isDiagonalGradientCallee(call.getCallee()))
+               ? WalkResult::interrupt()
+               : WalkResult::advance();
+  });
+  return found.wasInterrupted();
 }
 
 void mlir::attn::registerAttnPasses() {
@@ -56,6 +78,7 @@ void mlir::attn::registerAttnPasses() {
   result.evenTiles = isa<NoMaskAttr>(kernel.getMask()) &&
                      !kernel.getMaskModFnAttr() && kernel.getMaskMod().empty();
   result.hasScoreMod = !kernel.getScoreMod().empty() || kernel.getScoreModFnAttr();
+  result.diagonalGradient = addsGradientByDiagonal(kernel);
   const bool noMaskMod = !kernel.getMaskModFnAttr() && kernel.getMaskMod().empty();
   result.causalOnly = isa<CausalAttr>(kernel.getMask()) && noMaskMod;
   result.slidingWindowOnly = isa<SlidingWindowAttr>(kernel.getMask()) && noMaskMod;

@@ -31,16 +31,19 @@ SmemPlanAttr smemPlanAttrOf(MLIRContext *ctx, const ::attn::SmemLayout &layout) 
   return SmemPlanAttr::get(ctx, layout.total, ArrayAttr::get(ctx, buffers));
 }
 
-/// The backward's layout, for a kernel with a `backward_tile` plan: dQ's
-/// staging doubled where it fits (backwardDqStagingBuffers). A plan written
+/// The backward's layout, for a kernel with a `backward_tile` plan: its
+/// optional buffers as backwardSmemChoice picks them. A plan written
 /// in the spec rather than by attn-tile is checked first.
 LogicalResult planBackwardSmem(KernelOp kernel) {
   const ::attn::TileProblem problem = getTileProblem(kernel);
   const ::attn::TileConfig config = getTileConfig(kernel.getBackwardTileAttr());
   if (std::optional<std::string> violation = ::attn::checkBackwardTileLegality(problem, config))
     return kernel.emitOpError("backward plan is illegal: ") << *violation;
-  const ::attn::SmemLayout layout = ::attn::allocateSharedMemory(::attn::backwardKernelSmemRequests(
-      problem, config, ::attn::backwardDqStagingBuffers(problem, config)));
+  const ::attn::BackwardSmemChoice choice =
+      ::attn::backwardSmemChoice(problem, config);
+  const ::attn::SmemLayout layout =
+      ::attn::allocateSharedMemory(::attn::backwardKernelSmemRequests(
+          problem, config, choice.dqStagingBuffers, choice.diagonalSums));
   const int64_t launchBytes = layout.total + SmemPlanAttr::kBaseAlignSlack;
   if (launchBytes > ::attn::kMaxSharedMemoryPerBlock)
     return kernel.emitOpError() << "shared-memory capacity: the backward plan needs "

@@ -107,7 +107,8 @@ std::vector<SmemRequest> forwardKernelSmemRequests(const TileProblem &problem,
 
 std::vector<SmemRequest> backwardKernelSmemRequests(const TileProblem &problem,
                                                     const TileConfig &config,
-                                                    int dqStagingBuffers) {
+                                                    int dqStagingBuffers,
+                                                    bool diagonalSums) {
   constexpr int64_t kTileAlign = 1024;
   constexpr int64_t kSwizzle = 128;
   const int64_t row = int64_t(problem.headDim) * problem.elementBytes;
@@ -138,15 +139,34 @@ std::vector<SmemRequest> backwardKernelSmemRequests(const TileProblem &problem,
                       16, 0, stagingSlots, kPhaseSetup, kPhaseEnd});
   requests.push_back({"dq_turns", 4 * int64_t(dqStagingBuffers), 4, 0, dqStagingBuffers,
                       kPhaseSetup, kPhaseEnd});
+  if (diagonalSums)
+    requests.push_back({"diagonal_sums",
+                        attn_abi::bwdDiagonalSumBytes(
+                            problem.headDim, config.blockM, config.blockN,
+                            config.consumerWarpgroups),
+                        16, 0, 1, kPhaseSetup, kPhaseEnd});
   requests.push_back({"barriers", 8 * barriers, 8, 0, barriers, kPhaseSetup, kPhaseEnd});
   return requests;
 }
 
-int backwardDqStagingBuffers(const TileProblem &problem, const TileConfig &config) {
-  const int64_t doubled =
-      allocateSharedMemory(backwardKernelSmemRequests(problem, config, 2)).total +
-      kSmemBaseAlignSlack;
-  return doubled <= kMaxSharedMemoryPerBlock ? 2 : 1;
+BackwardSmemChoice backwardSmemChoice(const TileProblem &problem,
+                                      const TileConfig &config) {
+  const bool sums =
+      problem.diagonalGradient &&
+      attn_abi::bwdBlockDiagonalSumsFit(config.blockM, config.blockN,
+                                        config.consumerWarpgroups);
+  const BackwardSmemChoice choices[] = {{2, sums}, {1, sums}, {2, false}};
+  for (const BackwardSmemChoice &choice : choices) {
+    const int64_t bytes =
+        allocateSharedMemory(backwardKernelSmemRequests(problem, config,
+                                                        choice.dqStagingBuffers,
+                                                        choice.diagonalSums))
+            .total +
+        kSmemBaseAlignSlack;
+    if (bytes <= kMaxSharedMemoryPerBlock)
+      return choice;
+  }
+  return {1, false};
 }
 
 int64_t backwardBarrierCount(const TileConfig &config, int dqStagingBuffers) {

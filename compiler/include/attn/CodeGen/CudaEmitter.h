@@ -12,6 +12,7 @@
 #include "attn/Compiler/TileConstraints.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -130,6 +131,8 @@ struct BackwardSharedMemoryOffsets {
   int64_t k = 0, v = 0, q = 0, dO = 0, lse = 0, delta = 0, ds = 0, p = 0, dqStaging = 0,
           dqTurns = 0, barriers = 0, total = 0;
   int64_t dqStagingBuffers = 1; // per consumer warpgroup
+  // The key tile's capture-gradient sums by diagonal, where the plan has them.
+  std::optional<int64_t> diagonalSums;
   int64_t barrierCount = 0;
 };
 

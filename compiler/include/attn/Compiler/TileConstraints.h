@@ -75,6 +75,10 @@ struct TileProblem {
   int scoreDiagonalWindows = kMaxScoreDiagonalWindows;
   /// The kernel modifies scores (a score_mod region or function).
   bool hasScoreMod = false;
+  /// The backward adds a learnable capture's gradient by diagonal (q - kv),
+  /// an `attn.per_diagonal` addition: its plan sums the diagonals of a key
+  /// tile in shared memory where they fit (attn_abi::bwdDiagonalSumBytes).
+  bool diagonalGradient = false;
   /// The kernel has a mask_mod attn-classify-blocks cannot prove (it reads
   /// buffers, or is a function): its tiles come from a run-time coverage,
   /// and a partial tile's stored key bits arrive with its K tile, in a

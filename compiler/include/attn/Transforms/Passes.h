@@ -35,10 +35,12 @@ std::string tuningSpecHash(KernelOp kernel);
 /// attn-lower-mods, then attn-emit-cuda. `pm` must run on a module.
 void buildEmitPipeline(OpPassManager &pm);
 
-/// Adds what prepares the user regions for the backward kernel:
-/// attn-classify-blocks, attn-differentiate-mods, then attn-lower-mods.
-/// `pm` must run on a module.
-void buildBackwardModsPipeline(OpPassManager &pm);
+/// Adds what plans the backward kernel and prepares its user regions:
+/// attn-classify-blocks, attn-differentiate-mods, the plan pipeline (whose
+/// shared-memory plan reads how the derived additions index their
+/// captures), then attn-lower-mods. `pm` must run on a module.
+void buildBackwardPipeline(OpPassManager &pm,
+                           const AttnTileOptions &tileOptions);
 
 /// Registers the passes (attn-tile, attn-plan-smem, attn-classify-blocks,
 /// attn-lower-mods, attn-emit-cuda) and the `attn-plan`

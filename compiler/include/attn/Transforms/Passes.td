@@ -140,8 +140,12 @@ def AttnPlanSmem : Pass<"attn-plan-smem"> {
     `delta` (`stages x block_m` fp32); `ds` (two `block_n x block_m` tiles
     of dSᵀ); `dq_staging` (a `block_m x head_dim` fp32 piece per consumer
     and buffer, two buffers where they fit, else one); `dq_turns` (an int32
-    per buffer); `barriers` (kv_full, full and empty per stage, dq_full and
-    dq_empty per consumer and buffer).
+    per buffer); `diagonal_sums` where the derived backward adds a learnable
+    capture's gradient by diagonal (`attn.per_diagonal`, so
+    `attn-differentiate-mods` runs first) and it fits: each consumer warp's
+    sums by diagonal, two steps' rows, and a float per consumer thread,
+    taken ahead of a second dQ staging buffer; `barriers` (kv_full, full and
+    empty per stage, dq_full and dq_empty per consumer and buffer).
   }];
   let dependentDialects = ["::mlir::attn::AttnDialect"];
 }

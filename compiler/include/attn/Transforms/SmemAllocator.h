@@ -93,16 +93,32 @@ std::vector<SmemRequest> linearKernelSmemRequests(const TileProblem &problem,
 /// a key tile (attn_abi::bwdSplitsColumns) "p" (two of Pᵀ), "dq_staging"
 /// (`dqStagingBuffers` x block_m x head_dim fp32, a piece per consumer
 /// warpgroup and buffer), "dq_turns" (an int32 per staging buffer: the
-/// deterministic mode's order of the piece's addition), "barriers"
+/// deterministic mode's order of the piece's addition), with `diagonalSums`
+/// "diagonal_sums" (attn_abi::bwdDiagonalSumBytes: the consumer warps' rows
+/// of a step's capture gradient by diagonal, two steps'), "barriers"
 /// (backwardBarrierCount).
 std::vector<SmemRequest> backwardKernelSmemRequests(const TileProblem &problem,
                                                     const TileConfig &config,
-                                                    int dqStagingBuffers);
+                                                    int dqStagingBuffers,
+                                                    bool diagonalSums = false);
 
-/// How many dQ staging buffers each backward consumer gets: two (the
-/// consumer stages a piece while the last one's reduction is in flight)
-/// where they fit in shared memory, else one.
-int backwardDqStagingBuffers(const TileProblem &problem, const TileConfig &config);
+/// The backward's optional buffers: how many dQ staging buffers each
+/// consumer gets, and whether the key tile sums the capture gradient's
+/// diagonals in shared memory.
+struct BackwardSmemChoice {
+  int dqStagingBuffers = 1;
+  bool diagonalSums = false;
+};
+
+/// The first that fits in shared memory of: diagonal sums (for a
+/// problem.diagonalGradient plan whose consumers can own every diagonal of
+/// a step) with two dQ staging buffers, with one, then two buffers without
+/// them, then one. The sums go first: without them each warp adds its own to
+/// memory, 2.5 times the additions at head dim 128, where a second buffer
+/// only lets a consumer stage a piece while the last one's reduction is in
+/// flight.
+BackwardSmemChoice backwardSmemChoice(const TileProblem &problem,
+                                      const TileConfig &config);
 
 /// The backward kernel's mbarriers: kv_full, full and empty per stage, a
 /// dq_full and a dq_empty per consumer and staging buffer.
