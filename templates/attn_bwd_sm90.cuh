@@ -80,6 +80,20 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
 
   mbarrierWait(barriers.kvFull(), 0);
   const StepWalk walk = stepWalkOf(p, block);
+  // The key tile's diagonal sums of `step`, at position `at`
+  // (kBlockDiagonalSums), `next` the step after it or -1: the next step
+  // meets its upper diagonals when it is the next query block of the same
+  // head. Later passes recompute pairs whose gradients are in.
+  const auto sumStepDiagonals = [&](int at, int step, int next) {
+    if (block.passOf(step) != 0)
+      return;
+    const int head = block.headOf(step), queryBlock = block.queryBlockOf(step);
+    const bool continues = next >= 0 && block.headOf(next) == head && block.passOf(next) == 0 &&
+                           block.queryBlockOf(next) == queryBlock + 1;
+    sumBlockDiagonals(p, captureGradients, smemBase, at, block.batch, head, queryBlock * kBlockM,
+                      block.keyTile * kBlockN + kBlockN - 1, continues,
+                      consumer * kWarpgroupThreads + thread);
+  };
   for (int position = 0; position < walk.positions; ++position) {
     const u32 entry = walk.entryAt(position);
     const int step = StepWalk::stepOf(entry);
@@ -117,6 +131,12 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
     if constexpr (Mods::kScoreDiagonals > 0)
       warpDiagonals = warpDiagonalsOf(p, block.batch, block.headOf(step), key0 - lane / 4,
                                       queryFirst, lane);
+    // The step before's diagonal sums, while the products run: off the
+    // path from one step's products to the next (this step's rows go to
+    // the other buffer, and the next step's only after its barrier).
+    if constexpr (kBlockDiagonalSums && kSumsBesideProducts)
+      if (position > 0)
+        sumStepDiagonals(position - 1, StepWalk::stepOf(walk.entryAt(position - 1)), step);
     // A mask_mod the coverage shows keeping the whole tile needs no per-pair
     // test.
     bool maskPartial = false;
@@ -255,10 +275,9 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
         stageDq(dq);
       }
     }
-    if constexpr (kBlockDiagonalSums) {
-      // Later passes recompute pairs whose gradients are in. The next step
-      // meets this one's upper diagonals when it is the next query block
-      // of the same head.
+    if constexpr (kBlockDiagonalSums && !kSumsBesideProducts) {
+      // The same at the end of the step, written out: through the lambda
+      // the head-dim-64 consumers spilled 136 bytes instead of 96 (ptxas).
       if (pass == 0) {
         bool continues = false;
         if (position + 1 < walk.positions) {
@@ -270,14 +289,18 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
                           block.headOf(step), query0, block.keyTile * kBlockN + kBlockN - 1,
                           continues, consumer * kWarpgroupThreads + thread);
       }
-    } else if constexpr (Mods::kDiagonalGradient) {
+    }
+    if constexpr (!kBlockDiagonalSums && Mods::kDiagonalGradient)
       addDiagonalSums(p, captureGradients, spreadSums, block.batch, block.headOf(step),
                       key0 - lane / 4, queryFirst, lane);
-    }
     // With passes every step is walked: the position is the step.
     if (kPasses > 1 && step + 1 < walk.positions && block.passOf(step + 1) != pass)
       storePassGradients(p, dK, dV, block, key0, lane, consumer, pass);
   }
+  if constexpr (kBlockDiagonalSums && kSumsBesideProducts)
+    if (walk.positions > 0)
+      sumStepDiagonals(walk.positions - 1, StepWalk::stepOf(walk.entryAt(walk.positions - 1)),
+                       -1);
   // A key tile no query sees walks no step: every pass's gradients are 0.
   if constexpr (kPasses > 1)
     if (walk.positions == 0)

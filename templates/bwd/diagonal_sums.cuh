@@ -120,7 +120,10 @@ addDiagonalSums(const attn_abi::AttnBwdParams &p,
 // next step (the next query block of the same head) meets most of the step's
 // diagonals again. Each warp stores its sums as a row of shared memory before
 // the step's dSᵀ barrier; after it, the thread that owns a diagonal adds the
-// rows in warp order. Diagonal d's owner is consumer thread d mod
+// rows in warp order: while the next step's products run where that leaves
+// the consumers their registers (kSumsBesideProducts), else at the end of
+// the step, where the owners' loads and additions delay the next step's
+// products (at head dim 128: 0.33 ms of a 4.3 ms backward, H200). Diagonal d's owner is consumer thread d mod
 // kOwnerThreads at every step, so a diagonal the next step meets again keeps
 // its sum in its owner's register, and goes to memory once no later step
 // meets it: per step about kBlockM additions, instead of one per warp and
@@ -146,6 +149,11 @@ __device__ __forceinline__ u32 diagonalCarry(u32 smemBase, int owner) {
   return smemBase + attn_plan::kSmemDiagonalSums +
          static_cast<u32>((2 * kDiagonalRows * kDiagonalRowFloats + owner) * 4);
 }
+
+// ptxas: at 128 query columns a step (head dim 64) the owner's step beside
+// the products made a learned table's consumers spill 160 bytes, 96 at the
+// end of the step.
+constexpr bool kSumsBesideProducts = kQueryColumns <= 64;
 
 // Row `row` (consumer * 4 + warp) of the step at `position`: two steps' rows,
 // so that a warp may store the next step's while an owner still reads
