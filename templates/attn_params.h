@@ -366,19 +366,14 @@ constexpr BwdWidths bwdWidths(int headDim, int blockM, int blockN, int consumers
 // consumer warp, then a float per consumer thread (the sum an owner carries
 // to the next step). Each of the step's diagonals needs an owner thread,
 // and owners are assigned modulo the consumer threads.
-constexpr int bwdDiagonalRowFloats(int queryColumns) {
-  return queryColumns + 16;
-}
+constexpr int bwdDiagonalRowFloats(int queryColumns) { return queryColumns + 16; }
 constexpr bool bwdBlockDiagonalSumsFit(int blockM, int blockN, int consumers) {
   return (consumers == 1 || consumers == 2 || consumers == 4) &&
          blockM + blockN - 1 <= 128 * consumers;
 }
-constexpr long long bwdDiagonalSumBytes(int headDim, int blockM, int blockN,
-                                        int consumers) {
+constexpr long long bwdDiagonalSumBytes(int headDim, int blockM, int blockN, int consumers) {
   return 2LL * 4 * consumers *
-             bwdDiagonalRowFloats(
-                 bwdWidths(headDim, blockM, blockN, consumers).queryColumns) *
-             4 +
+             bwdDiagonalRowFloats(bwdWidths(headDim, blockM, blockN, consumers).queryColumns) * 4 +
          128LL * consumers * 4;
 }
 

@@ -29,8 +29,7 @@ typedef float DiagonalSums[2][kDiagonalSlots];
 // lanes 0-3 (row 0) hold each diagonal's sum over the warp's 16 keys, the
 // diagonal query0 - rowKey + 8 j + 2 lane + e of the warp's first key
 // rowKey; the other lanes hold partial sums.
-__device__ __forceinline__ void sumDiagonalsOverRows(DiagonalSums &sums,
-                                                     int lane) {
+__device__ __forceinline__ void sumDiagonalsOverRows(DiagonalSums &sums, int lane) {
   const int c = lane & 3;
 #pragma unroll
   for (int s = 1; s < 8; s *= 2) {
@@ -53,10 +52,8 @@ __device__ __forceinline__ void sumDiagonalsOverRows(DiagonalSums &sums,
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int from = (e + s) & 1;
-        const float next =
-            slot + 1 < kDiagonalSlots ? sums[from][slot + 1] : 0.f;
-        received[e] = __shfl_sync(
-            0xffffffffu, carried[e] ? next : sums[from][slot], sender[e]);
+        const float next = slot + 1 < kDiagonalSlots ? sums[from][slot + 1] : 0.f;
+        received[e] = __shfl_sync(0xffffffffu, carried[e] ? next : sums[from][slot], sender[e]);
       }
 #pragma unroll
       for (int e = 0; e < 2; ++e)
@@ -71,8 +68,7 @@ __device__ __forceinline__ void sumDiagonalsOverRows(DiagonalSums &sums,
 constexpr int kDiagonalRounds = (2 * kDiagonalSlots + 7) / 8;
 typedef float SpreadDiagonalSums[kDiagonalRounds];
 __device__ __forceinline__ void spreadDiagonalSums(const DiagonalSums &sums,
-                                                   SpreadDiagonalSums &spread,
-                                                   int lane) {
+                                                   SpreadDiagonalSums &spread, int lane) {
   const int m = lane >> 2, c = lane & 3;
 #pragma unroll
   for (int round = 0; round < kDiagonalRounds; ++round)
@@ -93,11 +89,10 @@ __device__ __forceinline__ void spreadDiagonalSums(const DiagonalSums &sums,
 // (`rowKey`: the warp's first key, `query0` the step's first query column).
 // A round whose sums all go to one element (the far buckets of a bucketed
 // bias) sums in the warp and adds once (attn_dev::flushWarpSums).
-__device__ __forceinline__ void
-addDiagonalSums(const attn_abi::AttnBwdParams &p,
-                typename Mods::Gradients &captureGradients,
-                const SpreadDiagonalSums &spread, int batch, int head,
-                int rowKey, int query0, int lane) {
+__device__ __forceinline__ void addDiagonalSums(const attn_abi::AttnBwdParams &p,
+                                                typename Mods::Gradients &captureGradients,
+                                                const SpreadDiagonalSums &spread, int batch,
+                                                int head, int rowKey, int query0, int lane) {
   const int m = lane >> 2, c = lane & 3;
 #pragma unroll
   for (int round = 0; round < kDiagonalRounds; ++round) {
@@ -105,8 +100,7 @@ addDiagonalSums(const attn_abi::AttnBwdParams &p,
     if (k < 2 * kDiagonalSlots && spread[round] != 0.f) {
       const int column = 8 * (k / 2 - 2) + 2 * c + (k & 1);
       captureGradients.findElements(true);
-      Mods::scoreVjp(p, captureGradients, 0.f, 0.f, batch, head,
-                     query0 + column, rowKey);
+      Mods::scoreVjp(p, captureGradients, 0.f, 0.f, batch, head, query0 + column, rowKey);
       captureGradients.findElements(false);
     }
     captureGradients.flushDiagonalSum(spread[round]);
@@ -123,22 +117,19 @@ addDiagonalSums(const attn_abi::AttnBwdParams &p,
 // rows in warp order: while the next step's products run where that leaves
 // the consumers their registers (kSumsBesideProducts), else at the end of
 // the step, where the owners' loads and additions delay the next step's
-// products (at head dim 128: 0.33 ms of a 4.3 ms backward, H200). Diagonal d's owner is consumer thread d mod
-// kOwnerThreads at every step, so a diagonal the next step meets again keeps
-// its sum in its owner's register, and goes to memory once no later step
-// meets it: per step about kBlockM additions, instead of one per warp and
-// diagonal (2.5 times as many at head dim 128), in an order that does not
-// change from run to run.
-constexpr bool kBlockDiagonalSums =
-    Mods::kDiagonalGradient && attn_plan::kBlockDiagonalSums;
-constexpr int kDiagonalRowFloats =
-    attn_abi::bwdDiagonalRowFloats(kQueryColumns);
+// products (at head dim 128: 0.33 ms of a 4.3 ms backward, H200). Diagonal
+// d's owner is consumer thread d mod kOwnerThreads at every step, so a
+// diagonal the next step meets again keeps its sum (in the owner's slot),
+// and goes to memory once no later step meets it: per step about kBlockM
+// additions, instead of one per warp and diagonal (2.5 times as many at
+// head dim 128), in an order that does not change from run to run.
+constexpr bool kBlockDiagonalSums = Mods::kDiagonalGradient && attn_plan::kBlockDiagonalSums;
+constexpr int kDiagonalRowFloats = attn_abi::bwdDiagonalRowFloats(kQueryColumns);
 constexpr int kDiagonalRows = kConsumers * kWarpsPerWarpgroup;
 constexpr int kBlockDiagonals = kBlockM + kBlockN - 1;
 constexpr int kOwnerThreads = kConsumers * kWarpgroupThreads;
 static_assert(!kBlockDiagonalSums ||
-                  attn_abi::bwdBlockDiagonalSumsFit(kBlockM, kBlockN,
-                                                    kConsumers),
+                  attn_abi::bwdBlockDiagonalSumsFit(kBlockM, kBlockN, kConsumers),
               "a diagonal owner per diagonal of the step, by a power of two");
 static_assert(8 * kDiagonalSlots == kDiagonalRowFloats,
               "a row holds the warp's slots: entry 8 slot + 2 (lane % 4) + e");
@@ -158,23 +149,19 @@ constexpr bool kSumsBesideProducts = kQueryColumns <= 64;
 // Row `row` (consumer * 4 + warp) of the step at `position`: two steps' rows,
 // so that a warp may store the next step's while an owner still reads
 // these (an owner reads before it reaches the next step's barrier).
-__device__ __forceinline__ u32 diagonalRow(u32 smemBase, int position,
-                                           int row) {
+__device__ __forceinline__ u32 diagonalRow(u32 smemBase, int position, int row) {
   return smemBase + attn_plan::kSmemDiagonalSums +
-         static_cast<u32>(((position & 1) * kDiagonalRows + row) *
-                          kDiagonalRowFloats * 4);
+         static_cast<u32>(((position & 1) * kDiagonalRows + row) * kDiagonalRowFloats * 4);
 }
 
 // Lanes 0-3 hold the warp's sums over its keys (sumDiagonalsOverRows). Entry
 // x of the row is the diagonal queryFirst - rowKey - 16 + x (the warp's first
 // key and query column), entry 0 the empty slot 0 of column 0.
-__device__ __forceinline__ void storeDiagonalRow(const DiagonalSums &sums,
-                                                 u32 row, int lane) {
+__device__ __forceinline__ void storeDiagonalRow(const DiagonalSums &sums, u32 row, int lane) {
   if (lane < 4)
 #pragma unroll
     for (int slot = 0; slot < kDiagonalSlots; ++slot)
-      asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(
-                       row + (8 * slot + 2 * lane) * 4),
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(row + (8 * slot + 2 * lane) * 4),
                    "f"(sums[0][slot]), "f"(sums[1][slot]));
 }
 
@@ -185,13 +172,12 @@ __device__ __forceinline__ void storeDiagonalRow(const DiagonalSums &sums,
 // next query block of the head, whose diagonal x - kBlockM this is), else
 // adds it to the capture's gradient. The walk's first step (`position` 0)
 // finds nothing carried. Every consumer thread calls it.
-__device__ __forceinline__ void
-sumBlockDiagonals(const attn_abi::AttnBwdParams &p,
-                  typename Mods::Gradients &captureGradients, u32 smemBase,
-                  int position, int batch, int head, int query0, int lastKey,
-                  bool continues, int owner) {
-  const u32 rows = diagonalRow(smemBase, position, 0),
-            carry = diagonalCarry(smemBase, owner);
+__device__ __forceinline__ void sumBlockDiagonals(const attn_abi::AttnBwdParams &p,
+                                                  typename Mods::Gradients &captureGradients,
+                                                  u32 smemBase, int position, int batch, int head,
+                                                  int query0, int lastKey, bool continues,
+                                                  int owner) {
+  const u32 rows = diagonalRow(smemBase, position, 0), carry = diagonalCarry(smemBase, owner);
   const int lowest = query0 - lastKey;
   const int x = (owner - lowest) & (kOwnerThreads - 1);
   const bool owns = x < kBlockDiagonals;
@@ -199,24 +185,21 @@ sumBlockDiagonals(const attn_abi::AttnBwdParams &p,
 #pragma unroll 4
   for (int row = 0; row < kDiagonalRows; ++row) {
     // The row's warp: its first key and query column within the tile.
-    const int consumer = row / kWarpsPerWarpgroup,
-              warp = row % kWarpsPerWarpgroup;
+    const int consumer = row / kWarpsPerWarpgroup, warp = row % kWarpsPerWarpgroup;
     const int keyOffset = (kSplitsColumns ? 0 : 64 * consumer) + 16 * warp;
     const int columnOffset = kSplitsColumns ? consumer * kQueryColumns : 0;
     const int entry = x + keyOffset - columnOffset - (kBlockN - 1) + 16;
     if (owns && entry >= 0 && entry < kDiagonalRowFloats)
-      sum += __uint_as_float(loadShared<u32>(
-          rows + static_cast<u32>((row * kDiagonalRowFloats + entry) * 4)));
+      sum += __uint_as_float(
+          loadShared<u32>(rows + static_cast<u32>((row * kDiagonalRowFloats + entry) * 4)));
   }
   const int d = lowest + x;
   const bool carried = owns && continues && x >= kBlockM;
-  asm volatile("st.shared.f32 [%0], %1;" ::"r"(carry),
-               "f"(carried ? sum : 0.f));
+  asm volatile("st.shared.f32 [%0], %1;" ::"r"(carry), "f"(carried ? sum : 0.f));
   const bool adds = owns && !carried && sum != 0.f;
   if (adds) {
     captureGradients.findElements(true);
-    Mods::scoreVjp(p, captureGradients, 0.f, 0.f, batch, head, d + lastKey,
-                   lastKey);
+    Mods::scoreVjp(p, captureGradients, 0.f, 0.f, batch, head, d + lastKey, lastKey);
     captureGradients.findElements(false);
   }
   captureGradients.flushDiagonalSum(adds ? sum : 0.f);

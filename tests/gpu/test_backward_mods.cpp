@@ -366,8 +366,7 @@ TEST_CASE("the key tile's diagonal sums across query heads, rotated walks and st
           std::string::npos);
   const CaptureMaker documentsAndTable = [](harness::ForwardProblem &data,
                                             const AttnLaunchConfig &launch,
-                                            const harness::Shape &shape,
-                                            std::mt19937_64 &random) {
+                                            const harness::Shape &shape, std::mt19937_64 &random) {
     gputest::addDocuments(data, launch, shape, random);
     kPositionTable(data, launch, shape, random);
   };

@@ -136,8 +136,8 @@ TEST_CASE("the kernels' own plans keep the allocator's invariants", "[smem]") {
 
   const TileConfig backward = backwardTileConfig(problem);
   const BackwardSmemChoice choice = backwardSmemChoice(problem, backward);
-  const std::vector<SmemRequest> backwardRequests = backwardKernelSmemRequests(
-      problem, backward, choice.dqStagingBuffers, choice.diagonalSums);
+  const std::vector<SmemRequest> backwardRequests =
+      backwardKernelSmemRequests(problem, backward, choice.dqStagingBuffers, choice.diagonalSums);
   const SmemLayout backwardLayout = allocateSharedMemory(backwardRequests);
   checkInvariants(backwardRequests, backwardLayout);
   CHECK(backwardLayout.total + kSmemBaseAlignSlack <= kMaxSharedMemoryPerBlock);

@@ -446,15 +446,12 @@ FailureOr<::attn::codegen::BackwardKernelConfig> buildBackwardKernelConfig(Kerne
                             "but the backward adds "
                             "no capture gradient by diagonal");
     const int64_t bytes = attn_abi::bwdDiagonalSumBytes(
-        config.headDim, config.tile.blockM, config.tile.blockN,
-        config.tile.consumerWarpgroups);
-    if (sums.getSize() < bytes || !attn_abi::bwdBlockDiagonalSumsFit(
-                                      config.tile.blockM, config.tile.blockN,
-                                      config.tile.consumerWarpgroups))
-      return op.emitOpError(
-                 "backward shared-memory plan's 'diagonal_sums' buffer of ")
-             << sums.getSize() << " bytes does not serve the plan, which needs "
-             << bytes;
+        config.headDim, config.tile.blockM, config.tile.blockN, config.tile.consumerWarpgroups);
+    if (sums.getSize() < bytes ||
+        !attn_abi::bwdBlockDiagonalSumsFit(config.tile.blockM, config.tile.blockN,
+                                           config.tile.consumerWarpgroups))
+      return op.emitOpError("backward shared-memory plan's 'diagonal_sums' buffer of ")
+             << sums.getSize() << " bytes does not serve the plan, which needs " << bytes;
     smem.diagonalSums = sums.getOffset();
   }
   smem.total = smemPlan.getTotal();

@@ -33,8 +33,7 @@ void mlir::attn::buildEmitPipeline(OpPassManager &pm) {
   pm.addPass(createAttnEmitCuda());
 }
 
-void mlir::attn::buildBackwardPipeline(OpPassManager &pm,
-                                       const AttnTileOptions &tileOptions) {
+void mlir::attn::buildBackwardPipeline(OpPassManager &pm, const AttnTileOptions &tileOptions) {
   pm.addPass(createAttnClassifyBlocks());
   pm.addPass(createAttnDifferentiateMods());
   buildPlanPipeline(pm, tileOptions);
@@ -45,14 +44,12 @@ void mlir::attn::buildBackwardPipeline(OpPassManager &pm,
 /// function, lowered or not) adds to a capture's gradient by diagonal.
 static bool addsGradientByDiagonal(KernelOp kernel) {
   FlatSymbolRefAttr vjp = kernel.getBackwardScoreModVjpFnAttr();
-  Operation *function =
-      vjp ? SymbolTable::lookupNearestSymbolFrom(kernel, vjp) : nullptr;
+  Operation *function = vjp ? SymbolTable::lookupNearestSymbolFrom(kernel, vjp) : nullptr;
   if (!function)
     return false;
   WalkResult found = function->walk([](Operation *op) {
     auto call = dyn_cast<emitc::CallOpaqueOp>(op);
-    return op->hasAttr(kPerDiagonalAttr) ||
-                   (call && isDiagonalGradientCallee(call.getCallee()))
+    return op->hasAttr(kPerDiagonalAttr) || (call && isDiagonalGradientCallee(call.getCallee()))
                ? WalkResult::interrupt()
                : WalkResult::advance();
   });

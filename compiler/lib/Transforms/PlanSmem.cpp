@@ -39,11 +39,9 @@ LogicalResult planBackwardSmem(KernelOp kernel) {
   const ::attn::TileConfig config = getTileConfig(kernel.getBackwardTileAttr());
   if (std::optional<std::string> violation = ::attn::checkBackwardTileLegality(problem, config))
     return kernel.emitOpError("backward plan is illegal: ") << *violation;
-  const ::attn::BackwardSmemChoice choice =
-      ::attn::backwardSmemChoice(problem, config);
-  const ::attn::SmemLayout layout =
-      ::attn::allocateSharedMemory(::attn::backwardKernelSmemRequests(
-          problem, config, choice.dqStagingBuffers, choice.diagonalSums));
+  const ::attn::BackwardSmemChoice choice = ::attn::backwardSmemChoice(problem, config);
+  const ::attn::SmemLayout layout = ::attn::allocateSharedMemory(::attn::backwardKernelSmemRequests(
+      problem, config, choice.dqStagingBuffers, choice.diagonalSums));
   const int64_t launchBytes = layout.total + SmemPlanAttr::kBaseAlignSlack;
   if (launchBytes > ::attn::kMaxSharedMemoryPerBlock)
     return kernel.emitOpError() << "shared-memory capacity: the backward plan needs "

@@ -106,8 +106,7 @@ std::vector<SmemRequest> forwardKernelSmemRequests(const TileProblem &problem,
 }
 
 std::vector<SmemRequest> backwardKernelSmemRequests(const TileProblem &problem,
-                                                    const TileConfig &config,
-                                                    int dqStagingBuffers,
+                                                    const TileConfig &config, int dqStagingBuffers,
                                                     bool diagonalSums) {
   constexpr int64_t kTileAlign = 1024;
   constexpr int64_t kSwizzle = 128;
@@ -141,25 +140,21 @@ std::vector<SmemRequest> backwardKernelSmemRequests(const TileProblem &problem,
                       kPhaseSetup, kPhaseEnd});
   if (diagonalSums)
     requests.push_back({"diagonal_sums",
-                        attn_abi::bwdDiagonalSumBytes(
-                            problem.headDim, config.blockM, config.blockN,
-                            config.consumerWarpgroups),
+                        attn_abi::bwdDiagonalSumBytes(problem.headDim, config.blockM, config.blockN,
+                                                      config.consumerWarpgroups),
                         16, 0, 1, kPhaseSetup, kPhaseEnd});
   requests.push_back({"barriers", 8 * barriers, 8, 0, barriers, kPhaseSetup, kPhaseEnd});
   return requests;
 }
 
-BackwardSmemChoice backwardSmemChoice(const TileProblem &problem,
-                                      const TileConfig &config) {
+BackwardSmemChoice backwardSmemChoice(const TileProblem &problem, const TileConfig &config) {
   const bool sums =
       problem.diagonalGradient &&
-      attn_abi::bwdBlockDiagonalSumsFit(config.blockM, config.blockN,
-                                        config.consumerWarpgroups);
+      attn_abi::bwdBlockDiagonalSumsFit(config.blockM, config.blockN, config.consumerWarpgroups);
   const BackwardSmemChoice choices[] = {{2, sums}, {1, sums}, {2, false}};
   for (const BackwardSmemChoice &choice : choices) {
     const int64_t bytes =
-        allocateSharedMemory(backwardKernelSmemRequests(problem, config,
-                                                        choice.dqStagingBuffers,
+        allocateSharedMemory(backwardKernelSmemRequests(problem, config, choice.dqStagingBuffers,
                                                         choice.diagonalSums))
             .total +
         kSmemBaseAlignSlack;

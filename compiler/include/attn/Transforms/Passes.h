@@ -39,8 +39,7 @@ void buildEmitPipeline(OpPassManager &pm);
 /// attn-classify-blocks, attn-differentiate-mods, the plan pipeline (whose
 /// shared-memory plan reads how the derived additions index their
 /// captures), then attn-lower-mods. `pm` must run on a module.
-void buildBackwardPipeline(OpPassManager &pm,
-                           const AttnTileOptions &tileOptions);
+void buildBackwardPipeline(OpPassManager &pm, const AttnTileOptions &tileOptions);
 
 /// Registers the passes (attn-tile, attn-plan-smem, attn-classify-blocks,
 /// attn-lower-mods, attn-emit-cuda) and the `attn-plan`

@@ -98,8 +98,7 @@ std::vector<SmemRequest> linearKernelSmemRequests(const TileProblem &problem,
 /// of a step's capture gradient by diagonal, two steps'), "barriers"
 /// (backwardBarrierCount).
 std::vector<SmemRequest> backwardKernelSmemRequests(const TileProblem &problem,
-                                                    const TileConfig &config,
-                                                    int dqStagingBuffers,
+                                                    const TileConfig &config, int dqStagingBuffers,
                                                     bool diagonalSums = false);
 
 /// The backward's optional buffers: how many dQ staging buffers each
@@ -117,8 +116,7 @@ struct BackwardSmemChoice {
 /// memory, 2.5 times the additions at head dim 128, where a second buffer
 /// only lets a consumer stage a piece while the last one's reduction is in
 /// flight.
-BackwardSmemChoice backwardSmemChoice(const TileProblem &problem,
-                                      const TileConfig &config);
+BackwardSmemChoice backwardSmemChoice(const TileProblem &problem, const TileConfig &config);
 
 /// The backward kernel's mbarriers: kv_full, full and empty per stage, a
 /// dq_full and a dq_empty per consumer and staging buffer.
