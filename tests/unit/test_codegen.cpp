@@ -5,6 +5,7 @@
 
 #include "attn/Backend/Nvrtc.h"
 #include "attn/Compiler/Compiler.h"
+#include "attn/Compiler/KernelConfig.h"
 #include "attn/IR/AttnOps.h"
 #include "attn/runtime/Error.h"
 
@@ -456,4 +457,55 @@ TEST_CASE("the backward's emitter refuses lowered functions the kernel cannot ta
   // The score function takes each diagonal value after the captures.
   CHECK_THAT(refused(loweredBackward("", "", functions + diagonals)),
              Catch::Contains("backward mod function must take 8 arguments and return one value"));
+}
+
+TEST_CASE("the backward's emitter refuses diagonal sums of a kernel that adds none by diagonal",
+          "[codegen][backward][mods]") {
+  // attn-plan-smem's head-dim-128 plan with diagonal sums, written out.
+  const std::string buffers =
+      "#attn.buffer<\"k\", offset = 0, size = 32768, align = 1024, swizzle = 128>, "
+      "#attn.buffer<\"v\", offset = 32768, size = 32768, align = 1024, swizzle = 128>, "
+      "#attn.buffer<\"q\", offset = 65536, size = 32768, align = 1024, swizzle = 128, slots = "
+      "2>, #attn.buffer<\"do\", offset = 98304, size = 32768, align = 1024, swizzle = 128, "
+      "slots = 2>, #attn.buffer<\"lse\", offset = 131072, size = 512, align = 16, swizzle = 0, "
+      "slots = 2>, #attn.buffer<\"delta\", offset = 131584, size = 512, align = 16, swizzle = "
+      "0, slots = 2>, #attn.buffer<\"ds\", offset = 132096, size = 32768, align = 1024, swizzle "
+      "= 128, slots = 2>, #attn.buffer<\"dq_staging\", offset = 164864, size = 32768, align = "
+      "16, swizzle = 0, slots = 2>, #attn.buffer<\"dq_turns\", offset = 197632, size = 4, align "
+      "= 4, swizzle = 0>, ";
+  const std::string sums =
+      "#attn.buffer<\"diagonal_sums\", offset = 197648, size = 6144, align = 16, swizzle = 0>, ";
+  const std::string barriers =
+      "#attn.buffer<\"barriers\", offset = 203792, size = 72, align = 8, swizzle = 0, slots = "
+      "9>";
+  const auto plan = [&](const std::string &all) {
+    return "backward_score_mod_fn = @attn_score_mod_full_0, "
+           "backward_score_mod_vjp_fn = @attn_score_mod_vjp_0, "
+           "backward_tile = #attn.tile<block_m = 64, block_n = 128, stages = 2, "
+           "consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, "
+           "producer_registers = 24>, backward_smem = #attn.smem_plan<total = 203864, buffers = [" +
+           all + "]>";
+  };
+  const auto build = [](const std::string &text) {
+    mlir::DialectRegistry registry = attn::test::SpecContext::makeRegistry();
+    registry.insert<mlir::emitc::EmitCDialect>();
+    attn::test::SpecContext spec(registry);
+    attn::test::DiagnosticLog log(spec.context);
+    mlir::OwningOpRef<mlir::ModuleOp> module =
+        mlir::parseSourceString<mlir::ModuleOp>(text, &spec.context);
+    INFO(text << log.text);
+    REQUIRE(module);
+    auto kernels = module->getOps<mlir::attn::KernelOp>();
+    REQUIRE(!kernels.empty());
+    const bool built = mlir::succeeded(mlir::attn::buildBackwardKernelConfig(*kernels.begin()));
+    return std::make_pair(built, log.text);
+  };
+  // The same plan without the sums is taken.
+  const auto [taken, takenLog] = build(loweredBackward("", "", plan(buffers + barriers)));
+  INFO(takenLog);
+  CHECK(taken);
+  const auto [refused, refusal] = build(loweredBackward("", "", plan(buffers + sums + barriers)));
+  CHECK_FALSE(refused);
+  CHECK_THAT(refusal, Catch::Contains("backward shared-memory plan has diagonal sums, but the "
+                                      "backward adds no capture gradient by diagonal"));
 }

@@ -142,3 +142,46 @@ TEST_CASE("the kernels' own plans keep the allocator's invariants", "[smem]") {
   checkInvariants(backwardRequests, backwardLayout);
   CHECK(backwardLayout.total + kSmemBaseAlignSlack <= kMaxSharedMemoryPerBlock);
 }
+
+TEST_CASE("the backward takes diagonal sums ahead of a second dQ staging buffer", "[smem]") {
+  TileProblem problem;
+  problem.headDim = 128;
+  problem.elementBytes = 2;
+  problem.causalOnly = true;
+  problem.hasScoreMod = true;
+  problem.keyLength = 8192;
+  const TileConfig config = backwardTileConfig(problem);
+  const auto launchBytes = [&](int buffers, bool sums) {
+    return allocateSharedMemory(backwardKernelSmemRequests(problem, config, buffers, sums)).total +
+           kSmemBaseAlignSlack;
+  };
+  // Without a per-diagonal addition: both staging buffers, no sums.
+  BackwardSmemChoice choice = backwardSmemChoice(problem, config);
+  CHECK(choice.dqStagingBuffers == 2);
+  CHECK_FALSE(choice.diagonalSums);
+  // With one, head dim 128 has room for the sums beside one buffer only.
+  problem.diagonalGradient = true;
+  choice = backwardSmemChoice(problem, config);
+  CHECK(choice.dqStagingBuffers == 1);
+  CHECK(choice.diagonalSums);
+  CHECK(launchBytes(2, true) > kMaxSharedMemoryPerBlock);
+  CHECK(launchBytes(1, true) <= kMaxSharedMemoryPerBlock);
+  const std::vector<SmemRequest> requests = backwardKernelSmemRequests(problem, config, 1, true);
+  const SmemLayout layout = allocateSharedMemory(requests);
+  checkInvariants(requests, layout);
+  // Two steps' rows of 8 warps, 80 floats each, and a float per consumer
+  // thread.
+  bool found = false;
+  for (const SmemRequest &request : requests)
+    if (request.name == "diagonal_sums") {
+      found = true;
+      CHECK(request.size == 2 * 8 * 80 * 4 + 256 * 4);
+    }
+  CHECK(found);
+  // Head dim 256: one staging buffer already fills shared memory.
+  problem.headDim = 256;
+  const TileConfig wide = backwardTileConfig(problem);
+  choice = backwardSmemChoice(problem, wide);
+  CHECK(choice.dqStagingBuffers == 1);
+  CHECK_FALSE(choice.diagonalSums);
+}

@@ -442,9 +442,8 @@ FailureOr<::attn::codegen::BackwardKernelConfig> buildBackwardKernelConfig(Kerne
     smem.p = p.getOffset();
   if (SmemBufferAttr sums = smemPlan.lookupBuffer("diagonal_sums")) {
     if (!config.mods.diagonalGradient)
-      return op.emitOpError("backward shared-memory plan has diagonal sums, "
-                            "but the backward adds "
-                            "no capture gradient by diagonal");
+      return op.emitOpError("backward shared-memory plan has diagonal sums, but the backward "
+                            "adds no capture gradient by diagonal");
     const int64_t bytes = attn_abi::bwdDiagonalSumBytes(
         config.headDim, config.tile.blockM, config.tile.blockN, config.tile.consumerWarpgroups);
     if (sums.getSize() < bytes ||
