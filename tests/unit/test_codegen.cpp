@@ -404,8 +404,10 @@ std::string loweredBackward(const std::string &fullExtra, const std::string &vjp
          "grad>]\n    attributes {" + attributes + "}\n";
 }
 
-// Whether planBackward takes the kernel of `text`, and its diagnostics.
-std::pair<bool, std::string> planLowered(const std::string &text) {
+// Whether `step` (a kernel op to a FailureOr) takes the kernel of `text`,
+// and its diagnostics.
+template <typename Step>
+std::pair<bool, std::string> runOnKernel(const std::string &text, const Step &step) {
   mlir::DialectRegistry registry = attn::test::SpecContext::makeRegistry();
   registry.insert<mlir::emitc::EmitCDialect>();
   attn::test::SpecContext spec(registry);
@@ -416,9 +418,15 @@ std::pair<bool, std::string> planLowered(const std::string &text) {
   REQUIRE(module);
   auto kernels = module->getOps<mlir::attn::KernelOp>();
   REQUIRE(!kernels.empty());
-  const bool planned =
-      mlir::succeeded(attn::planBackward(*kernels.begin(), attn::CompileOptions()));
-  return {planned, log.text};
+  const bool taken = mlir::succeeded(step(*kernels.begin()));
+  return {taken, log.text};
+}
+
+// Whether planBackward takes the kernel of `text`, and its diagnostics.
+std::pair<bool, std::string> planLowered(const std::string &text) {
+  return runOnKernel(text, [](mlir::attn::KernelOp kernel) {
+    return attn::planBackward(kernel, attn::CompileOptions());
+  });
 }
 
 } // namespace
@@ -487,18 +495,9 @@ TEST_CASE("the backward's emitter refuses diagonal sums of a kernel that adds no
            all + "]>";
   };
   const auto build = [](const std::string &text) {
-    mlir::DialectRegistry registry = attn::test::SpecContext::makeRegistry();
-    registry.insert<mlir::emitc::EmitCDialect>();
-    attn::test::SpecContext spec(registry);
-    attn::test::DiagnosticLog log(spec.context);
-    mlir::OwningOpRef<mlir::ModuleOp> module =
-        mlir::parseSourceString<mlir::ModuleOp>(text, &spec.context);
-    INFO(text << log.text);
-    REQUIRE(module);
-    auto kernels = module->getOps<mlir::attn::KernelOp>();
-    REQUIRE(!kernels.empty());
-    const bool built = mlir::succeeded(mlir::attn::buildBackwardKernelConfig(*kernels.begin()));
-    return std::make_pair(built, log.text);
+    return runOnKernel(text, [](mlir::attn::KernelOp kernel) {
+      return mlir::attn::buildBackwardKernelConfig(kernel);
+    });
   };
   // The same plan without the sums is taken.
   const auto [taken, takenLog] = build(loweredBackward("", "", plan(buffers + barriers)));
