@@ -365,10 +365,13 @@ constexpr BwdWidths bwdWidths(int headDim, int blockM, int blockN, int consumers
 // (its query columns + 15 diagonals, from entry 1), two steps' rows of every
 // consumer warp, then a float per consumer thread (the sum an owner carries
 // to the next step). Each of the step's diagonals needs an owner thread,
-// and owners are assigned modulo the consumer threads.
+// and owners are assigned modulo the consumer threads. Plans whose
+// consumers own key slices in one pass only (head dim <= 128, the plans
+// the GPU tests run): past that the default plans have no room for the
+// sums anyway.
 constexpr int bwdDiagonalRowFloats(int queryColumns) { return queryColumns + 16; }
-constexpr bool bwdBlockDiagonalSumsFit(int blockM, int blockN, int consumers) {
-  return (consumers == 1 || consumers == 2 || consumers == 4) &&
+constexpr bool bwdBlockDiagonalSumsFit(int headDim, int blockM, int blockN, int consumers) {
+  return headDim <= 128 && (consumers == 1 || consumers == 2 || consumers == 4) &&
          blockM + blockN - 1 <= 128 * consumers;
 }
 constexpr long long bwdDiagonalSumBytes(int headDim, int blockM, int blockN, int consumers) {

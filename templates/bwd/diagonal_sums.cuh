@@ -129,8 +129,10 @@ constexpr int kDiagonalRows = kConsumers * kWarpsPerWarpgroup;
 constexpr int kBlockDiagonals = kBlockM + kBlockN - 1;
 constexpr int kOwnerThreads = kConsumers * kWarpgroupThreads;
 static_assert(!kBlockDiagonalSums ||
-                  attn_abi::bwdBlockDiagonalSumsFit(kBlockM, kBlockN, kConsumers),
-              "a diagonal owner per diagonal of the step, by a power of two");
+                  attn_abi::bwdBlockDiagonalSumsFit(kHeadDim, kBlockM, kBlockN, kConsumers),
+              "one pass of key slices, and an owner per diagonal of the step, by a power of two");
+static_assert(!kBlockDiagonalSums || (!kSplitsColumns && kPasses == 1),
+              "bwdBlockDiagonalSumsFit: head dim <= 128");
 static_assert(8 * kDiagonalSlots == kDiagonalRowFloats,
               "a row holds the warp's slots: entry 8 slot + 2 (lane % 4) + e");
 

@@ -447,7 +447,7 @@ FailureOr<::attn::codegen::BackwardKernelConfig> buildBackwardKernelConfig(Kerne
     const int64_t bytes = attn_abi::bwdDiagonalSumBytes(
         config.headDim, config.tile.blockM, config.tile.blockN, config.tile.consumerWarpgroups);
     if (sums.getSize() < bytes ||
-        !attn_abi::bwdBlockDiagonalSumsFit(config.tile.blockM, config.tile.blockN,
+        !attn_abi::bwdBlockDiagonalSumsFit(config.headDim, config.tile.blockM, config.tile.blockN,
                                            config.tile.consumerWarpgroups))
       return op.emitOpError("backward shared-memory plan's 'diagonal_sums' buffer of ")
              << sums.getSize() << " bytes does not serve the plan, which needs " << bytes;

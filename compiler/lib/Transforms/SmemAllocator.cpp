@@ -150,7 +150,8 @@ std::vector<SmemRequest> backwardKernelSmemRequests(const TileProblem &problem,
 BackwardSmemChoice backwardSmemChoice(const TileProblem &problem, const TileConfig &config) {
   const bool sums =
       problem.diagonalGradient &&
-      attn_abi::bwdBlockDiagonalSumsFit(config.blockM, config.blockN, config.consumerWarpgroups);
+      attn_abi::bwdBlockDiagonalSumsFit(problem.headDim, config.blockM, config.blockN,
+                                        config.consumerWarpgroups);
   const BackwardSmemChoice choices[] = {{2, sums}, {1, sums}, {2, false}};
   for (const BackwardSmemChoice &choice : choices) {
     const int64_t bytes =
