@@ -186,11 +186,11 @@ __device__ __forceinline__ void sumBlockDiagonals(const attn_abi::AttnBwdParams 
   float sum = position > 0 ? __uint_as_float(loadShared<u32>(carry)) : 0.f;
 #pragma unroll 4
   for (int row = 0; row < kDiagonalRows; ++row) {
-    // The row's warp: its first key and query column within the tile.
+    // The row's warp: its first key within the tile (consumers own 64-key
+    // slices; every warp starts at the step's first query column).
     const int consumer = row / kWarpsPerWarpgroup, warp = row % kWarpsPerWarpgroup;
-    const int keyOffset = (kSplitsColumns ? 0 : 64 * consumer) + 16 * warp;
-    const int columnOffset = kSplitsColumns ? consumer * kQueryColumns : 0;
-    const int entry = x + keyOffset - columnOffset - (kBlockN - 1) + 16;
+    const int keyOffset = 64 * consumer + 16 * warp;
+    const int entry = x + keyOffset - (kBlockN - 1) + 16;
     if (owns && entry >= 0 && entry < kDiagonalRowFloats)
       sum += __uint_as_float(
           loadShared<u32>(rows + static_cast<u32>((row * kDiagonalRowFloats + entry) * 4)));
