@@ -29,8 +29,11 @@
 // plus <dS, S_final> at the last token, the gradient of g_t is the suffix
 // sum of dB from t on.
 //
+// Normalized linear attention divides by a key sum; its kernels are in
+// linear/key_sum_bwd.cuh, and the passes then run unnormalized.
+//
 // The plan arrives through namespaces attn_plan (the chunkwise kernel's)
-// and attn_linear_bwd_plan (the spec's feature map).
+// and attn_linear_bwd_plan (the spec's feature map and normalization).
 #pragma once
 
 namespace attn_linear_bwd {
@@ -115,6 +118,25 @@ __device__ __forceinline__ RowGroup rowGroupOf(const Params &p, long long item, 
   return r;
 }
 
+// fn(item) for this thread's items of [0, items), striding over the grid.
+template <class Fn> __device__ __forceinline__ void forEachItem(long long items, Fn fn) {
+  for (long long item = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
+       item < items; item += static_cast<long long>(gridDim.x) * blockDim.x)
+    fn(item);
+}
+
+// fn(item, active) as forEachItem, but whole warps go round together (fn
+// may shuffle within the warp); active says whether item < items.
+template <class Fn> __device__ __forceinline__ void forEachItemByWarps(long long items, Fn fn) {
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  for (long long first = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x -
+                         (threadIdx.x % 32);
+       first < items; first += stride) {
+    const long long item = first + threadIdx.x % 32;
+    fn(item, item < items);
+  }
+}
+
 __device__ __forceinline__ float sumOverRow(float value) {
 #pragma unroll
   for (int offset = 1; offset < kGroupsPerRow; offset *= 2)
@@ -157,17 +179,13 @@ extern "C" __global__ void __launch_bounds__(ATTN_LINEAR_BWD_THREADS)
 extern "C" __global__ void __launch_bounds__(ATTN_LINEAR_BWD_THREADS)
     attn_linear_bwd_query_kernel(const __grid_constant__ attn_abi::AttnLinearBackwardParams p) {
   using namespace attn_linear_bwd;
-  if (kMap == FeatureMap::Identity && !(attn_plan::kGated && p.d_log_decay))
-    return; // dq is d phi(q) already
+  if (attn_linear_bwd_plan::kNormalize ||
+      (kMap == FeatureMap::Identity && !(attn_plan::kGated && p.d_log_decay)))
+    return; // dq is d phi(q) already, or the key sum gradient kernel's
   const int group = p.q_heads / p.kv_heads;
   const long long items = static_cast<long long>(p.batch) * p.seqlen * p.q_heads * kGroupsPerRow;
-  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
-  // Whole warps go round together: a row's groups reduce by shuffles.
-  for (long long first = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x -
-                         (threadIdx.x % 32);
-       first < items; first += stride) {
-    const long long item = first + threadIdx.x % 32;
-    const bool active = item < items;
+  // A row's groups reduce by shuffles.
+  forEachItemByWarps(items, [&](long long item, bool active) {
     const RowGroup r = rowGroupOf(p, active ? item : 0, p.q_heads);
     float gate = 0.f;
     if (active) {
@@ -201,7 +219,7 @@ extern "C" __global__ void __launch_bounds__(ATTN_LINEAR_BWD_THREADS)
       if (active && r.column == 0)
         p.d_log_decay[(static_cast<long long>(r.b) * p.seqlen + r.t) * p.q_heads + r.h] = gate;
     }
-  }
+  });
 }
 
 // Per kv row: dk = phi'(k) d phi(k) and dv, summed over the kv head's
@@ -211,12 +229,11 @@ extern "C" __global__ void __launch_bounds__(ATTN_LINEAR_BWD_THREADS)
     attn_linear_bwd_key_kernel(const __grid_constant__ attn_abi::AttnLinearBackwardParams p) {
   using namespace attn_linear_bwd;
   const bool perHead = p.head_d_phi_k != nullptr;
-  if (kMap == FeatureMap::Identity && !perHead)
-    return;
+  if ((kMap == FeatureMap::Identity || attn_linear_bwd_plan::kNormalize) && !perHead)
+    return; // dk is d phi(k) already, or the key sum gradient kernel's
   const int group = p.q_heads / p.kv_heads;
   const long long items = static_cast<long long>(p.batch) * p.seqlen * p.kv_heads * kGroupsPerRow;
-  for (long long item = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; item < items;
-       item += static_cast<long long>(gridDim.x) * blockDim.x) {
+  forEachItem(items, [&](long long item) {
     const RowGroup r = rowGroupOf(p, item, p.kv_heads);
     const long long dkAt = stridedRow(p.dk_strides, r.b, r.t, r.h) + r.column;
     Group dPhiK = {}, dv = {};
@@ -242,7 +259,7 @@ extern "C" __global__ void __launch_bounds__(ATTN_LINEAR_BWD_THREADS)
         dPhiK.x[i] *= featureMapDerivative(k.x[i]);
     }
     storeGroup(p.dk, dkAt, packGroup(dPhiK));
-  }
+  });
 }
 
 // The gate's gradient of one (query head, batch): d_log_decay holds dB;
@@ -338,3 +355,5 @@ extern "C" __global__ void __launch_bounds__(ATTN_LINEAR_BWD_THREADS)
                         : attn_plan::logDecayOfHead(head);
   p.d_state_in[at] *= p.scale * expf(firstLogDecay);
 }
+
+#include "linear/key_sum_bwd.cuh"

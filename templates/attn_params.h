@@ -586,14 +586,41 @@ struct AttnLinearBackwardParams {
   const float *d_state_out;   // the final state's gradient; null: 0
   float *d_state_in;          // the initial state's gradient; null: not wanted
   // The workspace (GQA only, else null): the reversed passes' outputs per
-  // query head, contiguous [batch, seqlen, q_heads, head_dim].
-  const void *head_d_phi_k;
+  // query head, contiguous [batch, seqlen, q_heads, head_dim]; the key sum
+  // kernel adds to head_d_phi_k.
+  void *head_d_phi_k;
   const void *head_dv;
   // Pass states, [batch, q_heads, head_dim, head_dim] fp32.
   float *state_in_t;          // state_in transposed
   float *d_state_out_scaled;  // d_state_out / scale
   float *d_state_out_t;       // the same, transposed
   float *state_out_t;         // the dQ pass's final state: S_final transposed
+  // Normalized linear attention only (else null): o = num / den with
+  // den_t = phi(q_t) . Z_t, Z_t = z0 + the key sum through token t (every
+  // token, non-causal). The caller's dO and the forward's o (strided as q),
+  // the initial key sum z0 and the final key sum's gradient dZ
+  // ([batch, q_heads, head_dim] fp32; null: 0), z0's gradient (null: not
+  // wanted). Workspace: d_o_scaled = dO / (scale den), which the passes
+  // take for dO, contiguous [batch, seqlen, q_heads, head_dim];
+  // row_gradient g_t = -(dO_t . o_t) / den_t [batch, seqlen, q_heads];
+  // per piece of ATTN_LINEAR_BWD_PIECE tokens, key_pieces [batch, kv_heads,
+  // pieces + 1, head_dim] (the sum of phi(k) over the piece, then the sum
+  // over the pieces before it, the last slot the total) and query_pieces
+  // [batch, q_heads, pieces + 1, head_dim] (the sum of g phi(q) over the
+  // piece, then dZ plus the sum over the pieces after it, the last slot
+  // dZ plus the total).
+  const void *o;
+  const void *d_o;
+  long long o_strides[3];
+  long long d_o_strides[3];
+  const float *key_sum_in;
+  const float *d_key_sum_out;
+  float *d_key_sum_in;
+  void *d_o_scaled;
+  float *row_gradient;
+  float *key_pieces;
+  float *query_pieces;
+  int pieces;
   int batch;
   int seqlen;
   int q_heads;
@@ -607,6 +634,16 @@ struct AttnLinearBackwardParams {
 #define ATTN_LINEAR_BWD_INITIAL_STATE_KERNEL_NAME "attn_linear_bwd_initial_state_kernel"
 #define ATTN_LINEAR_BWD_THREADS 256
 #define ATTN_LINEAR_BWD_SCAN_THREADS 1024
+// Normalized linear attention's key sum kernels: the key pieces, the
+// denominator and the key sum gradient kernels walk pieces of this many
+// tokens, a thread an element group; the two scans run a block per (head,
+// batch) of head_dim threads.
+#define ATTN_LINEAR_BWD_KEY_PIECES_KERNEL_NAME "attn_linear_bwd_key_pieces_kernel"
+#define ATTN_LINEAR_BWD_KEY_SCAN_KERNEL_NAME "attn_linear_bwd_key_scan_kernel"
+#define ATTN_LINEAR_BWD_DENOMINATOR_KERNEL_NAME "attn_linear_bwd_denominator_kernel"
+#define ATTN_LINEAR_BWD_QUERY_SCAN_KERNEL_NAME "attn_linear_bwd_query_scan_kernel"
+#define ATTN_LINEAR_BWD_KEY_SUM_GRADIENT_KERNEL_NAME "attn_linear_bwd_key_sum_gradient_kernel"
+#define ATTN_LINEAR_BWD_PIECE 64
 
 // The kernel's entry point name in the emitted translation unit.
 #define ATTN_FWD_KERNEL_NAME "attn_fwd_kernel"

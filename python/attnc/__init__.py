@@ -351,11 +351,6 @@ def _linear_call(q, k, v, normalizer, normalize, initial_state, initial_key_sum,
     spec = _spec.register(_spec.kernel_text(
         "linear", _spec.problem_text(q.shape[1], k.shape[1], q.shape[3], q.dtype, scale),
         "#attn.causal<top_left>", normalizer))
-    if normalize and torch.is_grad_enabled() and any(
-            t is not None and t.requires_grad for t in (q, k, v, initial_state, initial_key_sum)):
-        raise NotImplementedError(
-            "attnc: the backward of normalized linear attention is not implemented yet; "
-            "use normalize=False, or run under torch.no_grad()")
     b, h, s, d = q.shape
     for name, t, shape in (("initial_state", initial_state, (b, h, d, d)),
                            ("initial_key_sum", initial_key_sum, (b, h, d))):

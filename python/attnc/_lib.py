@@ -12,7 +12,7 @@ import os
 import struct
 import threading
 
-C_API_VERSION = 5
+C_API_VERSION = 6
 
 BF16, F16, F32, I32 = 0, 1, 2, 3
 
@@ -23,7 +23,7 @@ _FORWARD = "<" + " ".join([_TENSOR] * 4 + ["Q Q q", _PACKED, "Q Q Q Q Q", _PAGED
 _BACKWARD = "<" + " ".join([_TENSOR] * 5 + ["Q"] + [_TENSOR] * 3 +
                           [_PACKED, "Q Q q", "Q q Q q", "Q q q q"])
 _LINEAR = "<" + " ".join([_TENSOR] * 4 + ["Q Q Q Q Q Q Q q"])
-_LINEAR_BACKWARD = "<" + " ".join([_TENSOR] * 7 + ["Q Q Q Q Q Q Q"])
+_LINEAR_BACKWARD = "<" + " ".join([_TENSOR] * 7 + ["Q Q Q Q Q Q Q", _TENSOR, "Q Q Q"])
 _INFO = "<4q d 11q"
 
 FORWARD_BYTES = struct.calcsize(_FORWARD)
@@ -31,7 +31,7 @@ BACKWARD_BYTES = struct.calcsize(_BACKWARD)
 LINEAR_BYTES = struct.calcsize(_LINEAR)
 LINEAR_BACKWARD_BYTES = struct.calcsize(_LINEAR_BACKWARD)
 assert FORWARD_BYTES == 504 and BACKWARD_BYTES == 840 and LINEAR_BYTES == 416
-assert LINEAR_BACKWARD_BYTES == 672
+assert LINEAR_BACKWARD_BYTES == 784
 assert struct.calcsize(_INFO) == 128
 
 
@@ -307,12 +307,18 @@ def pack_backward(q, k, v, o, d_o, lse, dq, dk, dv, packed=None, workspace=0,
                        coverage_block_n, 1 if capture_grad_atomics else 0)
 
 
+_NO_TENSOR = (0,) * 11
+
+
 def pack_linear_backward(q, k, v, d_o, dq, dk, dv, log_decay=0, d_log_decay=0,
                          initial_state=0, d_final_state=0, d_initial_state=0, workspace=0,
-                         workspace_bytes=0):
+                         workspace_bytes=0, o=None, initial_key_sum=0, d_final_key_sum=0,
+                         d_initial_key_sum=0):
+    """o and the key sums: normalized linear attention only."""
     return struct.pack(_LINEAR_BACKWARD, *q, *k, *v, *d_o, *dq, *dk, *dv, log_decay,
                        d_log_decay, initial_state, d_final_state, d_initial_state, workspace,
-                       workspace_bytes)
+                       workspace_bytes, *(o or _NO_TENSOR), initial_key_sum, d_final_key_sum,
+                       d_initial_key_sum)
 
 
 def pack_linear(q, k, v, o, initial_state=0, final_state=0, initial_key_sum=0,

@@ -398,10 +398,14 @@ def _linear_forward_fake(q, k, v, initial_state, initial_key_sum, log_decay, spe
 torch.library.define(
     "attnc::linear_backward",
     "(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor? initial_state, Tensor? log_decay, "
-    "Tensor grad_state, str spec) -> (Tensor, Tensor, Tensor, Tensor, Tensor)")
+    "Tensor grad_state, str spec, Tensor? out, Tensor? initial_key_sum, "
+    "Tensor? grad_key_sum) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
 
 
-def _linear_backward_cuda(grad_out, q, k, v, initial_state, log_decay, grad_state, spec):
+def _linear_backward_cuda(grad_out, q, k, v, initial_state, log_decay, grad_state, spec, out,
+                          initial_key_sum, grad_key_sum):
+    """out, initial_key_sum and grad_key_sum: normalized linear attention's
+    (out not None), whose last result is the initial key sum's gradient."""
     kernel = kernel_for(spec, backward=True)
     grad_out = _dense_head_dim(grad_out)
     dq, dk, dv = _gradient_like(q), _gradient_like(k), _gradient_like(v)
@@ -418,45 +422,58 @@ def _linear_backward_cuda(grad_out, q, k, v, initial_state, log_decay, grad_stat
                    d_log_decay=d_log_decay.data_ptr() if log_decay is not None else 0,
                    initial_state=pointer(initial_state), d_final_state=grad_state.data_ptr(),
                    d_initial_state=d_initial_state.data_ptr())
+    normalize = out is not None
+    d_initial_key_sum = q.new_empty((b, h, d) if normalize else (0,), dtype=torch.float32)
+    if normalize:
+        if grad_key_sum is not None:
+            grad_key_sum = grad_key_sum.contiguous()
+        buffers.update(o=bshd_fields(_dense_head_dim(out), "out"),
+                       initial_key_sum=pointer(initial_key_sum),
+                       d_final_key_sum=pointer(grad_key_sum),
+                       d_initial_key_sum=d_initial_key_sum.data_ptr())
     workspace_bytes = kernel.linear_backward_workspace_bytes(
         _lib.pack_linear_backward(*fields, **buffers))
     workspace = torch.empty(max(workspace_bytes, 1), dtype=torch.uint8, device=q.device)
     args = _lib.pack_linear_backward(*fields, **buffers, workspace=workspace.data_ptr(),
                                      workspace_bytes=workspace_bytes)
     kernel.run_linear_backward(args, _stream(q))
-    return dq, dk, dv, d_initial_state, d_log_decay
+    return dq, dk, dv, d_initial_state, d_log_decay, d_initial_key_sum
 
 
 @torch.library.register_fake("attnc::linear_backward")
-def _linear_backward_fake(grad_out, q, k, v, initial_state, log_decay, grad_state, spec):
+def _linear_backward_fake(grad_out, q, k, v, initial_state, log_decay, grad_state, spec, out,
+                          initial_key_sum, grad_key_sum):
     b, h, _, d = q.shape
     return (_gradient_like(q), _gradient_like(k), _gradient_like(v),
             q.new_empty((b, h, d, d), dtype=torch.float32),
             torch.empty_like(log_decay) if log_decay is not None else q.new_empty(
-                (0,), dtype=torch.float32))
+                (0,), dtype=torch.float32),
+            q.new_empty((b, h, d) if out is not None else (0,), dtype=torch.float32))
 
 
 def _linear_setup_context(ctx, inputs, output):
     q, k, v, initial_state, initial_key_sum, log_decay, spec, normalize = inputs
-    ctx.save_for_backward(q, k, v, initial_state, log_decay)
+    # The normalized backward reads the forward's output (its denominators'
+    # gradient is -(dO . o) / den).
+    out = output[0] if normalize else None
+    ctx.save_for_backward(q, k, v, initial_state, log_decay, out, initial_key_sum)
     ctx.spec = spec
     ctx.normalize = normalize
 
 
 def _linear_backward(ctx, grad_out, grad_state, grad_key_sum):
-    if ctx.normalize:
-        raise NotImplementedError(
-            "attnc: the backward of normalized linear attention is not implemented yet; "
-            "use normalize=False, or call it under torch.no_grad()")
-    q, k, v, initial_state, log_decay = ctx.saved_tensors
+    q, k, v, initial_state, log_decay, out, initial_key_sum = ctx.saved_tensors
     b, h, s, d = q.shape
     if grad_out is None:
         grad_out = _empty_bhsd(b, h, s, d, q).zero_()
     if grad_state is None:
         grad_state = q.new_zeros((b, h, d, d), dtype=torch.float32)
-    dq, dk, dv, d_initial_state, d_log_decay = torch.ops.attnc.linear_backward(
-        grad_out, q, k, v, initial_state, log_decay, grad_state, ctx.spec)
-    return (dq, dk, dv, d_initial_state if initial_state is not None else None, None,
+    dq, dk, dv, d_initial_state, d_log_decay, d_initial_key_sum = (
+        torch.ops.attnc.linear_backward(grad_out, q, k, v, initial_state, log_decay, grad_state,
+                                        ctx.spec, out, initial_key_sum,
+                                        grad_key_sum if ctx.normalize else None))
+    return (dq, dk, dv, d_initial_state if initial_state is not None else None,
+            d_initial_key_sum if initial_key_sum is not None else None,
             d_log_decay if log_decay is not None else None, None, None)
 
 

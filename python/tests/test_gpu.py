@@ -594,10 +594,35 @@ def test_linear_attention_backward_relu_and_listed_decays():
         assert _relative_error(got.grad, want.grad) < 2e-2
 
 
-def test_normalized_linear_attention_refuses_grad():
-    q = rand(1, 2, 64, 64).requires_grad_()
-    with pytest.raises(NotImplementedError, match="normalized linear attention"):
-        attnc.linear_attention(q, q, q, normalize=True)
+def test_normalized_linear_attention_backward_with_key_sums():
+    # elu+1 features, GQA, an initial state and key sum, and gradients
+    # arriving at the output, the final state and the final key sum.
+    torch.manual_seed(9)
+    b, h, hkv, s, d = 2, 4, 2, 300, 64
+    q, k, v = rand(b, h, s, d, scale=0.5), rand(b, hkv, s, d, scale=0.5), rand(b, hkv, s, d)
+    state0 = torch.randn(b, h, d, d, device=DEVICE) * 0.1
+    key_sum0 = torch.rand(b, h, d, device=DEVICE) * 4
+    inputs = [t.clone().requires_grad_() for t in (q, k, v, state0, key_sum0)]
+    out, state, key_sum = attnc.linear_attention(
+        inputs[0], inputs[1], inputs[2], normalize=True, initial_state=inputs[3],
+        initial_key_sum=inputs[4], return_state=True)
+    grads = (torch.randn_like(out), torch.randn_like(state) * 0.1, torch.randn_like(key_sum) * 0.1)
+    torch.autograd.backward((out, state, key_sum), grads)
+
+    phi = lambda x: torch.where(x > 0, x + 1, torch.exp(x))
+    reference = [t.double().requires_grad_() for t in (q, k, v, state0, key_sum0)]
+    scale = d ** -0.5
+    scaled_num, ref_state = linear_reference_with_state(
+        reference[0], reference[1], reference[2], phi, scale, initial_state=reference[3])
+    running = reference[4][:, :, None, :] + phi(reference[1]).repeat_interleave(h // hkv,
+                                                                                1).cumsum(2)
+    ref_out = scaled_num / (scale * (phi(reference[0]) * running).sum(-1, keepdim=True))
+    torch.autograd.backward((ref_out, ref_state, running[:, :, -1]),
+                            tuple(g.double() for g in grads))
+    assert _relative_error(out, ref_out.detach()) < 2e-2
+    for name, got, want in zip(("dq", "dk", "dv", "dstate0", "dkeysum0"), inputs, reference):
+        error = _relative_error(got.grad, want.grad)
+        assert error < 2e-2, (name, error)
 
 
 def test_bad_runtime_argument_is_named():

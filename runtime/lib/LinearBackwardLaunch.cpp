@@ -34,6 +34,10 @@ struct LinearBackwardLayout {
   uint64_t headDPhiK = 0, headDv = 0;
   // [batch, q_heads, D, D] fp32 pass states.
   uint64_t stateInT = 0, dStateOutScaled = 0, dStateOutT = 0, stateOutT = 0;
+  // Normalized linear attention: the passes' dO, the rows' denominator
+  // gradients and the key sums' pieces.
+  uint64_t dOScaled = 0, rowGradient = 0, keyPieces = 0, queryPieces = 0;
+  int pieces = 0;
   // The chunkwise kernel's split scratch, shared by the passes (which run
   // one after the other on the stream).
   uint64_t split = 0, splitBytes = 0;
@@ -66,6 +70,15 @@ LinearBackwardLayout layoutOf(const AttnLaunchConfig &config, const AttnLinearBa
   }
   if (config.gated && args.dLogDecay && args.dFinalState)
     layout.stateOutT = take(states);
+  if (config.normalize) {
+    const uint64_t rows = batch * seqlen * uint64_t(config.qHeads);
+    layout.pieces = int((seqlen + ATTN_LINEAR_BWD_PIECE - 1) / ATTN_LINEAR_BWD_PIECE);
+    const uint64_t slots = batch * uint64_t(layout.pieces + 1) * d * sizeof(float);
+    layout.dOScaled = take(rows * d * element);
+    layout.rowGradient = take(rows * sizeof(float));
+    layout.keyPieces = take(slots * uint64_t(config.kvHeads));
+    layout.queryPieces = take(slots * uint64_t(config.qHeads));
+  }
   layout.splitPlan = linearSplitFor(config, args.q.batch(), args.q.seqlen());
   layout.splitBytes = linearWorkspaceBytes(config, args.q.batch(), layout.splitPlan);
   layout.split = take(layout.splitBytes);
@@ -81,7 +94,10 @@ std::vector<SideBuffer> sideBuffers(const AttnLaunchConfig &config,
           {args.dLogDecay, bytes.decay, "dLogDecay"},
           {args.initialState, bytes.state, "initialState"},
           {args.dFinalState, bytes.state, "dFinalState"},
-          {args.dInitialState, bytes.state, "dInitialState"}};
+          {args.dInitialState, bytes.state, "dInitialState"},
+          {args.initialKeySum, bytes.keySum, "initialKeySum"},
+          {args.dFinalKeySum, bytes.keySum, "dFinalKeySum"},
+          {args.dInitialKeySum, bytes.keySum, "dInitialKeySum"}};
 }
 
 void copyStrides(const TensorView &view, long long (&strides)[3]) {
@@ -121,6 +137,20 @@ attn_abi::AttnLinearBackwardParams encodeParams(const AttnLaunchConfig &config,
   p.d_state_out_t = floatsAt(layout.dStateOutT, args.dFinalState != nullptr);
   p.state_out_t =
       floatsAt(layout.stateOutT, config.gated && args.dLogDecay && args.dFinalState);
+  if (config.normalize) {
+    p.o = args.o.data;
+    p.d_o = args.dO.data;
+    copyStrides(args.o, p.o_strides);
+    copyStrides(args.dO, p.d_o_strides);
+    p.key_sum_in = args.initialKeySum;
+    p.d_key_sum_out = args.dFinalKeySum;
+    p.d_key_sum_in = args.dInitialKeySum;
+    p.d_o_scaled = workspace + layout.dOScaled;
+    p.row_gradient = floatsAt(layout.rowGradient, true);
+    p.key_pieces = floatsAt(layout.keyPieces, true);
+    p.query_pieces = floatsAt(layout.queryPieces, true);
+    p.pieces = layout.pieces;
+  }
   p.batch = static_cast<int>(args.q.batch());
   p.seqlen = static_cast<int>(args.q.seqlen());
   p.q_heads = config.qHeads;
@@ -162,6 +192,8 @@ void requireNoOverlaps(const AttnLaunchConfig &config, const AttnLinearBackwardA
   };
   std::vector<Range> inputs = {viewRange(args.q, "q"), viewRange(args.k, "k"),
                                viewRange(args.v, "v"), viewRange(args.dO, "dO")};
+  if (config.normalize)
+    inputs.push_back(viewRange(args.o, "o"));
   std::vector<Range> outputs = {viewRange(args.dq, "dq"), viewRange(args.dk, "dk"),
                                 viewRange(args.dv, "dv")};
   for (const SideBuffer &buffer : sideBuffers(config, args)) {
@@ -169,7 +201,7 @@ void requireNoOverlaps(const AttnLaunchConfig &config, const AttnLinearBackwardA
       continue;
     const uintptr_t begin = reinterpret_cast<uintptr_t>(buffer.pointer);
     const std::string_view name = buffer.name;
-    const bool written = name == "dLogDecay" || name == "dInitialState";
+    const bool written = name == "dLogDecay" || name == "dInitialState" || name == "dInitialKeySum";
     (written ? outputs : inputs).push_back(Range{begin, begin + buffer.bytes, buffer.name});
   }
   if (args.workspace) {
@@ -202,8 +234,6 @@ void validateLinearBackwardArgs(const AttnLaunchConfig &config,
   if (!config.linearFamily || !config.backward)
     fail("config", "the kernel is not the backward module of linear attention or retention "
                    "(compile it with `attnc --backward` or Compiler::compileBackward)");
-  if (config.normalize)
-    fail("config", "normalized linear attention has no backward module yet");
   validateLinearViews(config, args.q, args.k, args.v);
   validateAgainstConfig(args.dO, "dO", config, config.qHeads, "query");
   validateAgainstConfig(args.dq, "dq", config, config.qHeads, "query");
@@ -224,6 +254,26 @@ void validateLinearBackwardArgs(const AttnLaunchConfig &config,
   if (!config.gated && (args.logDecay || args.dLogDecay))
     fail(args.logDecay ? "logDecay" : "dLogDecay",
          "the kernel is not gated; it takes no log-decays");
+  if (config.normalize && !args.o.data) {
+    if (args.q.numElements() != 0)
+      fail("o", "normalized linear attention's backward reads the forward's output: pass it");
+  } else if (config.normalize) {
+    // Read by element groups, as dO.
+    validateAgainstConfig(args.o, "o", config, config.qHeads, "query");
+    if (!sameShape(args.o, args.q))
+      fail("o", "shape " + shapeString(args.o) + " must equal " + shapeString(args.q) +
+                    " (the forward's output)");
+    validateTmaOperand(args.o, "o");
+  } else {
+    if (args.o.data)
+      fail("o", "the kernel does not normalize; its backward takes no forward output");
+    for (auto [pointer, name] :
+         {std::make_pair<const void *>(args.initialKeySum, "initialKeySum"),
+          std::make_pair<const void *>(args.dFinalKeySum, "dFinalKeySum"),
+          std::make_pair<const void *>(args.dInitialKeySum, "dInitialKeySum")})
+      if (pointer)
+        fail(name, "the kernel does not normalize, so it has no key sum");
+  }
   requireFloatAligned(sideBuffers(config, args));
   if (reinterpret_cast<uintptr_t>(args.workspace) % 256 != 0)
     fail("workspace", "pointer must be 256-byte aligned");
@@ -247,6 +297,11 @@ LinearBackwardFunctions loadLinearBackwardFunctions(const Module &module,
   functions.key = module.function(ATTN_LINEAR_BWD_KEY_KERNEL_NAME);
   functions.gate = module.function(ATTN_LINEAR_BWD_GATE_KERNEL_NAME);
   functions.initialState = module.function(ATTN_LINEAR_BWD_INITIAL_STATE_KERNEL_NAME);
+  functions.keyPieces = module.function(ATTN_LINEAR_BWD_KEY_PIECES_KERNEL_NAME);
+  functions.keyScan = module.function(ATTN_LINEAR_BWD_KEY_SCAN_KERNEL_NAME);
+  functions.denominator = module.function(ATTN_LINEAR_BWD_DENOMINATOR_KERNEL_NAME);
+  functions.queryScan = module.function(ATTN_LINEAR_BWD_QUERY_SCAN_KERNEL_NAME);
+  functions.keySumGradient = module.function(ATTN_LINEAR_BWD_KEY_SUM_GRADIENT_KERNEL_NAME);
   return functions;
 }
 
@@ -271,10 +326,14 @@ void launchLinearBackward(LinearBackwardFunctions &functions, const AttnLaunchCo
       static_cast<unsigned>((config.headDim * config.headDim + ATTN_LINEAR_BWD_THREADS - 1) /
                             ATTN_LINEAR_BWD_THREADS),
       heads, batch};
+  const Dim3 scanBlock{static_cast<unsigned>(config.headDim), 1, 1};
+  const Dim3 queryScanGrid{heads, batch, 1};
   if (args.q.seqlen() == 0) {
     attn_abi::AttnLinearBackwardParams params{};
     params.d_state_out = args.dFinalState;
     params.d_state_in = args.dInitialState;
+    params.d_key_sum_out = args.dFinalKeySum;
+    params.d_key_sum_in = args.dInitialKeySum;
     params.batch = static_cast<int>(batch);
     params.q_heads = config.qHeads;
     params.kv_heads = config.kvHeads;
@@ -282,6 +341,8 @@ void launchLinearBackward(LinearBackwardFunctions &functions, const AttnLaunchCo
     void *kernelArgs[] = {&params};
     if (args.dInitialState)
       functions.initialState.launch(stateGrid, helperBlock, 0, stream, kernelArgs);
+    if (config.normalize && args.dInitialKeySum)
+      functions.queryScan.launch(queryScanGrid, scanBlock, 0, stream, kernelArgs);
     return;
   }
 
@@ -297,10 +358,22 @@ void launchLinearBackward(LinearBackwardFunctions &functions, const AttnLaunchCo
   const Dim3 helperGrid{helperBlocks, 1, 1};
   if (args.initialState || args.dFinalState)
     functions.states.launch(stateGrid, helperBlock, 0, stream, kernelArgs);
+  // Normalized: the denominators' gradients, and the passes' dO.
+  TensorView passDO = args.dO;
+  if (config.normalize) {
+    functions.keyPieces.launch(helperGrid, helperBlock, 0, stream, kernelArgs);
+    functions.keyScan.launch(Dim3{static_cast<unsigned>(config.kvHeads), batch, 1}, scanBlock, 0,
+                             stream, kernelArgs);
+    functions.denominator.launch(helperGrid, helperBlock, 0, stream, kernelArgs);
+    functions.queryScan.launch(queryScanGrid, scanBlock, 0, stream, kernelArgs);
+    passDO = contiguousBSHD(params.d_o_scaled, args.q.dtype, args.q.batch(), args.q.seqlen(),
+                            config.qHeads, config.headDim);
+  }
 
   char *workspace = static_cast<char *>(args.workspace);
   AttnLaunchConfig passConfig = config;
   passConfig.backward = 0;
+  passConfig.normalize = 0;
   AttnLinearArgs pass;
   pass.workspace = layout.splitBytes ? workspace + layout.split : nullptr;
   pass.workspaceBytes = layout.splitBytes;
@@ -308,7 +381,7 @@ void launchLinearBackward(LinearBackwardFunctions &functions, const AttnLaunchCo
 
   // dQ: (dO, v, phi(k)) in sequence order from state_in^T; its final state
   // is S_final^T, which the gate's gradient needs.
-  pass.q = args.dO;
+  pass.q = passDO;
   pass.k = args.v;
   pass.v = args.k;
   pass.o = args.dq;
@@ -330,7 +403,7 @@ void launchLinearBackward(LinearBackwardFunctions &functions, const AttnLaunchCo
   // e^{-g_0} dS0 / s.
   pass.q = args.k;
   pass.k = args.q;
-  pass.v = args.dO;
+  pass.v = passDO;
   pass.o = layout.perHead ? perHead(layout.headDv) : args.dv;
   pass.initialState = params.d_state_out_scaled;
   pass.finalState = args.dInitialState;
@@ -338,7 +411,7 @@ void launchLinearBackward(LinearBackwardFunctions &functions, const AttnLaunchCo
   launchLinearPass(functions.chunkwise, passConfig, pass, options, stream);
   // d phi(k): (v, dO, phi(q)) from dS^T / s.
   pass.q = args.v;
-  pass.k = args.dO;
+  pass.k = passDO;
   pass.v = args.q;
   pass.o = layout.perHead ? perHead(layout.headDPhiK) : args.dk;
   pass.initialState = params.d_state_out_t;
@@ -346,6 +419,8 @@ void launchLinearBackward(LinearBackwardFunctions &functions, const AttnLaunchCo
   options.featureMapOperands = ATTN_LINEAR_MAP_V;
   launchLinearPass(functions.chunkwise, passConfig, pass, options, stream);
 
+  if (config.normalize)
+    functions.keySumGradient.launch(helperGrid, helperBlock, 0, stream, kernelArgs);
   functions.query.launch(helperGrid, helperBlock, 0, stream, kernelArgs);
   functions.key.launch(helperGrid, helperBlock, 0, stream, kernelArgs);
   if (config.gated && args.dLogDecay)

@@ -3,7 +3,8 @@
 // tests check it against finite differences): feature maps, causal and
 // not, fixed and gated decay (with the log-decays' gradient), GQA, lengths
 // that are not chunk multiples, head-major strides, a split sequence, an
-// initial state and a final state's gradient; and the argument checks.
+// initial state and a final state's gradient, normalized linear attention
+// (with the key sums' gradients); and the argument checks.
 #include <catch2/catch.hpp>
 
 #include "AttnHarness.h"
@@ -26,6 +27,7 @@ namespace {
 struct BackwardCase {
   int qHeads = 4, kvHeads = 4, headDim = 128;
   bool causal = true;
+  bool normalize = false; // #attn.linear<..., normalize = true> in `normalizer`
   std::string normalizer = "#attn.retention";
   reference::FeatureMap featureMap = reference::FeatureMap::Identity;
   enum class Decay { None, MultiScale, Gated } decay = Decay::MultiScale;
@@ -56,9 +58,30 @@ const Kernel &backwardKernel(const BackwardCase &c) {
   return cache.emplace(spec, Kernel(std::move(image))).first->second;
 }
 
+/// A 16-bit BSHD device tensor holding `values` (contiguous BSHD, rounded to
+/// the type), laid out as makeTensor lays it out.
+harness::HostDeviceTensor uploadTensor(const std::vector<float> &values, int64_t batch,
+                                       int64_t seqlen, int heads, int headDim, bool headMajor) {
+  harness::HostDeviceTensor tensor =
+      harness::makeTensor(DType::BF16, batch, seqlen, heads, headDim, headMajor, nullptr);
+  std::vector<uint16_t> bits(values.size());
+  int64_t index = 0;
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t t = 0; t < seqlen; ++t)
+      for (int h = 0; h < heads; ++h)
+        for (int e = 0; e < headDim; ++e, ++index)
+          bits[harness::offsetOf(tensor.view, b, t, h, e)] = floatToBf16(values[index]);
+  if (!bits.empty())
+    tensor.buffer.copyFromHost(bits.data(), bits.size() * sizeof(uint16_t));
+  tensor.host.resize(values.size());
+  for (size_t i = 0; i < values.size(); ++i)
+    tensor.host[i] = roundTo(DType::BF16, values[i]);
+  return tensor;
+}
+
 /// One backward launch against the reference. `withState` passes a random
 /// initial state and a random gradient of the final state, and asks for the
-/// initial state's gradient.
+/// initial state's gradient (normalized: the same of the key sum).
 void checkBackward(const BackwardCase &c, int64_t batch, int64_t seqlen, bool withState,
                    bool headMajor, uint64_t seed) {
   const Kernel &kernel = backwardKernel(c);
@@ -78,10 +101,15 @@ void checkBackward(const BackwardCase &c, int64_t batch, int64_t seqlen, bool wi
 
   const size_t heads = size_t(batch) * c.qHeads, d = size_t(c.headDim);
   const size_t tokens = size_t(batch) * size_t(seqlen) * c.qHeads;
-  std::vector<float> stateIn, dStateOut, logDecay;
+  std::vector<float> stateIn, dStateOut, logDecay, keySumIn, dKeySumOut;
   if (withState) {
     stateIn = randomValues(heads * d * d, random, -0.5f, 0.5f);
     dStateOut = randomValues(heads * d * d, random, -0.5f, 0.5f);
+    if (c.normalize) {
+      // Positive, as a key sum of elu+1 features is.
+      keySumIn = randomValues(heads * d, random, 0.f, 4.f);
+      dKeySumOut = randomValues(heads * d, random, -0.5f, 0.5f);
+    }
   }
   const bool gated = c.decay == BackwardCase::Decay::Gated;
   if (gated)
@@ -91,6 +119,39 @@ void checkBackward(const BackwardCase &c, int64_t batch, int64_t seqlen, bool wi
   DeviceBuffer dStateIn(heads * d * d * sizeof(float)), dLogDecay(std::max<size_t>(tokens, 1) * 4);
   dStateIn.fill32(0x7fc00000u);
   dLogDecay.fill32(0x7fc00000u);
+  DeviceBuffer keySumInBuffer = upload(keySumIn), dKeySumOutBuffer = upload(dKeySumOut),
+               dKeySumIn(heads * d * sizeof(float));
+  dKeySumIn.fill32(0x7fc00000u);
+
+  reference::LinearProblem problem;
+  problem.batch = batch;
+  problem.seqlen = seqlen;
+  problem.qHeads = c.qHeads;
+  problem.kvHeads = c.kvHeads;
+  problem.headDim = c.headDim;
+  problem.scale = launch.scale;
+  problem.featureMap = c.featureMap;
+  problem.causal = c.causal;
+  problem.normalize = c.normalize;
+  if (c.decay == BackwardCase::Decay::MultiScale)
+    for (int h = 0; h < c.qHeads; ++h)
+      problem.gamma.push_back(reference::multiScaleGamma(h));
+  if (gated)
+    problem.logDecay = logDecay.data();
+  reference::LinearState initial, dFinal;
+  initial.kv.assign(stateIn.begin(), stateIn.end());
+  initial.keySum.assign(keySumIn.begin(), keySumIn.end());
+  dFinal.kv.assign(dStateOut.begin(), dStateOut.end());
+  dFinal.keySum.assign(dKeySumOut.begin(), dKeySumOut.end());
+  // Normalized: the forward's output, from the reference's forward and
+  // rounded to bf16 as the forward kernel stores it.
+  harness::HostDeviceTensor o;
+  if (c.normalize) {
+    std::vector<float> forward(size_t(batch) * seqlen * c.qHeads * d);
+    reference::linearForwardParallel(problem, hostTensor(q), hostTensor(k), hostTensor(v),
+                                     forward.data(), initial, nullptr);
+    o = uploadTensor(forward, batch, seqlen, c.qHeads, c.headDim, headMajor);
+  }
 
   AttnLinearBackwardArgs args;
   args.q = q.view;
@@ -109,6 +170,14 @@ void checkBackward(const BackwardCase &c, int64_t batch, int64_t seqlen, bool wi
     args.dFinalState = static_cast<const float *>(dStateOutBuffer.data());
     args.dInitialState = static_cast<float *>(dStateIn.data());
   }
+  if (c.normalize) {
+    args.o = o.view;
+    if (withState) {
+      args.initialKeySum = static_cast<const float *>(keySumInBuffer.data());
+      args.dFinalKeySum = static_cast<const float *>(dKeySumOutBuffer.data());
+      args.dInitialKeySum = static_cast<float *>(dKeySumIn.data());
+    }
+  }
   DeviceBuffer workspace(std::max<uint64_t>(kernel.linearBackwardWorkspaceBytes(args), 256));
   workspace.fill32(0x7fc00000u);
   args.workspace = workspace.data();
@@ -116,23 +185,6 @@ void checkBackward(const BackwardCase &c, int64_t batch, int64_t seqlen, bool wi
   kernel.runLinearBackward(args);
   ATTN_CU_CHECK(cuCtxSynchronize);
 
-  reference::LinearProblem problem;
-  problem.batch = batch;
-  problem.seqlen = seqlen;
-  problem.qHeads = c.qHeads;
-  problem.kvHeads = c.kvHeads;
-  problem.headDim = c.headDim;
-  problem.scale = launch.scale;
-  problem.featureMap = c.featureMap;
-  problem.causal = c.causal;
-  if (c.decay == BackwardCase::Decay::MultiScale)
-    for (int h = 0; h < c.qHeads; ++h)
-      problem.gamma.push_back(reference::multiScaleGamma(h));
-  if (gated)
-    problem.logDecay = logDecay.data();
-  reference::LinearState initial, dFinal;
-  initial.kv.assign(stateIn.begin(), stateIn.end());
-  dFinal.kv.assign(dStateOut.begin(), dStateOut.end());
   reference::LinearGradients expected;
   reference::linearBackwardParallel(problem, hostTensor(q), hostTensor(k), hostTensor(v),
                                     hostTensor(dO), initial, dFinal, &expected);
@@ -172,6 +224,14 @@ void checkBackward(const BackwardCase &c, int64_t batch, int64_t seqlen, bool wi
     std::printf(" dS0 %.2e", stateError);
     INFO("dInitialState relative L2 " << stateError);
     CHECK(stateError < 1e-2);
+    if (c.normalize) {
+      std::vector<float> keySum = dKeySumIn.download<float>();
+      keySum.resize(heads * d);
+      const double keySumError = relativeL2(keySum, expected.dInitial.keySum);
+      std::printf(" dz0 %.2e", keySumError);
+      INFO("dInitialKeySum relative L2 " << keySumError);
+      CHECK(keySumError < 1e-2);
+    }
   }
   std::printf("\n");
 }
@@ -218,6 +278,30 @@ TEST_CASE("linear attention's backward: feature maps, causal and not",
     }
 }
 
+TEST_CASE("normalized linear attention's backward, with the key sums' gradients",
+          "[gpu][linear][linear_backward]") {
+  using reference::FeatureMap;
+  BackwardCase c;
+  c.normalizer = "#attn.linear<feature_map = elu_plus_one, normalize = true>";
+  c.featureMap = FeatureMap::EluPlusOne;
+  c.normalize = true;
+  c.decay = BackwardCase::Decay::None;
+  // GQA, lengths that are not piece or chunk multiples, head-major strides.
+  c.kvHeads = 2;
+  checkBackward(c, 2, 300, /*withState=*/true, /*headMajor=*/false, 50);
+  checkBackward(c, 1, 64, /*withState=*/false, /*headMajor=*/true, 51);
+  c.causal = false;
+  checkBackward(c, 2, 200, /*withState=*/true, /*headMajor=*/false, 52);
+  c.causal = true;
+  c.headDim = 64;
+  c.kvHeads = c.qHeads;
+  checkBackward(c, 1, 1000, /*withState=*/true, /*headMajor=*/false, 53);
+  c.normalizer = "#attn.linear<feature_map = relu, normalize = true>";
+  c.featureMap = FeatureMap::Relu;
+  c.headDim = 128;
+  checkBackward(c, 1, 129, /*withState=*/false, /*headMajor=*/false, 54);
+}
+
 TEST_CASE("a long sequence's backward, split over segments, matches the reference",
           "[gpu][linear][linear_backward]") {
   // One batch of two heads leaves most SMs idle unsplit: every pass runs
@@ -262,6 +346,25 @@ TEST_CASE("an empty sequence's backward passes the final state's gradient throug
   kernel.runLinearBackward(args);
   ATTN_CU_CHECK(cuCtxSynchronize);
   CHECK(dStateIn.download<float>() == dStateOut);
+
+  // Normalized, the key sum's gradient passes through too (o may be absent:
+  // there is no output).
+  BackwardCase normalized;
+  normalized.normalizer = "#attn.linear<feature_map = elu_plus_one, normalize = true>";
+  normalized.decay = BackwardCase::Decay::None;
+  const Kernel &normalizedKernel = backwardKernel(normalized);
+  const size_t keySumElements = size_t(2) * c.qHeads * c.headDim;
+  std::vector<float> dKeySumOut = randomValues(keySumElements, random, -1.f, 1.f);
+  DeviceBuffer dKeySumOutBuffer = upload(dKeySumOut), dKeySumIn(keySumElements * sizeof(float));
+  dKeySumIn.fill32(0x7fc00000u);
+  dStateIn.fill32(0x7fc00000u);
+  args.dFinalKeySum = static_cast<const float *>(dKeySumOutBuffer.data());
+  args.dInitialKeySum = static_cast<float *>(dKeySumIn.data());
+  CHECK(normalizedKernel.linearBackwardWorkspaceBytes(args) == 0);
+  normalizedKernel.runLinearBackward(args);
+  ATTN_CU_CHECK(cuCtxSynchronize);
+  CHECK(dStateIn.download<float>() == dStateOut);
+  CHECK(dKeySumIn.download<float>() == dKeySumOut);
 }
 
 TEST_CASE("the linear backward names the argument it rejects", "[gpu][linear][linear_backward]") {

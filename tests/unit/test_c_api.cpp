@@ -134,7 +134,7 @@ TEST_CASE("C API: versions", "[c-api]") {
   CHECK(std::string(attnc_version()) == attn::attncVersion());
   CHECK(std::string(attnc_version()) == "0.1.0");
   CHECK(attnc_c_api_version() == ATTNC_C_API_VERSION);
-  CHECK(ATTNC_C_API_VERSION == 5);
+  CHECK(ATTNC_C_API_VERSION == 6);
 }
 
 TEST_CASE("C API: null handles and outputs are errors naming the parameter", "[c-api]") {
@@ -533,6 +533,36 @@ TEST_CASE("C API: the linear family's backward sizes its workspace and checks it
           ATTNC_OK);
   KernelHandle forward(forwardRaw, &attnc_kernel_destroy);
   checkFailure(attnc_run_linear_backward(forward.get(), &args, nullptr), "config: ");
+  args.initial_state = nullptr;
+  args.d_final_key_sum = reinterpret_cast<const float *>(uintptr_t(0xa0000000));
+  checkFailure(attnc_run_linear_backward(kernel.get(), &args, nullptr),
+               "dFinalKeySum: the kernel does not normalize");
+
+  // Normalized linear attention's backward reads the forward's output.
+  const std::string normalizedText = exampleText("linear_elu_hd64");
+  attnc_kernel *normalizedRaw = nullptr;
+  if (attnc_compile(compiler.get(), normalizedText.c_str(), "linear_elu_hd64.mlir", 1,
+                    &normalizedRaw) != ATTNC_OK)
+    FAIL(attnc_last_error());
+  KernelHandle normalized(normalizedRaw, &attnc_kernel_destroy);
+  attnc_linear_backward_args gqa = {};
+  gqa.q = gqa.d_o = gqa.dq = bshd(0x10000000, 2, 256, 32, 64);
+  gqa.d_o.data = reinterpret_cast<void *>(uintptr_t(0x20000000));
+  gqa.dq.data = reinterpret_cast<void *>(uintptr_t(0x30000000));
+  gqa.k = bshd(0x40000000, 2, 256, 8, 64);
+  gqa.v = bshd(0x50000000, 2, 256, 8, 64);
+  gqa.dk = bshd(0x60000000, 2, 256, 8, 64);
+  gqa.dv = bshd(0x70000000, 2, 256, 8, 64);
+  checkFailure(attnc_linear_backward_workspace_bytes(normalized.get(), &gqa, &bytes),
+               "o: normalized linear attention's backward reads the forward's output");
+  gqa.o = bshd(0x80000000, 2, 256, 32, 64);
+  gqa.o.rank = 3;
+  checkFailure(attnc_linear_backward_workspace_bytes(normalized.get(), &gqa, &bytes),
+               "o: rank 3, expected 4 (BSHD)");
+  gqa.o.rank = 4;
+  gqa.d_initial_key_sum = reinterpret_cast<float *>(uintptr_t(0x80000000));
+  checkFailure(attnc_run_linear_backward(normalized.get(), &gqa, nullptr),
+               "dInitialKeySum: shares memory with o");
 }
 
 TEST_CASE("C API: the last error belongs to the calling thread", "[c-api]") {

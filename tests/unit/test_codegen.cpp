@@ -164,18 +164,11 @@ TEST_CASE("a spec without a backward template is refused with its location", "[c
   attn::CompileOptions twoConsumers;
   // Two consumers of 64 keys each (not sharing a tile) at head dim 256.
   twoConsumers.tileOverride = "block_n=128";
-  CHECK_THROWS_WITH(attn::compileBackwardSpec(spec(256, "bf16", "#attn.no_mask"), "k.mlir",
-                                              twoConsumers),
-                    Catch::Contains("k.mlir:1:1: error: 'attn.kernel' op backward plan is illegal: "
-                                    "shared-memory capacity: backward block_m 64, block_n 128, "
-                                    "stages 1, head_dim 256 needs"));
-  const std::string normalized =
-      "attn.kernel @r problem = #attn.problem<q_heads = 4, kv_heads = 4, head_dim = 128, "
-      "element_type = bf16> mask = #attn.causal<top_left> normalizer = "
-      "#attn.linear<feature_map = elu_plus_one, normalize = true>\n";
-  CHECK_THROWS_WITH(attn::compileBackwardSpec(normalized, "r.mlir"),
-                    Catch::Contains("r.mlir:1:1: error: 'attn.kernel' op has no backward: "
-                                    "normalized linear attention's"));
+  CHECK_THROWS_WITH(
+      attn::compileBackwardSpec(spec(256, "bf16", "#attn.no_mask"), "k.mlir", twoConsumers),
+      Catch::Contains("k.mlir:1:1: error: 'attn.kernel' op backward plan is illegal: "
+                      "shared-memory capacity: backward block_m 64, block_n 128, "
+                      "stages 1, head_dim 256 needs"));
   attn::CompileOptions options;
   options.tileOverride = "block_m=96";
   CHECK_THROWS_WITH(attn::compileBackwardSpec(spec(128, "bf16", "#attn.no_mask"), "k.mlir",
@@ -189,6 +182,8 @@ TEST_CASE("the linear family's backward module assembles without spills", "[code
       {"#attn.causal<top_left>", "#attn.retention<gated>", 128},
       {"#attn.causal<top_left>", "#attn.linear<feature_map = elu_plus_one>", 64},
       {"#attn.no_mask", "#attn.linear<feature_map = relu>", 128},
+      {"#attn.causal<top_left>", "#attn.linear<feature_map = elu_plus_one, normalize = true>", 128},
+      {"#attn.no_mask", "#attn.linear<feature_map = identity, normalize = true>", 64},
   }));
   std::ostringstream text;
   text << "attn.kernel @k problem = #attn.problem<q_heads = 8, kv_heads = 2, head_dim = " << headDim
@@ -196,15 +191,19 @@ TEST_CASE("the linear family's backward module assembles without spills", "[code
   attn::CompiledKernel kernel = attn::compileBackwardSpec(text.str(), "k.mlir");
   CHECK(kernel.launch.linearFamily == 1);
   CHECK(kernel.launch.backward == 1);
-  CHECK(kernel.launch.normalize == 0);
+  const bool normalized = normalizer.find("normalize = true") != std::string::npos;
+  CHECK(kernel.launch.normalize == (normalized ? 1 : 0));
   const std::string ptx(kernel.binary.begin(), kernel.binary.end());
+
   CHECK(ptx.find("wgmma.mma_async") != std::string::npos);
   CHECK(ptx.find("cp.async.bulk.tensor") != std::string::npos);
   for (const char *entry :
        {ATTN_LINEAR_KERNEL_NAME, ATTN_LINEAR_SEGMENT_KERNEL_NAME, ATTN_LINEAR_FOLD_KERNEL_NAME,
         ATTN_LINEAR_BWD_STATES_KERNEL_NAME, ATTN_LINEAR_BWD_QUERY_KERNEL_NAME,
         ATTN_LINEAR_BWD_KEY_KERNEL_NAME, ATTN_LINEAR_BWD_GATE_KERNEL_NAME,
-        ATTN_LINEAR_BWD_INITIAL_STATE_KERNEL_NAME})
+        ATTN_LINEAR_BWD_INITIAL_STATE_KERNEL_NAME, ATTN_LINEAR_BWD_KEY_PIECES_KERNEL_NAME,
+        ATTN_LINEAR_BWD_KEY_SCAN_KERNEL_NAME, ATTN_LINEAR_BWD_DENOMINATOR_KERNEL_NAME,
+        ATTN_LINEAR_BWD_QUERY_SCAN_KERNEL_NAME, ATTN_LINEAR_BWD_KEY_SUM_GRADIENT_KERNEL_NAME})
     CHECK(ptx.find(std::string(".entry ") + entry + "(") != std::string::npos);
   attn::test::PtxasReport report = attn::test::assembleWithPtxas(kernel.binary);
   INFO(text.str() << report.text);
@@ -215,7 +214,9 @@ TEST_CASE("the linear family's backward module assembles without spills", "[code
   for (const char *entry :
        {ATTN_LINEAR_BWD_STATES_KERNEL_NAME, ATTN_LINEAR_BWD_QUERY_KERNEL_NAME,
         ATTN_LINEAR_BWD_KEY_KERNEL_NAME, ATTN_LINEAR_BWD_GATE_KERNEL_NAME,
-        ATTN_LINEAR_BWD_INITIAL_STATE_KERNEL_NAME})
+        ATTN_LINEAR_BWD_INITIAL_STATE_KERNEL_NAME, ATTN_LINEAR_BWD_KEY_PIECES_KERNEL_NAME,
+        ATTN_LINEAR_BWD_KEY_SCAN_KERNEL_NAME, ATTN_LINEAR_BWD_DENOMINATOR_KERNEL_NAME,
+        ATTN_LINEAR_BWD_QUERY_SCAN_KERNEL_NAME, ATTN_LINEAR_BWD_KEY_SUM_GRADIENT_KERNEL_NAME})
     CHECK(report.spillStoreBytes(entry) == 0);
 }
 

@@ -531,15 +531,19 @@ TEST_CASE("JIT: the backward of a spec is compiled and cached beside its forward
                       StartsWith("logDecay: the kernel is gated"));
     CHECK_THROWS_WITH(pair.forward.runLinearBackward(args), StartsWith("config: "));
   }
-  SECTION("a spec without a backward is refused with the diagnostic") {
+  SECTION("a normalized linear spec's backward module holds the key sums' kernels") {
     const Spec normalized = SpecBuilder("normalized")
                                 .heads(4, 4)
                                 .headDim(128)
                                 .dtype(DType::BF16)
                                 .causal()
                                 .normalizer(Normalizer::linear(FeatureMap::EluPlusOne, true));
-    CHECK_THROWS_WITH(first.compileBackward(normalized),
-                      Contains("has no backward: normalized linear attention's"));
+    Kernel backward = first.compileBackward(normalized);
+    CHECK(backward.launchConfig().normalize == 1);
+    CHECK(backward.launchConfig().backward == 1);
+    CHECK_THAT(backward.image().ptx,
+               Contains(".entry attn_linear_bwd_denominator_kernel") &&
+                   Contains(".entry attn_linear_bwd_key_sum_gradient_kernel"));
   }
   SECTION("backward arguments are checked before the driver is needed") {
     auto fake = [](uintptr_t address) { return reinterpret_cast<void *>(address); };

@@ -96,6 +96,14 @@ TEST_CASE("valid linear forward and backward arguments pass", "[runtime][validat
   gatedBackward.logDecay = static_cast<const float *>(fakePointer(0x80000000));
   gatedBackward.dLogDecay = static_cast<float *>(fakePointer(0x90000000));
   CHECK_NOTHROW(validateLinearBackwardArgs(linearConfig(true, true), gatedBackward));
+  AttnLaunchConfig normalized = linearConfig(true, false);
+  normalized.normalize = true;
+  AttnLinearBackwardArgs normalizedBackward = backwardArgs();
+  normalizedBackward.o = view(0xa0000000, 8);
+  normalizedBackward.initialKeySum = static_cast<const float *>(fakePointer(0xb0000000));
+  normalizedBackward.dFinalKeySum = static_cast<const float *>(fakePointer(0xb1000000));
+  normalizedBackward.dInitialKeySum = static_cast<float *>(fakePointer(0xb2000000));
+  CHECK_NOTHROW(validateLinearBackwardArgs(normalized, normalizedBackward));
 }
 
 TEST_CASE("linear forward refusals name the argument", "[runtime][validate][linear]") {
@@ -141,8 +149,31 @@ TEST_CASE("linear forward refusals name the argument", "[runtime][validate][line
 TEST_CASE("linear backward refusals name the argument", "[runtime][validate][linear]") {
   expectBackwardInvalid([](AttnLaunchConfig &c, AttnLinearBackwardArgs &) { c.backward = false; },
                         "config", "not the backward module");
+  // Normalized linear attention reads the forward's output; the others
+  // take neither it nor key sums.
   expectBackwardInvalid([](AttnLaunchConfig &c, AttnLinearBackwardArgs &) { c.normalize = true; },
-                        "config", "normalized linear attention");
+                        "o", "reads the forward's output");
+  expectBackwardInvalid(
+      [](AttnLaunchConfig &c, AttnLinearBackwardArgs &a) {
+        c.normalize = true;
+        a.o = contiguousBSHD(fakePointer(0xa0000000), DType::BF16, 2, 300, 2, 128);
+      },
+      "o", "heads");
+  expectBackwardInvalid(
+      [](AttnLaunchConfig &c, AttnLinearBackwardArgs &a) {
+        c.normalize = true;
+        a.o = view(0x40000000, 8); // dO's memory: dO is read, o too, so this passes
+        a.dInitialKeySum = static_cast<float *>(fakePointer(0x40000000));
+      },
+      "dInitialKeySum", "shares memory with dO");
+  expectBackwardInvalid(
+      [](AttnLaunchConfig &, AttnLinearBackwardArgs &a) { a.o = view(0xa0000000, 8); }, "o",
+      "does not normalize");
+  expectBackwardInvalid(
+      [](AttnLaunchConfig &, AttnLinearBackwardArgs &a) {
+        a.dFinalKeySum = static_cast<const float *>(fakePointer(0xa0000000));
+      },
+      "dFinalKeySum", "no key sum");
   expectBackwardInvalid([](AttnLaunchConfig &, AttnLinearBackwardArgs &a) { a.k.shape[0] = 3; },
                         "k", "in batch and sequence length");
   expectBackwardInvalid([](AttnLaunchConfig &, AttnLinearBackwardArgs &a) { a.v.shape[1] = 299; },

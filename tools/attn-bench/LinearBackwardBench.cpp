@@ -49,9 +49,11 @@ int runLinearBackwardGrid(int warmup, int repeats) {
   struct Variant {
     const char *name, *normalizer;
   };
-  const Variant variants[] = {{"retention", "#attn.retention"},
-                              {"gated_retention", "#attn.retention<gated>"},
-                              {"linear", "#attn.linear"}};
+  const Variant variants[] = {
+      {"retention", "#attn.retention"},
+      {"gated_retention", "#attn.retention<gated>"},
+      {"linear", "#attn.linear"},
+      {"linear_normalized", "#attn.linear<feature_map = identity, normalize = true>"}};
   const size_t tensorBytes = size_t(kMaxTokens) * kHeads * kHeadDim * 2;
   DeviceBuffer q = normalBf16(tensorBytes, 1), k = normalBf16(tensorBytes, 2),
                v = normalBf16(tensorBytes, 3), dO = normalBf16(tensorBytes, 4);
@@ -89,6 +91,7 @@ int runLinearBackwardGrid(int warmup, int repeats) {
       Kernel backward =
           kernelOf(compileBackwardSpec(spec.str(), "linear-backward-grid.mlir", options));
       const bool gated = forward.launchConfig().gated;
+      const bool normalized = forward.launchConfig().normalize;
 
       AttnLinearArgs forwardArgs;
       forwardArgs.q = view(q);
@@ -115,6 +118,8 @@ int runLinearBackwardGrid(int warmup, int repeats) {
         args.logDecay = static_cast<const float *>(logDecay.data());
         args.dLogDecay = static_cast<float *>(dLogDecay.data());
       }
+      if (normalized)
+        args.o = view(o); // the forward's output (the timing loop below rewrites it)
       DeviceBuffer workspace(std::max<uint64_t>(backward.linearBackwardWorkspaceBytes(args), 256));
       args.workspace = workspace.data();
       args.workspaceBytes = workspace.size();

@@ -11,6 +11,8 @@ comparison:
               token and head, g = logsigmoid(randn) of shape [B, S, H], fp32
   linear      fla.ops.linear_attn.chunk_linear_attn, normalize=False (no
               feature map: q and k are taken as already featured)
+  linear_normalized: the same with normalize=True (divided by q . the
+              running key sum); not run unless named in --peers
   softmax     causal SDPA, cuDNN backend
   fused_retention, fused_simple_gla, fused_linear: fla's fused_chunk_*
               variants of the above (not run unless named in --peers)
@@ -56,6 +58,7 @@ FLA_PEERS = {
     "fused_retention": ("fla.ops.retention", "fused_chunk_retention", False),
     "fused_simple_gla": ("fla.ops.simple_gla", "fused_chunk_simple_gla", True),
     "fused_linear": ("fla.ops.linear_attn", "fused_chunk_linear_attn", False),
+    "linear_normalized": ("fla.ops.linear_attn", "chunk_linear_attn", False),
 }
 COLUMNS = ("kernel", "B", "S", "H", "D", "ms", "TB/s", "vs_softmax")
 
@@ -94,7 +97,8 @@ def make_fla(peer, q, k, v, g):
     if gated:
         return lambda: fn(q, k, v, g=g, output_final_state=True)
     if "linear" in peer:
-        return lambda: fn(q, k, v, output_final_state=True, normalize=False)
+        normalize = peer == "linear_normalized"
+        return lambda: fn(q, k, v, output_final_state=True, normalize=normalize)
     return lambda: fn(q, k, v, output_final_state=True)
 
 

@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 /* Bumped when a struct or function below changes. */
-#define ATTNC_C_API_VERSION 5
+#define ATTNC_C_API_VERSION 6
 
 typedef int32_t attnc_status;
 enum { ATTNC_OK = 0, ATTNC_ERROR = 1 };
@@ -143,7 +143,9 @@ typedef struct {
  * retention): d_o is dO; log_decay and d_log_decay [B, S, Hq] f32 (gated
  * only; d_log_decay null: not computed); initial_state, d_final_state and
  * d_initial_state [B, Hq, D, D] f32 (null: zero / zero / not computed).
- * 672 bytes. */
+ * Normalized linear attention only (all zero otherwise): o, the forward's
+ * output; initial_key_sum, d_final_key_sum and d_initial_key_sum
+ * [B, Hq, D] f32 (null: zero / zero / not computed). 784 bytes. */
 typedef struct {
   attnc_tensor q, k, v, d_o, dq, dk, dv;
   const float *log_decay;
@@ -153,6 +155,10 @@ typedef struct {
   float *d_initial_state;
   void *workspace;
   uint64_t workspace_bytes;
+  attnc_tensor o;
+  const float *initial_key_sum;
+  const float *d_final_key_sum;
+  float *d_initial_key_sum;
 } attnc_linear_backward_args;
 
 /* What a compiled kernel's plan fixes (attn::AttnLaunchConfig). 128 bytes. */

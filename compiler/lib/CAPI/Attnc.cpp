@@ -66,10 +66,12 @@ static_assert(sizeof(attnc_linear_args) == 416 && alignof(attnc_linear_args) == 
 static_assert(offsetof(attnc_linear_args, initial_state) == 4 * 88 &&
               offsetof(attnc_linear_args, log_decay) == 4 * 88 + 32 &&
               offsetof(attnc_linear_args, segments) == 4 * 88 + 56);
-static_assert(sizeof(attnc_linear_backward_args) == 672 &&
+static_assert(sizeof(attnc_linear_backward_args) == 784 &&
               alignof(attnc_linear_backward_args) == 8);
 static_assert(offsetof(attnc_linear_backward_args, log_decay) == 7 * 88 &&
-              offsetof(attnc_linear_backward_args, workspace_bytes) == 7 * 88 + 48);
+              offsetof(attnc_linear_backward_args, workspace_bytes) == 7 * 88 + 48 &&
+              offsetof(attnc_linear_backward_args, o) == 7 * 88 + 56 &&
+              offsetof(attnc_linear_backward_args, d_initial_key_sum) == 8 * 88 + 72);
 static_assert(sizeof(attnc_kernel_info) == 128 && alignof(attnc_kernel_info) == 8);
 static_assert(offsetof(attnc_kernel_info, scale) == 32 &&
               offsetof(attnc_kernel_info, automatic_work_order) == 120);
@@ -362,6 +364,11 @@ attn::AttnLinearBackwardArgs toLinearBackwardArgs(const attnc_linear_backward_ar
   backward.dInitialState = args->d_initial_state;
   backward.workspace = args->workspace;
   backward.workspaceBytes = args->workspace_bytes;
+  if (args->o.data || args->o.rank)
+    backward.o = toTensorView(args->o, "o");
+  backward.initialKeySum = args->initial_key_sum;
+  backward.dFinalKeySum = args->d_final_key_sum;
+  backward.dInitialKeySum = args->d_initial_key_sum;
   return backward;
 }
 

@@ -754,15 +754,19 @@ std::string emitLinearKernelSource(const LinearKernelConfig &config) {
 }
 
 std::string emitLinearBackwardKernelSource(const LinearKernelConfig &config) {
+  // The passes run unnormalized; the helper kernels handle the key sum.
   LinearKernelConfig chunkwise = config;
   chunkwise.backwardPasses = true;
+  chunkwise.normalize = false;
   std::string source = emitLinearKernelSource(chunkwise);
   if (source.rfind("#error", 0) == 0)
     return source;
   std::ostringstream out;
   out << source << "\n// ---- the backward's own plan\nnamespace attn_linear_bwd_plan {\n"
       << "constexpr attn_dev::FeatureMap kFeatureMap = attn_dev::FeatureMap::"
-      << featureMapName(config.featureMap) << ";\n} // namespace attn_linear_bwd_plan\n\n";
+      << featureMapName(config.featureMap) << ";\n"
+      << "constexpr bool kNormalize = " << (config.normalize ? "true" : "false")
+      << ";\n} // namespace attn_linear_bwd_plan\n\n";
   std::string error;
   out << expandTemplate("attn_linear_bwd_sm90.cuh", error);
   if (!error.empty())

@@ -183,10 +183,6 @@ mlir::FailureOr<TileConfig> backwardTileConfigFor(mlir::attn::KernelOp op,
 /// as the backward module around its chunkwise kernel.
 static mlir::FailureOr<PlannedBackward> planLinearBackward(mlir::attn::KernelOp op,
                                                            const CompileOptions &options) {
-  auto linear = mlir::dyn_cast<mlir::attn::LinearAttr>(op.getNormalizer());
-  if (linear && linear.getNormalize())
-    return op.emitOpError("has no backward: normalized linear attention's (through the key "
-                          "sum) is a later step; the unnormalized form and retention have one");
   auto module = op->getParentOfType<mlir::ModuleOp>();
   mlir::PassManager pm(op.getContext());
   mlir::attn::buildPlanPipeline(pm, tileOptionsOf(options));

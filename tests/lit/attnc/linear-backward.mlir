@@ -1,11 +1,13 @@
 // attnc --backward on the linear family: the chunkwise kernel built with the
 // backward's pass options, beside the helper kernels; normalized linear
-// attention has none yet.
+// attention's passes run unnormalized, beside its key sum kernels.
 // RUN: attnc %s --backward --emit=cuda | FileCheck %s --check-prefix=CUDA
 // RUN: attnc %s --backward -o %t.ptx && FileCheck %s --check-prefix=PTX < %t.ptx
 // RUN: attnc %s --backward --emit=metadata | FileCheck %s --check-prefix=METADATA
 // RUN: attnc %s --emit=cuda | FileCheck %s --check-prefix=FORWARD
-// RUN: not attnc %S/Inputs/linear-normalized.mlir --backward --emit=ptx 2>&1 | FileCheck %s --check-prefix=NORMALIZED
+// RUN: attnc %S/Inputs/linear-normalized.mlir --backward --emit=cuda | FileCheck %s --check-prefix=NORMALIZED
+// RUN: attnc %S/Inputs/linear-normalized.mlir --backward -o %t.normalized.ptx && FileCheck %s --check-prefix=NORMALIZED-PTX < %t.normalized.ptx
+// RUN: attnc %S/Inputs/linear-normalized.mlir --backward --emit=metadata | FileCheck %s --check-prefix=NORMALIZED-METADATA
 
 // CUDA: constexpr bool kGated = true;
 // CUDA: constexpr bool kBackwardPasses = true;
@@ -31,7 +33,21 @@
 // FORWARD: constexpr bool kBackwardPasses = false;
 // FORWARD-NOT: attn_linear_bwd_plan
 
-// NORMALIZED: linear-normalized.mlir:{{[0-9]+}}:1: error: 'attn.kernel' op has no backward: normalized linear attention's
+// NORMALIZED: namespace attn_plan {
+// NORMALIZED: constexpr bool kNormalize = false;
+// NORMALIZED: constexpr bool kBackwardPasses = true;
+// NORMALIZED: namespace attn_linear_bwd_plan {
+// NORMALIZED-NEXT: constexpr attn_dev::FeatureMap kFeatureMap = attn_dev::FeatureMap::EluPlusOne;
+// NORMALIZED-NEXT: constexpr bool kNormalize = true;
+
+// NORMALIZED-PTX-DAG: .entry attn_linear_bwd_key_pieces_kernel(
+// NORMALIZED-PTX-DAG: .entry attn_linear_bwd_key_scan_kernel(
+// NORMALIZED-PTX-DAG: .entry attn_linear_bwd_denominator_kernel(
+// NORMALIZED-PTX-DAG: .entry attn_linear_bwd_query_scan_kernel(
+// NORMALIZED-PTX-DAG: .entry attn_linear_bwd_key_sum_gradient_kernel(
+
+// NORMALIZED-METADATA: backward 1
+// NORMALIZED-METADATA: normalize 1
 
 attn.kernel @gated_gqa
     problem = #attn.problem<q_heads = 8, kv_heads = 2, head_dim = 128, element_type = bf16>

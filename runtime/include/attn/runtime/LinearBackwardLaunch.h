@@ -27,6 +27,13 @@ namespace attn {
 ///     zero); dFinalState: the gradient arriving at the forward's final
 ///     state (null: zero); dInitialState: receives the initial state's
 ///     gradient (null: not computed).
+/// Normalized linear attention only (the others take none of these):
+///   o: the forward's output (shape, dtype and layout rules as q), which
+///     its denominator's gradient reads;
+///   initialKeySum [batch, q_heads, D]: the forward's initial key sum
+///     (null: zero); dFinalKeySum: the gradient arriving at its final key
+///     sum (null: zero); dInitialKeySum: receives the initial key sum's
+///     gradient (null: not computed).
 /// workspace: linearBackwardWorkspaceBytes(config, args) bytes of device
 /// memory, 256-byte aligned.
 struct AttnLinearBackwardArgs {
@@ -37,6 +44,10 @@ struct AttnLinearBackwardArgs {
   const float *initialState = nullptr;
   const float *dFinalState = nullptr;
   float *dInitialState = nullptr;
+  TensorView o;
+  const float *initialKeySum = nullptr;
+  const float *dFinalKeySum = nullptr;
+  float *dInitialKeySum = nullptr;
   void *workspace = nullptr;
   uint64_t workspaceBytes = 0;
 };
@@ -45,6 +56,8 @@ struct AttnLinearBackwardArgs {
 struct LinearBackwardFunctions {
   LinearFunctions chunkwise;
   KernelFunction states, query, key, gate, initialState;
+  // Normalized linear attention's (templates/linear/key_sum_bwd.cuh).
+  KernelFunction keyPieces, keyScan, denominator, queryScan, keySumGradient;
 };
 LinearBackwardFunctions loadLinearBackwardFunctions(const Module &module,
                                                     const AttnLaunchConfig &config);
@@ -57,13 +70,16 @@ void validateLinearBackwardArgs(const AttnLaunchConfig &config, const AttnLinear
 /// passes' outputs per query head (O(batch x seqlen x q_heads x head_dim)),
 /// the pass states (transposed and scaled copies of the initial state and
 /// the final state's gradient) and the chunkwise kernel's split scratch;
-/// often 0. Validates the arguments first.
+/// normalized, also the passes' rescaled dO (as large as dO) and the key
+/// sums' per-piece scratch; often 0 otherwise. Validates the arguments
+/// first.
 uint64_t linearBackwardWorkspaceBytes(const AttnLaunchConfig &config,
                                       const AttnLinearBackwardArgs &args);
 
 /// Validates (also the device pointers) and launches the backward on
 /// `stream`. Nothing is launched after a failed check. An empty sequence
-/// writes only dInitialState (= dFinalState).
+/// writes only dInitialState (= dFinalState) and dInitialKeySum
+/// (= dFinalKeySum).
 void launchLinearBackward(LinearBackwardFunctions &functions, const AttnLaunchConfig &config,
                           const AttnLinearBackwardArgs &args, CUstream stream);
 
