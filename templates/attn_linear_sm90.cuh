@@ -189,12 +189,17 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
       releaseStage(barriers, slot.stage, lane);
 
       if (computesOutput) {
-        if constexpr (kNormalize)
+        if constexpr (kNormalize) {
+          // One reciprocal a row: 32 divisions each kept a call to their
+          // slow path, whose registers serialized the kernel's WGMMAs.
+          float inverse[2];
 #pragma unroll
-          for (int i = 0; i < kAccumulatorRegs; ++i) {
-            float den = denominator[fragmentRowHalf(i)];
-            output[i] = den != 0.f ? output[i] / den : 0.f;
-          }
+          for (int half = 0; half < 2; ++half)
+            inverse[half] = denominator[half] != 0.f ? 1.f / denominator[half] : 0.f;
+#pragma unroll
+          for (int i = 0; i < kAccumulatorRegs; ++i)
+            output[i] *= inverse[fragmentRowHalf(i)];
+        }
         // One barrier pair publishes the output tile and the next chunk's
         // state. Before it, every warp's Q S product (the state tile) has
         // completed and the last TMA store has read the staging tile.

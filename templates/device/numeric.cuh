@@ -79,14 +79,21 @@ __device__ __forceinline__ u32 alignedDynamicShared() {
   return (sharedAddress(sharedMemory) + 1023) & ~1023u;
 }
 
-// A 32- or 64-bit word of shared memory, read where it is written (after
-// the barrier wait that makes it visible).
+// A 32-, 64- or 128-bit word of shared memory, read where it is written
+// (after the barrier wait that makes it visible).
 template <typename Word> __device__ __forceinline__ Word loadShared(u32 address) {
-  static_assert(sizeof(Word) == 4 || sizeof(Word) == 8, "a 32- or 64-bit word");
+  static_assert(sizeof(Word) == 4 || sizeof(Word) == 8 || sizeof(Word) == 16,
+                "a 32-, 64- or 128-bit word");
   if constexpr (sizeof(Word) == 4) {
     u32 word;
     asm volatile("ld.shared.b32 %0, [%1];" : "=r"(word) : "r"(address));
     return static_cast<Word>(word);
+  } else if constexpr (sizeof(Word) == 16) {
+    uint4 word;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(word.x), "=r"(word.y), "=r"(word.z), "=r"(word.w)
+                 : "r"(address));
+    return word;
   } else {
     u64 word;
     asm volatile("ld.shared.b64 %0, [%1];" : "=l"(word) : "r"(address));

@@ -187,26 +187,58 @@ __device__ __forceinline__ void queryDotKeySum(u32 q, const float *keySum, int r
   for (int half = 0; half < 2; ++half) {
     int row = rowInChunk + 8 * half;
     float sum = 0.f;
-    for (int d = (lane & 3) * 2; d < kHeadDim; d += 8) {
-      const u32 pair = loadShared<u32>(swizzledAddress(q, kChunk, row, d));
-      sum += lowHalfToFloat<Element>(pair) * keySum[d] + highHalfToFloat<Element>(pair) * keySum[d + 1];
+    // The quad's lanes take 16-byte units of the row in turn; not unrolled,
+    // as the products in flight hold their accumulators.
+#pragma unroll 1
+    for (int d = (lane & 3) * 8; d < kHeadDim; d += 32) {
+      const uint4 words = loadShared<uint4>(swizzledAddress(q, kChunk, row, d));
+      const u32 pairs[4] = {words.x, words.y, words.z, words.w};
+#pragma unroll
+      for (int pair = 0; pair < 4; ++pair) {
+        const float2 z = *reinterpret_cast<const float2 *>(keySum + d + 2 * pair);
+        sum += lowHalfToFloat<Element>(pairs[pair]) * z.x +
+               highHalfToFloat<Element>(pairs[pair]) * z.y;
+      }
     }
     dot[half] = quadSum(sum);
   }
 }
 
-// z += Σ over the chunk's tokens inside the sequence of φ(k); thread t owns
-// key dim t.
+// z += Σ over the chunk's tokens inside the sequence of φ(k). Thread t sums
+// one 16-byte unit of a row (8 key dims) over every kKeySumRowGroups-th row;
+// the row groups, adjacent lanes, then add up by shuffles (rather than one
+// thread a key dim adding 64 rows one after the other).
+constexpr int kKeySumRowGroups = kWarpgroupThreads / (kHeadDim / 8);
+static_assert(attn_plan::kSmemKeySum % 16 == 0, "the key sums are read as float pairs");
+static_assert(kKeySumRowGroups <= 32 && kChunk % kKeySumRowGroups == 0,
+              "a unit's row groups lie in one warp and share the chunk's rows");
 __device__ __forceinline__ void accumulateKeySum(u32 k, float *keySum, int validRows, int thread) {
-  if (thread < kHeadDim) {
-    float sum = 0.f;
-    for (int row = 0; row < validRows; ++row) {
-      unsigned short bits;
-      asm volatile("ld.shared.u16 %0, [%1];" : "=h"(bits) : "r"(swizzledAddress(k, kChunk, row, thread)));
-      sum += lowHalfToFloat<Element>(bits);
+  const int column = thread / kKeySumRowGroups * 8, firstRow = thread % kKeySumRowGroups;
+  float sum[8] = {};
+  // Not unrolled: the state and the output are live here.
+#pragma unroll 1
+  for (int row = firstRow; row < kChunk; row += kKeySumRowGroups) {
+    if (row < validRows) {
+      const uint4 words = loadShared<uint4>(swizzledAddress(k, kChunk, row, column));
+      const u32 pairs[4] = {words.x, words.y, words.z, words.w};
+#pragma unroll
+      for (int pair = 0; pair < 4; ++pair) {
+        float low, high;
+        unpackPair<Element>(pairs[pair], low, high);
+        sum[2 * pair] += low;
+        sum[2 * pair + 1] += high;
+      }
     }
-    keySum[thread] += sum;
   }
+#pragma unroll
+  for (int offset = 1; offset < kKeySumRowGroups; offset *= 2)
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      sum[e] += __shfl_xor_sync(0xffffffffu, sum[e], offset);
+  if (firstRow == 0)
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      keySum[column + e] += sum[e];
 }
 
 // Lane 0 arrives for its warp, after every lane's reads of the stage (the

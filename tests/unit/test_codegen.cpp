@@ -256,18 +256,11 @@ TEST_CASE("every linear-family kernel assembles for sm_90a without spills", "[co
   attn::test::PtxasReport report = attn::test::assembleWithPtxas(kernel.binary);
   INFO(text.str() << options.tileOverride << "\n" << report.text);
   REQUIRE(report.status == 0);
-  if (headDim == 128) {
-    // Known: under the 168-register cap the head-dim-128 kernel spills up
-    // to 16 bytes (normalized elu+1; retention none), measured as a better
-    // trade than one consumer warpgroup per SM
-    // (docs/guide/linear-attention.md); it must not grow past 20. The
-    // segment and fold kernels must not spill.
-    CHECK(report.spillStoreBytes("attn_linear_kernel") <= 20);
-    CHECK(report.spillStoreBytes("attn_linear_segment_kernel") == 0);
-    CHECK(report.spillStoreBytes("attn_linear_fold_kernel") == 0);
-  } else {
-    CHECK(report.spillFree());
-  }
+  // Under the 168-register cap of two warpgroups per SM. The normalized
+  // kernel spilled 16 bytes and serialized its WGMMAs (ptxas C7512) while it
+  // divided each output element by its row's denominator.
+  CHECK(report.spillFree());
+  CHECK(report.text.find("C7512") == std::string::npos);
   for (const char *entry : {"attn_linear_kernel", "attn_linear_segment_kernel"}) {
     CHECK(report.registers(entry) > 0);
     CHECK(report.registers(entry) <= 168);
