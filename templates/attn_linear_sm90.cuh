@@ -91,8 +91,11 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
       // 2^(G_i - G_j) = 2^(G_i - G_last) * w_j, while every token weight w_j
       // = 2^(G_last - G_j) is far from underflow. Then P = A ⊙ w (no
       // exponential per score) and the row factors apply once after P V.
-      const bool factoredDecay =
-          kHasDecay && kCausal && decay[0] - decay[kChunk - 1] <= kFactoredDecayRange;
+      // G of the walk's last position in the chunk (at the row walkRow maps
+      // it to), read where it is used rather than held.
+      const int lastRow = walkRow(p, kChunk - 1);
+      const bool factoredDecay = kHasDecay && kCausal &&
+                                 decay[walkRow(p, 0)] - decay[lastRow] <= kFactoredDecayRange;
       if (computesOutput) {
         float scores[kAccumulatorRegs];
         issueScoresAndStateProduct(scores, output, q, k, stateTile, kCausal);
@@ -109,7 +112,7 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
         for (int i = 0; i < kAccumulatorRegs; ++i) {
           float factor = scale;
           if constexpr (kHasDecay)
-            factor = factoredDecay ? fastExp2(decay[kChunk - 1])
+            factor = factoredDecay ? fastExp2(decay[lastRow])
                                    : scale * fastExp2(decay[rowInChunk + 8 * fragmentRowHalf(i)]);
           output[i] *= factor;
         }
@@ -121,7 +124,7 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
 #pragma unroll
             for (int i = 0; i < kAccumulatorRegs; ++i) {
               int row = rowInChunk + 8 * fragmentRowHalf(i), column = fragmentColumn(i, lane);
-              scores[i] = column <= row ? scores[i] * decay[kChunk + column] : 0.f;
+              scores[i] = walkSees(p, row, column) ? scores[i] * decay[kChunk + column] : 0.f;
             }
           } else {
 #pragma unroll
@@ -130,7 +133,7 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
               float factor = scale;
               if constexpr (kHasDecay)
                 factor *= fastExp2(decay[row] - decay[column]);
-              scores[i] = column <= row ? scores[i] * factor : 0.f;
+              scores[i] = walkSees(p, row, column) ? scores[i] * factor : 0.f;
               rowSum[fragmentRowHalf(i)] += scores[i];
             }
           }
@@ -152,7 +155,7 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
           // The segment kernel's token weights carry the decay of the chunks
           // after this one (it walks backwards); a forward walk decays the
           // state instead.
-          float last = decay[kChunk - 1];
+          float last = decay[lastRow];
           if (!work.segmentKernel)
             scaleState(state, fastExp2(last));
           segmentLog2Decay += last;
@@ -181,7 +184,7 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
       if (computesOutput && factoredDecay) {
         float rowFactor[2];
         for (int half = 0; half < 2; ++half)
-          rowFactor[half] = scale * fastExp2(decay[rowInChunk + 8 * half] - decay[kChunk - 1]);
+          rowFactor[half] = scale * fastExp2(decay[rowInChunk + 8 * half] - decay[lastRow]);
 #pragma unroll
         for (int i = 0; i < kAccumulatorRegs; ++i)
           output[i] *= rowFactor[fragmentRowHalf(i)];
@@ -209,11 +212,6 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
         storeFragmentSwizzled<Element, kSlice>(output, staging, kChunk, warp, lane);
         if (updatesState)
           storeFragmentSwizzled<Element, kHeadDim>(state, stateTile, kChunk, warp, lane);
-        if (reversedWalk(p)) {
-          // Back into sequence order for the store.
-          warpgroupBarrier(1 + consumer);
-          transformRowsInPlace<false>(staging, 1, thread, kWarpgroupThreads);
-        }
         publishShared(consumer);
         if (thread == 0) {
           tmaStore4d(&p.o_map, staging, work.slice * kSlice, chunkFirstRow(p, chunk), work.head,

@@ -7,11 +7,13 @@
 namespace attn_linear {
 
 // The chunk's decays in stage `stage`: G[0..63], the inclusive prefix sums
-// of the tokens' log2-decays (tokens past the sequence decay by nothing, so
-// G of the last row is that of the last token), then each token's weight
-// for the state update, 2^(G[63] - G[t] + walkedLog2Decay): to the chunk's
-// end, and in the segment kernel, which walks its piece backwards, on
-// through the chunks walked before (their decays' sum, walkedLog2Decay).
+// over the walk of the tokens' log2-decays (tokens past the sequence decay
+// by nothing, so G of the walk's last position is that of the last token),
+// then each token's weight for the state update, 2^(G_last - G[t] +
+// walkedLog2Decay): to the chunk's end, and in the segment kernel, which
+// walks its piece backwards, on through the chunks walked before (their
+// decays' sum, walkedLog2Decay). Both are stored at the rows (walkRow):
+// the walk's position u at row walkRow(u).
 __device__ __forceinline__ float *chunkDecay(unsigned char *smemPointer, int stage) {
   return reinterpret_cast<float *>(smemPointer + attn_plan::kSmemDecay) + stage * 2 * kChunk;
 }
@@ -71,16 +73,18 @@ __device__ __forceinline__ TokenDecays readTokenDecays(const attn_abi::AttnLinea
 }
 
 // The producer warp writes the chunk's decays and returns the chunk's
-// total, G[63].
-__device__ __forceinline__ float writeChunkDecay(TokenDecays tokens, float walkedLog2Decay,
+// total, G_last.
+__device__ __forceinline__ float writeChunkDecay(const attn_abi::AttnLinearParams &p,
+                                                 TokenDecays tokens, float walkedLog2Decay,
                                                  float *decay, int lane) {
   float low = tokens.low, high = tokens.high;
   warpInclusiveScan64(low, high, lane);
   float last = __shfl_sync(0xffffffff, high, 31);
-  decay[lane] = low;
-  decay[lane + 32] = high;
-  decay[kChunk + lane] = fastExp2(last - low + walkedLog2Decay);
-  decay[kChunk + lane + 32] = fastExp2(last - high + walkedLog2Decay);
+  const int lowRow = walkRow(p, lane), highRow = walkRow(p, lane + 32);
+  decay[lowRow] = low;
+  decay[highRow] = high;
+  decay[kChunk + lowRow] = fastExp2(last - low + walkedLog2Decay);
+  decay[kChunk + highRow] = fastExp2(last - high + walkedLog2Decay);
   return last;
 }
 

@@ -64,7 +64,7 @@ __device__ void produce(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
         const TokenDecays decays = readTokenDecays(
             p, work, reinterpret_cast<const float *>(smemPointer + attn_plan::kSmemDecayRing), step,
             lane);
-        float last = writeChunkDecay(decays, work.segmentKernel ? walkedLog2Decay : 0.f,
+        float last = writeChunkDecay(p, decays, work.segmentKernel ? walkedLog2Decay : 0.f,
                                      chunkDecay(smemPointer, slot.stage), lane);
         walkedLog2Decay += last;
         __syncwarp();

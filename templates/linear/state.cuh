@@ -1,6 +1,6 @@
 // The consumers' pieces: the scores and state products, the state in
 // registers and in memory, the key sum, and the stage tiles' preparation
-// (reversed rows, feature maps).
+// (feature maps).
 #pragma once
 
 #include "linear/decays.cuh"
@@ -263,76 +263,28 @@ __device__ __forceinline__ void publishSharedToConsumers() {
   namedBarrierSync(kConsumersBarrier, kConsumerThreads);
 }
 
-// Reverses the row order of `blocks` 64-row column blocks of 128-byte rows
-// (8 KB each, 128-byte swizzled) in place, applying the feature map on the
-// way when `Map`. With the swizzle, 16-byte unit u of row r sits at unit
-// u ^ (r % 8), and (63 - r) % 8 = (r % 8) ^ 7: row r's physical unit p
-// goes to row 63 - r's physical unit p ^ 7, so pairs of units swap.
-template <bool Map>
-__device__ __forceinline__ void transformRowsInPlace(u32 tile, int blocks, int thread, int threads) {
-  constexpr int kPairsPerBlock = kChunk / 2 * (kRowBytes / 16);
-#pragma unroll 1
-  for (int pair = thread; pair < blocks * kPairsPerBlock; pair += threads) {
-    const int block = pair / kPairsPerBlock, row = pair % kPairsPerBlock / 8, unit = pair % 8;
-    const u32 base = tile + block * kChunk * kRowBytes;
-    const u32 upper = base + row * kRowBytes + unit * 16;
-    const u32 lower = base + (kChunk - 1 - row) * kRowBytes + (unit ^ 7) * 16;
-    u32 a[4], b[4];
-    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-                 : "r"(upper));
-    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
-                 : "r"(lower));
-    if constexpr (Map) {
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        a[w] = packPair<Element>(featureMap<kFeatureMap>(lowHalfToFloat<Element>(a[w])),
-                                 featureMap<kFeatureMap>(highHalfToFloat<Element>(a[w])));
-        b[w] = packPair<Element>(featureMap<kFeatureMap>(lowHalfToFloat<Element>(b[w])),
-                                 featureMap<kFeatureMap>(highHalfToFloat<Element>(b[w])));
-      }
-    }
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(upper), "r"(b[0]), "r"(b[1]),
-                 "r"(b[2]), "r"(b[3])
-                 : "memory");
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(lower), "r"(a[0]), "r"(a[1]),
-                 "r"(a[2]), "r"(a[3])
-                 : "memory");
-  }
-}
-
-// One tile of `blocks` column blocks in the walk's order, with the feature
-// map when `map`; whether it wrote the tile. Every consumer thread takes
-// part.
-__device__ __forceinline__ bool prepareTile(const attn_abi::AttnLinearParams &p, u32 tile,
-                                            int blocks, bool map) {
+// One tile of `blocks` column blocks with the feature map applied in place
+// when `map`; whether it wrote the tile. Every consumer thread takes part.
+__device__ __forceinline__ bool prepareTile(u32 tile, int blocks, bool map) {
   map = map && kFeatureMap != FeatureMap::Identity;
-  if (reversedWalk(p)) {
-    if (map)
-      transformRowsInPlace<true>(tile, blocks, threadIdx.x, kConsumerThreads);
-    else
-      transformRowsInPlace<false>(tile, blocks, threadIdx.x, kConsumerThreads);
-    return true;
-  }
   if (map)
     mapTileInPlace<kFeatureMap, Element>(tile, blocks * kChunk * kRowBytes, threadIdx.x,
                                          kConsumerThreads);
   return map;
 }
 
-// The stage's tiles as the walk reads them: reversed rows for a reversed
-// walk, and the feature map on the operands p.feature_map_operands names
-// (the V tiles of every slice at once). Whether any tile was written.
+// The stage's tiles as the walk reads them: the feature map on the
+// operands p.feature_map_operands names (the V tiles of every slice at
+// once). Whether any tile was written.
 __device__ __forceinline__ bool prepareStageTiles(const attn_abi::AttnLinearParams &p,
                                                   const Pass &kind, u32 q, u32 k, u32 v) {
   const int operands = mappedOperands(p);
   bool written = false;
   if (loadsQ(kind))
-    written |= prepareTile(p, q, kKeyBlocks, operands & ATTN_LINEAR_MAP_Q);
+    written |= prepareTile(q, kKeyBlocks, operands & ATTN_LINEAR_MAP_Q);
   if (loadsKv(kind)) {
-    written |= prepareTile(p, k, kKeyBlocks, operands & ATTN_LINEAR_MAP_K);
-    written |= prepareTile(p, v, kSlicesPerBlock, operands & ATTN_LINEAR_MAP_V);
+    written |= prepareTile(k, kKeyBlocks, operands & ATTN_LINEAR_MAP_K);
+    written |= prepareTile(v, kSlicesPerBlock, operands & ATTN_LINEAR_MAP_V);
   }
   return written;
 }

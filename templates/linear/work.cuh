@@ -86,6 +86,20 @@ __device__ __forceinline__ int chunkFirstRow(const attn_abi::AttnLinearParams &p
   return reversedWalk(p) ? reversedWalkLength(p) - (chunk + 1) * kChunk : chunk * kChunk;
 }
 
+// A chunk's rows stay in sequence order in shared memory and registers;
+// row r is the walk's position walkRow(r) within the chunk, the mirror
+// image in a reversed walk. The producer writes the chunk's decays at the
+// rows, so that only the causal test and the walk's first and last
+// positions read walkRow.
+__device__ __forceinline__ int walkRow(const attn_abi::AttnLinearParams &p, int row) {
+  return reversedWalk(p) ? kChunk - 1 - row : row;
+}
+// Whether the score of (row, column) is one the walk's causal mask keeps.
+__device__ __forceinline__ bool walkSees(const attn_abi::AttnLinearParams &p, int row,
+                                         int column) {
+  return reversedWalk(p) ? column >= row : column <= row;
+}
+
 // Whether position `position` of the walk decays, and by the log-decay of
 // which token. Forward: a token of the sequence, its own. Reversed: the
 // step from token t + 1 to token t decays by token t + 1's log-decay, so
