@@ -86,6 +86,13 @@ __device__ __forceinline__ float featureMapDerivative(float x) {
     return 1.f;
 }
 
+// gradient *= phi'(input), elementwise: d phi(x) into dx.
+__device__ __forceinline__ void applyMapDerivative(Group &gradient, const Group &input) {
+#pragma unroll
+  for (int i = 0; i < kGroup; ++i)
+    gradient.x[i] *= featureMapDerivative(input.x[i]);
+}
+
 __device__ __forceinline__ Group mapped(const Group &g) {
   Group out;
 #pragma unroll
@@ -193,10 +200,8 @@ extern "C" __global__ void __launch_bounds__(ATTN_LINEAR_BWD_THREADS)
       const Group dPhiQ = unpackGroup(loadGroup(p.dq, dqAt));
       const Group q = unpackGroup(loadGroup(p.q, stridedRow(p.q_strides, r.b, r.t, r.h) + r.column));
       if constexpr (kMap != FeatureMap::Identity) {
-        Group dq;
-#pragma unroll
-        for (int i = 0; i < kGroup; ++i)
-          dq.x[i] = dPhiQ.x[i] * featureMapDerivative(q.x[i]);
+        Group dq = dPhiQ;
+        applyMapDerivative(dq, q);
         storeGroup(p.dq, dqAt, packGroup(dq));
       }
       if (attn_plan::kGated && p.d_log_decay) {
@@ -253,10 +258,8 @@ extern "C" __global__ void __launch_bounds__(ATTN_LINEAR_BWD_THREADS)
       dPhiK = unpackGroup(loadGroup(p.dk, dkAt));
     }
     if constexpr (kMap != FeatureMap::Identity) {
-      const Group k = unpackGroup(loadGroup(p.k, stridedRow(p.k_strides, r.b, r.t, r.h) + r.column));
-#pragma unroll
-      for (int i = 0; i < kGroup; ++i)
-        dPhiK.x[i] *= featureMapDerivative(k.x[i]);
+      applyMapDerivative(
+          dPhiK, unpackGroup(loadGroup(p.k, stridedRow(p.k_strides, r.b, r.t, r.h) + r.column)));
     }
     storeGroup(p.dk, dkAt, packGroup(dPhiK));
   });

@@ -254,16 +254,19 @@ void validateLinearBackwardArgs(const AttnLaunchConfig &config,
   if (!config.gated && (args.logDecay || args.dLogDecay))
     fail(args.logDecay ? "logDecay" : "dLogDecay",
          "the kernel is not gated; it takes no log-decays");
-  if (config.normalize && !args.o.data) {
-    if (args.q.numElements() != 0)
-      fail("o", "normalized linear attention's backward reads the forward's output: pass it");
-  } else if (config.normalize) {
-    // Read by element groups, as dO.
-    validateAgainstConfig(args.o, "o", config, config.qHeads, "query");
-    if (!sameShape(args.o, args.q))
-      fail("o", "shape " + shapeString(args.o) + " must equal " + shapeString(args.q) +
-                    " (the forward's output)");
-    validateTmaOperand(args.o, "o");
+  if (config.normalize) {
+    if (!args.o.data) {
+      // An empty sequence has no output to read.
+      if (args.q.numElements() != 0)
+        fail("o", "normalized linear attention's backward reads the forward's output: pass it");
+    } else {
+      // Read by element groups, as dO.
+      validateAgainstConfig(args.o, "o", config, config.qHeads, "query");
+      if (!sameShape(args.o, args.q))
+        fail("o", "shape " + shapeString(args.o) + " must equal " + shapeString(args.q) +
+                      " (the forward's output)");
+      validateTmaOperand(args.o, "o");
+    }
   } else {
     if (args.o.data)
       fail("o", "the kernel does not normalize; its backward takes no forward output");

@@ -237,13 +237,9 @@ extern "C" __global__ void __launch_bounds__(ATTN_LINEAR_BWD_THREADS)
         const long long at = stridedRow(p.dq_strides, r.b, t, r.h) + r.column;
         Group dPhiQ = unpackGroup(loadGroup(p.dq, at));
         addScaled(dPhiQ, rowGradient(t), z);
-        if constexpr (kMap != FeatureMap::Identity) {
-          const Group q =
-              unpackGroup(loadGroup(p.q, stridedRow(p.q_strides, r.b, t, r.h) + r.column));
-#pragma unroll
-          for (int e = 0; e < kGroup; ++e)
-            dPhiQ.x[e] *= featureMapDerivative(q.x[e]);
-        }
+        if constexpr (kMap != FeatureMap::Identity)
+          applyMapDerivative(
+              dPhiQ, unpackGroup(loadGroup(p.q, stridedRow(p.q_strides, r.b, t, r.h) + r.column)));
         storeGroup(p.dq, at, packGroup(dPhiQ));
       }
       Group seen = loadFloats(
@@ -259,13 +255,9 @@ extern "C" __global__ void __launch_bounds__(ATTN_LINEAR_BWD_THREADS)
         void *dPhiKOut = p.head_d_phi_k ? p.head_d_phi_k : p.dk;
         Group dPhiK = unpackGroup(loadGroup(dPhiKOut, at));
         addScaled(dPhiK, 1.f, seen);
-        if (kMap != FeatureMap::Identity && !p.head_d_phi_k) {
-          const Group k =
-              unpackGroup(loadGroup(p.k, stridedRow(p.k_strides, r.b, t, r.h) + r.column));
-#pragma unroll
-          for (int e = 0; e < kGroup; ++e)
-            dPhiK.x[e] *= featureMapDerivative(k.x[e]);
-        }
+        if (kMap != FeatureMap::Identity && !p.head_d_phi_k)
+          applyMapDerivative(
+              dPhiK, unpackGroup(loadGroup(p.k, stridedRow(p.k_strides, r.b, t, r.h) + r.column)));
         storeGroup(dPhiKOut, at, packGroup(dPhiK));
       }
     });
