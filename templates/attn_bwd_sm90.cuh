@@ -244,11 +244,24 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
         packFragments(gradients, scoreGradients);
       // dSᵀ is stored before dK's product takes its registers as A: a
       // WGMMA's A registers may not be read until its group completes.
-      storePackedFragmentSwizzled<kQueryColumns>(scoreGradients, dsTile, kBlockN,
-                                                 consumer * kWarpsPerWarpgroup + warp, lane);
+      // Transposed dQ reads dS K-major: a row per query.
+      if constexpr (kDqTransposed)
+        storePackedFragmentTransposedSwizzled<kQueryColumns>(scoreGradients, dsTile, kBlockM, warp,
+                                                             lane, consumer * 64);
+      else
+        storePackedFragmentSwizzled<kQueryColumns>(scoreGradients, dsTile, kBlockN,
+                                                   consumer * kWarpsPerWarpgroup + warp, lane);
       if constexpr (!kDqBeforeDk)
         issueRegisterProduct<kGradColumns, kQueryColumns, Element>(dK, scoreGradients,
                                                                qTile + gradOffset);
+      // With 80 query rows a step, dV's product completes before dQ's is
+      // issued: Pᵀ's packed registers beside dK's, dV's and dQ's
+      // accumulators left too few (ptxas serialized the step's WGMMAs,
+      // C7512).
+      if constexpr (kDqTransposed) {
+        wgmmaWaitGroup<0>();
+        fenceRegisters(probabilities);
+      }
       fenceSharedForAsyncProxy();
       namedBarrierSync(kDsWrittenBarrier, kConsumers * kWarpgroupThreads);
       float dq[kDqRegs];
@@ -256,7 +269,6 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
       const auto releaseStage = [&] {
         fenceRegisters(dV);
         fenceRegisters(dK);
-        fenceRegisters(probabilities);
         fenceRegisters(scoreGradients);
         mbarrierArriveForWarp(barriers.empty(slot.stage), lane);
       };
@@ -267,10 +279,13 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
         fenceRegisters(dq);
         stageDq(dq);
         wgmmaWaitGroup<0>();
+        if constexpr (!kDqTransposed)
+          fenceRegisters(probabilities);
         releaseStage();
       } else {
         wgmmaWaitGroup<0>();
         fenceRegisters(dq);
+        fenceRegisters(probabilities);
         releaseStage();
         stageDq(dq);
       }

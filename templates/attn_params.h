@@ -339,24 +339,39 @@ constexpr int bwdPassColumns(int headDim, bool splitsColumns = false) {
 
 // The widths of a backward plan's fragments (consumers >= 1), shared by the
 // kernel, the emitter's WGMMA shapes and the register estimate.
+//
+// A step of a multiple of 64 query rows computes dQ = dS K, a consumer's
+// piece 64 of its rows (when the step has 64 per consumer) or a share of its
+// columns. A step of another multiple of 16 rows (80 at head dim 128, which
+// takes 25 % more rows a step than 64 within the consumers' registers)
+// cannot give a warpgroup 64 of its rows, so its consumers compute dQ
+// transposed, dQᵀ = Kᵀ dSᵀ, each 64 of its columns for all of the step's
+// rows (dqTransposed: bwdTransposesDq).
 struct BwdWidths {
   bool splitsColumns; // bwdSplitsColumns
   int passColumns;    // of dK, dV and dQ, a pass
   int gradColumns;    // of dK and dV, a consumer's
   int queryColumns;   // of Sᵀ and dPᵀ, a consumer's
   bool dqSplitsRows;  // a dQ piece is 64 rows (64 per consumer), else all of them
-  int dqColumns;      // of a consumer's dQ piece
+  int dqColumns;      // of dQ, a consumer's piece
+  bool dqTransposed;  // the piece is dQᵀ: its 64 rows are dQ's columns
+  int dqFragmentColumns; // N of the piece's accumulator: dqColumns, or the step's rows
 };
+constexpr bool bwdTransposesDq(int blockM) { return blockM % 64 != 0; }
 constexpr BwdWidths bwdWidths(int headDim, int blockM, int blockN, int consumers) {
   const bool splits = bwdSplitsColumns(headDim, blockN, consumers);
   const int passColumns = bwdPassColumns(headDim, splits);
   const bool dqRows = blockM == 64 * consumers;
+  const bool transposed = bwdTransposesDq(blockM);
+  const int dqColumns = dqRows ? passColumns : passColumns / consumers;
   return BwdWidths{splits,
                    passColumns,
                    splits ? passColumns / consumers : passColumns,
                    splits ? blockM / consumers : blockM,
                    dqRows,
-                   dqRows ? passColumns : passColumns / consumers};
+                   dqColumns,
+                   transposed,
+                   transposed ? blockM : dqColumns};
 }
 
 // With a learnable capture added to by diagonal (q - kv), a backward plan

@@ -53,7 +53,7 @@ constexpr bool kSplitsColumns = planWidths().splitsColumns;
 static_assert(kBlockN == (kSplitsColumns ? 64 : 64 * kConsumers),
               "one 64-key WGMMA slice per consumer warpgroup, or one shared by all");
 static_assert(kHeadDim % kColumnBlock == 0, "head dim must be a multiple of 64");
-static_assert(kBlockM % 64 == 0 && kBlockM <= 256, "BLOCK_M is the N of Sᵀ's WGMMA");
+static_assert(kBlockM % 16 == 0 && kBlockM <= 256, "BLOCK_M is the N of Sᵀ's WGMMA");
 static_assert(!kSplitsColumns || kBlockM == 64, "split columns: 64 query rows a step");
 
 // With one consumer, past head dim 128 the block walks its query blocks
@@ -71,17 +71,24 @@ static_assert(kPassColumns % kColumnBlock == 0 && kGradColumns % kColumnBlock ==
               "a consumer's columns are whole 64-column blocks, at most 128");
 
 // A pass's dQ of a query block splits into one piece per consumer: its rows
-// when the block has 64 per consumer, else its columns.
+// when the block has 64 per consumer, else its columns; transposed (dQᵀ,
+// each consumer 64 columns for all the rows) when the block's rows are not
+// a multiple of 64.
 constexpr bool kDqSplitsRows = planWidths().dqSplitsRows;
-static_assert(kDqSplitsRows || kBlockM == 64, "dQ pieces are 64 rows, or all 64 rows");
+constexpr bool kDqTransposed = planWidths().dqTransposed;
+static_assert(kDqSplitsRows || kBlockM == 64 || kDqTransposed,
+              "dQ pieces are 64 rows, all 64 rows, or transposed");
+static_assert(!kDqTransposed || (!kSplitsColumns && kPasses == 1 && kConsumers == 2 &&
+                                 kHeadDim == 64 * kConsumers && !kHasRegions),
+              "a transposed dQ piece is a consumer's 64 columns of one pass, without regions");
 constexpr int kDqColumns = planWidths().dqColumns;
 static_assert(kDqColumns % kColumnBlock == 0, "a dQ piece spans whole 64-column blocks");
-constexpr int kDqPieceFloats = 64 * kDqColumns;
+constexpr int kDqPieceFloats = 64 * planWidths().dqFragmentColumns;
 
 constexpr int kScoreRegs = kQueryColumns / 2;  // Sᵀ, dPᵀ: 64 keys x its query columns fp32
 constexpr int kPackedRegs = kQueryColumns / 4; // Pᵀ, dSᵀ packed 16-bit
 constexpr int kGradRegs = kGradColumns / 2;    // dK, dV: 64 keys x its columns fp32
-constexpr int kDqRegs = kDqColumns / 2;        // a dQ piece: 64 x kDqColumns fp32
+constexpr int kDqRegs = planWidths().dqFragmentColumns / 2; // a dQ piece, fp32
 // Without regions Sᵀ's exponentials overlap dPᵀ's product. With 64 query
 // rows a step dV's product (Pᵀ packed) also overlaps dSᵀ's computation;
 // with 128, Sᵀ, dPᵀ and P's packed copy together would not fit the

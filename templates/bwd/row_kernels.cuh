@@ -85,12 +85,17 @@ namespace attn_bwd {
 // Where element (row, column) of a query block's dQ lies in its accumulator
 // (stageDqPiece's fragment order): the pass and its piece, then the
 // fragment register i of thread t (warp w, lane l) of the m64 accumulator
-// holding it.
+// holding it. A transposed piece (kDqTransposed) holds the element at
+// fragment row `column` % 64, fragment column `row`.
 __device__ __forceinline__ int dqAccumIndex(int row, int column) {
   const int pass = column / kPassColumns, passColumn = column % kPassColumns;
   const int piece =
       pass * kConsumers + (kDqSplitsRows ? row / 64 : passColumn / kDqColumns);
-  const int pieceRow = row % 64, pieceColumn = passColumn % kDqColumns;
+  int pieceRow = row % 64, pieceColumn = passColumn % kDqColumns;
+  if constexpr (kDqTransposed) {
+    pieceRow = passColumn % 64;
+    pieceColumn = row;
+  }
   const int warp = pieceRow / 16, half = (pieceRow % 16) / 8;
   const int lane = (pieceRow % 8) * 4 + (pieceColumn % 8) / 2;
   const int i = (pieceColumn / 8) * 4 + half * 2 + pieceColumn % 2;
@@ -100,7 +105,9 @@ __device__ __forceinline__ int dqAccumIndex(int row, int column) {
 } // namespace attn_bwd
 
 // dQ = scale * the accumulator, rounded to the element type, for the rows
-// inside the sequence: a pair of adjacent columns a thread and step.
+// inside the sequence: a pair of adjacent columns a thread and step (one
+// 8-byte load where the accumulator holds them side by side, two where dQ
+// was computed transposed).
 extern "C" __global__ void __launch_bounds__(ATTN_BWD_ROW_THREADS)
     attn_bwd_convert_kernel(const __grid_constant__ attn_abi::AttnBwdParams p) {
   using namespace attn_bwd;
@@ -111,8 +118,12 @@ extern "C" __global__ void __launch_bounds__(ATTN_BWD_ROW_THREADS)
   unsigned char *dq = static_cast<unsigned char *>(p.dq);
   for (int pair = threadIdx.x; pair < rows * kHeadDim / 2; pair += ATTN_BWD_ROW_THREADS) {
     const int row = pair / (kHeadDim / 2), column = 2 * (pair % (kHeadDim / 2));
-    const float2 value =
-        *reinterpret_cast<const float2 *>(accumulator + dqAccumIndex(row, column));
+    float2 value;
+    if constexpr (kDqTransposed)
+      value = make_float2(accumulator[dqAccumIndex(row, column)],
+                          accumulator[dqAccumIndex(row, column + 1)]);
+    else
+      value = *reinterpret_cast<const float2 *>(accumulator + dqAccumIndex(row, column));
     const i64 element =
         rowElement(p.dq_strides, sequence, queryBlock * kBlockM + row, head) + column;
     *reinterpret_cast<u32 *>(dq + element * kElementBytes) =

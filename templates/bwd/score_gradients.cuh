@@ -20,21 +20,33 @@ __device__ __forceinline__ void issueKeyRowProduct(float (&d)[kScoreRegs], u32 s
 // This consumer's dQ piece of pass `pass` = dS K over all BLOCK_N keys: A is
 // dSᵀ in shared memory read MN-major (the piece's 64 query columns), B the
 // K tile read MN-major (the piece's columns); each k-step of 16 keys
-// advances 16 rows.
+// advances 16 rows. Transposed (kDqTransposed), the piece is dQᵀ = Kᵀ dSᵀ
+// for the consumer's 64 columns: A is the K tile's column block read
+// MN-major, B dS stored K-major (a row per query).
+// (The wrapper named through Conditional: the emitter generates only the
+// plan's form.)
+using DqProduct = typename Conditional<kDqTransposed, WgmmaSSAMN<kBlockM, Element>,
+                                       WgmmaSSMN<kDqColumns, Element>>::type;
 __device__ __forceinline__ void issueDqProduct(float (&dq)[kDqRegs], u32 dsTile, u32 kTile,
                                                int consumer, int pass) {
-  const int aBlock = kDqSplitsRows ? consumer : 0;
-  const int bBlock = (pass * kPassColumns + (kDqSplitsRows ? 0 : consumer * kDqColumns)) /
+  const int dsBlock = kDqSplitsRows ? consumer : 0;
+  const int kBlock = (pass * kPassColumns + (kDqSplitsRows ? 0 : consumer * kDqColumns)) /
                      kColumnBlock;
-  const u64 aFirst =
-      swizzled128Descriptor(dsTile + aBlock * kBlockN * kRowBytes, kBlockN * kRowBytes, kAtomBytes);
-  const u64 bFirst =
-      swizzled128Descriptor(kTile + bBlock * kBlockN * kRowBytes, kBlockN * kRowBytes, kAtomBytes);
+  const u64 dsFirst = swizzled128Descriptor(dsTile + dsBlock * kBlockN * kRowBytes,
+                                            kDqTransposed ? 16 : kBlockN * kRowBytes, kAtomBytes);
+  const u64 kFirst =
+      swizzled128Descriptor(kTile + kBlock * kBlockN * kRowBytes, kBlockN * kRowBytes, kAtomBytes);
   wgmmaFence();
 #pragma unroll
-  for (int step = 0; step < kBlockN / 16; ++step)
-    WgmmaSSMN<kDqColumns, Element>::mma(dq, advanceDescriptor(aFirst, step * 16 * kRowBytes),
-                                        advanceDescriptor(bFirst, step * 16 * kRowBytes), step > 0);
+  for (int step = 0; step < kBlockN / 16; ++step) {
+    if constexpr (kDqTransposed)
+      DqProduct::mma(dq, advanceDescriptor(kFirst, step * 16 * kRowBytes),
+                     advanceDescriptor(dsFirst, step / 4 * kBlockM * kRowBytes + step % 4 * 32),
+                     step > 0);
+    else
+      DqProduct::mma(dq, advanceDescriptor(dsFirst, step * 16 * kRowBytes),
+                     advanceDescriptor(kFirst, step * 16 * kRowBytes), step > 0);
+  }
   wgmmaCommitGroup();
 }
 
@@ -171,7 +183,8 @@ static_assert(kScoreRegs <= 64, "a thread's pairs fit a 64-bit word");
 // columns) at a time: all of them at once made BigBird's consumers spill,
 // 4 or 8 at a time the document mask's at head dim 64 (ptxas).
 constexpr int kMaskGroups = 4;
-static_assert((kQueryColumns / 8) % kMaskGroups == 0, "whole chunks of the mask's groups");
+static_assert(!Mods::kHasMaskMod || (kQueryColumns / 8) % kMaskGroups == 0,
+              "whole chunks of the mask's groups");
 
 // The mask_mod's verdict on the thread's pairs of `Groups` groups of 8
 // query columns from `firstGroup` (of their columns e in [firstE, firstE +

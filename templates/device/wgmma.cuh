@@ -136,6 +136,32 @@ __device__ __forceinline__ void storePackedFragmentSwizzled(const u32 (&packed)[
   });
 }
 
+// The same store transposed: fragment column c becomes row c of the tile
+// and this warp's fragment rows its columns firstColumn + 16 * warp...
+// stmatrix.trans writes each 8 x 8 matrix's columns as rows, so lane l
+// addresses row l % 8 of matrix l / 8 as stored: a column of the fragment.
+__device__ __forceinline__ void storeMatricesTransposed(u32 address, u32 w0, u32 w1, u32 w2,
+                                                        u32 w3) {
+  asm volatile(
+      "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(address),
+      "r"(w0), "r"(w1), "r"(w2), "r"(w3)
+      : "memory");
+}
+template <int N>
+__device__ __forceinline__ void storePackedFragmentTransposedSwizzled(const u32 (&packed)[N / 4],
+                                                                      u32 tile, int rows, int warp,
+                                                                      int lane, int firstColumn) {
+  static_assert(N % 16 == 0, "two 8-column blocks per stmatrix");
+  const int matrix = lane / 8;
+  const int column = firstColumn + warp * 16 + (matrix % 2) * 8;
+#pragma unroll
+  for (int block = 0; block < N / 8; block += 2) {
+    const u32 *w = packed + 2 * block;
+    storeMatricesTransposed(swizzledAddress(tile, rows, (block + matrix / 2) * 8 + lane % 8, column),
+                            w[0], w[1], w[2], w[3]);
+  }
+}
+
 // D[64 x N] (+)= A[64 x 16] * B[16 x N], both operands in shared memory,
 // both K-major. `accumulate` = 0 overwrites D.
 template <int N, class Element> struct WgmmaSS;
@@ -148,6 +174,10 @@ template <int N, class Element> struct WgmmaSSMN;
 // D[64 x N] (+)= A[64 x 16] * B[16 x N], both operands in shared memory, A
 // K-major, B MN-major (transposed): B's N columns are contiguous.
 template <int N, class Element> struct WgmmaSSBMN;
+
+// D[64 x N] (+)= A[64 x 16] * B[16 x N], both operands in shared memory, A
+// MN-major (transposed: its 64 rows are contiguous), B K-major.
+template <int N, class Element> struct WgmmaSSAMN;
 
 // D[64 x N] (+)= A[64 x 16] * B[16 x N], A from registers (4 x 2 packed
 // 16-bit values per thread), B MN-major in shared memory (transposed).

@@ -103,6 +103,21 @@ TEST_CASE("backward plans with one consumer or one stage match the reference",
                 false, options);
 }
 
+TEST_CASE("the 80-row plan (dQ transposed) matches the reference under every mask",
+          "[gpu][backward]") {
+  // The default plan at head dim 128 without a mask; a tuned plan may take
+  // it under the others. Steps of 80 rows meet key tiles of 128 off their
+  // boundaries, and the padded rows of a last block of 80.
+  const std::string element = GENERATE(std::string("bf16"), std::string("f16"));
+  const std::string mask = GENERATE(from_range(std::begin(kMasks), std::end(kMasks)));
+  CompileOptions options;
+  options.tileOverride = "block_m=80";
+  uint64_t seed = 11;
+  for (const Case &testCase : awkwardCases())
+    checkBackward(specText(128, element, mask, testCase.qHeads, testCase.kvHeads), testCase, seed++,
+                  /*deterministic=*/seed % 2 == 1, options);
+}
+
 TEST_CASE("the deterministic backward is bitwise reproducible", "[gpu][backward]") {
   // Many key tiles meet every query block, and 8 query heads share a kv
   // head: the order of dQ's additions is what varies between runs. Each of
@@ -171,6 +186,10 @@ TEST_CASE("backward on small shapes, for the sanitizers", "[gpu][backward][sanit
   const bool deterministic = GENERATE(false, true);
   checkBackward(specText(headDim, "bf16", kMasks[2], 4, 2), {4, 2, {2, 150, 130, false}}, 9,
                 deterministic);
+  // Head dim 128 without a mask: the 80-row plan.
+  if (headDim == 128)
+    checkBackward(specText(headDim, "bf16", kMasks[0], 4, 2), {4, 2, {2, 150, 130, false}}, 10,
+                  deterministic);
 }
 
 TEST_CASE("backward over packed sequences matches the reference sequence by sequence",

@@ -124,6 +124,34 @@ TEST_CASE("every backward kernel assembles for sm_90a without spills", "[codegen
   CHECK_FALSE(report.serializesWgmma());
 }
 
+TEST_CASE("the backward's 80-row plan (dQ transposed) assembles at every mask",
+          "[codegen][backward]") {
+  // The default plan without a mask at head dim 128 (two stages): no
+  // spills, no serialized WGMMAs. A tuned plan may take it under a mask or
+  // with one stage, where ptxas spills 8 to 24 bytes (the tuner times it).
+  const std::string element = GENERATE(std::string("bf16"), std::string("f16"));
+  const std::string mask =
+      GENERATE(std::string("#attn.no_mask"), std::string("#attn.causal<bottom_right>"),
+               std::string("#attn.sliding_window<left = 64, right = 8>"));
+  const int stages = GENERATE(1, 2);
+  attn::CompileOptions options;
+  options.tileOverride = "block_m=80,stages=" + std::to_string(stages);
+  attn::CompiledKernel kernel =
+      attn::compileBackwardSpec(spec(128, element, mask), "k.mlir", options);
+  CHECK(kernel.launch.blockM == 80);
+  std::string ptx(kernel.binary.begin(), kernel.binary.end());
+  // dQᵀ = Kᵀ dS: A (K) transposed, B (dS) not; dS stored transposed.
+  CHECK(ptx.find("wgmma.mma_async.sync.aligned.m64n80k16") != std::string::npos);
+  CHECK(ptx.find("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16") != std::string::npos);
+  attn::test::PtxasReport report = attn::test::assembleWithPtxas(kernel.binary);
+  INFO(report.text);
+  REQUIRE(report.status == 0);
+  if (mask == "#attn.no_mask" && stages == 2) {
+    CHECK(report.spillFree());
+    CHECK_FALSE(report.serializesWgmma());
+  }
+}
+
 TEST_CASE("every region example's backward module assembles without spills",
           "[codegen][backward][mods]") {
   // The score_mods' and the mask_mods' (whose load and dQ writer warps walk

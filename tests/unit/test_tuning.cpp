@@ -789,12 +789,13 @@ TEST_CASE("backward tile candidates: every legal point of the backward's space, 
   CHECK(std::find(candidates.begin(), candidates.end(), heuristic) != candidates.end());
 
   // The space by brute force: consumers 1 or 2, block_n 64 per consumer
-  // (64 in all past head dim 128), block_m 64 or 64 per consumer, 1 to 4
-  // stages, 240 registers (and 256 with one consumer; the producer then
-  // takes 40 past head dim 128); the candidates are its legal points.
+  // (64 in all past head dim 128), block_m 64 or 64 per consumer (or 80
+  // with two, dQ transposed), 1 to 4 stages, 240 registers (and 256 with
+  // one consumer; the producer then takes 40 past head dim 128); the
+  // candidates are its legal points.
   size_t legal = 0, total = 0;
   for (int consumers : {1, 2})
-    for (int blockM : {64, 128})
+    for (int blockM : {64, 80, 128})
       for (int stages : {1, 2, 3, 4})
         for (int registers : {240, 256}) {
           if ((consumers == 1 && blockM != 64) || (consumers == 2 && registers != 240))
@@ -809,16 +810,59 @@ TEST_CASE("backward tile candidates: every legal point of the backward's space, 
           ++total;
           legal += !checkBackwardTileLegality(problem, config);
         }
-  CHECK(total == 16);
+  CHECK(total == 20);
   CHECK(candidates.size() == legal);
   // Pinned. Head dim 64: 10 (two consumers split its 64 dQ columns into
   // 32-column pieces, too narrow, and with 128-row tiles fit 2 stages);
-  // head dim 128: 7 (one consumer needs 248 registers, two with 128-row
-  // tiles 280, and 64-row tiles fit 3 stages); head dim 256: 2, one stage
+  // head dim 128: 9 (one consumer needs 248 registers, two with 128-row
+  // tiles 280, 64-row tiles fit 3 stages and 80-row tiles 2); head dim
+  // 256: 2, one stage
   // each (K, V, Q and dO tiles of 256 columns leave a second stage no
   // shared memory): two consumers splitting the columns at 64 rows, and
   // one walking two passes of 128 columns at 256 registers.
-  CHECK(candidates.size() == (headDim == 64 ? 10u : headDim == 128 ? 7u : 2u));
+  CHECK(candidates.size() == (headDim == 64 ? 10u : headDim == 128 ? 9u : 2u));
+}
+
+TEST_CASE("backward tile: 80 query rows a step, dQ transposed, without a mask at head dim 128",
+          "[tuning][backward]") {
+  TileProblem unmasked{128, 2};
+  unmasked.evenTiles = true;
+  CHECK(backwardTileConfig(unmasked).blockM == 80);
+  CHECK_FALSE(checkBackwardTileLegality(unmasked, backwardTileConfig(unmasked)));
+  // A mask, or a score_mod: 64 rows (their per-pair code was planned for
+  // whole 64-column groups).
+  CHECK(backwardTileConfig(TileProblem{128, 2}).blockM == 64);
+  TileProblem modified = unmasked;
+  modified.hasScoreMod = true;
+  CHECK(backwardTileConfig(modified).blockM == 64);
+  TileConfig transposed = backwardTileConfig(unmasked);
+  CHECK_FALSE(checkBackwardTileLegality(TileProblem{128, 2}, transposed)); // causal may take it
+  for (bool maskMod : {false, true}) {
+    TileProblem regions{128, 2};
+    regions.hasMaskMod = maskMod;
+    regions.hasScoreMod = !maskMod;
+    const std::optional<std::string> why = checkBackwardTileLegality(regions, transposed);
+    REQUIRE(why);
+    CHECK_THAT(*why, Catch::Matchers::Contains("without mask_mod or score_mod"));
+  }
+  // Other head dims, one consumer, rows not a multiple of 16, or 96 rows
+  // (past the consumers' registers) cannot.
+  TileProblem d64{64, 2};
+  transposed.blockN = 128;
+  CHECK_THAT(checkBackwardTileLegality(d64, transposed).value_or(""),
+             Catch::Matchers::Contains("two consumer warpgroups at head dim 128"));
+  TileConfig one = transposed;
+  one.consumerWarpgroups = 1;
+  one.blockN = 64;
+  CHECK(checkBackwardTileLegality(unmasked, one));
+  TileConfig odd = transposed;
+  odd.blockM = 72;
+  CHECK_THAT(checkBackwardTileLegality(unmasked, odd).value_or(""),
+             Catch::Matchers::Contains("a multiple of 16"));
+  TileConfig wide = transposed;
+  wide.blockM = 96;
+  CHECK_THAT(checkBackwardTileLegality(unmasked, wide).value_or(""),
+             Catch::Matchers::Contains("register budget"));
 }
 
 TEST_CASE("backward tile candidates: none without a backward kernel", "[tuning][candidates][backward]") {

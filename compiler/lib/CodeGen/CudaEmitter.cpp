@@ -492,12 +492,14 @@ std::string emitWgmmaWrapper(int n, ElementKind element, WgmmaForm form) {
   const int accumulators = n / 2;
   const bool fromRegisters = form == WgmmaForm::RS;
   const char *name = fromRegisters              ? "WgmmaRS"
-                     : form == WgmmaForm::SSMN   ? "WgmmaSSMN"
+                     : form == WgmmaForm::SSMN  ? "WgmmaSSMN"
                      : form == WgmmaForm::SSBMN ? "WgmmaSSBMN"
-                                                 : "WgmmaSS";
+                     : form == WgmmaForm::SSAMN ? "WgmmaSSAMN"
+                                                : "WgmmaSS";
   // The transpose immediates of A and B (shared-memory operands only).
   const char *transpose = form == WgmmaForm::SSMN    ? "1, 1"
                           : form == WgmmaForm::SSBMN ? "0, 1"
+                          : form == WgmmaForm::SSAMN ? "1, 0"
                                                      : "0, 0";
   std::ostringstream out;
   out << "template <> struct " << name << "<" << n << ", " << elementTag(element) << "> {\n";
@@ -628,7 +630,9 @@ std::string emitBackwardKernelSource(const BackwardKernelConfig &config) {
       << emitWgmmaWrapper(widths.queryColumns, config.element, WgmmaForm::SS)
       << emitWgmmaWrapper(widths.gradColumns, config.element, WgmmaForm::RS)
       << emitWgmmaWrapper(widths.gradColumns, config.element, WgmmaForm::SSBMN)
-      << emitWgmmaWrapper(widths.dqColumns, config.element, WgmmaForm::SSMN)
+      << (widths.dqTransposed
+              ? emitWgmmaWrapper(widths.dqFragmentColumns, config.element, WgmmaForm::SSAMN)
+              : emitWgmmaWrapper(widths.dqColumns, config.element, WgmmaForm::SSMN))
       << "} // namespace attn_dev\n\n";
 
   const BackwardSharedMemoryOffsets &smem = config.smem;

@@ -77,6 +77,7 @@ void mlir::attn::registerAttnPasses() {
   result.hasScoreMod = !kernel.getScoreMod().empty() || kernel.getScoreModFnAttr();
   result.diagonalGradient = addsGradientByDiagonal(kernel);
   const bool noMaskMod = !kernel.getMaskModFnAttr() && kernel.getMaskMod().empty();
+  result.hasMaskMod = !noMaskMod;
   result.causalOnly = isa<CausalAttr>(kernel.getMask()) && noMaskMod;
   result.slidingWindowOnly = isa<SlidingWindowAttr>(kernel.getMask()) && noMaskMod;
   // What attn-classify-blocks will record (the plan runs before it, on the

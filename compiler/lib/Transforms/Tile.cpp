@@ -109,7 +109,7 @@ FailureOr<::attn::TileConfig> mlir::attn::backwardTilePlan(KernelOp kernel, Stri
                                                            StringRef tuningShape, StringRef arch) {
   if (const char *why = whyNoBackward(kernel))
     return kernel.emitOpError("has no backward: ") << why;
-  const ::attn::TileProblem problem{static_cast<int>(kernel.getProblem().getHeadDim()), 2};
+  const ::attn::TileProblem problem = getTileProblem(kernel);
   ::attn::TileOverride override;
   if (std::optional<std::string> error = ::attn::parseTileOverride(tileOverride.str(), override))
     return kernel.emitOpError("invalid backward tile override '")

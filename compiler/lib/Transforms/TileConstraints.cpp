@@ -583,8 +583,12 @@ TileConfig backwardTileConfig(const TileProblem &problem) {
   // Head dim 64 takes 128 query rows a step (each consumer's dQ piece is 64
   // rows), 128 takes 64 (its pieces are 64 columns): either way every
   // product of the step is m64n64 or wider and the consumers fit 240
-  // registers.
+  // registers. Without a mask, mask_mod or score_mod, head dim 128 takes 80
+  // (dQ transposed, attn_abi::bwdTransposesDq): a quarter more rows a step
+  // for the same barriers, waits and row statistics.
   config.blockM = problem.headDim == 64 ? 2 * kWgmmaM : kWgmmaM;
+  if (problem.headDim == 128 && problem.evenTiles && !problem.hasScoreMod)
+    config.blockM = kBackwardTransposedDqRows;
   config.stages = 2;
   fitBackwardRegisters(problem, config);
   if (problem.headDim > 128) {
@@ -604,7 +608,7 @@ TileConfig backwardTileConfig(const TileProblem &problem) {
 int64_t estimateBackwardConsumerRegisters(const TileProblem &problem, const TileConfig &config) {
   const attn_abi::BwdWidths widths = attn_abi::bwdWidths(
       problem.headDim, config.blockM, config.blockN, std::max(config.consumerWarpgroups, 1));
-  const int64_t dqRegisters = widths.dqColumns / 2;
+  const int64_t dqRegisters = widths.dqFragmentColumns / 2;
   if (widths.splitsColumns)
     // dK and dV hold the consumer's columns; Sᵀ and dPᵀ of its query
     // columns are in shared memory before dQ's piece is computed.
@@ -635,9 +639,20 @@ std::optional<std::string> checkBackwardTileLegality(const TileProblem &problem,
   else if (splitsColumns && config.blockM != kWgmmaM)
     os << "WGMMA shape: consumers sharing a key tile take backward block_m 64, got "
        << config.blockM;
-  else if (config.blockM != kWgmmaM && config.blockM != kWgmmaM * consumers)
-    os << "WGMMA shape: backward block_m (" << config.blockM << ") must be 64 or "
-       << kWgmmaM * consumers << " (64 per consumer warpgroup)";
+  else if (attn_abi::bwdTransposesDq(config.blockM) &&
+           (config.blockM % 16 != 0 || consumers != 2 || problem.headDim != kWgmmaM * consumers))
+    os << "WGMMA shape: a backward block_m (" << config.blockM
+       << ") that is not a multiple of 64 computes dQ transposed: a multiple of 16, with two "
+          "consumer warpgroups at head dim 128";
+  else if (attn_abi::bwdTransposesDq(config.blockM) && (problem.hasMaskMod || problem.hasScoreMod))
+    os << "WGMMA shape: backward block_m " << config.blockM
+       << " (dQ transposed) takes kernels without mask_mod or score_mod";
+  else if (!attn_abi::bwdTransposesDq(config.blockM) && config.blockM != kWgmmaM &&
+           config.blockM != kWgmmaM * consumers)
+    os << "WGMMA shape: backward block_m (" << config.blockM << ") must be 64, "
+       << kWgmmaM * consumers
+       << " (64 per consumer warpgroup), or with two consumers at head dim 128 another "
+          "multiple of 16 (dQ transposed)";
   else if (config.blockM == kWgmmaM && (passColumns / consumers) % 64 != 0)
     os << "WGMMA shape: with block_m 64 each consumer's dQ piece is " << passColumns << " / "
        << consumers << " = " << passColumns / consumers
@@ -680,6 +695,9 @@ std::vector<TileConfig> enumerateBackwardTileCandidates(const TileProblem &probl
     std::vector<int> rows{kWgmmaM};
     if (consumers > 1)
       rows.push_back(kWgmmaM * consumers);
+    // dQ transposed (two consumers at head dim 128; wider steps exceed the
+    // consumers' registers).
+    rows.push_back(kBackwardTransposedDqRows);
     // Two consumers at 256 registers leave the producer none (2 x 256 of
     // 65536 / 128 = 512); one consumer has room for 256.
     TileConfig registers = backwardTileConfig(problem);

@@ -56,3 +56,19 @@ attn.kernel @hd128 problem = #attn.problem<q_heads = 16, kv_heads = 4, head_dim 
 // CHECK-SAME:      #attn.buffer<"barriers", offset = 198664, size = 72, align = 8, swizzle = 0, slots = 9>]>
 // CHECK-SAME:    backward_tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2,
 attn.kernel @hd64 problem = #attn.problem<q_heads = 8, kv_heads = 8, head_dim = 64, element_type = f16> mask = #attn.no_mask normalizer = #attn.softmax
+
+// head_dim 128 without a mask: 80 query rows a step, dQ transposed (each
+// consumer's piece is dQᵀ, 64 columns x 80 rows).
+//   k 32768 @ 0; v 32768 @ 32768; q 2 x 80 x 256 = 40960 @ 65536;
+//   do 40960 @ 106496; lse 2 x 80 x 4 = 640 @ 147456; delta 640 @ 148096;
+//   ds 2 x 80 x 128 x 2 = 40960 @ 149504 (1024-aligned); turns and
+//   barriers fill the gap before it; two staging buffers (81920) would end
+//   past the limit: one, 80 x 128 x 4 = 40960 @ 190464 (slots 2 consumers
+//   x 1); total 231424, + 1024 slack = 232448, the limit.
+// CHECK-LABEL: attn.kernel @hd128_unmasked
+// CHECK:         backward_smem = #attn.smem_plan<total = 231424, buffers = [
+// CHECK-SAME:      #attn.buffer<"ds", offset = 149504, size = 40960, align = 1024, swizzle = 128, slots = 2>,
+// CHECK-SAME:      #attn.buffer<"dq_staging", offset = 190464, size = 40960, align = 16, swizzle = 0, slots = 2>,
+// CHECK-SAME:      #attn.buffer<"dq_turns", offset = 148736, size = 4, align = 4, swizzle = 0>,
+// CHECK-SAME:    backward_tile = #attn.tile<block_m = 80, block_n = 128, stages = 2, consumer_warpgroups = 2,
+attn.kernel @hd128_unmasked problem = #attn.problem<q_heads = 16, kv_heads = 16, head_dim = 128, element_type = bf16> mask = #attn.no_mask normalizer = #attn.softmax

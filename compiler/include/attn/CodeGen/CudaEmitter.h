@@ -228,8 +228,10 @@ std::string emitLinearBackwardKernelSource(const LinearKernelConfig &config);
 // The WGMMA wrapper specializations for m64nNk16 with fp32 accumulation.
 // SS: both operands from shared memory, K-major (Q Kᵀ). RS: A from
 // registers, B MN-major (P V). SSMN: both from shared memory, MN-major
-// (the backward's dS K).
-enum class WgmmaForm { SS, RS, SSMN, SSBMN };
+// (the backward's dS K). SSBMN: A K-major, B MN-major (dK and dV where
+// consumers share a key tile). SSAMN: A MN-major, B K-major (the
+// backward's transposed dQ, Kᵀ dSᵀ).
+enum class WgmmaForm { SS, RS, SSMN, SSBMN, SSAMN };
 std::string emitWgmmaWrapper(int n, ElementKind element, WgmmaForm form);
 
 // Inlines `#include "..."` directives that name embedded template files,

@@ -22,6 +22,10 @@ inline constexpr int64_t kMaxSharedMemoryPerBlock = 232448; // 227 KB opt-in
 inline constexpr int64_t kRegistersPerBlock = 65536;
 inline constexpr int kThreadsPerWarpgroup = 128;
 inline constexpr int kWgmmaM = 64;        // rows of one WGMMA per warpgroup
+/// The backward's query rows a step when dQ is computed transposed
+/// (attn_abi::bwdTransposesDq): the widest step whose Sᵀ, dPᵀ, dK and dV fit
+/// two consumers' 240 registers at head dim 128.
+inline constexpr int kBackwardTransposedDqRows = 80;
 inline constexpr int64_t kSmemBaseAlignSlack = 1024; // see SmemPlanAttr
 
 /// Every decision of a tile plan (mirrors #attn.tile).
@@ -75,6 +79,8 @@ struct TileProblem {
   int scoreDiagonalWindows = kMaxScoreDiagonalWindows;
   /// The kernel modifies scores (a score_mod region or function).
   bool hasScoreMod = false;
+  /// The kernel masks with a mask_mod (a region or function).
+  bool hasMaskMod = false;
   /// The backward adds a learnable capture's gradient by diagonal (q - kv),
   /// an `attn.per_diagonal` addition: its plan sums the diagonals of a key
   /// tile in shared memory where they fit (attn_abi::bwdDiagonalSumBytes).
