@@ -85,29 +85,54 @@ namespace attn_bwd {
 // Where element (row, column) of a query block's dQ lies in its accumulator
 // (stageDqPiece's fragment order): the pass and its piece, then the
 // fragment register i of thread t (warp w, lane l) of the m64 accumulator
-// holding it. A transposed piece (kDqTransposed) holds the element at
-// fragment row `column` % 64, fragment column `row`.
+// holding it.
 __device__ __forceinline__ int dqAccumIndex(int row, int column) {
   const int pass = column / kPassColumns, passColumn = column % kPassColumns;
   const int piece =
       pass * kConsumers + (kDqSplitsRows ? row / 64 : passColumn / kDqColumns);
-  int pieceRow = row % 64, pieceColumn = passColumn % kDqColumns;
-  if constexpr (kDqTransposed) {
-    pieceRow = passColumn % 64;
-    pieceColumn = row;
-  }
+  const int pieceRow = row % 64, pieceColumn = passColumn % kDqColumns;
   const int warp = pieceRow / 16, half = (pieceRow % 16) / 8;
   const int lane = (pieceRow % 8) * 4 + (pieceColumn % 8) / 2;
   const int i = (pieceColumn / 8) * 4 + half * 2 + pieceColumn % 2;
   return piece * kDqPieceFloats + (i / 4) * kWarpgroupThreads * 4 +
          (warp * 32 + lane) * 4 + i % 4;
 }
+
+// The transposed accumulator's conversion (kDqTransposed): 16 bytes a thread
+// and step, read in order. Float4 k of a piece is register group k / 128 of
+// thread k % 128 (warp w, lane l): rows 8 (k / 128) + 2 (l % 4) + {0, 1} of
+// columns 16 w + l / 4 + {0, 8}; the warp's stores cover whole 32-byte
+// segments of 8 rows. (Reading dQ a row at a time would touch a 32-byte
+// sector for every 4-byte value.)
+__device__ __forceinline__ void convertTransposedDq(const attn_abi::AttnBwdParams &p,
+                                                    const Sequence &sequence, const float *block,
+                                                    int queryBlock, int head, int rows) {
+  unsigned char *dq = static_cast<unsigned char *>(p.dq);
+  const auto store = [&](int row, int column, u32 pair) {
+    if (row >= rows)
+      return;
+    const i64 element = rowElement(p.dq_strides, sequence, queryBlock * kBlockM + row, head) + column;
+    unsigned short *target = reinterpret_cast<unsigned short *>(dq + element * kElementBytes);
+    target[0] = static_cast<unsigned short>(pair & 0xffffu);
+    target[8] = static_cast<unsigned short>(pair >> 16);
+  };
+  const float4 *accumulator = reinterpret_cast<const float4 *>(block);
+  constexpr int kPieceVectors = kDqPieceFloats / 4;
+  for (int k = threadIdx.x; k < kConsumers * kPieceVectors; k += ATTN_BWD_ROW_THREADS) {
+    const float4 value = accumulator[k];
+    const int piece = k / kPieceVectors, within = k % kPieceVectors;
+    const int thread = within % kWarpgroupThreads, lane = thread % 32;
+    const int row = within / kWarpgroupThreads * 8 + 2 * (lane % 4);
+    const int column = piece * 64 + thread / 32 * 16 + lane / 4;
+    store(row, column, packPair<Element>(value.x * p.scale, value.z * p.scale));
+    store(row + 1, column, packPair<Element>(value.y * p.scale, value.w * p.scale));
+  }
+}
 } // namespace attn_bwd
 
 // dQ = scale * the accumulator, rounded to the element type, for the rows
-// inside the sequence: a pair of adjacent columns a thread and step (one
-// 8-byte load where the accumulator holds them side by side, two where dQ
-// was computed transposed).
+// inside the sequence: a pair of adjacent columns a thread and step, or
+// where dQ was computed transposed, convertTransposedDq.
 extern "C" __global__ void __launch_bounds__(ATTN_BWD_ROW_THREADS)
     attn_bwd_convert_kernel(const __grid_constant__ attn_abi::AttnBwdParams p) {
   using namespace attn_bwd;
@@ -115,19 +140,19 @@ extern "C" __global__ void __launch_bounds__(ATTN_BWD_ROW_THREADS)
   const Sequence sequence = sequenceOf(p, batch);
   const float *accumulator = dqAccumBlock(p, batch, head, queryBlock);
   const int rows = min(kBlockM, sequence.seqlenQ - queryBlock * kBlockM);
-  unsigned char *dq = static_cast<unsigned char *>(p.dq);
-  for (int pair = threadIdx.x; pair < rows * kHeadDim / 2; pair += ATTN_BWD_ROW_THREADS) {
-    const int row = pair / (kHeadDim / 2), column = 2 * (pair % (kHeadDim / 2));
-    float2 value;
-    if constexpr (kDqTransposed)
-      value = make_float2(accumulator[dqAccumIndex(row, column)],
-                          accumulator[dqAccumIndex(row, column + 1)]);
-    else
-      value = *reinterpret_cast<const float2 *>(accumulator + dqAccumIndex(row, column));
-    const i64 element =
-        rowElement(p.dq_strides, sequence, queryBlock * kBlockM + row, head) + column;
-    *reinterpret_cast<u32 *>(dq + element * kElementBytes) =
-        packPair<Element>(value.x * p.scale, value.y * p.scale);
+  if constexpr (kDqTransposed) {
+    convertTransposedDq(p, sequence, accumulator, queryBlock, head, rows);
+  } else {
+    unsigned char *dq = static_cast<unsigned char *>(p.dq);
+    for (int pair = threadIdx.x; pair < rows * kHeadDim / 2; pair += ATTN_BWD_ROW_THREADS) {
+      const int row = pair / (kHeadDim / 2), column = 2 * (pair % (kHeadDim / 2));
+      const float2 value =
+          *reinterpret_cast<const float2 *>(accumulator + dqAccumIndex(row, column));
+      const i64 element =
+          rowElement(p.dq_strides, sequence, queryBlock * kBlockM + row, head) + column;
+      *reinterpret_cast<u32 *>(dq + element * kElementBytes) =
+          packPair<Element>(value.x * p.scale, value.y * p.scale);
+    }
   }
 }
 
