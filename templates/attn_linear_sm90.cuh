@@ -51,6 +51,7 @@ namespace attn_linear {
 // The consumer warpgroup.
 
 // Consumer warpgroup `consumer` of the block owns value slice work.slice.
+template <bool Reversed>
 __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned char *smemPointer,
                         const Barriers &barriers, const Work &work, int consumer) {
   const int thread = threadIdx.x % kWarpgroupThreads, warp = thread / 32, lane = thread % 32;
@@ -93,9 +94,9 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
       // exponential per score) and the row factors apply once after P V.
       // G of the walk's last position in the chunk (at the row walkRow maps
       // it to), read where it is used rather than held.
-      const int lastRow = walkRow(p, kChunk - 1);
+      const int lastRow = walkRow<Reversed>(kChunk - 1);
       const bool factoredDecay = kHasDecay && kCausal &&
-                                 decay[walkRow(p, 0)] - decay[lastRow] <= kFactoredDecayRange;
+                                 decay[walkRow<Reversed>(0)] - decay[lastRow] <= kFactoredDecayRange;
       if (computesOutput) {
         float scores[kAccumulatorRegs];
         issueScoresAndStateProduct(scores, output, q, k, stateTile, kCausal);
@@ -124,7 +125,7 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
 #pragma unroll
             for (int i = 0; i < kAccumulatorRegs; ++i) {
               int row = rowInChunk + 8 * fragmentRowHalf(i), column = fragmentColumn(i, lane);
-              scores[i] = walkSees(p, row, column) ? scores[i] * decay[kChunk + column] : 0.f;
+              scores[i] = walkSees<Reversed>(row, column) ? scores[i] * decay[kChunk + column] : 0.f;
             }
           } else {
 #pragma unroll
@@ -133,7 +134,7 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
               float factor = scale;
               if constexpr (kHasDecay)
                 factor *= fastExp2(decay[row] - decay[column]);
-              scores[i] = walkSees(p, row, column) ? scores[i] * factor : 0.f;
+              scores[i] = walkSees<Reversed>(row, column) ? scores[i] * factor : 0.f;
               rowSum[fragmentRowHalf(i)] += scores[i];
             }
           }
@@ -214,7 +215,7 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
           storeFragmentSwizzled<Element, kHeadDim>(state, stateTile, kChunk, warp, lane);
         publishShared(consumer);
         if (thread == 0) {
-          tmaStore4d(&p.o_map, staging, work.slice * kSlice, chunkFirstRow(p, chunk), work.head,
+          tmaStore4d(&p.o_map, staging, work.slice * kSlice, chunkFirstRow<Reversed>(p, chunk), work.head,
                      work.batch);
           tmaStoreCommit();
         }
@@ -236,8 +237,9 @@ __device__ void consume(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
 } // namespace attn_linear
 
 namespace attn_linear {
-// The body of both chunkwise entry points: barriers, then the producer warp
+// The body of the chunkwise entry points: barriers, then the producer warp
 // and the consumer warpgroup.
+template <bool Reversed>
 __device__ __forceinline__ void runBlock(const attn_abi::AttnLinearParams &p, bool segmentKernel) {
   extern __shared__ __align__(1024) unsigned char sharedMemory[];
   const u32 smem = (sharedAddress(sharedMemory) + 1023) & ~1023u;
@@ -253,12 +255,12 @@ __device__ __forceinline__ void runBlock(const attn_abi::AttnLinearParams &p, bo
   __syncthreads();
   unsigned char *smemPointer = sharedMemory + (smem - sharedAddress(sharedMemory));
   if (threadIdx.x >= kConsumerThreads) {
-    produce(p, smem, smemPointer, barriers, work, threadIdx.x % 32);
+    produce<Reversed>(p, smem, smemPointer, barriers, work, threadIdx.x % 32);
   } else {
     const int consumer = threadIdx.x / kWarpgroupThreads;
     Work slice = work;
     slice.slice += consumer;
-    consume(p, smem, smemPointer, barriers, slice, consumer);
+    consume<Reversed>(p, smem, smemPointer, barriers, slice, consumer);
   }
 }
 } // namespace attn_linear
@@ -266,15 +268,28 @@ __device__ __forceinline__ void runBlock(const attn_abi::AttnLinearParams &p, bo
 // Grid (head_dim / block_n, query heads, batch x segments).
 extern "C" __global__ void __launch_bounds__(attn_linear::kThreads, attn_linear::kBlocksPerSm)
     attn_linear_kernel(const __grid_constant__ attn_abi::AttnLinearParams p) {
-  attn_linear::runBlock(p, /*segmentKernel=*/false);
+  attn_linear::runBlock<false>(p, /*segmentKernel=*/false);
 }
 
 // Grid (head_dim / block_n, query heads, batch x state pieces): each
 // piece's own state contribution.
 extern "C" __global__ void __launch_bounds__(attn_linear::kThreads, attn_linear::kBlocksPerSm)
     attn_linear_segment_kernel(const __grid_constant__ attn_abi::AttnLinearParams p) {
-  attn_linear::runBlock(p, /*segmentKernel=*/true);
+  attn_linear::runBlock<false>(p, /*segmentKernel=*/true);
 }
+
+#if ATTN_PLAN_LINEAR_REVERSED_WALKS
+// The same two walking the sequence from its end (the backward's dV and dK
+// passes of a causal kernel).
+extern "C" __global__ void __launch_bounds__(attn_linear::kThreads, attn_linear::kBlocksPerSm)
+    attn_linear_reversed_kernel(const __grid_constant__ attn_abi::AttnLinearParams p) {
+  attn_linear::runBlock<true>(p, /*segmentKernel=*/false);
+}
+extern "C" __global__ void __launch_bounds__(attn_linear::kThreads, attn_linear::kBlocksPerSm)
+    attn_linear_reversed_segment_kernel(const __grid_constant__ attn_abi::AttnLinearParams p) {
+  attn_linear::runBlock<true>(p, /*segmentKernel=*/true);
+}
+#endif
 
 // The running fold of the segment kernel's pieces, in place: piece j's
 // state becomes F_j = e^{G_j} F_{j-1} + L_j (F_{-1} = the initial state, or

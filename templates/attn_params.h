@@ -510,14 +510,14 @@ struct AttnLinearParams {
   int q_heads;
   int kv_heads;
   float scale;
-  // How the backward runs this kernel (the forward: 0, 0, Q | K). reverse:
-  // the walk visits the sequence from its end (padded to whole chunks, the
-  // padding first), each step from token t + 1 to t decaying by token
-  // t + 1's log-decay; rows load and store in sequence order. heads_swapped: q has kv_heads heads and k, v q_heads
-  // (query head h still reads head h / (q_heads / kv_heads) of the
-  // kv-headed tensor). feature_map_operands: which of q, k, v the feature
-  // map applies to.
-  int reverse;
+  // How the backward runs this kernel (the forward: 0, Q | K).
+  // heads_swapped: q has kv_heads heads and k, v q_heads (query head h
+  // still reads head h / (q_heads / kv_heads) of the kv-headed tensor).
+  // feature_map_operands: which of q, k, v the feature map applies to. A
+  // walk from the sequence's end (padded to whole chunks, the padding
+  // first; each step from token t + 1 to t decaying by token t + 1's
+  // log-decay; rows load and store in sequence order) is an entry point of
+  // its own, ATTN_LINEAR_REVERSED_KERNEL_NAME.
   int heads_swapped;
   int feature_map_operands;
 };
@@ -568,6 +568,10 @@ struct AttnDecodeParams {
 #define ATTN_LINEAR_DECAY_RING_SLOTS (ATTN_LINEAR_DECAY_LOOKAHEAD + 1)
 #define ATTN_DECODE_KERNEL_NAME "attn_linear_decode_kernel"
 #define ATTN_LINEAR_SEGMENT_KERNEL_NAME "attn_linear_segment_kernel"
+// The chunkwise and segment kernels walking the sequence from its end: in
+// the backward module of a causal kernel only (its dV and dK passes).
+#define ATTN_LINEAR_REVERSED_KERNEL_NAME "attn_linear_reversed_kernel"
+#define ATTN_LINEAR_REVERSED_SEGMENT_KERNEL_NAME "attn_linear_reversed_segment_kernel"
 // The fold of the segment kernel's pieces: grid (ceil(elements /
 // ATTN_LINEAR_FOLD_THREADS), q_heads, batch), one element a thread, of the
 // head_dim^2 state elements and, when the kernel normalizes, then the

@@ -172,6 +172,12 @@ LinearFunctions loadLinearFunctions(const Module &module, const AttnLaunchConfig
   functions.decode = module.function(ATTN_DECODE_KERNEL_NAME);
   functions.chunkwise.setMaxDynamicSharedMemory(config.sharedMemoryBytes);
   functions.segment.setMaxDynamicSharedMemory(config.sharedMemoryBytes);
+  if (config.backward && config.causal) {
+    functions.reversedChunkwise = module.function(ATTN_LINEAR_REVERSED_KERNEL_NAME);
+    functions.reversedSegment = module.function(ATTN_LINEAR_REVERSED_SEGMENT_KERNEL_NAME);
+    functions.reversedChunkwise.setMaxDynamicSharedMemory(config.sharedMemoryBytes);
+    functions.reversedSegment.setMaxDynamicSharedMemory(config.sharedMemoryBytes);
+  }
   return functions;
 }
 
@@ -203,7 +209,6 @@ void launchLinearPass(LinearFunctions &functions, const AttnLaunchConfig &config
     requireWorkspace(args.workspace, args.workspaceBytes, scratch.bytes(),
                      fmt::format("{} segments", split.segments), "linearWorkspaceBytes");
   attn_abi::AttnLinearParams params = encodeLinearParams(config, args, split, scratch);
-  params.reverse = options.reverse;
   params.heads_swapped = options.headsSwapped;
   params.feature_map_operands = options.featureMapOperands;
   Dim3 block{static_cast<unsigned>(config.threadsPerBlock), 1, 1};
@@ -215,9 +220,11 @@ void launchLinearPass(LinearFunctions &functions, const AttnLaunchConfig &config
                 static_cast<unsigned>(config.qHeads),
                 static_cast<unsigned>(args.q.batch() * segments)};
   };
+  KernelFunction &segment = options.reverse ? functions.reversedSegment : functions.segment;
+  KernelFunction &chunkwise = options.reverse ? functions.reversedChunkwise : functions.chunkwise;
   if (split.segments > 1) {
-    functions.segment.launch(gridOf(split.stateSegments), block, config.sharedMemoryBytes, stream,
-                             kernelArgs);
+    segment.launch(gridOf(split.stateSegments), block, config.sharedMemoryBytes, stream,
+                   kernelArgs);
     // One thread per element of a head's state (and of its key sum).
     const int64_t foldElements =
         int64_t(config.headDim) * config.headDim + (config.normalize ? config.headDim : 0);
@@ -227,8 +234,7 @@ void launchLinearPass(LinearFunctions &functions, const AttnLaunchConfig &config
         static_cast<unsigned>(config.qHeads), static_cast<unsigned>(args.q.batch())};
     functions.fold.launch(foldGrid, Dim3{ATTN_LINEAR_FOLD_THREADS, 1, 1}, 0, stream, kernelArgs);
   }
-  functions.chunkwise.launch(gridOf(split.segments), block, config.sharedMemoryBytes, stream,
-                             kernelArgs);
+  chunkwise.launch(gridOf(split.segments), block, config.sharedMemoryBytes, stream, kernelArgs);
 }
 } // namespace detail
 

@@ -38,6 +38,7 @@ __device__ __forceinline__ u32 decayRingSlot(u32 smem, int step) {
 // Copies the log-decays of the chunk the walk visits at `step` (lane and
 // lane + 32 each; zero past the sequence) as one group of copies, an empty
 // group past the walk, so that every step commits one.
+template <bool Reversed>
 __device__ __forceinline__ void copyTokenDecays(const attn_abi::AttnLinearParams &p, const Work &work,
                                                 u32 smem, int step, int lane) {
   if (step < work.endChunk - work.firstChunk) {
@@ -45,9 +46,9 @@ __device__ __forceinline__ void copyTokenDecays(const attn_abi::AttnLinearParams
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = lane + 32 * half, position = chunk * kChunk + row;
-      const bool inSequence = positionDecays(p, position);
+      const bool inSequence = positionDecays<Reversed>(p, position);
       const i64 index = inSequence ? (static_cast<i64>(work.batch) * p.seqlen +
-                                      decayTokenOf(p, position)) * p.q_heads + work.head
+                                      decayTokenOf<Reversed>(p, position)) * p.q_heads + work.head
                                    : 0;
       copyWordAsync(decayRingSlot(smem, step) + 4 * row, p.log_decay + index, inSequence);
     }
@@ -57,6 +58,7 @@ __device__ __forceinline__ void copyTokenDecays(const attn_abi::AttnLinearParams
 
 // The log2-decays of the chunk the walk visits at `step`: gated, once the
 // warp's copies of them landed (copyTokenDecays); fixed, the head's.
+template <bool Reversed>
 __device__ __forceinline__ TokenDecays readTokenDecays(const attn_abi::AttnLinearParams &p,
                                                        const Work &work, const float *decayRing,
                                                        int step, int lane) {
@@ -68,19 +70,19 @@ __device__ __forceinline__ TokenDecays readTokenDecays(const attn_abi::AttnLinea
   }
   const int position = chunkAt(work, step) * kChunk + lane;
   const float perToken = attn_plan::logDecayOfHead(work.head) * kLog2e;
-  return {positionDecays(p, position) ? perToken : 0.f,
-          positionDecays(p, position + 32) ? perToken : 0.f};
+  return {positionDecays<Reversed>(p, position) ? perToken : 0.f,
+          positionDecays<Reversed>(p, position + 32) ? perToken : 0.f};
 }
 
 // The producer warp writes the chunk's decays and returns the chunk's
 // total, G_last.
-__device__ __forceinline__ float writeChunkDecay(const attn_abi::AttnLinearParams &p,
-                                                 TokenDecays tokens, float walkedLog2Decay,
+template <bool Reversed>
+__device__ __forceinline__ float writeChunkDecay(TokenDecays tokens, float walkedLog2Decay,
                                                  float *decay, int lane) {
   float low = tokens.low, high = tokens.high;
   warpInclusiveScan64(low, high, lane);
   float last = __shfl_sync(0xffffffff, high, 31);
-  const int lowRow = walkRow(p, lane), highRow = walkRow(p, lane + 32);
+  const int lowRow = walkRow<Reversed>(lane), highRow = walkRow<Reversed>(lane + 32);
   decay[lowRow] = low;
   decay[highRow] = high;
   decay[kChunk + lowRow] = fastExp2(last - low + walkedLog2Decay);

@@ -24,9 +24,11 @@ constexpr bool kBackwardPasses = attn_plan::kBackwardPasses;
 // A reversed walk pads its start, which the key sum's row count (forward
 // order) does not know: the backward takes no normalized kernel.
 static_assert(!(kBackwardPasses && kNormalize), "no backward of normalized linear attention");
-__device__ __forceinline__ bool reversedWalk(const attn_abi::AttnLinearParams &p) {
-  return kBackwardPasses && p.reverse;
-}
+// A walk from the sequence's end (the backward's dV and dK passes) runs
+// its own entry points, attn_linear_reversed_kernel and
+// attn_linear_reversed_segment_kernel: the functions below that depend on
+// the direction take it as `Reversed`. (Read from the parameters at run
+// time, it made the forward walk's dQ pass 18 % slower; docs/benchmarks.md.)
 __device__ __forceinline__ bool headsSwapped(const attn_abi::AttnLinearParams &p) {
   return kBackwardPasses && p.heads_swapped;
 }

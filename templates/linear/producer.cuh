@@ -16,6 +16,7 @@ __device__ __forceinline__ void loadRows(u32 destination, const TensorMapBlob *m
   tmaLoadColumnBlocks<kKeyBlocks>(destination, kChunk, map, barrier, row, head, batch);
 }
 
+template <bool Reversed>
 __device__ void produce(const attn_abi::AttnLinearParams &p, u32 smem, unsigned char *smemPointer,
                         const Barriers &barriers, const Work &work, int lane) {
   if (lane == 0) {
@@ -40,7 +41,7 @@ __device__ void produce(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
         // The loads first; the barrier's one arrival comes after the decays.
         mbarrierExpectTx(full, (withQ ? kQkTileBytes : 0) +
                                    (withKv ? kQkTileBytes + kSlicesPerBlock * kVTileBytes : 0));
-        const int row = chunkFirstRow(p, chunk);
+        const int row = chunkFirstRow<Reversed>(p, chunk);
         if (withQ)
           loadRows(qTile(smem, slot.stage), &p.q_map, full, row, work.qLoadHead, work.batch);
         if (withKv) {
@@ -57,14 +58,14 @@ __device__ void produce(const attn_abi::AttnLinearParams &p, u32 smem, unsigned 
         // after it).
         if (step == 0)
           for (int ahead = 0; ahead < kDecayLookahead; ++ahead)
-            copyTokenDecays(p, work, smem, ahead, lane);
-        copyTokenDecays(p, work, smem, step + kDecayLookahead, lane);
+            copyTokenDecays<Reversed>(p, work, smem, ahead, lane);
+        copyTokenDecays<Reversed>(p, work, smem, step + kDecayLookahead, lane);
       }
       if constexpr (kHasDecay) {
-        const TokenDecays decays = readTokenDecays(
+        const TokenDecays decays = readTokenDecays<Reversed>(
             p, work, reinterpret_cast<const float *>(smemPointer + attn_plan::kSmemDecayRing), step,
             lane);
-        float last = writeChunkDecay(p, decays, work.segmentKernel ? walkedLog2Decay : 0.f,
+        float last = writeChunkDecay<Reversed>(decays, work.segmentKernel ? walkedLog2Decay : 0.f,
                                      chunkDecay(smemPointer, slot.stage), lane);
         walkedLog2Decay += last;
         __syncwarp();

@@ -82,8 +82,9 @@ __device__ __forceinline__ int reversedWalkLength(const attn_abi::AttnLinearPara
 }
 
 // The first sequence row of a chunk's rows, as loaded and stored.
+template <bool Reversed>
 __device__ __forceinline__ int chunkFirstRow(const attn_abi::AttnLinearParams &p, int chunk) {
-  return reversedWalk(p) ? reversedWalkLength(p) - (chunk + 1) * kChunk : chunk * kChunk;
+  return Reversed ? reversedWalkLength(p) - (chunk + 1) * kChunk : chunk * kChunk;
 }
 
 // A chunk's rows stay in sequence order in shared memory and registers;
@@ -91,13 +92,12 @@ __device__ __forceinline__ int chunkFirstRow(const attn_abi::AttnLinearParams &p
 // image in a reversed walk. The producer writes the chunk's decays at the
 // rows, so that only the causal test and the walk's first and last
 // positions read walkRow.
-__device__ __forceinline__ int walkRow(const attn_abi::AttnLinearParams &p, int row) {
-  return reversedWalk(p) ? kChunk - 1 - row : row;
+template <bool Reversed> __device__ __forceinline__ int walkRow(int row) {
+  return Reversed ? kChunk - 1 - row : row;
 }
 // Whether the score of (row, column) is one the walk's causal mask keeps.
-__device__ __forceinline__ bool walkSees(const attn_abi::AttnLinearParams &p, int row,
-                                         int column) {
-  return reversedWalk(p) ? column >= row : column <= row;
+template <bool Reversed> __device__ __forceinline__ bool walkSees(int row, int column) {
+  return Reversed ? column >= row : column <= row;
 }
 
 // Whether position `position` of the walk decays, and by the log-decay of
@@ -106,14 +106,16 @@ __device__ __forceinline__ bool walkSees(const attn_abi::AttnLinearParams &p, in
 // position u (token L - 1 - u) takes token L - u's, and the padding and the
 // sequence's last token none: the decay between two positions spans the
 // same tokens as between their tokens in sequence order.
+template <bool Reversed>
 __device__ __forceinline__ bool positionDecays(const attn_abi::AttnLinearParams &p, int position) {
-  if (!reversedWalk(p))
+  if (!Reversed)
     return position < p.seqlen;
   const int length = reversedWalkLength(p);
   return position > length - p.seqlen && position < length;
 }
+template <bool Reversed>
 __device__ __forceinline__ int decayTokenOf(const attn_abi::AttnLinearParams &p, int position) {
-  return reversedWalk(p) ? reversedWalkLength(p) - position : position;
+  return Reversed ? reversedWalkLength(p) - position : position;
 }
 
 __device__ __forceinline__ bool loadsQ(const Pass &pass) { return pass.output; }

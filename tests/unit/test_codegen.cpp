@@ -236,9 +236,17 @@ TEST_CASE("the linear family's backward module assembles without spills", "[code
   attn::test::PtxasReport report = attn::test::assembleWithPtxas(kernel.binary);
   INFO(text.str() << report.text);
   REQUIRE(report.status == 0);
-  // The chunkwise kernel as the forward's budget allows it (below); the
+  // A causal kernel's walks from the sequence's end are entry points of
+  // their own; a non-causal one reverses nothing.
+  const bool causal = mask.find("causal") != std::string::npos;
+  for (const char *entry :
+       {ATTN_LINEAR_REVERSED_KERNEL_NAME, ATTN_LINEAR_REVERSED_SEGMENT_KERNEL_NAME})
+    CHECK((ptx.find(std::string(".entry ") + entry + "(") != std::string::npos) == causal);
+  // The chunkwise kernels as the forward's budget allows them (below); the
   // helpers not at all.
   CHECK(report.spillStoreBytes(ATTN_LINEAR_KERNEL_NAME) <= 20);
+  if (causal)
+    CHECK(report.spillStoreBytes(ATTN_LINEAR_REVERSED_KERNEL_NAME) <= 20);
   for (const char *entry :
        {ATTN_LINEAR_BWD_STATES_KERNEL_NAME, ATTN_LINEAR_BWD_QUERY_KERNEL_NAME,
         ATTN_LINEAR_BWD_KEY_KERNEL_NAME, ATTN_LINEAR_BWD_GATE_KERNEL_NAME,

@@ -715,6 +715,10 @@ std::string emitLinearKernelSource(const LinearKernelConfig &config) {
 
   const char *featureMap = featureMapName(config.featureMap);
   auto flag = [](bool value) { return value ? "true" : "false"; };
+  // The entry points that walk the sequence from its end: a macro, so that
+  // only a causal kernel's backward module compiles them.
+  out << "#define ATTN_PLAN_LINEAR_REVERSED_WALKS "
+      << (config.backwardPasses && config.causal ? 1 : 0) << "\n";
   out << "// ---- plan\nnamespace attn_plan {\n"
       << "using Element = attn_dev::" << elementTag(config.element) << ";\n"
       << "constexpr int kHeadDim = " << config.headDim << ";\n"

@@ -579,6 +579,9 @@ void validateLinearArgs(const AttnLaunchConfig &config, const AttnLinearArgs &ar
 /// only launches them (attn::Kernel keeps one per loaded context).
 struct LinearFunctions {
   KernelFunction chunkwise, segment, fold, decode;
+  /// The backward module of a causal kernel: the chunkwise and segment
+  /// kernels walking the sequence from its end (unloaded elsewhere).
+  KernelFunction reversedChunkwise, reversedSegment;
 };
 LinearFunctions loadLinearFunctions(const Module &module, const AttnLaunchConfig &config);
 
