@@ -670,6 +670,18 @@ TEST_CASE("tile candidates: legal, distinct, round-trip as overrides, include th
     CHECK((fixedBaseHeuristic.blockM == 192 && fixedBaseHeuristic.blockN == 64 &&
            fixedBaseHeuristic.consumerWarpgroups == 3 && fixedBaseHeuristic.stages == 4 &&
            fixedBaseHeuristic.softmaxChains == 2));
+  // With a sliding window the same tiles on the hardware's dispatch and one
+  // chain (the plan set's window_softcap_d128_8k), where a plain window at
+  // that length takes the persistent grid.
+  TileProblem windowedFixedBase = fixedBase;
+  windowedFixedBase.slidingWindowOnly = true;
+  windowedFixedBase.keyLength = 8192;
+  const TileConfig windowedHeuristic = defaultTileConfig(windowedFixedBase);
+  CHECK_FALSE(checkTileLegality(windowedFixedBase, windowedHeuristic));
+  if (headDim == 128)
+    CHECK((windowedHeuristic.blockM == 192 && windowedHeuristic.blockN == 64 &&
+           windowedHeuristic.stages == 4 && windowedHeuristic.softmaxChains == 1 &&
+           windowedHeuristic.persistentBlocksPerSm == 0));
 
   // The grid policy does not change legality: every plan comes in both.
   for (const TileConfig &config : candidates) {

@@ -175,6 +175,15 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
     config.blockN = 64;
     config.stages = 4;
     config.softmaxChains = 2;
+    // With a sliding window the same tiles ran fastest on the hardware's
+    // dispatch and one chain (the plan set's window_softcap_d128_8k, H200,
+    // tools/plan-set/data/h200-2026-11-29.tsv, the finalists' rounds):
+    // 0.544 ms against 0.607 on the persistent grid with two chains; on a
+    // persistent grid every 192 x 64 plan was 4-6 % slower there.
+    if (problem.slidingWindowOnly) {
+      config.persistentBlocksPerSm = 0;
+      config.softmaxChains = 1;
+    }
   }
   fitForwardRegisters(problem, config);
   return config;
