@@ -106,10 +106,17 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
   // tiles at head dim 256 they pass the shared-memory limit by 2 KB.
   if (problem.headDim > 128 && problem.storedKeyBits)
     config.blockN = 64;
-  // Same-run A/B at S = 8192: four chains gain 1.5 % at head dim 128 (two
-  // consumers, 240 registers each) and lose 3 % at head dims 64 and 256,
-  // whose schedules have less room.
-  config.softmaxChains = problem.headDim == 128 ? 4 : 1;
+  // Same-run A/B at S = 8192 (H100): four chains gain 1.5 % at head dim
+  // 128 (two consumers, 240 registers each) and lose 3 % at head dims 64
+  // and 256, whose schedules have less room. On H200, on 128 x 128 tiles
+  // without a score_mod, mask_mod or window, one chain is the faster
+  // (docs/benchmarks.md, 2026-11-30, three rounds, B x S = 16384: causal
+  // 0.6-2.5 % at 1024 keys, 0-1.6 % at 2048, 1.8-3.1 % at 4096; unmasked
+  // 0-1.3 % at 1024). Four stay where they were measured ahead or level: a
+  // document mask_mod (the plan set, 1.967 against 2.016 ms), a window at
+  // 8192 keys (0.7-1.7 %); score_mods there were not measured.
+  const bool plainTiles = !problem.hasScoreMod && !problem.hasMaskMod && !problem.slidingWindowOnly;
+  config.softmaxChains = problem.headDim == 128 && !plainTiles ? 4 : 1;
   // Same-run A/B on H100 (docs/benchmarks.md, 2026-11-25), B x S = 16384:
   // unmasked head dim 128 with 128 x 160 tiles and one chain was 1.7 to
   // 4.9 % faster in every paired round at S = 2048 to 16384. Causal was

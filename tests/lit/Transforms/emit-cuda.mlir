@@ -17,7 +17,7 @@
 // CHECK-SAME: constexpr int kBlockN = 128;
 // CHECK-SAME: constexpr int kStages = 2;
 // CHECK-SAME: constexpr int kConsumerWarpgroups = 2;
-// CHECK-SAME: constexpr int kSoftmaxReductionChains = 4;
+// CHECK-SAME: constexpr int kSoftmaxReductionChains = 1;
 // CHECK-SAME: constexpr unsigned kSmemQ = 0;
 // CHECK-SAME: constexpr unsigned kSmemK = 32768;
 // CHECK-SAME: constexpr unsigned kSmemV = 98304;

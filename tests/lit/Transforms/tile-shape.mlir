@@ -22,14 +22,14 @@
 // WIDE-LABEL: attn.kernel @full_hd128
 // WIDE:       tile = #attn.tile<block_m = 128, block_n = 160, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, persistent_blocks_per_sm = 1>
 // NARROW-LABEL: attn.kernel @full_hd128
-// NARROW:     tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, softmax_chains = 4, persistent_blocks_per_sm = 1>
+// NARROW:     tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, persistent_blocks_per_sm = 1>
 attn.kernel @full_hd128
     problem = #attn.problem<q_heads = 16, kv_heads = 16, head_dim = 128, element_type = bf16>
     mask = #attn.no_mask
     normalizer = #attn.softmax
 
 // COMMON-LABEL: attn.kernel @causal_hd128
-// CAUSAL-NARROW: tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, softmax_chains = 4, persistent_blocks_per_sm = 1>
+// CAUSAL-NARROW: tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, persistent_blocks_per_sm = 1>
 // CAUSAL-WIDE:   tile = #attn.tile<block_m = 128, block_n = 160, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, persistent_blocks_per_sm = 1>
 // LONG:          tile = #attn.tile<block_m = 128, block_n = 160, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24>
 attn.kernel @causal_hd128

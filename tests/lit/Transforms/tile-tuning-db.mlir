@@ -26,7 +26,7 @@
 
 // CHECK-NOT:  warning
 // CHECK-LABEL: attn.kernel @hd128
-// NARROW:     tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, softmax_chains = 4, persistent_blocks_per_sm = 1>
+// NARROW:     tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, persistent_blocks_per_sm = 1>
 // WIDE:       tile = #attn.tile<block_m = 128, block_n = 160, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, persistent_blocks_per_sm = 1>
 // CHECK-NOT:  warning
 
@@ -34,7 +34,7 @@
 // heuristic plan is used.
 // RUN: attn-opt --attn-tile="tuning-db=%t" %s 2>&1 | FileCheck %s --check-prefix=UNREADABLE
 // UNREADABLE: tile-tuning-db.mlir:[[# @LINE + 12]]:1: warning: tuning database '{{.*}}': cannot read: {{.*}}; using the heuristic plan
-// UNREADABLE: tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, softmax_chains = 4, persistent_blocks_per_sm = 1>
+// UNREADABLE: tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, persistent_blocks_per_sm = 1>
 
 // A malformed tuning-shape fails the pass at the kernel, with or without a
 // database.

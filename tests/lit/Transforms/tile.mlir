@@ -15,11 +15,12 @@ attn.kernel @hd64
     mask = #attn.no_mask
     normalizer = #attn.softmax
 
-// head_dim 128: 128 x 128 tiles, 2 stages (f16 plans like bf16), four
-// softmax reduction chains. Causal tiles differ in cost, and the kernel's
-// persistent schedule knows how: the grid is persistent too.
+// head_dim 128: 128 x 128 tiles, 2 stages (f16 plans like bf16), one
+// softmax reduction chain (four with a score_mod, mask_mod or window).
+// Causal tiles differ in cost, and the kernel's persistent schedule knows
+// how: the grid is persistent too.
 // CHECK-LABEL: attn.kernel @hd128
-// CHECK:      tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, softmax_chains = 4, persistent_blocks_per_sm = 1>
+// CHECK:      tile = #attn.tile<block_m = 128, block_n = 128, stages = 2, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, persistent_blocks_per_sm = 1>
 attn.kernel @hd128
     problem = #attn.problem<q_heads = 16, kv_heads = 2, head_dim = 128, element_type = f16>
     mask = #attn.causal<bottom_right>
