@@ -198,10 +198,11 @@ TEST_CASE("a spec without a backward template is refused with its location", "[c
                       "shared-memory capacity: backward block_m 64, block_n 128, "
                       "stages 1, head_dim 256 needs"));
   attn::CompileOptions options;
-  options.tileOverride = "block_m=96";
+  options.tileOverride = "block_m=72";
   CHECK_THROWS_WITH(attn::compileBackwardSpec(spec(128, "bf16", "#attn.no_mask"), "k.mlir",
                                               options),
-                    Catch::Contains("WGMMA shape: backward block_m (96) must be 64 or 128"));
+                    Catch::Contains("WGMMA shape: a backward block_m (72) that is not a multiple "
+                                    "of 64 computes dQ transposed: a multiple of 16"));
 }
 
 TEST_CASE("the linear family's backward module assembles without spills", "[codegen][linear]") {
