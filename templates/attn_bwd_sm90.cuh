@@ -246,8 +246,8 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
       // WGMMA's A registers may not be read until its group completes.
       // Transposed dQ reads dS K-major: a row per query.
       if constexpr (kDqTransposed)
-        storePackedFragmentTransposedSwizzled<kQueryColumns>(scoreGradients, dsTile, kBlockM, warp,
-                                                             lane, consumer * 64);
+        storePackedFragmentSwizzled<kQueryColumns, true>(scoreGradients, dsTile, kBlockM, warp,
+                                                         lane, consumer * 64);
       else
         storePackedFragmentSwizzled<kQueryColumns>(scoreGradients, dsTile, kBlockN,
                                                    consumer * kWarpsPerWarpgroup + warp, lane);
@@ -269,6 +269,8 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
       const auto releaseStage = [&] {
         fenceRegisters(dV);
         fenceRegisters(dK);
+        if constexpr (!kDqTransposed) // fenced above, before dQ's product
+          fenceRegisters(probabilities);
         fenceRegisters(scoreGradients);
         mbarrierArriveForWarp(barriers.empty(slot.stage), lane);
       };
@@ -279,13 +281,10 @@ __device__ void consume(const attn_abi::AttnBwdParams &p, u32 smemBase, const Ba
         fenceRegisters(dq);
         stageDq(dq);
         wgmmaWaitGroup<0>();
-        if constexpr (!kDqTransposed)
-          fenceRegisters(probabilities);
         releaseStage();
       } else {
         wgmmaWaitGroup<0>();
         fenceRegisters(dq);
-        fenceRegisters(probabilities);
         releaseStage();
         stageDq(dq);
       }

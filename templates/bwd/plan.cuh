@@ -83,12 +83,14 @@ static_assert(!kDqTransposed || (!kSplitsColumns && kPasses == 1 && kConsumers =
               "a transposed dQ piece is a consumer's 64 columns of one pass, without regions");
 constexpr int kDqColumns = planWidths().dqColumns;
 static_assert(kDqColumns % kColumnBlock == 0, "a dQ piece spans whole 64-column blocks");
-constexpr int kDqPieceFloats = 64 * planWidths().dqFragmentColumns;
+// N of a dQ piece's accumulator: its columns, or transposed the step's rows.
+constexpr int kDqFragmentColumns = planWidths().dqFragmentColumns;
+constexpr int kDqPieceFloats = 64 * kDqFragmentColumns;
 
 constexpr int kScoreRegs = kQueryColumns / 2;  // Sᵀ, dPᵀ: 64 keys x its query columns fp32
 constexpr int kPackedRegs = kQueryColumns / 4; // Pᵀ, dSᵀ packed 16-bit
 constexpr int kGradRegs = kGradColumns / 2;    // dK, dV: 64 keys x its columns fp32
-constexpr int kDqRegs = planWidths().dqFragmentColumns / 2; // a dQ piece, fp32
+constexpr int kDqRegs = kDqFragmentColumns / 2; // a dQ piece, fp32
 // Without regions Sᵀ's exponentials overlap dPᵀ's product. With 64 query
 // rows a step dV's product (Pᵀ packed) also overlaps dSᵀ's computation;
 // with 128, Sᵀ, dPᵀ and P's packed copy together would not fit the

@@ -78,10 +78,19 @@ __device__ __forceinline__ u32 swizzledAddress(u32 tile, int rows, int row, int 
 }
 
 // One stmatrix of the stores below: four 8 x 8 matrices of 16-bit pairs.
+// Transposed (.trans), each matrix's columns are written as rows: lane l
+// then addresses row l % 8 of matrix l / 8 as stored.
+template <bool Transposed = false>
 __device__ __forceinline__ void storeMatrices(u32 address, u32 w0, u32 w1, u32 w2, u32 w3) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(address),
-               "r"(w0), "r"(w1), "r"(w2), "r"(w3)
-               : "memory");
+  if constexpr (Transposed)
+    asm volatile(
+        "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(address),
+        "r"(w0), "r"(w1), "r"(w2), "r"(w3)
+        : "memory");
+  else
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(address),
+                 "r"(w0), "r"(w1), "r"(w2), "r"(w3)
+                 : "memory");
 }
 
 // The four packed words one stmatrix stores.
@@ -90,8 +99,10 @@ struct MatrixWords {
 };
 
 // The loop of both stores below: `words(block)` gives the MatrixWords of
-// column blocks `block` and `block` + 1.
-template <int N, class Words>
+// column blocks `block` and `block` + 1. Transposed, fragment column c
+// becomes row c of the tile and the warp's fragment rows its columns
+// firstColumn + 16 * warp...
+template <int N, bool Transposed = false, class Words>
 __device__ __forceinline__ void storeWordsSwizzled(u32 tile, int rows, int warp, int lane,
                                                    int firstColumn, const Words &words) {
   static_assert(N % 16 == 0, "two 8-column blocks per stmatrix");
@@ -99,9 +110,12 @@ __device__ __forceinline__ void storeWordsSwizzled(u32 tile, int rows, int warp,
   const int row = warp * 16 + (matrix % 2) * 8 + lane % 8;
 #pragma unroll
   for (int block = 0; block < N / 8; block += 2) {
-    u32 address = swizzledAddress(tile, rows, row, firstColumn + (block + matrix / 2) * 8);
+    const int column = (block + matrix / 2) * 8;
+    u32 address = Transposed ? swizzledAddress(tile, rows, column + lane % 8,
+                                               firstColumn + warp * 16 + (matrix % 2) * 8)
+                             : swizzledAddress(tile, rows, row, firstColumn + column);
     const MatrixWords w = words(block);
-    storeMatrices(address, w.w0, w.w1, w.w2, w.w3);
+    storeMatrices<Transposed>(address, w.w0, w.w1, w.w2, w.w3);
   }
 }
 
@@ -125,41 +139,16 @@ __device__ __forceinline__ void storeFragmentSwizzled(const float (&fragment)[N 
 }
 
 // The same store of a fragment already packed to 16-bit pairs (packed[i]
-// holds elements 2i and 2i+1), so that its fp32 copy need not stay live.
-template <int N>
+// holds elements 2i and 2i+1), so that its fp32 copy need not stay live;
+// or Transposed (storeWordsSwizzled).
+template <int N, bool Transposed = false>
 __device__ __forceinline__ void storePackedFragmentSwizzled(const u32 (&packed)[N / 4], u32 tile,
                                                             int rows, int warp, int lane,
                                                             int firstColumn = 0) {
-  storeWordsSwizzled<N>(tile, rows, warp, lane, firstColumn, [&](int block) {
+  storeWordsSwizzled<N, Transposed>(tile, rows, warp, lane, firstColumn, [&](int block) {
     const u32 *w = packed + 2 * block;
     return MatrixWords{w[0], w[1], w[2], w[3]};
   });
-}
-
-// The same store transposed: fragment column c becomes row c of the tile
-// and this warp's fragment rows its columns firstColumn + 16 * warp...
-// stmatrix.trans writes each 8 x 8 matrix's columns as rows, so lane l
-// addresses row l % 8 of matrix l / 8 as stored: a column of the fragment.
-__device__ __forceinline__ void storeMatricesTransposed(u32 address, u32 w0, u32 w1, u32 w2,
-                                                        u32 w3) {
-  asm volatile(
-      "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(address),
-      "r"(w0), "r"(w1), "r"(w2), "r"(w3)
-      : "memory");
-}
-template <int N>
-__device__ __forceinline__ void storePackedFragmentTransposedSwizzled(const u32 (&packed)[N / 4],
-                                                                      u32 tile, int rows, int warp,
-                                                                      int lane, int firstColumn) {
-  static_assert(N % 16 == 0, "two 8-column blocks per stmatrix");
-  const int matrix = lane / 8;
-  const int column = firstColumn + warp * 16 + (matrix % 2) * 8;
-#pragma unroll
-  for (int block = 0; block < N / 8; block += 2) {
-    const u32 *w = packed + 2 * block;
-    storeMatricesTransposed(swizzledAddress(tile, rows, (block + matrix / 2) * 8 + lane % 8, column),
-                            w[0], w[1], w[2], w[3]);
-  }
 }
 
 // D[64 x N] (+)= A[64 x 16] * B[16 x N], both operands in shared memory,

@@ -115,8 +115,9 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
   // 0-1.3 % at 1024). Four stay where they were measured ahead or level: a
   // document mask_mod (the plan set, 1.967 against 2.016 ms), a window at
   // 8192 keys (0.7-1.7 %); score_mods there were not measured.
-  const bool plainTiles = !problem.hasScoreMod && !problem.hasMaskMod && !problem.slidingWindowOnly;
-  config.softmaxChains = problem.headDim == 128 && !plainTiles ? 4 : 1;
+  const bool fourChains = problem.headDim == 128 &&
+                          (problem.hasScoreMod || problem.hasMaskMod || problem.slidingWindowOnly);
+  config.softmaxChains = fourChains ? 4 : 1;
   // Same-run A/B on H100 (docs/benchmarks.md, 2026-11-25), B x S = 16384:
   // unmasked head dim 128 with 128 x 160 tiles and one chain was 1.7 to
   // 4.9 % faster in every paired round at S = 2048 to 16384. Causal was
@@ -643,6 +644,7 @@ std::optional<std::string> checkBackwardTileLegality(const TileProblem &problem,
   const bool splitsColumns =
       attn_abi::bwdSplitsColumns(problem.headDim, config.blockN, consumers);
   const int passColumns = attn_abi::bwdPassColumns(problem.headDim, splitsColumns);
+  const bool transposesDq = attn_abi::bwdTransposesDq(config.blockM);
   if (problem.headDim != 64 && problem.headDim != 128 && problem.headDim != 256)
     os << "backward: head_dim " << problem.headDim
        << " has no backward kernel (64, 128 and 256 have)";
@@ -655,16 +657,15 @@ std::optional<std::string> checkBackwardTileLegality(const TileProblem &problem,
   else if (splitsColumns && config.blockM != kWgmmaM)
     os << "WGMMA shape: consumers sharing a key tile take backward block_m 64, got "
        << config.blockM;
-  else if (attn_abi::bwdTransposesDq(config.blockM) &&
+  else if (transposesDq &&
            (config.blockM % 16 != 0 || consumers != 2 || problem.headDim != kWgmmaM * consumers))
     os << "WGMMA shape: a backward block_m (" << config.blockM
        << ") that is not a multiple of 64 computes dQ transposed: a multiple of 16, with two "
           "consumer warpgroups at head dim 128";
-  else if (attn_abi::bwdTransposesDq(config.blockM) && (problem.hasMaskMod || problem.hasScoreMod))
+  else if (transposesDq && (problem.hasMaskMod || problem.hasScoreMod))
     os << "WGMMA shape: backward block_m " << config.blockM
        << " (dQ transposed) takes kernels without mask_mod or score_mod";
-  else if (!attn_abi::bwdTransposesDq(config.blockM) && config.blockM != kWgmmaM &&
-           config.blockM != kWgmmaM * consumers)
+  else if (!transposesDq && config.blockM != kWgmmaM && config.blockM != kWgmmaM * consumers)
     os << "WGMMA shape: backward block_m (" << config.blockM << ") must be 64, "
        << kWgmmaM * consumers
        << " (64 per consumer warpgroup), or with two consumers at head dim 128 another "
