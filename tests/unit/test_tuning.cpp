@@ -599,8 +599,8 @@ TEST_CASE("tile candidates: legal, distinct, round-trip as overrides, include th
   CHECK(std::find(candidates.begin(), candidates.end(), longKeysHeuristic) != candidates.end());
   if (headDim == 128)
     CHECK(longKeysHeuristic.blockN == 160);
-  // So is the one for short causal keys (persistent, four stages at head
-  // dim 64).
+  // So is the one for short causal keys (persistent, 128 x 128 with three
+  // stages and two chains at head dim 64).
   TileProblem shortCausal = problem;
   shortCausal.evenTiles = false;
   shortCausal.causalOnly = true;
@@ -608,7 +608,8 @@ TEST_CASE("tile candidates: legal, distinct, round-trip as overrides, include th
   TileConfig shortCausalHeuristic = defaultTileConfig(shortCausal);
   CHECK(std::find(candidates.begin(), candidates.end(), shortCausalHeuristic) != candidates.end());
   if (headDim == 64)
-    CHECK((shortCausalHeuristic.persistentBlocksPerSm == 1 && shortCausalHeuristic.stages == 4));
+    CHECK((shortCausalHeuristic.persistentBlocksPerSm == 1 && shortCausalHeuristic.blockM == 128 &&
+           shortCausalHeuristic.stages == 3 && shortCausalHeuristic.softmaxChains == 2));
   // And those for causal kernels at 1024 keys (128 x 128, three stages at
   // head dim 64) and at 8192 (128 x 160, one chain at head dim 128).
   auto causalHeuristic = [&](int64_t keyLength) {
@@ -637,6 +638,15 @@ TEST_CASE("tile candidates: legal, distinct, round-trip as overrides, include th
         relativeCandidates.end());
   if (headDim == 128)
     CHECK((relativeConfig.blockN == 160 && relativeConfig.softmaxChains == 2));
+  // Diagonals that compute a transcendental (T5's buckets): 144-key tiles
+  // with four chains, among the candidates.
+  TileProblem buckets = relativePosition;
+  buckets.transcendentalScoreDiagonals = true;
+  const TileConfig bucketConfig = defaultTileConfig(buckets);
+  CHECK(std::find(relativeCandidates.begin(), relativeCandidates.end(), bucketConfig) !=
+        relativeCandidates.end());
+  if (headDim == 128)
+    CHECK((bucketConfig.blockN == 144 && bucketConfig.softmaxChains == 4));
   // Their producer warps take 40 registers beside two consumers that fit in
   // 232 (head dim 128), 32 beside three (head dim 64); head dim 256's
   // consumers need their 240. The plain causal kernel keeps 24.
@@ -647,15 +657,35 @@ TEST_CASE("tile candidates: legal, distinct, round-trip as overrides, include th
                                                : std::pair{240, 24}));
   CHECK(longCausal.producerRegisters == 24);
   // From kMaskedPersistentMaxKeys a block per work tile; a sliding window
-  // is planned like the causal mask there and below.
+  // is planned like the causal mask there and below, except at head dim
+  // 256, where it keeps the hardware's dispatch.
   CHECK(causalHeuristic(kMaskedPersistentMaxKeys).persistentBlocksPerSm == 0);
   TileProblem window = problem;
   window.evenTiles = false;
   window.slidingWindowOnly = true;
   window.keyLength = 8192;
-  CHECK(defaultTileConfig(window).persistentBlocksPerSm == 1);
+  CHECK(defaultTileConfig(window).persistentBlocksPerSm == (headDim == 256 ? 0 : 1));
   window.keyLength = kMaskedPersistentMaxKeys;
   CHECK(defaultTileConfig(window).persistentBlocksPerSm == 0);
+  // A mask_mod: persistent when classified under the causal mask, or up to
+  // kShortMaskModMaxKeys keys; else the hardware's dispatch.
+  TileProblem maskMod = problem;
+  maskMod.evenTiles = false;
+  maskMod.hasMaskMod = true;
+  maskMod.keyLength = 8192;
+  CHECK(defaultTileConfig(maskMod).persistentBlocksPerSm == 0);
+  maskMod.causalMask = true;
+  CHECK(defaultTileConfig(maskMod).persistentBlocksPerSm == 1);
+  maskMod.storedKeyBits = true;
+  CHECK(defaultTileConfig(maskMod).persistentBlocksPerSm == 0);
+  maskMod.keyLength = kShortMaskModMaxKeys;
+  CHECK(defaultTileConfig(maskMod).persistentBlocksPerSm == 1);
+  CHECK_FALSE(checkTileLegality(maskMod, defaultTileConfig(maskMod)));
+  // A score_mod takes four chains at head dims 128 and 256, one at 64.
+  TileProblem scored = problem;
+  scored.hasScoreMod = true;
+  CHECK(defaultTileConfig(scored).softmaxChains == (headDim == 64 ? 1 : 4));
+
   // And that of a softmax on a fixed base (soft-capping in bf16: 192 x 64,
   // three consumers, four stages, two chains at head dim 128), among the
   // candidates of its own problem.

@@ -401,20 +401,24 @@ PositionForm positionFormOf(Operation *op, ArrayRef<PositionForm> operands) {
 /// Whether `value`'s definition reads a capture, directly or through its
 /// operands.
 bool readsCapture(Value value) {
+  return definedThrough(value, [](Operation *op) { return isa<memref::LoadOp>(op); });
+}
+
+} // namespace mods
+
+bool definedThrough(Value value, function_ref<bool(Operation *)> test) {
   SmallVector<Value> worklist{value};
   DenseSet<Operation *> seen;
   while (!worklist.empty()) {
     Operation *op = worklist.pop_back_val().getDefiningOp();
     if (!op || !seen.insert(op).second)
       continue;
-    if (isa<memref::LoadOp>(op))
+    if (test(op))
       return true;
     llvm::append_range(worklist, op->getOperands());
   }
   return false;
 }
-
-} // namespace mods
 
 SmallVector<Value> findScoreDiagonals(Block &body) {
   DenseMap<Value, PositionForm> forms;

@@ -2,7 +2,9 @@
 
 #include "attn/Transforms/Passes.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/EmitC/IR/EmitC.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Pass/PassOptions.h"
 #include "mlir/Pass/PassRegistry.h"
@@ -67,6 +69,30 @@ void mlir::attn::registerAttnPasses() {
       });
 }
 
+namespace {
+/// Whether `formula` keeps every pair with kv <= q (prefix-LM's kv <= q or
+/// kv < 2048): the causal half-plane itself, or an any_of holding it.
+bool keepsCausalHalfPlane(TileFormulaAttr formula) {
+  auto halfPlane = [](Attribute term) {
+    auto ge = dyn_cast<AffineGeAttr>(term);
+    return ge && ge.getBatch() == 0 && ge.getHead() == 0 && ge.getQ() > 0 &&
+           ge.getKv() == -ge.getQ() && ge.getC() >= 0;
+  };
+  ArrayRef<Attribute> terms = formula.getTerms().getValue();
+  if (formula.getKind() == TileFormulaKind::any_of)
+    return llvm::any_of(terms, halfPlane);
+  return formula.getKind() == TileFormulaKind::all_of && terms.size() == 1 &&
+         halfPlane(terms.front());
+}
+/// Whether computing `value` takes a transcendental or a division (T5's
+/// log-spaced buckets), not only index arithmetic and table reads.
+bool computesTranscendental(Value value) {
+  return definedThrough(value, [](Operation *op) {
+    return isa<math::MathDialect>(op->getDialect()) || isa<arith::DivFOp>(op);
+  });
+}
+} // namespace
+
 ::attn::TileProblem mlir::attn::getTileProblem(KernelOp kernel) {
   ProblemAttr problem = kernel.getProblem();
   ::attn::TileProblem result;
@@ -78,17 +104,22 @@ void mlir::attn::registerAttnPasses() {
   result.diagonalGradient = addsGradientByDiagonal(kernel);
   const bool noMaskMod = !kernel.getMaskModFnAttr() && kernel.getMaskMod().empty();
   result.hasMaskMod = !noMaskMod;
-  result.causalOnly = isa<CausalAttr>(kernel.getMask()) && noMaskMod;
+  result.causalMask = isa<CausalAttr>(kernel.getMask());
+  result.causalOnly = result.causalMask && noMaskMod;
   result.slidingWindowOnly = isa<SlidingWindowAttr>(kernel.getMask()) && noMaskMod;
   // What attn-classify-blocks will record (the plan runs before it, on the
   // region), or, once the region is lowered, what it recorded.
-  const bool classified = kernel.getMaskMod().empty() ? bool(kernel.getMaskTileFormulaAttr())
-                                                      : bool(classifyMaskMod(kernel));
-  result.storedKeyBits = !noMaskMod && !classified;
+  const TileFormulaAttr formula =
+      kernel.getMaskMod().empty() ? kernel.getMaskTileFormulaAttr() : classifyMaskMod(kernel);
+  result.storedKeyBits = !noMaskMod && !formula;
+  result.maskModKeepsCausal = !noMaskMod && formula && keepsCausalHalfPlane(formula);
   const bool softmax = isa<SoftmaxAttr>(kernel.getNormalizer());
-  if (softmax && !kernel.getScoreMod().empty())
-    result.scoreDiagonals = std::min<int>(::attn::kMaxScoreDiagonals,
-                                          findScoreDiagonals(kernel.getScoreMod().front()).size());
+  if (softmax && !kernel.getScoreMod().empty()) {
+    SmallVector<Value> diagonals = findScoreDiagonals(kernel.getScoreMod().front());
+    diagonals.truncate(std::min<size_t>(diagonals.size(), ::attn::kMaxScoreDiagonals));
+    result.scoreDiagonals = static_cast<int>(diagonals.size());
+    result.transcendentalScoreDiagonals = llvm::any_of(diagonals, computesTranscendental);
+  }
   // The score range the kernel will see: the region's bound (its output
   // scale still inside), which attn-lower-mods records as score_bound times
   // score_output_scale; once lowered, those two. A score_bound written on

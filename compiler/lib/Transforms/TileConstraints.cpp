@@ -115,8 +115,12 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
   // 0-1.3 % at 1024). Four stay where they were measured ahead or level: a
   // document mask_mod (the plan set, 1.967 against 2.016 ms), a window at
   // 8192 keys (0.7-1.7 %); score_mods there were not measured.
-  const bool fourChains = problem.headDim == 128 &&
-                          (problem.hasScoreMod || problem.hasMaskMod || problem.slidingWindowOnly);
+  // At head dim 256 a score_mod takes four too: the plan set's f16
+  // soft-capping (softcap_d256_f16_4k, H200, two recorded runs) ran 4 %
+  // faster with four than with one.
+  const bool fourChains = (problem.headDim == 128 && (problem.hasScoreMod || problem.hasMaskMod ||
+                                                      problem.slidingWindowOnly)) ||
+                          (problem.headDim == 256 && problem.hasScoreMod);
   config.softmaxChains = fourChains ? 4 : 1;
   // Same-run A/B on H100 (docs/benchmarks.md, 2026-11-25), B x S = 16384:
   // unmasked head dim 128 with 128 x 160 tiles and one chain was 1.7 to
@@ -135,25 +139,39 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
   // 30 % on causal kernels up to 4096 keys (same-run A/B,
   // docs/benchmarks.md, 2026-11-26; a plain round-robin had lost 6 to 28 %).
   // Other masks keep the hardware's dynamic block dispatch.
-  const bool maskedPersistent = (problem.causalOnly || problem.slidingWindowOnly) &&
-                                problem.keyLength < kMaskedPersistentMaxKeys;
-  config.persistentBlocksPerSm = problem.evenTiles || maskedPersistent ? 1 : 0;
-  // Same-run A/B on H100 (docs/benchmarks.md, 2026-11-25, B x S = 16384):
-  // causal head dim 64 at 512 keys gained 6.5 % from four stages on a
-  // persistent grid.
-  const bool plainCausal = problem.causalOnly && !problem.hasScoreMod && problem.keyLength > 0;
-  if (problem.headDim == 64 && plainCausal && problem.keyLength <= kShortCausalMaxKeys)
-    config.stages = 4;
+  // At head dim 256 a sliding window keeps the dispatch: the plan set's
+  // window_d256_8k (4095 keys to the left, H200, the finalists' rounds)
+  // took 0.709 ms against 0.896 on the persistent grid.
+  const bool maskedPersistent =
+      (problem.causalOnly || (problem.slidingWindowOnly && problem.headDim <= 128)) &&
+      problem.keyLength < kMaskedPersistentMaxKeys;
+  // A mask_mod's tiles go persistent where each visits few key tiles, so
+  // that overlapping a tile's epilogue with the next one's loads pays:
+  // a mask_mod the compiler classifies under the causal mask (the plan
+  // set's chunked_local_d128_8k, chunks of 1024 keys: 0.207 against 0.252
+  // ms) and any mask_mod up to kShortMaskModMaxKeys keys
+  // (document_d128_1k: 0.179 against 0.198). Longer ones keep the
+  // dispatch: document_d128_8k (stored key bits) lost 9 % on the
+  // persistent grid, Longformer (no built-in mask) 13 %.
+  const bool maskModPersistent =
+      problem.hasMaskMod && ((problem.causalMask && !problem.storedKeyBits) ||
+                             (problem.keyLength > 0 && problem.keyLength <= kShortMaskModMaxKeys));
+  config.persistentBlocksPerSm = problem.evenTiles || maskedPersistent || maskModPersistent ? 1 : 0;
   // Same-run A/B of the grid on H100 (docs/benchmarks.md, 2026-11-25,
   // evening; three rounds, B x S = 16384): causal head dim 64 at 1024 keys
   // gained 8.9 % from 128-row tiles with three stages (attn-tune's winner of
   // 11-23), causal head dim 128 2.3 % at 8192 keys and 3.7 % at 16384 from
   // 160-key tiles with one chain (+1.5 to +4.2 % in the A/B of the
-  // morning, which found them 2.3 % slower at 2048 keys).
-  if (problem.headDim == 64 && plainCausal && problem.keyLength > kShortCausalMaxKeys &&
-      problem.keyLength <= kMediumCausalMaxKeys) {
+  // morning, which found them 2.3 % slower at 2048 keys). At 512 keys the
+  // H100's plan was 192 x 128 with four stages (+6.5 %); on H200 the plan
+  // set's gqa8_causal_d64_512 ran fastest on 128 x 128 tiles with three
+  // stages and two chains (0.157 ms against that plan's 0.172).
+  const bool plainCausal = problem.causalOnly && !problem.hasScoreMod && problem.keyLength > 0;
+  if (problem.headDim == 64 && plainCausal && problem.keyLength <= kMediumCausalMaxKeys) {
     setConsumerWarpgroups(config, 2);
     config.stages = 3;
+    if (problem.keyLength <= kShortCausalMaxKeys)
+      config.softmaxChains = 2;
   }
   // Causal score_mods too (same-command A/B on H100, 2026-11-26, B = 2, S =
   // 8192, three rounds): relative-position bias 1.013-1.023 -> 0.981-0.982
@@ -164,10 +182,26 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
   // S = 8192, three rounds): 0.946-0.959 ms with one, 0.928-0.938 with two,
   // 0.936-0.952 with four; plain causal 0.866-0.868 with one, 0.869-0.871
   // with two.
+  // Diagonals that compute a transcendental (T5's log-spaced buckets) ran
+  // fastest on 144-key tiles with four chains (H200, same command, B = 2,
+  // S = 8192, three rounds: 0.991-1.002 ms against 1.059-1.066 on 160 keys
+  // with two); on those tiles a plain table read (relative positions) lost
+  // 2.5 % (0.951-0.962 against 0.929-0.933).
   if (problem.headDim == 128 && causalWithoutMaskMod &&
       problem.keyLength >= kWideCausalMinKeys) {
+    const bool computed = problem.scoreDiagonals > 0 && problem.transcendentalScoreDiagonals;
+    config.blockN = computed ? 144 : 160;
+    config.softmaxChains = computed ? 4 : problem.scoreDiagonals > 0 ? 2 : 1;
+  }
+  // A mask_mod that keeps the causal half-plane is planned like the causal
+  // mask there: the plan set's prefix_lm_d128_8k (a 2048-key prefix, H200)
+  // ran fastest on 128 x 160 tiles with two chains on the persistent grid,
+  // 1.034 ms against 1.111 on 128 x 128 with four on the dispatch.
+  if (problem.headDim == 128 && problem.maskModKeepsCausal && !problem.hasScoreMod &&
+      problem.keyLength >= kWideCausalMinKeys) {
     config.blockN = 160;
-    config.softmaxChains = problem.scoreDiagonals > 0 ? 2 : 1;
+    config.softmaxChains = 2;
+    config.persistentBlocksPerSm = 1;
   }
   // Same-run A/B on H100 (docs/benchmarks.md, 2026-11-25, evening): bf16
   // soft-capping at head dim 128 (causal, B = 2, S = 8192) took 0.980-0.985

@@ -2,10 +2,11 @@
 // unmasked kernel of head dim 128 without a score_mod takes 128 x 160 tiles
 // with one softmax chain from a key length of 2048; shorter keys, other
 // head dims, masked kernels and score_mods keep the shape-free plan. A
-// causal kernel of head dim 64 with at most 512 keys takes four stages,
-// with at most 1024 keys 128 x 128 tiles and three stages; one of head dim
-// 128 with at least 8192 keys (with a score_mod too) 128 x 160 tiles, one
-// chain. Kernels masked by
+// causal kernel of head dim 64 with at most 1024 keys takes 128 x 128
+// tiles and three stages (two chains up to 512 keys); one of head dim 128
+// with at least 8192 keys (with a score_mod too) 128 x 160 tiles, one
+// chain, or 128 x 144 with four where a score_mod stages diagonals
+// (mask_mods: tile-mask-mod.mlir). Kernels masked by
 // a built-in mask alone (causal, sliding window) take a persistent grid
 // below 16384 keys (and when the length is unknown).
 // RUN: attn-opt --attn-tile="tuning-shape=2,8192" %s | FileCheck %s --check-prefixes=COMMON,WIDE,CAUSAL,CAUSAL-WIDE,WINDOW
@@ -141,7 +142,7 @@ attn.kernel @causal_bias_hd128
 // LONG-LABEL:   attn.kernel @causal_hd64
 // LONG:         tile = #attn.tile<block_m = 192, block_n = 128, stages = 2, consumer_warpgroups = 3, producer_warpgroups = 1, consumer_registers = 160, producer_registers = 24>}
 // SHORT-LABEL:  attn.kernel @causal_hd64
-// SHORT:        tile = #attn.tile<block_m = 192, block_n = 128, stages = 4, consumer_warpgroups = 3, producer_warpgroups = 1, consumer_registers = 160, producer_registers = 24, persistent_blocks_per_sm = 1>}
+// SHORT:        tile = #attn.tile<block_m = 128, block_n = 128, stages = 3, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, softmax_chains = 2, persistent_blocks_per_sm = 1>}
 // MEDIUM-LABEL: attn.kernel @causal_hd64
 // MEDIUM:       tile = #attn.tile<block_m = 128, block_n = 128, stages = 3, consumer_warpgroups = 2, producer_warpgroups = 1, consumer_registers = 240, producer_registers = 24, persistent_blocks_per_sm = 1>}
 attn.kernel @causal_hd64
@@ -158,3 +159,47 @@ attn.kernel @window_hd64
     problem = #attn.problem<q_heads = 32, kv_heads = 32, head_dim = 64, element_type = bf16>
     mask = #attn.sliding_window<left = 256, right = 0>
     normalizer = #attn.softmax
+
+// Staged score_mod diagonals (a table read by q - kv) under the causal mask
+// take 160-key tiles with two chains from 8192 keys; diagonals that compute
+// a logarithm (T5's buckets) 144-key tiles with four.
+// COMMON-LABEL: attn.kernel @relative_table_hd128
+// CAUSAL-WIDE:  tile = #attn.tile<block_m = 128, block_n = 160, stages = 2
+// CAUSAL-WIDE-SAME: softmax_chains = 2, persistent_blocks_per_sm = 1>
+attn.kernel @relative_table_hd128
+    problem = #attn.problem<q_heads = 16, kv_heads = 16, head_dim = 128, element_type = bf16>
+    mask = #attn.causal<bottom_right>
+    normalizer = #attn.softmax
+    captures = [#attn.capture<"bias", f32, [q_heads, ?]>]
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index, %bias: memref<?x?xf32>):
+      %distance = arith.subi %q, %kv : index
+      %value = memref.load %bias[%h, %distance] : memref<?x?xf32>
+      %biased = arith.addf %s, %value : f32
+      attn.yield %biased : f32
+    }
+
+// COMMON-LABEL: attn.kernel @log_buckets_hd128
+// CAUSAL-WIDE:  tile = #attn.tile<block_m = 128, block_n = 144, stages = 2
+// CAUSAL-WIDE-SAME: softmax_chains = 4, persistent_blocks_per_sm = 1>
+attn.kernel @log_buckets_hd128
+    problem = #attn.problem<q_heads = 16, kv_heads = 16, head_dim = 128, element_type = bf16>
+    mask = #attn.causal<bottom_right>
+    normalizer = #attn.softmax
+    captures = [#attn.capture<"bias", f32, [q_heads, 32]>]
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index, %bias: memref<?x?xf32>):
+      %one = arith.constant 1.0 : f32
+      %last = arith.constant 31 : i32
+      %distance = arith.subi %q, %kv : index
+      %distance_i = arith.index_cast %distance : index to i32
+      %distance_f = arith.sitofp %distance_i : i32 to f32
+      %shifted = arith.addf %distance_f, %one : f32
+      %log = math.log %shifted : f32
+      %bucket_i = arith.fptosi %log : f32 to i32
+      %capped = arith.minsi %bucket_i, %last : i32
+      %bucket = arith.index_cast %capped : i32 to index
+      %value = memref.load %bias[%h, %bucket] : memref<?x?xf32>
+      %biased = arith.addf %s, %value : f32
+      attn.yield %biased : f32
+    }

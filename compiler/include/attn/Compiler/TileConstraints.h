@@ -73,6 +73,9 @@ struct TileProblem {
   /// (capture reads that depend on q and kv only through q - kv), at most
   /// kMaxScoreDiagonals.
   int scoreDiagonals = 0;
+  /// A staged value computes a transcendental or a division (T5's
+  /// log-spaced buckets), not only index arithmetic and table reads.
+  bool transcendentalScoreDiagonals = false;
   /// Windows per consumer warpgroup for the staged values, a ring the
   /// producer fills: attn-plan-smem takes kMaxScoreDiagonalWindows where
   /// they fit (the fill then runs a key tile further ahead), else fewer.
@@ -92,6 +95,12 @@ struct TileProblem {
   bool storedKeyBits = false;
   /// The only mask is the built-in causal one (no mask_mod).
   bool causalOnly = false;
+  /// The built-in mask is the causal one, with or without a mask_mod.
+  bool causalMask = false;
+  /// The mask_mod, as attn-classify-blocks proves it, keeps every pair the
+  /// causal mask keeps (prefix-LM): its work tiles are mostly full, as the
+  /// causal mask's are.
+  bool maskModKeepsCausal = false;
   /// The only mask is a built-in sliding window (no mask_mod). With
   /// causalOnly: the kernel's persistent schedule knows how its tiles'
   /// work varies.
@@ -163,12 +172,18 @@ void fitForwardRegisters(const TileProblem &problem, TileConfig &config);
 /// kMaskedPersistentMaxKeys (or unknown). At head dim 128 without a mask or
 /// a score_mod, with keyLength known and at least kWideKeyTileMinKeys,
 /// 128 x 160 tiles with one softmax chain; so with the causal mask alone
-/// (with or without a score_mod) from kWideCausalMinKeys. At head dim 64
-/// with the causal mask alone and no score_mod: at most kShortCausalMaxKeys
-/// keys, a persistent grid and four stages; at most kMediumCausalMaxKeys,
-/// 128 x 128 tiles with three stages.
+/// (with or without a score_mod) from kWideCausalMinKeys, with two chains
+/// where a score_mod stages diagonals, and 128 x 144 with four where those
+/// compute a transcendental. At head dim 64
+/// with the causal mask alone and no score_mod: at most kMediumCausalMaxKeys
+/// keys, 128 x 128 tiles with three stages (and two chains up to
+/// kShortCausalMaxKeys). At head dim 256 a score_mod takes four chains and a
+/// sliding window the hardware's dispatch. A mask_mod takes the persistent
+/// grid when the compiler classifies it under the causal mask, or up to
+/// kShortMaskModMaxKeys keys.
 /// At head dim 128 with fixedSoftmaxBase, at any length and over every
-/// other rule: 192 x 64, three consumers, four stages and two chains.
+/// other rule: 192 x 64, three consumers, four stages and two chains (one
+/// chain on the hardware's dispatch with a sliding window).
 TileConfig defaultTileConfig(const TileProblem &problem);
 
 /// The shortest key length for which the heuristic takes 160-key tiles at
@@ -178,8 +193,13 @@ TileConfig defaultTileConfig(const TileProblem &problem);
 constexpr int64_t kWideKeyTileMinKeys = 2048;
 
 /// The longest key length for which the heuristic gives causal head-dim-64
-/// kernels four stages (measured faster at 512 keys, docs/benchmarks.md).
+/// kernels two softmax chains (the plan set's 512-key point, H200).
 constexpr int64_t kShortCausalMaxKeys = 512;
+
+/// The longest key length for which the heuristic gives every mask_mod
+/// kernel a persistent grid (measured faster at 1024 keys on the document
+/// mask, slower at 8192).
+constexpr int64_t kShortMaskModMaxKeys = 1024;
 
 /// The key length from which kernels masked by a built-in mask alone keep
 /// one block per work tile: below it the persistent grid (dealing tiles out

@@ -79,6 +79,10 @@ bool isDiagonalGradientCallee(llvm::StringRef callee);
 /// no other callee in a mod function).
 bool isModFunctionCallee(llvm::StringRef callee);
 
+/// Whether an op that `test` accepts computes `value`, directly or through
+/// its operands' definitions.
+bool definedThrough(Value value, llvm::function_ref<bool(Operation *)> test);
+
 /// The values of a score_mod body (arguments score, b, h, q, kv, captures)
 /// worth staging per key tile: each reads a capture, is f32 or i32, depends
 /// on kv but on q and kv only through q - kv (their index arithmetic is
