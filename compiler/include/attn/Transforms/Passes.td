@@ -16,13 +16,17 @@ def AttnTile : Pass<"attn-tile"> {
     | head_dim | block_m | block_n | consumers (registers) | softmax_chains |
     |----------|---------|---------|-----------------------|----------------|
     | 64       | 192     | 128     | 3 (160)               | 1              |
-    | 128      | 128     | 128     | 2 (240)               | 4              |
-    | 256      | 128     | 80      | 2 (240)               | 1              |
+    | 128      | 128     | 128     | 2 (240)               | 1 (4)          |
+    | 256      | 128     | 80      | 2 (240)               | 1 (4)          |
 
-    and `persistent_blocks_per_sm = 1` when every work tile costs the same
-    (no mask, no `mask_mod`) or a built-in mask alone (causal or a sliding
-    window, no `mask_mod`) shapes the tiles and the key length is below
-    16384 or unknown; 0 (a block per work tile) otherwise. A bf16
+    with four chains at head dim 128 for a `score_mod`, a `mask_mod` or a
+    sliding window, and at head dim 256 for a `score_mod`; and
+    `persistent_blocks_per_sm = 1` when every work tile costs the same
+    (no mask, no `mask_mod`) or a built-in mask alone (causal, or a sliding
+    window below head dim 256, no `mask_mod`) shapes the tiles and the key
+    length is below 16384 or unknown, and for a `mask_mod` that
+    `attn-classify-blocks` proves beside the causal mask; 0 (a block per
+    work tile) otherwise. A bf16
     kernel of head dim 128 whose softmax runs on a fixed base (a bounded
     `score_mod` such as soft-capping, whose scores span at most 2^80 after
     exponentiation) takes 192 x 64 tiles, three consumers (160 registers),
@@ -38,9 +42,14 @@ def AttnTile : Pass<"attn-tile"> {
     softmax chain (128 x 160); shorter or unknown lengths, masks and other
     score_mods keep the table's plan. With the causal mask alone (no other
     mask): head dim 128 from 8192 keys takes 128 x 160 and one chain, with
-    or without a `score_mod` (a bounded one takes the plan above); without
-    a `score_mod`, head dim 64 up to 512 keys takes four stages, and from
-    513 to 1024 keys 128 x 128 tiles (two consumers) and three stages.
+    or without a `score_mod` (a bounded one takes the plan above; staged
+    diagonals take two chains, or 128 x 144 and four chains where they
+    compute a transcendental, as T5's buckets); without a `score_mod`, head
+    dim 64 up to 1024 keys takes 128 x 128 tiles (two consumers) and three
+    stages, with two chains up to 512 keys. A `mask_mod` keeping the causal
+    half-plane (prefix-LM) is planned as the causal mask from 8192 keys
+    (128 x 160, two chains, persistent), and any `mask_mod` up to 1024 keys
+    takes the persistent grid. docs/tuning.md gives the measurements.
 
     With `tuning-db`, the tuning database's record for the kernel (its
     tuning hash, the target `arch`, and the shape bucket nearest
