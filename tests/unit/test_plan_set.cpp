@@ -12,7 +12,10 @@
 
 #include "TestSupport.h"
 
+#include <fmt/format.h>
+
 #include <fstream>
+#include <map>
 #include <set>
 
 using namespace attn;
@@ -144,4 +147,56 @@ TEST_CASE("the default's speed over the tuned plan's, and the candidates' data r
   CHECK_THAT(rows, Catch::StartsWith("p\t2\t1024\t2048\t"));
   CHECK_THAT(rows, Catch::Contains("\t2.000000\t1\t1\t1.800000\n"));
   CHECK_THAT(rows, Catch::Contains("\t3.000000\t0\t0\t3.000000\n"));
+}
+
+TEST_CASE("recorded data name each point's fastest finalist, the last file winning", "[plan-set]") {
+  const test::TempDir temp;
+  const std::string &dir = temp.path;
+  const std::string header = planSetDataHeader();
+  auto row = [](const char *point, int blockN, int chains, int grid, const char *ms, int finalist) {
+    return fmt::format(
+        "{}\t2\t8192\t8192\t128\t{}\t2\t2\t240\t24\t{}\t{}\t168\t0\t{}\t0\t{}\t1.0\n", point,
+        blockN, chains, grid, ms, finalist);
+  };
+  const std::string first = dir + "/first.tsv", second = dir + "/second.tsv";
+  // In `first`, a's fastest finalist is 160 keys; a screen (finalist 0)
+  // faster still does not count. b is only there.
+  std::ofstream(first) << header << row("a", 128, 4, 0, "1.2", 1) << row("a", 160, 1, 1, "1.1", 1)
+                       << row("a", 144, 1, 1, "0.9", 0) << row("b", 96, 2, 0, "0.5", 1);
+  // `second` records a again: its plan replaces first's even where slower.
+  std::ofstream(second) << header << row("a", 112, 2, 1, "1.4", 1);
+  const std::map<std::string, TileConfig> one = readRecordedTunedPlans({first});
+  REQUIRE(one.size() == 2);
+  CHECK(one.at("a").blockN == 160);
+  CHECK(one.at("a").persistentBlocksPerSm == 1);
+  CHECK(one.at("b").softmaxChains == 2);
+  const std::map<std::string, TileConfig> both = readRecordedTunedPlans({first, second});
+  CHECK(both.at("a").blockN == 112);
+  CHECK(both.at("b").blockN == 96);
+
+  const std::string broken = dir + "/broken.tsv";
+  std::ofstream(broken) << header << row("a", 128, 4, 0, "1.2", 1) << "a\t2\n";
+  CHECK_THROWS_WITH(readRecordedTunedPlans({broken}), Catch::Contains("broken.tsv:3:"));
+  const std::string badValue = dir + "/bad-value.tsv";
+  std::string text = row("a", 128, 4, 0, "1.2", 1);
+  text.replace(text.find("\t128\t"), 5, "\t12x\t");
+  std::ofstream(badValue) << header << text;
+  CHECK_THROWS_WITH(readRecordedTunedPlans({badValue}),
+                    Catch::Contains("bad-value.tsv:2: block_m '12x' is not an integer"));
+  CHECK_THROWS_WITH(readRecordedTunedPlans({dir + "/missing.tsv"}),
+                    Catch::Contains("cannot read the plan-set data"));
+}
+
+TEST_CASE("the repository's recorded data name a legal plan for every point", "[plan-set]") {
+  const std::string data =
+      std::string(ATTNC_PLAN_SET).substr(0, std::string(ATTNC_PLAN_SET).rfind('/')) + "/data/";
+  const std::map<std::string, TileConfig> plans =
+      readRecordedTunedPlans({data + "h200-2026-11-29.tsv", data + "h200-2026-12-01.tsv"});
+  for (const PlanSetPoint &point : readPlanSet(ATTNC_PLAN_SET)) {
+    INFO(point.name);
+    REQUIRE(plans.count(point.name) == 1);
+    TileProblem problem = tuningKeyOfSpec(point.specText, point.specPath).problem;
+    problem.keyLength = point.shape.seqlenK;
+    CHECK_FALSE(checkTileLegality(problem, plans.at(point.name)));
+  }
 }

@@ -676,6 +676,9 @@ TEST_CASE("tile candidates: legal, distinct, round-trip as overrides, include th
   CHECK(defaultTileConfig(maskMod).persistentBlocksPerSm == 0);
   maskMod.causalMask = true;
   CHECK(defaultTileConfig(maskMod).persistentBlocksPerSm == 1);
+  maskMod.keyLength = kMaskedPersistentMaxKeys;
+  CHECK(defaultTileConfig(maskMod).persistentBlocksPerSm == 0);
+  maskMod.keyLength = 8192;
   maskMod.storedKeyBits = true;
   CHECK(defaultTileConfig(maskMod).persistentBlocksPerSm == 0);
   maskMod.keyLength = kShortMaskModMaxKeys;

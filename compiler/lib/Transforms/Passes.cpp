@@ -5,6 +5,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/EmitC/IR/EmitC.h"
 #include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/IR/Matchers.h"
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Pass/PassOptions.h"
 #include "mlir/Pass/PassRegistry.h"
@@ -71,24 +72,36 @@ void mlir::attn::registerAttnPasses() {
 
 namespace {
 /// Whether `formula` keeps every pair with kv <= q (prefix-LM's kv <= q or
-/// kv < 2048): the causal half-plane itself, or an any_of holding it.
-bool keepsCausalHalfPlane(TileFormulaAttr formula) {
-  auto halfPlane = [](Attribute term) {
-    auto ge = dyn_cast<AffineGeAttr>(term);
-    return ge && ge.getBatch() == 0 && ge.getHead() == 0 && ge.getQ() > 0 &&
-           ge.getKv() == -ge.getQ() && ge.getC() >= 0;
-  };
+/// kv < 2048): the causal half-plane q - kv + c >= 0 with c >= 0, an any_of
+/// with a term that keeps it, or an all_of whose terms all do. (A none_of
+/// is not looked into: its terms would have to exclude the half-plane.)
+bool keepsCausalHalfPlane(Attribute term) {
+  if (auto ge = dyn_cast<AffineGeAttr>(term))
+    return ge.getBatch() == 0 && ge.getHead() == 0 && ge.getQ() > 0 && ge.getKv() == -ge.getQ() &&
+           ge.getC() >= 0;
+  auto formula = dyn_cast<TileFormulaAttr>(term);
+  if (!formula)
+    return false;
   ArrayRef<Attribute> terms = formula.getTerms().getValue();
   if (formula.getKind() == TileFormulaKind::any_of)
-    return llvm::any_of(terms, halfPlane);
-  return formula.getKind() == TileFormulaKind::all_of && terms.size() == 1 &&
-         halfPlane(terms.front());
+    return llvm::any_of(terms, [](Attribute t) { return keepsCausalHalfPlane(t); });
+  return formula.getKind() == TileFormulaKind::all_of && !terms.empty() &&
+         llvm::all_of(terms, [](Attribute t) { return keepsCausalHalfPlane(t); });
 }
-/// Whether computing `value` takes a transcendental or a division (T5's
-/// log-spaced buckets), not only index arithmetic and table reads.
+
+/// Whether computing `value` takes a transcendental function or a division
+/// by a value that is not a constant (T5's log-spaced buckets), not only
+/// index arithmetic, table reads and multiplies (a division by a constant
+/// is lowered to one).
 bool computesTranscendental(Value value) {
   return definedThrough(value, [](Operation *op) {
-    return isa<math::MathDialect>(op->getDialect()) || isa<arith::DivFOp>(op);
+    if (auto divide = dyn_cast<arith::DivFOp>(op))
+      return !matchPattern(divide.getRhs(), m_Constant());
+    return isa<math::LogOp, math::Log2Op, math::Log10Op, math::Log1pOp, math::ExpOp, math::Exp2Op,
+               math::ExpM1Op, math::PowFOp, math::FPowIOp, math::SqrtOp, math::RsqrtOp,
+               math::CbrtOp, math::TanhOp, math::TanOp, math::SinOp, math::CosOp, math::SinhOp,
+               math::CoshOp, math::AsinOp, math::AcosOp, math::AtanOp, math::Atan2Op, math::AsinhOp,
+               math::AcoshOp, math::AtanhOp, math::ErfOp, math::ErfcOp>(op);
   });
 }
 } // namespace
@@ -112,7 +125,8 @@ bool computesTranscendental(Value value) {
   const TileFormulaAttr formula =
       kernel.getMaskMod().empty() ? kernel.getMaskTileFormulaAttr() : classifyMaskMod(kernel);
   result.storedKeyBits = !noMaskMod && !formula;
-  result.maskModKeepsCausal = !noMaskMod && formula && keepsCausalHalfPlane(formula);
+  result.maskModKeepsCausal = !noMaskMod && formula && !isa<SlidingWindowAttr>(kernel.getMask()) &&
+                              keepsCausalHalfPlane(formula);
   const bool softmax = isa<SoftmaxAttr>(kernel.getNormalizer());
   if (softmax && !kernel.getScoreMod().empty()) {
     SmallVector<Value> diagonals = findScoreDiagonals(kernel.getScoreMod().front());

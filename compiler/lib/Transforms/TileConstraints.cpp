@@ -154,7 +154,8 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
   // dispatch: document_d128_8k (stored key bits) lost 9 % on the
   // persistent grid, Longformer (no built-in mask) 13 %.
   const bool maskModPersistent =
-      problem.hasMaskMod && ((problem.causalMask && !problem.storedKeyBits) ||
+      problem.hasMaskMod && ((problem.causalMask && !problem.storedKeyBits &&
+                              problem.keyLength < kMaskedPersistentMaxKeys) ||
                              (problem.keyLength > 0 && problem.keyLength <= kShortMaskModMaxKeys));
   config.persistentBlocksPerSm = problem.evenTiles || maskedPersistent || maskModPersistent ? 1 : 0;
   // Same-run A/B of the grid on H100 (docs/benchmarks.md, 2026-11-25,
@@ -201,7 +202,7 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
       problem.keyLength >= kWideCausalMinKeys) {
     config.blockN = 160;
     config.softmaxChains = 2;
-    config.persistentBlocksPerSm = 1;
+    config.persistentBlocksPerSm = problem.keyLength < kMaskedPersistentMaxKeys ? 1 : 0;
   }
   // Same-run A/B on H100 (docs/benchmarks.md, 2026-11-25, evening): bf16
   // soft-capping at head dim 128 (causal, B = 2, S = 8192) took 0.980-0.985

@@ -203,3 +203,26 @@ attn.kernel @log_buckets_hd128
       %biased = arith.addf %s, %value : f32
       attn.yield %biased : f32
     }
+
+// A table indexed by |q - kv| or a distance divided by a constant computes
+// no transcendental: 160 keys and two chains.
+// COMMON-LABEL: attn.kernel @symmetric_table_hd128
+// CAUSAL-WIDE:  tile = #attn.tile<block_m = 128, block_n = 160, stages = 2
+// CAUSAL-WIDE-SAME: softmax_chains = 2, persistent_blocks_per_sm = 1>
+attn.kernel @symmetric_table_hd128
+    problem = #attn.problem<q_heads = 16, kv_heads = 16, head_dim = 128, element_type = bf16>
+    mask = #attn.causal<bottom_right>
+    normalizer = #attn.softmax
+    captures = [#attn.capture<"bias", f32, [q_heads, ?]>]
+    score_mod {
+    ^bb0(%s: f32, %b: index, %h: index, %q: index, %kv: index, %bias: memref<?x?xf32>):
+      %eight = arith.constant 8.0 : f32
+      %distance = arith.subi %q, %kv : index
+      %distance_i = arith.index_cast %distance : index to i32
+      %magnitude = math.absi %distance_i : i32
+      %row = arith.index_cast %magnitude : i32 to index
+      %value = memref.load %bias[%h, %row] : memref<?x?xf32>
+      %scaled = arith.divf %value, %eight : f32
+      %biased = arith.addf %s, %scaled : f32
+      attn.yield %biased : f32
+    }

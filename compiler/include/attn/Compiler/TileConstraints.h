@@ -73,8 +73,9 @@ struct TileProblem {
   /// (capture reads that depend on q and kv only through q - kv), at most
   /// kMaxScoreDiagonals.
   int scoreDiagonals = 0;
-  /// A staged value computes a transcendental or a division (T5's
-  /// log-spaced buckets), not only index arithmetic and table reads.
+  /// A staged value computes a transcendental or a division by a value
+  /// that is not a constant (T5's log-spaced buckets), not only index
+  /// arithmetic and table reads.
   bool transcendentalScoreDiagonals = false;
   /// Windows per consumer warpgroup for the staged values, a ring the
   /// producer fills: attn-plan-smem takes kMaxScoreDiagonalWindows where
@@ -98,8 +99,8 @@ struct TileProblem {
   /// The built-in mask is the causal one, with or without a mask_mod.
   bool causalMask = false;
   /// The mask_mod, as attn-classify-blocks proves it, keeps every pair the
-  /// causal mask keeps (prefix-LM): its work tiles are mostly full, as the
-  /// causal mask's are.
+  /// causal mask keeps (prefix-LM), and no sliding window narrows it: its
+  /// work tiles are mostly full, as the causal mask's are.
   bool maskModKeepsCausal = false;
   /// The only mask is a built-in sliding window (no mask_mod). With
   /// causalOnly: the kernel's persistent schedule knows how its tiles'
@@ -179,8 +180,11 @@ void fitForwardRegisters(const TileProblem &problem, TileConfig &config);
 /// keys, 128 x 128 tiles with three stages (and two chains up to
 /// kShortCausalMaxKeys). At head dim 256 a score_mod takes four chains and a
 /// sliding window the hardware's dispatch. A mask_mod takes the persistent
-/// grid when the compiler classifies it under the causal mask, or up to
-/// kShortMaskModMaxKeys keys.
+/// grid when the compiler classifies it under the causal mask (below
+/// kMaskedPersistentMaxKeys), or up to kShortMaskModMaxKeys keys; one that
+/// keeps the causal half-plane (maskModKeepsCausal) is planned as the
+/// causal mask from kWideCausalMinKeys at head dim 128 without a score_mod:
+/// 128 x 160, two chains, persistent below kMaskedPersistentMaxKeys.
 /// At head dim 128 with fixedSoftmaxBase, at any length and over every
 /// other rule: 192 x 64, three consumers, four stages and two chains (one
 /// chain on the hardware's dispatch with a sliding window).
