@@ -39,10 +39,12 @@
 //       also compiles the spec through the JIT with first-use tuning and
 //       prints the tuning's time, the plan it chose and that plan's time.
 //   attn-bench --plan-set=tools/plan-set/points.txt [--plan-set-points=A,B]
-//       [--plan-set-data=FILE.tsv]
+//       [--plan-set-data=FILE.tsv] [--plan-set-recorded=DATA.tsv,...]
 //       tunes every point of the plan set and prints the default plan beside
 //       the tuned one with their times (PlanSetBench.h); the data file gets
-//       every measured candidate, for fitting a cost model.
+//       every measured candidate, for fitting a cost model. With
+//       --plan-set-recorded, each point times its default only against the
+//       plan those recorded data put first.
 //   attn-bench --decode-grid [--quick] [--tuning-db=FILE]
 //       [--decode-grid-points=SqxBATCHxHKVxDxSK,...]
 //       the short-query path at decode and speculative-verification shapes,
@@ -164,6 +166,11 @@ cl::opt<std::string> planSetData(
     "plan-set-data",
     cl::desc("With --plan-set: write every measured candidate to this file (tab-separated)"),
     cl::init(""));
+
+cl::list<std::string> planSetRecorded(
+    "plan-set-recorded", cl::CommaSeparated,
+    cl::desc("With --plan-set: time each point's default only against the plan these "
+             "--plan-set-data files put first (FILE,FILE...; the last file naming a point wins)"));
 
 cl::opt<bool> tileCoverage(
     "tile-coverage",
@@ -822,10 +829,23 @@ int main(int argc, char **argv) {
   }
   // The plan set is read (and its names checked) before looking for a GPU.
   std::vector<attn::tune::PlanSetPoint> planSetSelection;
+  std::map<std::string, attn::TileConfig> recordedPlans;
+  if (!planSetRecorded.empty() && planSet.empty()) {
+    errs() << "attn-bench: --plan-set-recorded needs --plan-set\n";
+    return 1;
+  }
   if (!planSet.empty()) {
     try {
       planSetSelection =
           attn::tune::selectPlanSetPoints(attn::tune::readPlanSet(planSet), planSetPoints);
+      if (!planSetRecorded.empty()) {
+        recordedPlans =
+            attn::tune::readRecordedTunedPlans({planSetRecorded.begin(), planSetRecorded.end()});
+        for (const attn::tune::PlanSetPoint &point : planSetSelection)
+          if (!recordedPlans.count(point.name))
+            throw attn::Error("--plan-set-recorded: no recorded plan for point '" + point.name +
+                              "'");
+      }
     } catch (const attn::Error &error) {
       errs() << "attn-bench: " << error.what() << "\n";
       return 1;
@@ -850,7 +870,8 @@ int main(int argc, char **argv) {
   try {
     attn::ensureContext();
     if (!planSetSelection.empty())
-      return attn::bench::runPlanSet(planSetSelection, planSetData);
+      return attn::bench::runPlanSet(planSetSelection, planSetData,
+                                     planSetRecorded.empty() ? nullptr : &recordedPlans);
     if (backwardGrid)
       return attn::bench::runBackwardGrid(
           warmup, repeats, {backwardGridHeadDims.begin(), backwardGridHeadDims.end()},

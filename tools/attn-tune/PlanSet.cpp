@@ -107,4 +107,81 @@ std::string planSetDataRows(const PlanSetPoint &point, const TuneReport &report)
   return rows;
 }
 
+std::map<std::string, TileConfig> readRecordedTunedPlans(const std::vector<std::string> &paths) {
+  std::map<std::string, TileConfig> plans;
+  for (const std::string &path : paths) {
+    std::ifstream file(path);
+    if (!file)
+      throw Error(fmt::format("{}: cannot read the plan-set data", path));
+    auto split = [](const std::string &line) {
+      std::vector<std::string> fields;
+      std::istringstream stream(line);
+      for (std::string field; std::getline(stream, field, '\t');)
+        fields.push_back(field);
+      return fields;
+    };
+    std::string line;
+    std::getline(file, line);
+    const std::vector<std::string> header = split(line);
+    auto column = [&](const char *name) {
+      auto found = std::find(header.begin(), header.end(), name);
+      if (found == header.end())
+        throw Error(fmt::format("{}:1: no column '{}'", path, name));
+      return static_cast<size_t>(found - header.begin());
+    };
+    const size_t point = column("point"), ms = column("ms"), finalist = column("finalist");
+    const std::pair<const char *, int TileConfig::*> fields[] = {
+        {"block_m", &TileConfig::blockM},
+        {"block_n", &TileConfig::blockN},
+        {"stages", &TileConfig::stages},
+        {"consumer_warpgroups", &TileConfig::consumerWarpgroups},
+        {"consumer_registers", &TileConfig::consumerRegisters},
+        {"producer_registers", &TileConfig::producerRegisters},
+        {"softmax_chains", &TileConfig::softmaxChains},
+        {"persistent_blocks_per_sm", &TileConfig::persistentBlocksPerSm}};
+    std::vector<size_t> fieldColumns;
+    for (const auto &field : fields)
+      fieldColumns.push_back(column(field.first));
+    // This file's fastest finalist of each point, replacing earlier files'.
+    std::map<std::string, std::pair<double, TileConfig>> fastest;
+    for (int lineNumber = 2; std::getline(file, line); ++lineNumber) {
+      if (line.empty())
+        continue;
+      const std::vector<std::string> row = split(line);
+      auto fail = [&](const std::string &why) {
+        return Error(fmt::format("{}:{}: {}", path, lineNumber, why));
+      };
+      if (row.size() != header.size())
+        throw fail(fmt::format("{} fields, the header has {}", row.size(), header.size()));
+      if (row[finalist] != "1")
+        continue;
+      TileConfig config;
+      for (size_t i = 0; i < fieldColumns.size(); ++i) {
+        const std::string &text = row[fieldColumns[i]];
+        size_t used = 0;
+        int value = 0;
+        try {
+          value = std::stoi(text, &used);
+        } catch (const std::exception &) {
+        }
+        if (used == 0 || used != text.size())
+          throw fail(fmt::format("{} '{}' is not an integer", fields[i].first, text));
+        config.*fields[i].second = value;
+      }
+      double milliseconds = 0;
+      try {
+        milliseconds = std::stod(row[ms]);
+      } catch (const std::exception &) {
+        throw fail(fmt::format("ms '{}' is not a number", row[ms]));
+      }
+      auto [entry, inserted] = fastest.try_emplace(row[point], milliseconds, config);
+      if (!inserted && milliseconds < entry->second.first)
+        entry->second = {milliseconds, config};
+    }
+    for (const auto &[name, timed] : fastest)
+      plans[name] = timed.second;
+  }
+  return plans;
+}
+
 } // namespace attn::tune

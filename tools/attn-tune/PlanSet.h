@@ -12,6 +12,7 @@
 
 #include "Tuner.h"
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,13 @@ double defaultOverTuned(const TuneReport &report);
 /// whether it was a finalist (timed in rounds rather than screened).
 std::string planSetDataHeader();
 std::string planSetDataRows(const PlanSetPoint &point, const TuneReport &report);
+
+/// The plan each point's recorded candidates put first, from plan-set data
+/// files (planSetDataHeader's columns): the finalist with the least time.
+/// A point recorded in several files takes the last file's plan. Throws
+/// attn::Error as "FILE:LINE: ..." for a file that cannot be read, a
+/// missing column or a malformed row.
+std::map<std::string, TileConfig> readRecordedTunedPlans(const std::vector<std::string> &paths);
 
 } // namespace attn::tune
 

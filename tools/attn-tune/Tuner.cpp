@@ -546,6 +546,10 @@ std::vector<TuneReport> tune(const TuneOptions &options, const ReportCallback &o
           listed(filter.softmaxChains, config.softmaxChains) &&
           listed(filter.persistentBlocksPerSm, config.persistentBlocksPerSm))
         space.push_back(config);
+  } else if (!options.candidates.empty()) {
+    for (const TileConfig &config : options.candidates)
+      if (!illegal(config) && std::find(space.begin(), space.end(), config) == space.end())
+        space.push_back(config);
   } else {
     space = enumerateTileCandidates(key.problem, options.space);
   }

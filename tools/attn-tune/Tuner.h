@@ -53,6 +53,9 @@ struct TuneOptions {
   /// The forward's search space; with `backward` a filter of the backward's
   /// candidates (each field's value must be listed).
   TileSearchSpace space;
+  /// Forward: when not empty, these plans instead of the search space's
+  /// (illegal ones are left out); the heuristic joins them as always.
+  std::vector<TileConfig> candidates;
   /// Forward: reference rows checked per candidate (spread over batch,
   /// heads and sequence, plus the first and last rows of every (batch,
   /// head)).
