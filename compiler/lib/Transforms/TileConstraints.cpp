@@ -116,7 +116,7 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
   // document mask_mod (the plan set, 1.967 against 2.016 ms), a window at
   // 8192 keys (0.7-1.7 %); score_mods there were not measured.
   // At head dim 256 a score_mod takes four too: the plan set's f16
-  // soft-capping (softcap_d256_f16_4k, H200, two recorded runs) ran 4 %
+  // soft-capping (softcap_d256_f16_4k, H200, 2026-11-29 and 12-01) ran 4 %
   // faster with four than with one.
   const bool fourChains = (problem.headDim == 128 && (problem.hasScoreMod || problem.hasMaskMod ||
                                                       problem.slidingWindowOnly)) ||
@@ -140,15 +140,15 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
   // docs/benchmarks.md, 2026-11-26; a plain round-robin had lost 6 to 28 %).
   // Other masks keep the hardware's dynamic block dispatch.
   // At head dim 256 a sliding window keeps the dispatch: the plan set's
-  // window_d256_8k (4095 keys to the left, H200, the finalists' rounds)
+  // window_d256_8k (4095 keys to the left, H200, 2026-12-01, rounds)
   // took 0.709 ms against 0.896 on the persistent grid.
   const bool maskedPersistent =
       (problem.causalOnly || (problem.slidingWindowOnly && problem.headDim <= 128)) &&
       problem.keyLength < kMaskedPersistentMaxKeys;
   // A mask_mod's tiles go persistent where each visits few key tiles, so
-  // that overlapping a tile's epilogue with the next one's loads pays:
-  // a mask_mod the compiler classifies under the causal mask (the plan
-  // set's chunked_local_d128_8k, chunks of 1024 keys: 0.207 against 0.252
+  // that overlapping a tile's epilogue with the next one's loads pays (the
+  // plan set, H200, 2026-12-01): a mask_mod the compiler classifies under
+  // the causal mask (chunked_local_d128_8k, chunks of 1024 keys: 0.207 against 0.252
   // ms) and any mask_mod up to kShortMaskModMaxKeys keys
   // (document_d128_1k: 0.179 against 0.198). Longer ones keep the
   // dispatch: document_d128_8k (stored key bits) lost 9 % on the
@@ -165,7 +165,7 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
   // 160-key tiles with one chain (+1.5 to +4.2 % in the A/B of the
   // morning, which found them 2.3 % slower at 2048 keys). At 512 keys the
   // H100's plan was 192 x 128 with four stages (+6.5 %); on H200 the plan
-  // set's gqa8_causal_d64_512 ran fastest on 128 x 128 tiles with three
+  // set's gqa8_causal_d64_512 (2026-12-01) ran fastest on 128 x 128 tiles with three
   // stages and two chains (0.157 ms against that plan's 0.172).
   const bool plainCausal = problem.causalOnly && !problem.hasScoreMod && problem.keyLength > 0;
   if (problem.headDim == 64 && plainCausal && problem.keyLength <= kMediumCausalMaxKeys) {
@@ -184,7 +184,7 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
   // 0.936-0.952 with four; plain causal 0.866-0.868 with one, 0.869-0.871
   // with two.
   // Diagonals that compute a transcendental (T5's log-spaced buckets) ran
-  // fastest on 144-key tiles with four chains (H200, same command, B = 2,
+  // fastest on 144-key tiles with four chains (H200, 2026-12-01, B = 2,
   // S = 8192, three rounds: 0.991-1.002 ms against 1.059-1.066 on 160 keys
   // with two); on those tiles a plain table read (relative positions) lost
   // 2.5 % (0.951-0.962 against 0.929-0.933).
@@ -195,7 +195,8 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
     config.softmaxChains = computed ? 4 : problem.scoreDiagonals > 0 ? 2 : 1;
   }
   // A mask_mod that keeps the causal half-plane is planned like the causal
-  // mask there: the plan set's prefix_lm_d128_8k (a 2048-key prefix, H200)
+  // mask there: the plan set's prefix_lm_d128_8k (a 2048-key prefix, H200,
+  // 2026-12-01)
   // ran fastest on 128 x 160 tiles with two chains on the persistent grid,
   // 1.034 ms against 1.111 on 128 x 128 with four on the dispatch.
   if (problem.headDim == 128 && problem.maskModKeepsCausal && !problem.hasScoreMod &&
