@@ -148,8 +148,8 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
   // A mask_mod's tiles go persistent where each visits few key tiles, so
   // that overlapping a tile's epilogue with the next one's loads pays (the
   // plan set, H200, 2026-12-01): a mask_mod the compiler classifies under
-  // the causal mask (chunked_local_d128_8k, chunks of 1024 keys: 0.207 against 0.252
-  // ms) and any mask_mod up to kShortMaskModMaxKeys keys
+  // the causal mask (chunked_local_d128_8k, chunks of 1024 keys: 0.207
+  // against 0.252 ms) and any mask_mod up to kShortMaskModMaxKeys keys
   // (document_d128_1k: 0.179 against 0.198). Longer ones keep the
   // dispatch: document_d128_8k (stored key bits) lost 9 % on the
   // persistent grid, Longformer (no built-in mask) 13 %.
@@ -165,8 +165,8 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
   // 160-key tiles with one chain (+1.5 to +4.2 % in the A/B of the
   // morning, which found them 2.3 % slower at 2048 keys). At 512 keys the
   // H100's plan was 192 x 128 with four stages (+6.5 %); on H200 the plan
-  // set's gqa8_causal_d64_512 (2026-12-01) ran fastest on 128 x 128 tiles with three
-  // stages and two chains (0.157 ms against that plan's 0.172).
+  // set's gqa8_causal_d64_512 (2026-12-01) ran fastest on 128 x 128 tiles
+  // with three stages and two chains (0.157 ms against that plan's 0.172).
   const bool plainCausal = problem.causalOnly && !problem.hasScoreMod && problem.keyLength > 0;
   if (problem.headDim == 64 && plainCausal && problem.keyLength <= kMediumCausalMaxKeys) {
     setConsumerWarpgroups(config, 2);
@@ -196,9 +196,9 @@ TileConfig defaultTileConfig(const TileProblem &problem) {
   }
   // A mask_mod that keeps the causal half-plane is planned like the causal
   // mask there: the plan set's prefix_lm_d128_8k (a 2048-key prefix, H200,
-  // 2026-12-01)
-  // ran fastest on 128 x 160 tiles with two chains on the persistent grid,
-  // 1.034 ms against 1.111 on 128 x 128 with four on the dispatch.
+  // 2026-12-01) ran fastest on 128 x 160 tiles with two chains on the
+  // persistent grid, 1.034 ms against 1.111 on 128 x 128 with four on the
+  // dispatch.
   if (problem.headDim == 128 && problem.maskModKeepsCausal && !problem.hasScoreMod &&
       problem.keyLength >= kWideCausalMinKeys) {
     config.blockN = 160;
