@@ -165,34 +165,40 @@ TEST_CASE("recorded data name each point's fastest finalist, the last file winni
                        << row("a", 144, 1, 1, "0.9", 0) << row("b", 96, 2, 0, "0.5", 1);
   // `second` records a again: its plan replaces first's even where slower.
   std::ofstream(second) << header << row("a", 112, 2, 1, "1.4", 1);
-  const std::map<std::string, TileConfig> one = readRecordedTunedPlans({first});
+  const std::map<std::string, TileConfig> one = readRecordedTunedPlans({first}, {});
   REQUIRE(one.size() == 2);
   CHECK(one.at("a").blockN == 160);
   CHECK(one.at("a").persistentBlocksPerSm == 1);
   CHECK(one.at("b").softmaxChains == 2);
-  const std::map<std::string, TileConfig> both = readRecordedTunedPlans({first, second});
+  const std::map<std::string, TileConfig> both = readRecordedTunedPlans({first, second}, {});
   CHECK(both.at("a").blockN == 112);
   CHECK(both.at("b").blockN == 96);
+  // A point the files do not record is named.
+  PlanSetPoint unrecorded;
+  unrecorded.name = "c";
+  CHECK_THROWS_WITH(readRecordedTunedPlans({first, second}, {unrecorded}),
+                    Catch::Contains("no recorded plan for point 'c'"));
 
   const std::string broken = dir + "/broken.tsv";
   std::ofstream(broken) << header << row("a", 128, 4, 0, "1.2", 1) << "a\t2\n";
-  CHECK_THROWS_WITH(readRecordedTunedPlans({broken}), Catch::Contains("broken.tsv:3:"));
+  CHECK_THROWS_WITH(readRecordedTunedPlans({broken}, {}), Catch::Contains("broken.tsv:3:"));
   const std::string badValue = dir + "/bad-value.tsv";
   std::string text = row("a", 128, 4, 0, "1.2", 1);
   text.replace(text.find("\t128\t"), 5, "\t12x\t");
   std::ofstream(badValue) << header << text;
-  CHECK_THROWS_WITH(readRecordedTunedPlans({badValue}),
+  CHECK_THROWS_WITH(readRecordedTunedPlans({badValue}, {}),
                     Catch::Contains("bad-value.tsv:2: block_m '12x' is not an integer"));
-  CHECK_THROWS_WITH(readRecordedTunedPlans({dir + "/missing.tsv"}),
+  CHECK_THROWS_WITH(readRecordedTunedPlans({dir + "/missing.tsv"}, {}),
                     Catch::Contains("cannot read the plan-set data"));
 }
 
 TEST_CASE("the repository's recorded data name a legal plan for every point", "[plan-set]") {
   const std::string data =
       std::string(ATTNC_PLAN_SET).substr(0, std::string(ATTNC_PLAN_SET).rfind('/')) + "/data/";
+  const std::vector<PlanSetPoint> points = readPlanSet(ATTNC_PLAN_SET);
   const std::map<std::string, TileConfig> plans =
-      readRecordedTunedPlans({data + "h200-2026-11-29.tsv", data + "h200-2026-12-01.tsv"});
-  for (const PlanSetPoint &point : readPlanSet(ATTNC_PLAN_SET)) {
+      readRecordedTunedPlans({data + "h200-2026-11-29.tsv", data + "h200-2026-12-01.tsv"}, points);
+  for (const PlanSetPoint &point : points) {
     INFO(point.name);
     REQUIRE(plans.count(point.name) == 1);
     TileProblem problem = tuningKeyOfSpec(point.specText, point.specPath).problem;

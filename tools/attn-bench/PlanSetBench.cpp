@@ -25,7 +25,6 @@ std::string planCell(const TileConfig &c) {
 
 int runPlanSet(const std::vector<tune::PlanSetPoint> &points, const std::string &dataPath,
                const std::map<std::string, TileConfig> *recorded) {
-
   std::ofstream data;
   if (!dataPath.empty()) {
     data.open(dataPath);
@@ -43,13 +42,8 @@ int runPlanSet(const std::vector<tune::PlanSetPoint> &points, const std::string 
     options.specName = point.name;
     options.shapes = {point.shape};
     options.captures = point.captures;
-    if (recorded) {
-      auto found = recorded->find(point.name);
-      if (found == recorded->end())
-        throw Error(
-            fmt::format("--plan-set-recorded: no recorded plan for point '{}'", point.name));
-      options.candidates = {found->second};
-    }
+    if (recorded)
+      options.candidates = {recorded->at(point.name)};
     const std::vector<tune::TuneReport> reports = tune::tune(options);
     const tune::TuneReport &report = reports.front();
     const tune::CandidateResult *heuristic = report.heuristicResult();

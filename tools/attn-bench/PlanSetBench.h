@@ -14,7 +14,8 @@ namespace attn::bench {
 /// beside the tuned one, their times and the default's speed as a fraction
 /// of the tuned one's, then the median and the least of those fractions.
 /// With `dataPath`, writes every measured candidate there as it goes
-/// (planSetDataRows). With `recorded` (readRecordedTunedPlans), each point
+/// (planSetDataRows). With `recorded` (readRecordedTunedPlans for these
+/// points), each point
 /// times only its default against the plan its recorded candidates put
 /// first, checked and in the same interleaved rounds: seconds a point where
 /// the whole search takes a minute. Records nothing in the tuning database.

@@ -5,6 +5,7 @@
 #include "attn/runtime/Error.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -107,7 +108,8 @@ std::string planSetDataRows(const PlanSetPoint &point, const TuneReport &report)
   return rows;
 }
 
-std::map<std::string, TileConfig> readRecordedTunedPlans(const std::vector<std::string> &paths) {
+std::map<std::string, TileConfig> readRecordedTunedPlans(const std::vector<std::string> &paths,
+                                                         const std::vector<PlanSetPoint> &points) {
   std::map<std::string, TileConfig> plans;
   for (const std::string &path : paths) {
     std::ifstream file(path);
@@ -181,6 +183,10 @@ std::map<std::string, TileConfig> readRecordedTunedPlans(const std::vector<std::
     for (const auto &[name, timed] : fastest)
       plans[name] = timed.second;
   }
+  for (const PlanSetPoint &point : points)
+    if (!plans.count(point.name))
+      throw Error(
+          fmt::format("{}: no recorded plan for point '{}'", fmt::join(paths, ", "), point.name));
   return plans;
 }
 

@@ -55,8 +55,10 @@ std::string planSetDataRows(const PlanSetPoint &point, const TuneReport &report)
 /// files (planSetDataHeader's columns): the finalist with the least time.
 /// A point recorded in several files takes the last file's plan. Throws
 /// attn::Error as "FILE:LINE: ..." for a file that cannot be read, a
-/// missing column or a malformed row.
-std::map<std::string, TileConfig> readRecordedTunedPlans(const std::vector<std::string> &paths);
+/// missing column or a malformed row, and names any of `points` that no
+/// file records.
+std::map<std::string, TileConfig> readRecordedTunedPlans(const std::vector<std::string> &paths,
+                                                         const std::vector<PlanSetPoint> &points);
 
 } // namespace attn::tune
 

@@ -84,9 +84,9 @@ bool keepsCausalHalfPlane(Attribute term) {
     return false;
   ArrayRef<Attribute> terms = formula.getTerms().getValue();
   if (formula.getKind() == TileFormulaKind::any_of)
-    return llvm::any_of(terms, [](Attribute t) { return keepsCausalHalfPlane(t); });
+    return llvm::any_of(terms, keepsCausalHalfPlane);
   return formula.getKind() == TileFormulaKind::all_of && !terms.empty() &&
-         llvm::all_of(terms, [](Attribute t) { return keepsCausalHalfPlane(t); });
+         llvm::all_of(terms, keepsCausalHalfPlane);
 }
 
 /// Whether computing `value` takes a transcendental function or a division
@@ -119,14 +119,15 @@ bool computesTranscendental(Value value) {
   result.hasMaskMod = !noMaskMod;
   result.causalMask = isa<CausalAttr>(kernel.getMask());
   result.causalOnly = result.causalMask && noMaskMod;
-  result.slidingWindowOnly = isa<SlidingWindowAttr>(kernel.getMask()) && noMaskMod;
+  const bool slidingWindow = isa<SlidingWindowAttr>(kernel.getMask());
+  result.slidingWindowOnly = slidingWindow && noMaskMod;
   // What attn-classify-blocks will record (the plan runs before it, on the
   // region), or, once the region is lowered, what it recorded.
   const TileFormulaAttr formula =
       kernel.getMaskMod().empty() ? kernel.getMaskTileFormulaAttr() : classifyMaskMod(kernel);
   result.storedKeyBits = !noMaskMod && !formula;
-  result.maskModKeepsCausal = !noMaskMod && formula && !isa<SlidingWindowAttr>(kernel.getMask()) &&
-                              keepsCausalHalfPlane(formula);
+  result.maskModKeepsCausal =
+      !noMaskMod && formula && !slidingWindow && keepsCausalHalfPlane(formula);
   const bool softmax = isa<SoftmaxAttr>(kernel.getNormalizer());
   if (softmax && !kernel.getScoreMod().empty()) {
     SmallVector<Value> diagonals = findScoreDiagonals(kernel.getScoreMod().front());
