@@ -127,6 +127,14 @@ struct AttnFwdParams {
   int tail_tiles;
   float *tail_partials;
   int *tail_counters;
+  // 1, or 2 where a work tile of a plan of two consumer warpgroups packs
+  // two query heads of one kv head: consumer c then takes the tile's 64
+  // query positions of head `head + c`, and the tile reads K and V once for
+  // both (few query positions, GQA). The runtime sets it for kernels
+  // without a mask_mod (forwardHeadsPerTile); q_map's box then spans two
+  // heads of 64 rows, which in shared memory lie as the 128 rows of an
+  // unpacked tile.
+  int heads_per_tile;
 };
 
 // Parameters of the short-query (split-KV) kernels of a softmax module:

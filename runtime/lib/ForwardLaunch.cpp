@@ -428,7 +428,11 @@ int tileKeySlotLimit(const AttnLaunchConfig &config, const void *buffer, const c
 attn_abi::AttnFwdParams detail::encodeForwardParams(const AttnLaunchConfig &config,
                                                     const AttnForwardArgs &args) {
   attn_abi::AttnFwdParams params{};
-  params.q_map = encodeBSHDTensorMap(args.q, config.blockM, kTmaBoxCols, "q");
+  // A work tile that packs heads loads the same blockM rows of Q, 64 of
+  // each head.
+  params.heads_per_tile = forwardHeadsPerTile(config, args);
+  params.q_map = encodeBSHDTensorMap(args.q, config.blockM / params.heads_per_tile, kTmaBoxCols,
+                                     "q", params.heads_per_tile);
   params.k_map = encodeBSHDTensorMap(args.k, config.blockN, kTmaBoxCols, "k");
   params.v_map = encodeBSHDTensorMap(args.v, config.blockN, kTmaBoxCols, "v");
   // Each consumer warpgroup stores its own 64 rows of O.
@@ -513,7 +517,7 @@ struct ForwardTail {
 ForwardTail forwardTailOf(const AttnLaunchConfig &config, const AttnForwardArgs &args,
                           const LogicalShape &shape, int gridBlocks) {
   ForwardTail tail;
-  if (args.packed.active() || args.workOrder)
+  if (args.packed.active() || args.workOrder || forwardHeadsPerTile(config, args) > 1)
     return tail;
   tail.split = forwardTailSplitFor(config, static_cast<int>(shape.batch),
                                    static_cast<int>(shape.seqlenQ),
@@ -539,7 +543,7 @@ void launchForward(KernelFunction &kernel, const AttnLaunchConfig &config,
   attn_abi::AttnFwdParams params = encodeForwardParams(config, args);
   kernel.setMaxDynamicSharedMemory(config.sharedMemoryBytes);
   Dim3 grid = forwardGrid(config, static_cast<int>(shape.batch), static_cast<int>(shape.seqlenQ),
-                          multiprocessorsOf(currentDevice()));
+                          multiprocessorsOf(currentDevice()), params.heads_per_tile);
   const ForwardTail tail = args.workspace
                                ? forwardTailOf(config, args, shape, static_cast<int>(grid.x))
                                : ForwardTail{};
@@ -568,8 +572,9 @@ uint64_t forwardWorkspaceBytes(const AttnLaunchConfig &config, const AttnForward
   if (std::optional<uint64_t> bytes =
           shortQueryWorkspaceBytes(config, args, multiprocessorsOf(currentDevice())))
     return *bytes;
-  const Dim3 grid = forwardGrid(config, static_cast<int>(shape.batch),
-                                static_cast<int>(shape.seqlenQ), multiprocessorsOf(currentDevice()));
+  const Dim3 grid =
+      forwardGrid(config, static_cast<int>(shape.batch), static_cast<int>(shape.seqlenQ),
+                  multiprocessorsOf(currentDevice()), forwardHeadsPerTile(config, args));
   return forwardTailOf(config, args, shape, static_cast<int>(grid.x)).scratch.bytes();
 }
 

@@ -19,24 +19,42 @@ namespace attn {
 
 using namespace detail;
 
-int64_t forwardWorkTiles(const AttnLaunchConfig &config, int batch, int seqlenQ) {
+int forwardHeadsPerTile(const AttnLaunchConfig &config, const AttnForwardArgs &args) {
+  // Two consumer warpgroups of 64 rows each (the kernel's kMayPackHeads).
+  constexpr int kSliceRows = 64, kPackedHeads = 2;
+  if (config.linearFamily || config.backward || config.automaticWorkOrder ||
+      config.blockM != kPackedHeads * kSliceRows || config.kvHeads <= 0 ||
+      config.qHeads % config.kvHeads != 0 || (config.qHeads / config.kvHeads) % kPackedHeads != 0 ||
+      args.workOrder || args.tileCoverage || args.tileKeyBits || args.paged.active())
+    return 1;
+  return logicalShape(args).seqlenQ <= kSliceRows ? kPackedHeads : 1;
+}
+
+int64_t forwardWorkTiles(const AttnLaunchConfig &config, int batch, int seqlenQ, int headsPerTile) {
   if (config.blockM <= 0)
     fail("config", "blockM must be positive");
+  if (headsPerTile <= 0 || config.blockM % headsPerTile != 0 || config.qHeads % headsPerTile != 0)
+    fail("forwardGrid", fmt::format("{} heads a work tile do not divide blockM {} and {} query "
+                                    "heads",
+                                    headsPerTile, config.blockM, config.qHeads));
   if (batch < 0 || seqlenQ < 0 || config.qHeads < 0)
     fail("forwardGrid", "negative extent");
-  int64_t queryBlocks = (int64_t(seqlenQ) + config.blockM - 1) / config.blockM;
+  const int queryRows = config.blockM / headsPerTile;
+  int64_t queryBlocks = (int64_t(seqlenQ) + queryRows - 1) / queryRows;
   // The kernel counts work tiles in 32-bit ints. Below 2^56, so no overflow.
-  int64_t tilesPerBatch = queryBlocks * config.qHeads;
+  int64_t tilesPerBatch = queryBlocks * (config.qHeads / headsPerTile);
   if (batch != 0 && tilesPerBatch > std::numeric_limits<int>::max() / batch)
-    fail("q", fmt::format("batch {} x heads {} x ceil(seqlen / {}) {} work tiles exceed 2^31 - 1",
-                          batch, config.qHeads, config.blockM, queryBlocks));
+    fail("q", fmt::format("batch {} x heads {} / {} x ceil(seqlen / {}) {} work tiles exceed "
+                          "2^31 - 1",
+                          batch, config.qHeads, headsPerTile, queryRows, queryBlocks));
   return tilesPerBatch * batch;
 }
 
-Dim3 forwardGrid(const AttnLaunchConfig &config, int batch, int seqlenQ, int multiprocessors) {
+Dim3 forwardGrid(const AttnLaunchConfig &config, int batch, int seqlenQ, int multiprocessors,
+                 int headsPerTile) {
   if (multiprocessors <= 0)
     fail("forwardGrid", "multiprocessor count must be positive");
-  int64_t tiles = forwardWorkTiles(config, batch, seqlenQ);
+  int64_t tiles = forwardWorkTiles(config, batch, seqlenQ, headsPerTile);
   Dim3 grid;
   grid.x = static_cast<unsigned>(
       config.persistentBlocksPerSm > 0

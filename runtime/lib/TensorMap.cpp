@@ -86,14 +86,15 @@ void validateTmaOperands(const TensorView &q, const TensorView &k, const TensorV
   validateTmaOperand(o, "o");
 }
 
-attn_abi::TensorMapBlob encodeBSHDTensorMap(const TensorView &view,
-                                            unsigned boxRows,
-                                            unsigned boxCols,
-                                            std::string_view name) {
+attn_abi::TensorMapBlob encodeBSHDTensorMap(const TensorView &view, unsigned boxRows,
+                                            unsigned boxCols, std::string_view name,
+                                            unsigned boxHeads) {
   validateTmaOperand(view, name);
   const unsigned elementBytes = static_cast<unsigned>(dtypeSize(view.dtype));
   if (boxRows == 0 || boxRows > kMaxTmaBox)
     fail(name, fmt::format("box rows must be in [1, 256], got {}", boxRows));
+  if (boxHeads == 0 || boxHeads > kMaxTmaBox)
+    fail(name, fmt::format("box heads must be in [1, 256], got {}", boxHeads));
   if (boxCols == 0 || boxCols > kMaxTmaBox)
     fail(name, fmt::format("box cols must be in [1, 256], got {}", boxCols));
   if ((boxCols * elementBytes) % 16 != 0 ||
@@ -111,7 +112,7 @@ attn_abi::TensorMapBlob encodeBSHDTensorMap(const TensorView &view,
       static_cast<cuuint64_t>(view.strides[1]) * elementBytes,
       static_cast<cuuint64_t>(view.strides[2]) * elementBytes,
       static_cast<cuuint64_t>(view.strides[0]) * elementBytes};
-  cuuint32_t boxDim[4] = {boxCols, boxRows, 1, 1};
+  cuuint32_t boxDim[4] = {boxCols, boxRows, boxHeads, 1};
   cuuint32_t elementStrides[4] = {1, 1, 1, 1};
 
   CUtensorMap map;

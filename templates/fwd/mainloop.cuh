@@ -26,7 +26,7 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
                             const GemmTurns &turns) {
   const int thread = threadIdx.x % kWarpgroupThreads;
   const int warp = thread / 32, lane = thread % 32;
-  const int sliceQueryBegin = work.queryBegin + 64 * consumer;
+  const int sliceQueryBegin = sliceBegin(p, work, consumer);
   const int row0 = sliceQueryBegin + warp * 16 + lane / 4;
   const int sliceLast = min(sliceQueryBegin + 63, work.sequence.seqlenQ - 1);
   const u32 qSlice = smemBase + attn_plan::kSmemQ + consumer * 64 * kRowBytes;
@@ -218,7 +218,7 @@ __device__ void consume(const attn_abi::AttnFwdParams &p, u32 smemBase, const Ba
   u32 qPhase = 0;
   for (int index = schedule.firstPosition(); index < schedule.end;
        index = schedule.nextPosition(index)) {
-    const WorkTile work = schedule.at(p, index);
+    const WorkTile work = consumerWork(p, schedule.at(p, index), consumer);
     if (work.empty())
       continue;
     const int tileCount = countVisitedTilesInWarp(p, work, threadIdx.x % 32);

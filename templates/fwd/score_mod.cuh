@@ -58,8 +58,9 @@ __device__ void stageDiagonals(const attn_abi::AttnFwdParams &p, u32 smemBase,
                                const Barriers &barriers, const TileSchedule &schedule,
                                int consumer, int lane) {
   int fills = 0;
-  auto fill = [&](const WorkTile &work, int tile) {
-    const int sliceRow0 = work.queryBegin + 64 * consumer;
+  auto fill = [&](const WorkTile &tileWork, int tile) {
+    const WorkTile work = consumerWork(p, tileWork, consumer);
+    const int sliceRow0 = sliceBegin(p, work, consumer);
     const long long first = static_cast<long long>(sliceRow0) - tile * kBlockN - (kBlockN - 1);
     u32 words[Mods::kScoreDiagonalSlots][kDiagonalLaneWords];
     forEachLaneWord(lane, [&](int n, int w) {

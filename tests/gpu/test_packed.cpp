@@ -60,9 +60,10 @@ reference::Problem sequenceProblem(const reference::Problem &packed, int64_t ind
   return problem;
 }
 
-void runPacked(const std::string &spec, const PackedLengths &lengths, uint64_t seed,
-               const CaptureMaker &captures = {}, bool headMajor = false,
-               unsigned prepared = kNothing) {
+// Returns the query heads the call's work tiles took (forwardHeadsPerTile).
+int runPacked(const std::string &spec, const PackedLengths &lengths, uint64_t seed,
+              const CaptureMaker &captures = {}, bool headMajor = false,
+              unsigned prepared = kNothing) {
   LoadedKernel &kernel = loadKernel(spec);
   const AttnLaunchConfig &launch = kernel.compiled.launch;
   PackedSequenceOffsets packed = uploadPackedSequences(lengths.q, lengths.k);
@@ -156,6 +157,16 @@ void runPacked(const std::string &spec, const PackedLengths &lengths, uint64_t s
   CHECK(result.nonFinite == 0);
   CHECK(result.maskedRowMismatches == 0);
   CHECK(result.toleranceViolations == 0);
+  return forwardHeadsPerTile(launch, args);
+}
+
+// ALiBi's slopes, one per query head.
+void addSlopes(harness::ForwardProblem &data, const AttnLaunchConfig &launch,
+               const PackedSequences &, std::mt19937_64 &) {
+  std::vector<float> values;
+  for (int h = 0; h < launch.qHeads; ++h)
+    values.push_back(float(h + 1) / float(launch.qHeads));
+  data.addCapture(values, {launch.qHeads});
 }
 
 // Lengths that cross tile boundaries, an empty sequence, a single row, and
@@ -189,14 +200,7 @@ TEST_CASE("packed sequences with masks and regions match the reference", "[gpu][
   runPacked(exampleWithHeads("sliding_window_hd128.mlir"), {{1500, 200, 1100}, {1500, 300, 1100}}, 11);
   runPacked(exampleWithHeads("prefix_lm_hd128.mlir"), {{2300, 100, 40}, {2300, 2200, 40}}, 12);
   runPacked(exampleWithHeads("softcap_causal_hd128.mlir"), kAwkward, 13);
-  auto slopes = [](harness::ForwardProblem &data, const AttnLaunchConfig &launch,
-                   const PackedSequences &, std::mt19937_64 &) {
-    std::vector<float> values;
-    for (int h = 0; h < launch.qHeads; ++h)
-      values.push_back(float(h + 1) / float(launch.qHeads));
-    data.addCapture(values, {launch.qHeads});
-  };
-  runPacked(exampleWithHeads("alibi_causal_hd128.mlir"), kAwkward, 14, slopes);
+  runPacked(exampleWithHeads("alibi_causal_hd128.mlir"), kAwkward, 14, addSlopes);
 }
 
 TEST_CASE("a packed document mask reads captures sized by the longest sequence", "[gpu][packed]") {
@@ -246,4 +250,18 @@ TEST_CASE("packed launches check their arguments on the device", "[gpu][packed]"
   args.packed.batch = 40;
   CHECK_THROWS_WITH(launchForward(kernel.function, launch, args, nullptr),
                     Catch::Matchers::StartsWith("packed.cuSeqlensQ: the view spans 164 bytes"));
+}
+
+TEST_CASE("packed short sequences match the reference with query heads packed per work tile",
+          "[gpu][packed]") {
+  // At most 64 rows a sequence: each work tile takes 64 rows of two query
+  // heads of one kv head; a sequence's rows past its end are the next
+  // one's, which the warps do not store. ALiBi reads each head's slope.
+  const PackedLengths shortRows{{64, 1, 0, 33, 17, 64}, {300, 1, 7, 0, 64, 1000}};
+  std::string spec = replaceAll(readExample("causal_hd128.mlir"), "q_heads = 16, kv_heads = 4",
+                                "q_heads = 8, kv_heads = 2");
+  CHECK(runPacked(spec, shortRows, 21) == 2);
+  CHECK(runPacked(spec, shortRows, 22, {}, /*headMajor=*/true) == 2);
+  CHECK(runPacked(exampleWithHeads("alibi_causal_hd128.mlir", "q_heads = 8, kv_heads = 2"),
+                  shortRows, 23, addSlopes) == 2);
 }

@@ -341,3 +341,64 @@ TEST_CASE("Kernel::run takes the short-query path for decode and matches the ref
                       data, image.launch.dtype),
                   "Kernel::run, decode");
 }
+
+namespace {
+
+/// Launches `shape` on the forward kernel, whose work tiles must pack two
+/// query heads (forwardHeadsPerTile), and compares with the reference. The
+/// plan is the heuristic's with 128-row tiles (two consumer warpgroups).
+void runPackedHeads(const std::string &spec, const harness::Shape &shape, uint64_t seed,
+                    const gputest::CaptureMaker &captures = {}) {
+  CompileOptions options;
+  options.tileOverride = "block_m=128";
+  LoadedKernel &kernel = loadKernel(spec, options);
+  const AttnLaunchConfig &launch = kernel.compiled.launch;
+  harness::ForwardProblem data(launch, shape, seed);
+  gputest::addCaptures(data, launch, shape, captures, seed);
+  data.poisonOutputs();
+  AttnForwardArgs args = data.args();
+  args.keySplits = 0;
+  std::ostringstream what;
+  what << "spec: " << spec << "\nB=" << shape.batch << " Sq=" << shape.seqlenQ
+       << " Sk=" << shape.seqlenK << " headMajor=" << shape.headMajor
+       << " blockM=" << launch.blockM;
+  INFO(what.str());
+  REQUIRE(forwardHeadsPerTile(launch, args) == 2);
+  launchForward(kernel.function, launch, args, nullptr);
+  ATTN_CU_CHECK(cuCtxSynchronize);
+  reference::Problem problem = referenceProblemFromSpec(spec, shape.batch, shape.seqlenQ,
+                                                        shape.seqlenK, gputest::hostCaptures(data));
+  checkComparison(harness::compareWithReference(problem, data, launch.dtype), what.str());
+}
+
+} // namespace
+
+TEST_CASE("the forward kernel packs query heads per work tile for short queries",
+          "[gpu][short][packed_heads]") {
+  // Twelve query heads over two kv heads: groups of six, three tiles of
+  // two heads each. Shapes: a verification step, rows that end mid-slice
+  // with head-major strides, Sq > Sk (bottom-right rows with no key), one
+  // row.
+  const harness::Shape shapes[] = {
+      {2, 64, 1000, false}, {1, 33, 517, true}, {3, 5, 3, false}, {1, 1, 129, false}};
+  struct Kind {
+    int headDim;
+    const char *element;
+  };
+  uint64_t seed = 500;
+  for (const Kind kind : {Kind{64, "f16"}, Kind{128, "bf16"}, Kind{256, "bf16"}})
+    for (const char *mask : gputest::kBuiltInMasks)
+      for (const harness::Shape &shape : shapes)
+        runPackedHeads(gputest::specText(kind.headDim, kind.element, mask, 12, 2), shape, seed++);
+  // score_mods that read the head (ALiBi's slope) or stage diagonals
+  // (relative positions), and a sliding window.
+  using gputest::exampleWithHeads;
+  const char *heads = "q_heads = 12, kv_heads = 2";
+  const harness::Shape verify{2, 48, 1500, false};
+  runPackedHeads(exampleWithHeads("alibi_causal_hd128.mlir", heads), verify, seed++,
+                 gputest::addSlopes);
+  runPackedHeads(exampleWithHeads("relpos_bias_causal_hd128.mlir", heads), verify, seed++,
+                 gputest::normalBiasTable(2 * 8192 - 1));
+  runPackedHeads(exampleWithHeads("softcap_causal_hd128.mlir", heads), verify, seed++);
+  runPackedHeads(exampleWithHeads("sliding_window_hd128.mlir", heads), verify, seed++);
+}

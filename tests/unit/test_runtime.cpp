@@ -212,6 +212,51 @@ TEST_CASE("forward work tiles and the persistent grid", "[runtime]") {
   CHECK_THROWS_WITH(forwardGrid(config, 1, 64, 0), Catch::Matchers::Contains("multiprocessor"));
 }
 
+TEST_CASE("short queries pack query heads per forward work tile", "[runtime]") {
+  // makeConfig: blockM 128 (two consumer warpgroups), 8 query heads over
+  // 2 kv heads; makeArgs: Sq 100.
+  AttnLaunchConfig config = makeConfig();
+  AttnForwardArgs args = makeArgs();
+  auto withQueries = [&](int64_t seqlenQ) {
+    AttnForwardArgs call = args;
+    call.q = contiguousBSHD(args.q.data, DType::BF16, 2, seqlenQ, 8, 128);
+    call.o = contiguousBSHD(args.o.data, DType::BF16, 2, seqlenQ, 8, 128);
+    return call;
+  };
+  CHECK(forwardHeadsPerTile(config, args) == 1);
+  CHECK(forwardHeadsPerTile(config, withQueries(64)) == 2);
+  CHECK(forwardHeadsPerTile(config, withQueries(1)) == 2);
+  CHECK(forwardHeadsPerTile(config, withQueries(65)) == 1);
+  // Two packed heads a tile: 64 query positions of each.
+  CHECK(forwardWorkTiles(config, 2, 64, 2) == 2 * 4);
+  CHECK(forwardWorkTiles(config, 2, 65, 2) == 2 * 2 * 4);
+  config.persistentBlocksPerSm = 0;
+  CHECK(forwardGrid(config, 3, 33, 132, 2).x == 3 * 4);
+  CHECK_THROWS_WITH(forwardWorkTiles(config, 1, 64, 3), Contains("3 heads a work tile"));
+
+  // Not packed: a mask_mod (its coverage is indexed by the tile's head), a
+  // work order, three consumers or one, an odd group of query heads.
+  AttnLaunchConfig maskMod = makeConfig();
+  maskMod.automaticWorkOrder = 1;
+  CHECK(forwardHeadsPerTile(maskMod, withQueries(64)) == 1);
+  AttnForwardArgs ordered = withQueries(64);
+  ordered.workOrder = static_cast<const int *>(fakePointer(0x60000000));
+  CHECK(forwardHeadsPerTile(config, ordered) == 1);
+  AttnLaunchConfig threeConsumers = makeConfig();
+  threeConsumers.blockM = 192;
+  threeConsumers.qHeads = 12;
+  CHECK(forwardHeadsPerTile(threeConsumers, withQueries(64)) == 1);
+  AttnLaunchConfig oddGroup = makeConfig();
+  oddGroup.qHeads = 6;
+  CHECK(forwardHeadsPerTile(oddGroup, withQueries(64)) == 1);
+  AttnLaunchConfig oneConsumer = makeConfig();
+  oneConsumer.blockM = 64;
+  CHECK(forwardHeadsPerTile(oneConsumer, withQueries(64)) == 1);
+  AttnLaunchConfig mha = makeConfig();
+  mha.kvHeads = 8;
+  CHECK(forwardHeadsPerTile(mha, withQueries(64)) == 1);
+}
+
 TEST_CASE("the split of a persistent grid's partial last round", "[runtime]") {
   AttnLaunchConfig config = makeConfig(); // blockM 128, 8 query heads
   config.qHeads = config.kvHeads = 16;

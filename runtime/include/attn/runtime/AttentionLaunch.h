@@ -314,15 +314,27 @@ attn_abi::AttnFwdParams makeForwardParams(const AttnLaunchConfig &config,
 void fillCaptureArgs(const AttnForwardArgs &args,
                      attn_abi::AttnFwdParams &params);
 
-/// The kernel's units of work: ceil(seqlenQ / blockM) query blocks for each
-/// (batch, head). Throws attn::Error naming "q" when they exceed what an int
-/// counts.
-int64_t forwardWorkTiles(const AttnLaunchConfig &config, int batch, int seqlenQ);
+/// Query heads one work tile of the forward kernel takes for this call: 1,
+/// or 2 where the tile packs two query heads of one kv head, 64 query
+/// positions each, and reads K and V once for both. Packed for calls of at
+/// most 64 query positions (the longest packed sequence's) to a kernel of
+/// 128-row tiles (two consumer warpgroups) without a mask_mod
+/// (automaticWorkOrder 0), without a work order and with an even number of
+/// query heads per kv head: such a call's tile would otherwise hold at most
+/// 64 rows.
+int forwardHeadsPerTile(const AttnLaunchConfig &config, const AttnForwardArgs &args);
+
+/// The kernel's units of work: ceil(seqlenQ / (blockM / headsPerTile))
+/// query blocks for each (batch, group of headsPerTile heads). Throws
+/// attn::Error naming "q" when they exceed what an int counts.
+int64_t forwardWorkTiles(const AttnLaunchConfig &config, int batch, int seqlenQ,
+                         int headsPerTile = 1);
 
 /// {grid blocks, 1, 1}: one per work tile, or with persistentBlocksPerSm =
 /// k, min(work tiles, k x multiprocessors). Either way block b takes work
 /// tiles b, b + gridDim.x, ... Throws like forwardWorkTiles.
-Dim3 forwardGrid(const AttnLaunchConfig &config, int batch, int seqlenQ, int multiprocessors);
+Dim3 forwardGrid(const AttnLaunchConfig &config, int batch, int seqlenQ, int multiprocessors,
+                 int headsPerTile = 1);
 
 /// The split of a persistent grid's last round: when it holds fewer work
 /// tiles than blocks, its `tiles` work tiles are cut along their keyTiles

@@ -21,15 +21,16 @@ void validateTmaOperands(const TensorView &q, const TensorView &k, const TensorV
 
 /// Encodes a 4-D tiled tensor map over a BSHD view with dims ordered
 /// innermost first {head_dim, seq, heads, batch} and box
-/// {boxCols, boxRows, 1, 1}, 128-byte swizzle, 256-byte L2 promotion, and
+/// {boxCols, boxRows, boxHeads, 1} (a box of several heads lands as their
+/// boxRows-row blocks one after the other), 128-byte swizzle, 256-byte L2
+/// promotion, and
 /// zero fill for out-of-bounds elements. boxCols is 64 for 128-byte rows of
 /// a 16-bit type. Empty dimensions are encoded as 1 (TMA rejects 0); a kernel
 /// must not read a tensor whose true extent is zero. `name` prefixes error
 /// messages.
-attn_abi::TensorMapBlob encodeBSHDTensorMap(const TensorView &view,
-                                            unsigned boxRows,
-                                            unsigned boxCols,
-                                            std::string_view name = "tensor");
+attn_abi::TensorMapBlob encodeBSHDTensorMap(const TensorView &view, unsigned boxRows,
+                                            unsigned boxCols, std::string_view name = "tensor",
+                                            unsigned boxHeads = 1);
 
 } // namespace attn
 
