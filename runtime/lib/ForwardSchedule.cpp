@@ -135,6 +135,9 @@ DeviceBuffer buildWorkOrder(const Module &module, const AttnLaunchConfig &config
     return order;
   validateDevicePointers(config, checked);
   attn_abi::AttnFwdParams params = encodeForwardParams(config, checked);
+  // The order is for a launch with a work order, whose tiles take one head
+  // each (forwardHeadsPerTile), as workOrderBytes counts them.
+  params.heads_per_tile = 1;
   int *orderData = static_cast<int *>(order.data());
   int *costData = orderData + tiles;
   // Both looked up before either launches: a failed lookup must not free

@@ -402,3 +402,32 @@ TEST_CASE("the forward kernel packs query heads per work tile for short queries"
   runPackedHeads(exampleWithHeads("softcap_causal_hd128.mlir", heads), verify, seed++);
   runPackedHeads(exampleWithHeads("sliding_window_hd128.mlir", heads), verify, seed++);
 }
+
+TEST_CASE("a work order for a short query is built for one head a tile",
+          "[gpu][short][packed_heads]") {
+  // A launch with a work order takes one head a tile, so the order must
+  // list those tiles. Without a mask every tile costs the same, and the
+  // order is the default one.
+  const std::string spec = gputest::specText(128, "bf16", gputest::kBuiltInMasks[0], 8, 2);
+  LoadedKernel &kernel = loadKernel(spec);
+  const AttnLaunchConfig &launch = kernel.compiled.launch;
+  const harness::Shape shape{2, 64, 700, false};
+  harness::ForwardProblem data(launch, shape, 600);
+  data.poisonOutputs();
+  AttnForwardArgs args = data.args();
+  args.keySplits = 0;
+  REQUIRE(forwardHeadsPerTile(launch, args) == 2);
+  DeviceBuffer order =
+      buildWorkOrder(kernel.module, launch, args, nullptr, WorkOrderPolicy::LongestFirst);
+  args.workOrder = static_cast<const int32_t *>(order.data());
+  CHECK(forwardHeadsPerTile(launch, args) == 1);
+  std::vector<int32_t> identity(forwardWorkTiles(launch, 2, 64));
+  std::iota(identity.begin(), identity.end(), 0);
+  CHECK(gputest::downloadWorkOrder(order, launch, args) == identity);
+  launchForward(kernel.function, launch, args, nullptr);
+  ATTN_CU_CHECK(cuCtxSynchronize);
+  checkComparison(harness::compareWithReference(
+                      referenceProblemFromSpec(spec, shape.batch, shape.seqlenQ, shape.seqlenK),
+                      data, launch.dtype),
+                  "forward kernel with a work order, 64 rows");
+}

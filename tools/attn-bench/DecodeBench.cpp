@@ -112,9 +112,11 @@ int runDecodeGrid(int warmup, int repeats, bool quick, const std::string &tuning
   constexpr uint64_t kRotationBytes = uint64_t(256) << 20;
   std::printf("## Short-query path (attn-bench --decode-grid)\n\n"
               "Hq = 32, bf16, causal aligned bottom-right; TB/s = bytes of K and V read once / "
-              "time. `splits`: the automatic split count (`forward (1)`: the automatic choice is the forward kernel; the path ran with one split); paged: pages of 64 and 16 rows "
+              "time. `splits`: the automatic split count (`forward (1)`: the automatic choice is "
+              "the forward kernel; the path ran with one split); paged: pages of 64 and 16 rows "
               "in a shuffled order, and pages of 64 rows in order (each sequence's pages one after "
-              "another in the pool); forward: the 128-row forward kernel (keySplits = 0).\n\n");
+              "another in the pool); forward: the forward kernel (keySplits = 0; at up to 64 query "
+              "rows a 128-row tile holds two query heads, forwardHeadsPerTile).\n\n");
   if (!tuningDatabase.empty())
     std::printf("Split counts: the tuning database %s where it has the point's bucket "
                 "(attn-tune), else the runtime's model.\n\n",

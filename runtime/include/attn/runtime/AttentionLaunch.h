@@ -332,7 +332,9 @@ int64_t forwardWorkTiles(const AttnLaunchConfig &config, int batch, int seqlenQ,
 
 /// {grid blocks, 1, 1}: one per work tile, or with persistentBlocksPerSm =
 /// k, min(work tiles, k x multiprocessors). Either way block b takes work
-/// tiles b, b + gridDim.x, ... Throws like forwardWorkTiles.
+/// tiles b, b + gridDim.x, ... Throws like forwardWorkTiles. The grid of
+/// one head a tile (the default) also serves a launch that packs heads:
+/// its blocks past the fewer tiles find no work.
 Dim3 forwardGrid(const AttnLaunchConfig &config, int batch, int seqlenQ, int multiprocessors,
                  int headsPerTile = 1);
 
