@@ -96,8 +96,9 @@ __device__ __forceinline__ Sequence sequenceOf(const attn_abi::AttnFwdParams &p,
 
 // One unit of the persistent schedule: BLOCK_M query rows of one (batch,
 // head), or 64 rows of each of two heads that share a kv head where the
-// launch packs heads, and the key tiles they visit: those of `keys` that the mask_mod's
-// coverage test does not prove empty (all of them without a mask_mod).
+// launch packs heads, and the key tiles they visit: those of `keys` that
+// the mask_mod's coverage test does not prove empty (all of them without a
+// mask_mod).
 // Query blocks past a packed sequence's end are empty and skipped.
 // A piece of a split tail tile (TileSchedule) visits part of the tile's key
 // tiles; tailTile is then its index among the tail tiles (else -1), and
