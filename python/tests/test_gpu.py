@@ -61,6 +61,15 @@ def check(out, expected, dtype, what=""):
     assert error <= tolerance, f"{what}: max |error| {error} > {tolerance}"
 
 
+def check_input_gradients(inputs, references, what=""):
+    """q, k and v's gradients against those of their fp32 references."""
+    for name, got, want in zip(("dq", "dk", "dv"), (t.grad for t in inputs),
+                               (t.grad for t in references)):
+        error = (got.float() - want).abs().max().item()
+        scale = want.abs().max().item()
+        assert error <= 0.02 * scale + 2e-2, f"{what}{name}: max |error| {error} (max {scale})"
+
+
 TABLE = 8192
 bias_table = None
 
@@ -175,11 +184,7 @@ def test_verification_rows_with_gqa_and_their_backward(sq):
     grad = rand(b, hq, sq, d)
     out.backward(grad)
     expected.backward(grad.float())
-    for name, got, want in (("dq", q.grad, q32.grad), ("dk", k.grad, k32.grad),
-                            ("dv", v.grad, v32.grad)):
-        error = (got.float() - want).abs().max().item()
-        scale = want.abs().max().item()
-        assert error <= 0.02 * scale + 2e-2, f"Sq {sq} {name}: max |error| {error} (max {scale})"
+    check_input_gradients((q, k, v), (q32, k32, v32), f"Sq {sq} ")
 
 
 @pytest.mark.parametrize("align", ["bottom_right", "top_left"])
@@ -266,11 +271,7 @@ def test_backward_matches_fp32_autograd(head_dim, gqa):
     q32, k32, v32 = (t.detach().float().requires_grad_() for t in (q, k, v))
     expected, _ = reference(q32, k32, v32, causal=True)
     expected.backward(grad.float())
-    for name, got, want in (("dq", q.grad, q32.grad), ("dk", k.grad, k32.grad),
-                            ("dv", v.grad, v32.grad)):
-        error = (got.float() - want).abs().max().item()
-        scale = want.abs().max().item()
-        assert error <= 0.02 * scale + 2e-2, f"{name}: max |error| {error} (max {scale})"
+    check_input_gradients((q, k, v), (q32, k32, v32))
 
 
 def test_gradients_keep_the_inputs_layout():

@@ -508,16 +508,17 @@ ForwardScratch forwardScratch(const AttnLaunchConfig &config, const ForwardTailS
 }
 
 /// The tail split a call takes on a grid of `gridBlocks`, and where it lies
-/// in the workspace: none for packed sequences or a work order.
+/// in the workspace: none for packed sequences, a work order or work tiles
+/// of more than one head (headsPerTile, forwardHeadsPerTile).
 struct ForwardTail {
   ForwardTailSplit split;
   ForwardScratch scratch;
 };
 
 ForwardTail forwardTailOf(const AttnLaunchConfig &config, const AttnForwardArgs &args,
-                          const LogicalShape &shape, int gridBlocks) {
+                          const LogicalShape &shape, int gridBlocks, int headsPerTile) {
   ForwardTail tail;
-  if (args.packed.active() || args.workOrder || forwardHeadsPerTile(config, args) > 1)
+  if (args.packed.active() || args.workOrder || headsPerTile > 1)
     return tail;
   tail.split = forwardTailSplitFor(config, static_cast<int>(shape.batch),
                                    static_cast<int>(shape.seqlenQ),
@@ -544,9 +545,10 @@ void launchForward(KernelFunction &kernel, const AttnLaunchConfig &config,
   kernel.setMaxDynamicSharedMemory(config.sharedMemoryBytes);
   Dim3 grid = forwardGrid(config, static_cast<int>(shape.batch), static_cast<int>(shape.seqlenQ),
                           multiprocessorsOf(currentDevice()), params.heads_per_tile);
-  const ForwardTail tail = args.workspace
-                               ? forwardTailOf(config, args, shape, static_cast<int>(grid.x))
-                               : ForwardTail{};
+  const ForwardTail tail =
+      args.workspace
+          ? forwardTailOf(config, args, shape, static_cast<int>(grid.x), params.heads_per_tile)
+          : ForwardTail{};
   if (tail.scratch.bytes() > 0) {
     requireWorkspace(args.workspace, args.workspaceBytes, tail.scratch.bytes(),
                      fmt::format("the split of {} tail tiles", tail.split.tiles),
@@ -572,10 +574,11 @@ uint64_t forwardWorkspaceBytes(const AttnLaunchConfig &config, const AttnForward
   if (std::optional<uint64_t> bytes =
           shortQueryWorkspaceBytes(config, args, multiprocessorsOf(currentDevice())))
     return *bytes;
+  const int headsPerTile = forwardHeadsPerTile(config, args);
   const Dim3 grid =
       forwardGrid(config, static_cast<int>(shape.batch), static_cast<int>(shape.seqlenQ),
-                  multiprocessorsOf(currentDevice()), forwardHeadsPerTile(config, args));
-  return forwardTailOf(config, args, shape, static_cast<int>(grid.x)).scratch.bytes();
+                  multiprocessorsOf(currentDevice()), headsPerTile);
+  return forwardTailOf(config, args, shape, static_cast<int>(grid.x), headsPerTile).scratch.bytes();
 }
 
 PackedSequenceOffsets uploadPackedSequences(const std::vector<int64_t> &seqlensQ,
