@@ -135,6 +135,24 @@ struct AttnFwdParams {
   // heads of 64 rows, which in shared memory lie as the 128 rows of an
   // unpacked tile.
   int heads_per_tile;
+  // Optional paged KV cache (block_table non-null; kernels compiled with
+  // attn_plan::kPagedKv only): k_map and v_map span
+  // the page pools [num_pages, page_size, kv_heads, head_dim] as a batch of
+  // num_pages sequences of page_size rows, with boxes of page_box_rows rows
+  // (a divisor of page_size and of BLOCK_N, a multiple of 8). Key j of
+  // sequence b lies in page block_table[b * block_table_stride + j /
+  // page_size], row j % page_size; the sequence holds seqlens_k[b] keys,
+  // clamped to [0, seqlen_k] (the runtime bounds seqlen_k by max_pages *
+  // page_size). Boxes past a sequence's last page read page -1, which the
+  // copy engine fills with zeros, as it does for page numbers outside the
+  // pool. page_magic and page_shift divide by page_size (PageDivider).
+  const int *block_table;
+  const int *seqlens_k;
+  long long block_table_stride;
+  int page_size;
+  int page_box_rows;
+  unsigned page_magic;
+  int page_shift;
 };
 
 // Parameters of the short-query (split-KV) kernels of a softmax module:

@@ -335,7 +335,7 @@ void validateForwardArgs(const AttnLaunchConfig &config,
                     shapeString(args.k));
   }
   if (args.paged.active())
-    validatePagedKvCache(args);
+    validatePagedKvCache(config, args);
   else
     requireQueryKeyExtents(args.q, args.k);
   validateShortQueryArgs(config, args);
@@ -433,8 +433,21 @@ attn_abi::AttnFwdParams detail::encodeForwardParams(const AttnLaunchConfig &conf
   params.heads_per_tile = forwardHeadsPerTile(config, args);
   params.q_map = encodeBSHDTensorMap(args.q, config.blockM / params.heads_per_tile, kTmaBoxCols,
                                      "q", params.heads_per_tile);
-  params.k_map = encodeBSHDTensorMap(args.k, config.blockN, kTmaBoxCols, "k");
-  params.v_map = encodeBSHDTensorMap(args.v, config.blockN, kTmaBoxCols, "v");
+  // Over a paged cache the maps span the pools, a box a page's piece.
+  const int keyBoxRows =
+      args.paged.active() ? forwardPageBoxRows(config, args.k.shape[1]) : config.blockN;
+  params.k_map = encodeBSHDTensorMap(args.k, keyBoxRows, kTmaBoxCols, "k");
+  params.v_map = encodeBSHDTensorMap(args.v, keyBoxRows, kTmaBoxCols, "v");
+  if (args.paged.active()) {
+    params.block_table = args.paged.blockTable;
+    params.seqlens_k = args.paged.seqlensK;
+    params.block_table_stride = args.paged.blockTableStride;
+    params.page_size = static_cast<int>(args.k.shape[1]);
+    params.page_box_rows = keyBoxRows;
+    const attn_abi::PageDivider divider = attn_abi::pageDividerOf(params.page_size);
+    params.page_magic = divider.magic;
+    params.page_shift = divider.shift;
+  }
   // Each consumer warpgroup stores its own 64 rows of O.
   params.o_map = encodeBSHDTensorMap(args.o, kOutputBoxRows, kTmaBoxCols, "o");
   params.lse = args.lse;
@@ -518,7 +531,7 @@ struct ForwardTail {
 ForwardTail forwardTailOf(const AttnLaunchConfig &config, const AttnForwardArgs &args,
                           const LogicalShape &shape, int gridBlocks, int headsPerTile) {
   ForwardTail tail;
-  if (args.packed.active() || args.workOrder || headsPerTile > 1)
+  if (args.packed.active() || args.paged.active() || args.workOrder || headsPerTile > 1)
     return tail;
   tail.split = forwardTailSplitFor(config, static_cast<int>(shape.batch),
                                    static_cast<int>(shape.seqlenQ),
@@ -532,9 +545,15 @@ ForwardTail forwardTailOf(const AttnLaunchConfig &config, const AttnForwardArgs 
 void launchForward(KernelFunction &kernel, const AttnLaunchConfig &config,
                    const AttnForwardArgs &args, CUstream stream) {
   validateForwardArgs(config, args);
-  if (args.paged.active())
-    fail("paged", "the forward kernel does not read a paged KV cache: launch the call with "
-                  "launchShortQuery (Kernel::run chooses it)");
+  if (args.paged.active() && !forwardReadsPages(config, args))
+    fail("paged", config.pagedForward
+                      ? fmt::format("the forward kernel reads pages of a multiple of 16 rows, "
+                                    "not pages of {} rows: launch the call with "
+                                    "launchShortQuery (Kernel::run chooses it)",
+                                    args.k.shape[1])
+                      : std::string("the forward kernel was compiled without paged KV caches "
+                                    "(CompileOptions::pagedKv): launch the call with "
+                                    "launchShortQuery (Kernel::run chooses it)"));
   const LogicalShape shape = logicalShape(args);
   if (args.q.batch() == 0 || args.q.seqlen() == 0 || shape.batch == 0 || shape.seqlenQ == 0)
     return;

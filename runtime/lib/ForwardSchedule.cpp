@@ -25,9 +25,19 @@ int forwardHeadsPerTile(const AttnLaunchConfig &config, const AttnForwardArgs &a
   if (config.linearFamily || config.backward || config.automaticWorkOrder ||
       config.blockM != kPackedHeads * kSliceRows || config.kvHeads <= 0 ||
       config.qHeads % config.kvHeads != 0 || (config.qHeads / config.kvHeads) % kPackedHeads != 0 ||
-      args.workOrder || args.tileCoverage || args.tileKeyBits || args.paged.active())
+      args.workOrder || args.tileCoverage || args.tileKeyBits)
     return 1;
   return logicalShape(args).seqlenQ <= kSliceRows ? kPackedHeads : 1;
+}
+
+int forwardPageBoxRows(const AttnLaunchConfig &config, int64_t pageSize) {
+  // A box lies inside one page and one key tile, and whole 8-row swizzle
+  // atoms of it; boxes of 8 rows would double the producer's copies again,
+  // so pages of an odd multiple of 8 rows stay on the short-query path.
+  if (config.blockN <= 0 || pageSize <= 0)
+    return 0;
+  const int64_t rows = std::gcd(pageSize, int64_t(config.blockN));
+  return rows % 16 == 0 ? static_cast<int>(rows) : 0;
 }
 
 int64_t forwardWorkTiles(const AttnLaunchConfig &config, int batch, int seqlenQ, int headsPerTile) {
@@ -180,7 +190,7 @@ private:
 const int32_t *AutomaticWorkOrders::orderFor(const Module &module, const AttnLaunchConfig &config,
                                              const AttnForwardArgs &args, CUstream stream) {
   if (!config.automaticWorkOrder || config.linearFamily || args.workOrder || args.tileCoverage ||
-      args.packed.active())
+      args.packed.active() || args.paged.active())
     return nullptr;
   LogicalShape shape = logicalShape(args);
   std::tuple<int64_t, int64_t, int64_t> key{shape.batch, shape.seqlenQ, shape.seqlenK};

@@ -156,7 +156,9 @@ attn_abi::AttnFwdParams encodeForwardParams(const AttnLaunchConfig &config,
 
 /// What a paged KV cache needs of its arrays and pools beyond the views'
 /// plan checks ("paged.*", "k", "q", "keySplits").
-void validatePagedKvCache(const AttnForwardArgs &args);
+void validatePagedKvCache(const AttnLaunchConfig &config, const AttnForwardArgs &args);
+/// Whether the forward kernel reads the call's pages (forwardPageBoxRows).
+bool forwardReadsPages(const AttnLaunchConfig &config, const AttnForwardArgs &args);
 /// AttnForwardArgs::keySplits and the short-query path's grid limits.
 void validateShortQueryArgs(const AttnLaunchConfig &config, const AttnForwardArgs &args);
 /// shortQueryPlanFor for arguments validateForwardArgs has accepted.

@@ -33,6 +33,7 @@ constexpr IntField kIntFields[] = {
     {"persistent_blocks_per_sm", &AttnLaunchConfig::persistentBlocksPerSm},
     {"even_work_tiles", &AttnLaunchConfig::evenWorkTiles},
     {"automatic_work_order", &AttnLaunchConfig::automaticWorkOrder},
+    {"paged_forward", &AttnLaunchConfig::pagedForward},
     {"linear_family", &AttnLaunchConfig::linearFamily},
     {"backward", &AttnLaunchConfig::backward},
     {"step_list", &AttnLaunchConfig::stepList},

@@ -102,9 +102,12 @@ ShortQueryPlan planOf(const AttnLaunchConfig &config, const AttnForwardArgs &arg
     return plan;
   const LogicalShape shape = logicalShape(args);
   const bool automatic = args.keySplits < 0;
-  if (automatic && !args.paged.active() &&
-      (shape.seqlenQ > attn_abi::kShortQueryMaxRows || args.packed.active() ||
-       args.tileCoverage || args.tileKeyBits || args.workOrder))
+  // A paged call goes where a contiguous one would if the forward kernel
+  // reads its pages.
+  const bool forwardMayTake = !args.paged.active() || forwardReadsPages(config, args);
+  if (automatic && forwardMayTake &&
+      (shape.seqlenQ > attn_abi::kShortQueryMaxRows || args.packed.active() || args.tileCoverage ||
+       args.tileKeyBits || args.workOrder))
     return plan;
   // A count measured on a contiguous cache replaces the model's for
   // contiguous calls only: paged calls hide their page lookups behind more
@@ -121,7 +124,7 @@ ShortQueryPlan planOf(const AttnLaunchConfig &config, const AttnForwardArgs &arg
   // V (each row block reads them once, each forward work tile once).
   const int64_t forwardReads =
       int64_t(config.qHeads) * ((shape.seqlenQ + config.blockM - 1) / config.blockM);
-  if (automatic && !tuned && !args.paged.active() && shape.seqlenQ > kFewQueryRows &&
+  if (automatic && !tuned && forwardMayTake && shape.seqlenQ > kFewQueryRows &&
       2 * rowBlocks * config.kvHeads > forwardReads)
     return plan;
   plan.rowBlocks = static_cast<int>(std::max<int64_t>(rowBlocks, 1));
@@ -207,13 +210,23 @@ attn_abi::AttnSplitKvParams encodeParams(const AttnLaunchConfig &config,
 
 } // namespace
 
-void detail::validatePagedKvCache(const AttnForwardArgs &args) {
+bool detail::forwardReadsPages(const AttnLaunchConfig &config, const AttnForwardArgs &args) {
+  return config.pagedForward && forwardPageBoxRows(config, args.k.shape[1]) > 0;
+}
+
+void detail::validatePagedKvCache(const AttnLaunchConfig &config, const AttnForwardArgs &args) {
   const PagedKvCache &paged = args.paged;
   if (args.packed.active())
     fail("paged", "a paged KV cache takes unpacked queries: pass q as [batch, seqlen_q, "
                   "q_heads, head_dim] without packed sequences");
-  if (args.keySplits == 0)
-    fail("keySplits", "0 asks for the forward kernel, which does not read a paged KV cache");
+  if (args.keySplits == 0 && !forwardReadsPages(config, args))
+    fail("keySplits",
+         config.pagedForward
+             ? fmt::format("0 asks for the forward kernel, which reads pages of a multiple of "
+                           "16 rows, not pages of {} rows",
+                           args.k.shape[1])
+             : std::string("0 asks for the forward kernel, which was compiled without paged "
+                           "KV caches (CompileOptions::pagedKv, attnc --paged-kv)"));
   if (args.tileCoverage || args.tileKeyBits || args.workOrder)
     fail("paged", "a paged call takes no tile coverage, key bits or work order");
   for (auto [pointer, name] : {std::make_pair(paged.blockTable, "paged.blockTable"),
@@ -260,7 +273,8 @@ void detail::validateShortQueryArgs(const AttnLaunchConfig &config, const AttnFo
     fail("keySplits", "packed sequences take the forward kernel: leave keySplits at -1 or 0");
   const LogicalShape shape = logicalShape(args);
   const int64_t rowBlocks = rowBlocksOf(config, shape.seqlenQ);
-  if ((args.paged.active() || args.keySplits >= 1) &&
+  const bool onlyShortPath = args.paged.active() && !forwardReadsPages(config, args);
+  if ((onlyShortPath || args.keySplits >= 1) &&
       !fitsShortQueryGrid(config, rowBlocks, shape.batch)) {
     if (!fitsShortQueryGrid(config, rowBlocks, /*batch=*/1))
       fail("q", fmt::format("{} query rows are too many for the short-query path's grid ({} "
@@ -277,8 +291,8 @@ namespace {
 ShortQueryPlan checkedPlanOf(const AttnLaunchConfig &config, const AttnForwardArgs &args,
                              int multiprocessors, bool withWorkspace) {
   const ShortQueryPlan plan = planOf(config, args, multiprocessors, withWorkspace);
-  if (plan.splits > 0 && !args.paged.active() && args.keySplits < 0 &&
-      !fitsShortQueryGrid(config, plan.rowBlocks, logicalShape(args).batch))
+  if (plan.splits > 0 && (!args.paged.active() || forwardReadsPages(config, args)) &&
+      args.keySplits < 0 && !fitsShortQueryGrid(config, plan.rowBlocks, logicalShape(args).batch))
     return ShortQueryPlan{};
   return plan;
 }

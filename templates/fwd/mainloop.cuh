@@ -8,6 +8,7 @@
 #include "fwd/mask_hooks.cuh"
 #include "fwd/score_mod.cuh"
 #include "fwd/epilogue.cuh"
+#include "fwd/paged_kv.cuh"
 
 namespace attn_kernel {
 
@@ -176,8 +177,12 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
       packProbabilities(scores, probabilities);
     }
 
-    // Epilogue: the last PV alone.
+    // Epilogue: the last PV alone. The last tile holds the sequence's end,
+    // if any tile does.
     mbarrierWait(barriers.vFull(slot.stage), slot.phase);
+    if constexpr (attn_plan::kPagedKv)
+      if (readsPages(p))
+        clearValuesPastSequence(p, work, keyTile, vTile(slot.stage), consumer);
     turns.wait();
     issueRegisterProduct<kHeadDim, kBlockN, Element>(output, probabilities, vTile(slot.stage));
     turns.pass();

@@ -1,9 +1,11 @@
 // Producer: one thread issues every TMA load: each work tile's Q, and the
-// ring of K/V stages (with a partial tile's stored key bits) in the order
-// the consumers take the key tiles (forEachVisitedTile).
+// ring of K/V stages (with a partial tile's stored key bits; from the page
+// pools over a paged cache) in the order the consumers take the key tiles
+// (forEachVisitedTile).
 #pragma once
 
 #include "fwd/tile_scheduler.cuh"
+#include "fwd/paged_kv.cuh"
 
 namespace attn_kernel {
 
@@ -32,13 +34,16 @@ __device__ __forceinline__ void forEachVisitedTile(const attn_abi::AttnFwdParams
   }
 }
 
-__device__ void produce(const attn_abi::AttnFwdParams &p, u32 smemBase, const Barriers &barriers,
-                        const TileSchedule &schedule) {
-  prefetchTensorMap(&p.q_map);
-  prefetchTensorMap(&p.k_map);
-  prefetchTensorMap(&p.v_map);
-  prefetchTensorMap(&p.o_map);
-
+// The producer's loop for one layout of K and V: contiguous, or page pools
+// (Paged). A kernel compiled for paged caches (attn_plan::kPagedKv) holds
+// both loops and chooses once, outside them: a test at each load made the
+// contiguous kernels 1.8 % slower (H200, causal head dim 128 and unmasked
+// head dim 64), and a second loop, even with no test in it, made head dim
+// 256 plans spill (ptxas: 4 to 80 bytes), so other kernels hold only the
+// contiguous one.
+template <bool Paged>
+__device__ void produceTiles(const attn_abi::AttnFwdParams &p, u32 smemBase,
+                             const Barriers &barriers, const TileSchedule &schedule) {
   int ring = 0; // key tiles loaded so far, over all work tiles
   int qLoads = 0;
   auto loadQ = [&](const WorkTile &work) {
@@ -57,26 +62,50 @@ __device__ void produce(const attn_abi::AttnFwdParams &p, u32 smemBase, const Ba
     // The slot's previous tile (ring - kStages) must have been released;
     // its release completed the phase before this slot's current one.
     bool reused = ring >= kStages;
-    int keyRow = work.sequence.rowK + tile * kBlockN;
+    // Key tile `tile`'s rows of K or V.
+    auto loadKeys = [&](u32 destination, const TensorMapBlob *map, u32 barrier) {
+      if constexpr (Paged)
+        loadPagedTile(p, destination, map, barrier, work, tile * kBlockN);
+      else
+        loadTile(destination, kBlockN, map, barrier, work.sequence.rowK + tile * kBlockN,
+                 work.kvHead, work.sequence.mapBatch);
+    };
     // A partial tile's stored key bits come with its K tile.
     const int keySlot = kStoredKeyBits ? storedKeySlot(p, work, tile) : -1;
+    if constexpr (Paged)
+      prefetchPageEntries(p, work, tile * kBlockN);
     if (reused)
       mbarrierWait(barriers.kEmpty(slot.stage), slot.phase ^ 1);
     mbarrierArriveExpectTx(barriers.kFull(slot.stage),
                            kKvTileBytes + (keySlot >= 0 ? kTileKeyWordsBytes : 0));
-    loadTile(smemBase + attn_plan::kSmemK + slot.stage * kKvTileBytes, kBlockN, &p.k_map,
-             barriers.kFull(slot.stage), keyRow, work.kvHead, work.sequence.mapBatch);
+    loadKeys(smemBase + attn_plan::kSmemK + slot.stage * kKvTileBytes, &p.k_map,
+             barriers.kFull(slot.stage));
     if (keySlot >= 0)
       bulkLoad(keyWordsTile(smemBase, slot.stage), tileKeyWords(p, keySlot), kTileKeyWordsBytes,
                barriers.kFull(slot.stage));
     if (reused)
       mbarrierWait(barriers.vEmpty(slot.stage), slot.phase ^ 1);
     mbarrierArriveExpectTx(barriers.vFull(slot.stage), kKvTileBytes);
-    loadTile(smemBase + attn_plan::kSmemV + slot.stage * kKvTileBytes, kBlockN, &p.v_map,
-             barriers.vFull(slot.stage), keyRow, work.kvHead, work.sequence.mapBatch);
+    loadKeys(smemBase + attn_plan::kSmemV + slot.stage * kKvTileBytes, &p.v_map,
+             barriers.vFull(slot.stage));
     ++ring;
   };
   forEachVisitedTile(p, schedule, loadQ, loadKeyTile);
+}
+
+__device__ void produce(const attn_abi::AttnFwdParams &p, u32 smemBase, const Barriers &barriers,
+                        const TileSchedule &schedule) {
+  prefetchTensorMap(&p.q_map);
+  prefetchTensorMap(&p.k_map);
+  prefetchTensorMap(&p.v_map);
+  prefetchTensorMap(&p.o_map);
+  if constexpr (attn_plan::kPagedKv) {
+    if (readsPages(p)) {
+      produceTiles<true>(p, smemBase, barriers, schedule);
+      return;
+    }
+  }
+  produceTiles<false>(p, smemBase, barriers, schedule);
 }
 
 } // namespace attn_kernel

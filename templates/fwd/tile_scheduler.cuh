@@ -90,8 +90,17 @@ __device__ __forceinline__ KeyTileRange keyTilesFor(int queryBegin, int queryEnd
   return range;
 }
 
+// Over a paged KV cache (p.block_table, in kernels compiled for them) each
+// sequence holds its own key count, seqlens_k[batch] clamped to [0,
+// seqlen_k]; its queries and its pages' rows start at 0.
 __device__ __forceinline__ Sequence sequenceOf(const attn_abi::AttnFwdParams &p, int batch) {
-  return attn_dev::sequenceOf(p, batch, attn_plan::kMaskBottomRight);
+  Sequence sequence = attn_dev::sequenceOf(p, batch, attn_plan::kMaskBottomRight);
+  if (attn_plan::kPagedKv && p.block_table) {
+    sequence.seqlenK = clampInt(__ldg(p.seqlens_k + batch), 0, p.seqlen_k);
+    if (attn_plan::kMaskBottomRight)
+      sequence.shift = static_cast<long long>(sequence.seqlenK) - sequence.seqlenQ;
+  }
+  return sequence;
 }
 
 // One unit of the persistent schedule: BLOCK_M query rows of one (batch,

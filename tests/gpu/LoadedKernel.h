@@ -42,7 +42,8 @@ inline std::string specText(int headDim, const std::string &element, const std::
 
 inline LoadedKernel &loadKernel(const std::string &spec, const CompileOptions &options = {}) {
   static std::map<std::string, LoadedKernel> cache;
-  std::string key = options.tileOverride + "\n" + options.tuningShape + "\n" + spec;
+  std::string key = options.tileOverride + "\n" + options.tuningShape + "\n" +
+                    (options.pagedKv ? "paged\n" : "\n") + spec;
   auto found = cache.find(key);
   if (found != cache.end())
     return found->second;

@@ -2,7 +2,8 @@
 // and short queries under every built-in mask, head dim and several split
 // counts (rows with no key, Sq > Sk, head-major strides), the example
 // variants with their captures, paged KV caches with shuffled pages and
-// per-sequence lengths, and Kernel::run choosing the path by itself.
+// per-sequence lengths on the path and on the forward kernel, and
+// Kernel::run choosing the path by itself.
 #include <catch2/catch.hpp>
 
 #include "AttnHarness.h"
@@ -141,7 +142,8 @@ namespace {
 
 /// K and V of a ForwardProblem copied into page pools of `pageSize` rows,
 /// the pages of every sequence shuffled among spare ones, with sequence b
-/// holding lengths[b] keys. With `firstKeys`, the table names a spare page
+/// holding lengths[b] keys; the rows of its last page past them stay NaN.
+/// With `firstKeys`, the table names a spare page
 /// (NaN, as every row nothing is copied to) for each page of sequence b
 /// that lies wholly before key firstKeys[b]: a page a server gave back.
 struct PagedCopy {
@@ -179,7 +181,7 @@ PagedCopy pageProblem(const harness::ForwardProblem &data, const AttnLaunchConfi
       const int32_t physical = order[next++];
       const bool givenBack = !firstKeys.empty() && (page + 1) * pageSize <= firstKeys[b];
       table[b * copy.maxPages + page] = givenBack ? order[copy.pages - 1] : physical;
-      const int64_t rows = std::min(pageSize, shape.seqlenK - page * pageSize);
+      const int64_t rows = std::min(pageSize, lengths[b] - page * pageSize);
       const int64_t from = (b * shape.seqlenK + page * pageSize) * rowElements;
       std::memcpy(&kPool[physical * pageSize * rowElements], &kBits[from], rows * rowElements * 2);
       std::memcpy(&vPool[physical * pageSize * rowElements], &vBits[from], rows * rowElements * 2);
@@ -231,13 +233,27 @@ harness::ReferenceOutputs pagedReference(const std::string &spec,
   return outputs;
 }
 
-/// With `windowLeft` >= 0 (a sliding window of that many keys left of the
-/// diagonal, aligned bottom-right), the pages before every row's window
-/// are given back (pageProblem's firstKeys).
-void runPaged(const std::string &spec, int64_t seqlenQ, int64_t pageSize,
-              const std::vector<int64_t> &lengths, int keySplits, uint64_t seed,
-              const gputest::CaptureMaker &captures = {}, int64_t windowLeft = -1) {
-  LoadedKernel &kernel = loadKernel(spec);
+/// Which kernel a paged check launches: the short-query path (with
+/// keySplits), or the forward kernel compiled for paged caches (keySplits
+/// 0) under the plan `tile` (empty: the heuristic's).
+struct PagedLaunch {
+  bool forward = false;
+  int keySplits = -1;
+  std::string tile;
+};
+
+/// Sequences of `lengths` keys over pages of `pageSize` rows, checked
+/// against the reference of each sequence. With `windowLeft` >= 0 (a
+/// sliding window of that many keys left of the diagonal, aligned
+/// bottom-right), the pages before every row's window are given back
+/// (pageProblem's firstKeys).
+void runPagedOn(const PagedLaunch &how, const std::string &spec, int64_t seqlenQ, int64_t pageSize,
+                const std::vector<int64_t> &lengths, uint64_t seed,
+                const gputest::CaptureMaker &captures, int64_t windowLeft) {
+  CompileOptions options;
+  options.tileOverride = how.tile;
+  options.pagedKv = how.forward;
+  LoadedKernel &kernel = loadKernel(spec, options);
   const AttnLaunchConfig &launch = kernel.compiled.launch;
   const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
   const harness::Shape shape{int64_t(lengths.size()), seqlenQ, longest, false};
@@ -249,19 +265,39 @@ void runPaged(const std::string &spec, int64_t seqlenQ, int64_t pageSize,
     for (int64_t length : lengths)
       firstKeys.push_back(std::max<int64_t>(0, length - seqlenQ - windowLeft));
   PagedCopy paged = pageProblem(data, launch, pageSize, lengths, seed + 1, firstKeys);
-  launchShortQueryWithWorkspace(kernel, paged.args, keySplits);
-  reference::Problem whole = referenceProblemFromSpec(spec, shape.batch, seqlenQ, longest,
-                                                      gputest::hostCaptures(data));
   std::ostringstream what;
-  what << "spec: " << spec << "\nSq=" << seqlenQ << " page size " << pageSize
-       << " keySplits=" << keySplits << " window left " << windowLeft << " lengths:";
+  what << "spec: " << spec << "\nSq=" << seqlenQ << " page size " << pageSize;
+  if (how.forward)
+    what << " forward kernel (boxes of " << forwardPageBoxRows(launch, pageSize) << " rows) plan "
+         << launch.blockM << "x" << launch.blockN;
+  else
+    what << " keySplits=" << how.keySplits;
+  what << " window left " << windowLeft << " lengths:";
   for (int64_t length : lengths)
     what << " " << length;
+  INFO(what.str());
+  if (how.forward) {
+    paged.args.keySplits = 0;
+    REQUIRE(forwardPageBoxRows(launch, pageSize) > 0);
+    launchForward(kernel.function, launch, paged.args, nullptr);
+    ATTN_CU_CHECK(cuCtxSynchronize);
+  } else {
+    launchShortQueryWithWorkspace(kernel, paged.args, how.keySplits);
+  }
+  reference::Problem whole =
+      referenceProblemFromSpec(spec, shape.batch, seqlenQ, longest, gputest::hostCaptures(data));
   checkComparison(harness::compareOutputs(whole,
                                           pagedReference(spec, data, launch, lengths,
                                                          gputest::hostCaptures(data)),
                                           data, launch.dtype),
                   what.str());
+}
+
+/// The short-query path over pages.
+void runPaged(const std::string &spec, int64_t seqlenQ, int64_t pageSize,
+              const std::vector<int64_t> &lengths, int keySplits, uint64_t seed,
+              const gputest::CaptureMaker &captures = {}, int64_t windowLeft = -1) {
+  runPagedOn({false, keySplits, ""}, spec, seqlenQ, pageSize, lengths, seed, captures, windowLeft);
 }
 
 } // namespace
@@ -317,14 +353,113 @@ TEST_CASE("a paged KV cache matches the reference with shuffled pages and per-se
       runPaged(causal256, seqlenQ, pageSize, lengths, -1, seed++);
 }
 
+namespace {
+
+/// The compiled spec as a KernelImage, for the tests that go through
+/// Kernel::run.
+KernelImage kernelImage(const std::string &spec, const std::string &name,
+                        const CompileOptions &options = {}) {
+  LoadedKernel &loaded = loadKernel(spec, options);
+  KernelImage image;
+  image.name = name;
+  image.ptx.assign(loaded.compiled.binary.begin(), loaded.compiled.binary.end());
+  image.launch = loaded.compiled.launch;
+  return image;
+}
+
+/// The forward kernel compiled for paged caches over pages.
+void runPagedForward(const std::string &spec, int64_t seqlenQ, int64_t pageSize,
+                     const std::vector<int64_t> &lengths, uint64_t seed,
+                     const gputest::CaptureMaker &captures = {}, int64_t windowLeft = -1,
+                     const std::string &tile = "") {
+  runPagedOn({true, 0, tile}, spec, seqlenQ, pageSize, lengths, seed, captures, windowLeft);
+}
+
+} // namespace
+
+TEST_CASE("the forward kernel reads a paged KV cache with shuffled pages and per-sequence "
+          "lengths",
+          "[gpu][paged][paged_forward]") {
+  // Every built-in mask at head dims 64, 128 and 256 (their 80- to
+  // 192-key tiles take boxes of 16 to 128 rows), the rows of each last
+  // page past its sequence NaN: a verification step (heads packed two a
+  // tile), a prefill chunk of 100 rows and one longer than two sequences
+  // (rows with no key).
+  const std::vector<int64_t> lengths = {1000, 1, 333, 64};
+  struct Kind {
+    int headDim;
+    const char *element;
+    int qHeads, kvHeads;
+  };
+  uint64_t seed = 700;
+  for (const Kind kind : {Kind{64, "f16", 8, 2}, Kind{128, "bf16", 8, 2}, Kind{256, "bf16", 4, 1}})
+    for (const char *mask : gputest::kBuiltInMasks) {
+      const std::string spec =
+          gputest::specText(kind.headDim, kind.element, mask, kind.qHeads, kind.kvHeads);
+      for (int64_t pageSize : {16, 48, 64, 256})
+        runPagedForward(spec, 64, pageSize, lengths, seed++);
+      runPagedForward(spec, 100, 128, lengths, seed++);
+      runPagedForward(spec, 300, 32, lengths, seed++);
+    }
+  // 128-row tiles of 128 keys: pages of 64 rows are two boxes a tile, pages
+  // of 256 a box of 128 rows.
+  const std::string causal = gputest::specText(128, "bf16", "#attn.causal<bottom_right>", 8, 2);
+  for (int64_t pageSize : {64, 256})
+    runPagedForward(causal, 200, pageSize, {2000, 130, 1}, seed++, {}, -1,
+                    "block_m=128,block_n=128");
+  // A window whose pages wholly before every row's window were given back
+  // (NaN): the boxes before a work tile's first key read zeros instead.
+  const std::string window =
+      gputest::specText(128, "bf16", "#attn.sliding_window<left = 100, right = 0>", 8, 2);
+  for (int64_t pageSize : {16, 64})
+    for (int64_t seqlenQ : {64, 150})
+      runPagedForward(window, seqlenQ, pageSize, lengths, seed++, {}, 100);
+  // score_mods (ALiBi's per-head slopes, soft-capping) and a mask_mod.
+  using gputest::exampleWithHeads;
+  const char *heads = "q_heads = 8, kv_heads = 2";
+  runPagedForward(exampleWithHeads("alibi_causal_hd128.mlir", heads), 64, 64, lengths, seed++,
+                  gputest::addSlopes);
+  runPagedForward(exampleWithHeads("softcap_causal_hd128.mlir", heads), 130, 32, lengths, seed++);
+  runPagedForward(exampleWithHeads("prefix_lm_hd128.mlir", heads), 100, 64, lengths, seed++);
+}
+
+TEST_CASE("Kernel::run reads a paged prefill on the forward kernel",
+          "[gpu][paged][paged_forward]") {
+  // Past the short-query rows a paged call whose pages the forward kernel
+  // (compiled for paged caches) reads takes it, as a contiguous call would;
+  // pages of 24 rows (boxes of 8) stay on the short-query path. Both match
+  // the reference.
+  const std::string spec = gputest::specText(128, "bf16", "#attn.causal<bottom_right>", 8, 2);
+  CompileOptions paged;
+  paged.pagedKv = true;
+  const KernelImage image = kernelImage(spec, "paged_prefill", paged);
+  const Kernel kernel(image);
+  const std::vector<int64_t> lengths = {900, 77};
+  uint64_t seed = 800;
+  for (const auto [pageSize, forward] : {std::pair<int64_t, bool>{64, true}, {24, false}}) {
+    const harness::Shape shape{2, 120, 900, false};
+    harness::ForwardProblem data(image.launch, shape, seed);
+    data.poisonOutputs();
+    PagedCopy paged = pageProblem(data, image.launch, pageSize, lengths, seed + 1);
+    DeviceBuffer workspace(std::max<uint64_t>(forwardWorkspaceBytes(image.launch, paged.args), 16));
+    paged.args.workspace = workspace.data();
+    paged.args.workspaceBytes = workspace.size();
+    INFO("page size " << pageSize);
+    CHECK((shortQueryPlanFor(image.launch, paged.args, 132).splits == 0) == forward);
+    kernel.run(paged.args);
+    ATTN_CU_CHECK(cuCtxSynchronize);
+    checkComparison(harness::compareOutputs(referenceProblemFromSpec(spec, 2, 120, 900),
+                                            pagedReference(spec, data, image.launch, lengths, {}),
+                                            data, image.launch.dtype),
+                    "Kernel::run over pages");
+    seed += 2;
+  }
+}
+
 TEST_CASE("Kernel::run takes the short-query path for decode and matches the reference",
           "[gpu][short]") {
   const std::string spec = gputest::specText(128, "bf16", "#attn.causal<bottom_right>", 8, 2);
-  LoadedKernel &loaded = loadKernel(spec);
-  KernelImage image;
-  image.name = "short";
-  image.ptx.assign(loaded.compiled.binary.begin(), loaded.compiled.binary.end());
-  image.launch = loaded.compiled.launch;
+  const KernelImage image = kernelImage(spec, "short");
   const Kernel kernel(image);
   const harness::Shape shape{3, 1, 5000, false};
   harness::ForwardProblem data(image.launch, shape, 400);

@@ -54,6 +54,30 @@ TEST_CASE("every head dim and element type assembles for sm_90a without spills",
   CHECK(report.registers(kernel.launch.kernelName) > 0);
 }
 
+TEST_CASE("only kernels compiled for paged caches hold the forward kernel's page walk",
+          "[codegen][paged]") {
+  // The page walk's block-table prefetch marks it. Head dims 64 and 128
+  // assemble without spills with it; head dim 256 spills (4 to 80 bytes,
+  // docs/runtime.md), which is why it is an option.
+  int headDim = GENERATE(64, 128);
+  const std::string text = spec(headDim, "bf16", "#attn.causal<bottom_right>");
+  attn::CompiledKernel contiguous = attn::compileSpec(text, "k.mlir");
+  CHECK(contiguous.launch.pagedForward == 0);
+  CHECK(
+      std::string(contiguous.binary.begin(), contiguous.binary.end()).find("prefetch.global.L1") ==
+      std::string::npos);
+  attn::CompileOptions options;
+  options.pagedKv = true;
+  attn::CompiledKernel paged = attn::compileSpec(text, "k.mlir", options);
+  CHECK(paged.launch.pagedForward == 1);
+  CHECK(std::string(paged.binary.begin(), paged.binary.end()).find("prefetch.global.L1") !=
+        std::string::npos);
+  attn::test::PtxasReport report = attn::test::assembleWithPtxas(paged.binary);
+  INFO(report.text);
+  REQUIRE(report.status == 0);
+  CHECK(report.spillFree());
+}
+
 TEST_CASE("the short-query kernel finds a key's page by multiply and shift, not division",
           "[codegen][paged]") {
   // A division or remainder per copied row (the page size is a launch

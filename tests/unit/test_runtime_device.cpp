@@ -33,7 +33,7 @@ const char *kProbePtx = R"(
 .target sm_70
 .address_size 64
 
-.visible .entry attn_fwd_kernel(.param .align 64 .b8 params[832])
+.visible .entry attn_fwd_kernel(.param .align 64 .b8 params[896])
 {
   .reg .pred %p<3>;
   .reg .b32 %r<12>;
@@ -89,7 +89,7 @@ static_assert(offsetof(attn_abi::AttnFwdParams, captures) == 544, "probe PTX");
 static_assert(sizeof(attn_abi::CaptureArg) == 32, "");
 static_assert(offsetof(attn_abi::CaptureArg, data) == 0, "");
 static_assert(offsetof(attn_abi::CaptureArg, extents) == 8, "");
-static_assert(sizeof(attn_abi::AttnFwdParams) == 832, "probe PTX");
+static_assert(sizeof(attn_abi::AttnFwdParams) == 896, "probe PTX");
 
 } // namespace
 

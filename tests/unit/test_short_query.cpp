@@ -6,8 +6,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <climits>
 #include <functional>
+#include <tuple>
 
 using namespace attn;
 using attn::test::fakePointer;
@@ -39,17 +41,20 @@ AttnForwardArgs decodeArgs(const AttnLaunchConfig &config, int64_t batch, int64_
   return args;
 }
 
-/// A paged decode call: pools of 1000 pages of 64 rows, a table of 512
-/// pages a sequence.
-AttnForwardArgs pagedArgs(const AttnLaunchConfig &config, int64_t batch) {
-  AttnForwardArgs args = decodeArgs(config, batch, 1, 1);
-  args.k = contiguousBSHD(fakePointer(0x20000000), DType::BF16, 1000, 64, config.kvHeads, 128);
-  args.v = contiguousBSHD(fakePointer(0x30000000), DType::BF16, 1000, 64, config.kvHeads, 128);
+/// A paged call of `seqlenQ` query rows: pools of 1000 pages of
+/// `pageSize` rows, a table of 512 pages a sequence.
+AttnForwardArgs pagedArgs(const AttnLaunchConfig &config, int64_t batch, int64_t seqlenQ = 1,
+                          int64_t pageSize = 64) {
+  AttnForwardArgs args = decodeArgs(config, batch, seqlenQ, 1);
+  args.k =
+      contiguousBSHD(fakePointer(0x20000000), DType::BF16, 1000, pageSize, config.kvHeads, 128);
+  args.v =
+      contiguousBSHD(fakePointer(0x30000000), DType::BF16, 1000, pageSize, config.kvHeads, 128);
   args.paged.blockTable = static_cast<const int32_t *>(fakePointer(0x70000000));
   args.paged.blockTableStride = 512;
   args.paged.maxPages = 512;
   args.paged.seqlensK = static_cast<const int32_t *>(fakePointer(0x71000000));
-  args.paged.maxSeqlenK = 30000;
+  args.paged.maxSeqlenK = std::min<int64_t>(30000, 512 * pageSize);
   return args;
 }
 
@@ -107,15 +112,65 @@ TEST_CASE("short queries take the split-KV path, longer ones the forward kernel"
   CHECK(wide.splits == 256);
 }
 
-TEST_CASE("a paged cache takes the short-query path at any query length",
+TEST_CASE("a paged cache takes the short-query path unless the forward kernel was compiled for "
+          "pages",
           "[runtime][short][paged]") {
-  const AttnLaunchConfig config = decodeConfig(8);
+  const AttnLaunchConfig contiguousOnly = decodeConfig(8);
+  CHECK(shortQueryPlanFor(contiguousOnly, pagedArgs(contiguousOnly, 4, 500), 132).rowBlocks == 32);
+  AttnForwardArgs refused = pagedArgs(contiguousOnly, 4, 1);
+  refused.keySplits = 0;
+  CHECK_THROWS_WITH(validateForwardArgs(contiguousOnly, refused),
+                    StartsWith("keySplits: ") && Contains("compiled without paged KV caches"));
+}
+
+TEST_CASE("a paged cache takes the forward kernel where a contiguous call would, if it reads "
+          "the pages",
+          "[runtime][short][paged]") {
+  AttnLaunchConfig config = decodeConfig(8);
+  config.pagedForward = 1;
   AttnForwardArgs args = pagedArgs(config, 4);
   CHECK_NOTHROW(validateForwardArgs(config, args));
   CHECK(shortQueryPlanFor(config, args, 132).splits >= 1);
-  args.q = contiguousBSHD(args.q.data, DType::BF16, 4, 500, 32, 128);
-  args.o = contiguousBSHD(args.o.data, DType::BF16, 4, 500, 32, 128);
-  CHECK(shortQueryPlanFor(config, args, 132).rowBlocks == 32);
+  // 500 rows over pages of 64: the forward kernel, in boxes of 64 rows.
+  CHECK(shortQueryPlanFor(config, pagedArgs(config, 4, 500), 132).splits == 0);
+  // 64 rows of 4 query heads a kv head, as contiguous: the forward kernel,
+  // two heads a work tile.
+  CHECK(shortQueryPlanFor(config, pagedArgs(config, 8, 64), 132).splits == 0);
+  CHECK(forwardHeadsPerTile(config, pagedArgs(config, 8, 64)) == 2);
+  // Pages of 24 rows share only 8 with 128-key tiles: the short-query path
+  // at any query length, and keySplits 0 is refused.
+  AttnForwardArgs odd = pagedArgs(config, 4, 500, 24);
+  CHECK(shortQueryPlanFor(config, odd, 132).rowBlocks == 32);
+  CHECK(shortQueryPlanFor(config, odd, 132).splits >= 1);
+  odd.keySplits = 0;
+  CHECK_THROWS_WITH(validateForwardArgs(config, odd),
+                    StartsWith("keySplits: ") && Contains("not pages of 24 rows"));
+  AttnForwardArgs forward = pagedArgs(config, 4, 1);
+  forward.keySplits = 0;
+  CHECK_NOTHROW(validateForwardArgs(config, forward));
+}
+
+TEST_CASE("the forward kernel's boxes over pages divide the page and the key tile",
+          "[runtime][paged]") {
+  AttnLaunchConfig config = decodeConfig(8);
+  for (auto [blockN, pageSize, rows] : {std::tuple{128, 16, 16},
+                                        {128, 48, 16},
+                                        {128, 64, 64},
+                                        {128, 256, 128},
+                                        {128, 128, 128},
+                                        {128, 24, 0},
+                                        {128, 8, 0},
+                                        {128, 1, 0},
+                                        {80, 64, 16},
+                                        {80, 32, 16},
+                                        {160, 64, 32},
+                                        {160, 256, 32},
+                                        {144, 48, 48},
+                                        {192, 96, 96}}) {
+    config.blockN = blockN;
+    INFO("blockN " << blockN << ", pages of " << pageSize);
+    CHECK(forwardPageBoxRows(config, pageSize) == rows);
+  }
 }
 
 TEST_CASE("paged cache errors name the argument", "[runtime][validate][paged]") {
@@ -132,8 +187,6 @@ TEST_CASE("paged cache errors name the argument", "[runtime][validate][paged]") 
                      "100 is shorter than a row of paged.maxPages = 512 pages");
   expectPagedInvalid([](auto &a) { a.paged.maxSeqlenK = 512 * 64 + 1; }, "paged.maxSeqlenK: ",
                      "32769 is outside [0, paged.maxPages x page size = 32768]");
-  expectPagedInvalid([](auto &a) { a.keySplits = 0; }, "keySplits: ",
-                     "does not read a paged KV cache");
   expectPagedInvalid([](auto &a) { a.keySplits = -2; }, "keySplits: ", "must be -1");
   expectPagedInvalid([](auto &a) { a.keySplits = 5000; }, "keySplits: ",
                      "5000 splits exceed the limit of 1024");

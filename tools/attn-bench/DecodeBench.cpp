@@ -62,6 +62,8 @@ LoadedModule loadModule(const std::string &spec, const std::string &tuningDataba
   LoadedModule loaded;
   CompileOptions options;
   options.tuningDatabase = tuningDatabase;
+  // A serving kernel: its forward kernel also reads pages.
+  options.pagedKv = true;
   loaded.compiled = compileSpec(spec, "decode.mlir", options);
   loaded.module = Module::loadPtx(
       std::string_view(loaded.compiled.binary.data(), loaded.compiled.binary.size()));
@@ -115,7 +117,10 @@ int runDecodeGrid(int warmup, int repeats, bool quick, const std::string &tuning
               "time. `splits`: the automatic split count (`forward (1)`: the automatic choice is "
               "the forward kernel; the path ran with one split); paged: pages of 64 and 16 rows "
               "in a shuffled order, and pages of 64 rows in order (each sequence's pages one after "
-              "another in the pool); forward: the forward kernel (keySplits = 0; at up to 64 query "
+              "another in the pool), on the kernel the runtime chooses for them (modules compiled "
+              "with --paged-kv: the forward kernel where it takes the contiguous call); forward: "
+              "the forward kernel (keySplits "
+              "= 0; at up to 64 query "
               "rows a 128-row tile holds two query heads, forwardHeadsPerTile).\n\n");
   if (!tuningDatabase.empty())
     std::printf("Split counts: the tuning database %s where it has the point's bucket "
@@ -241,7 +246,20 @@ int runDecodeGrid(int warmup, int repeats, bool quick, const std::string &tuning
       const uint64_t pagedBytes = forwardWorkspaceBytes(launch, pagedArgsFor(caches[0]));
       if (pagedBytes > workspace.size())
         workspace = DeviceBuffer(pagedBytes);
-      pagedMs[index] = timeShortQuery(pagedArgsFor);
+      // The runtime's choice of kernel too: the forward kernel reads pages
+      // where it takes the contiguous call.
+      if (shortQueryPlanFor(launch, pagedArgsFor(caches[0]), multiprocessors).splits > 0) {
+        pagedMs[index] = timeShortQuery(pagedArgsFor);
+        continue;
+      }
+      pagedMs[index] =
+          harness::backToBackMs(
+              [&] {
+                launchForward(loaded.function, launch, pagedArgsFor(caches[next]), nullptr);
+                next = (next + 1) % copies;
+              },
+              warmup, repeats)
+              .deviceMs;
     }
 
     const double forwardMs = harness::backToBackMs(

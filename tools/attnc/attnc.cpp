@@ -72,6 +72,11 @@ cl::opt<std::string> tileOverride(
     "tile", cl::desc("Override the tile heuristic, e.g. block_n=64,stages=3"),
     cl::value_desc("key=value,..."), cl::init(""), cl::sub(cl::SubCommand::getTopLevel()),
     cl::sub(cacheCommand));
+cl::opt<bool>
+    pagedKv("paged-kv",
+            cl::desc("A softmax forward kernel that also reads paged KV caches (prefill chunks and "
+                     "verification over pages; without it paged calls take the short-query path)"),
+            cl::init(false), cl::sub(cl::SubCommand::getTopLevel()));
 cl::opt<std::string> shape(
     "shape",
     cl::desc("The problem size the kernel is for: the tuning database's plan for the nearest "
@@ -180,6 +185,7 @@ int compile(mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr) {
   options.tileOverride = tileOverride;
   options.tuningDatabase = tuningDatabasePath();
   options.tuningShape = shape;
+  options.pagedKv = pagedKv;
   options.planOnly = emitKind == EmitKind::Mlir || emitKind == EmitKind::Metadata;
   options.printIrAfterEachPass = printIrAfterAll;
   if (backward)

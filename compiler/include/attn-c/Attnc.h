@@ -83,8 +83,9 @@ typedef struct {
  * workspace) may be null. key_splits chooses the short-query (split-KV)
  * path, zero meaning the default: 0 lets the launch choose it and its split
  * count (attn::AttnForwardArgs::keySplits = -1), -1 keeps the forward
- * kernel (keySplits = 0), k >= 1 takes it with k splits. A paged call always
- * takes it. 504 bytes. */
+ * kernel (keySplits = 0), k >= 1 takes it with k splits. A paged call takes
+ * the path (kernels compiled here do not read pages on the forward kernel:
+ * attn::CompileOptions::pagedKv is not an option of this API). 504 bytes. */
 typedef struct {
   attnc_tensor q, k, v, o;
   float *lse;

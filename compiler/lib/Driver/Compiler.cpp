@@ -63,6 +63,10 @@ mlir::LogicalResult runCompilePipeline(mlir::ModuleOp module, const CompileOptio
                         },
                         /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false);
   }
+  if (options.pagedKv)
+    module.walk([](mlir::attn::KernelOp op) {
+      op->setAttr(mlir::attn::kPagedKvAttrName, mlir::UnitAttr::get(op.getContext()));
+    });
   buildCompilePipeline(pm, options);
   return pm.run(module);
 }
@@ -132,6 +136,8 @@ AttnLaunchConfig launchConfigFor(mlir::attn::KernelOp op) {
   // The region, or once attn-lower-mods has outlined it, its function.
   launch.automaticWorkOrder = mlir::isa<mlir::attn::SoftmaxAttr>(op.getNormalizer()) &&
                               (!op.getMaskMod().empty() || op.getMaskModFnAttr());
+  launch.pagedForward = mlir::isa<mlir::attn::SoftmaxAttr>(op.getNormalizer()) &&
+                        op->hasAttr(mlir::attn::kPagedKvAttrName);
   if (op.getNormalizer().isLinearFamily()) {
     launch.kernelName = ATTN_LINEAR_KERNEL_NAME;
     // The plan's producer warpgroup is a single warp in this kernel.

@@ -514,6 +514,7 @@ FailureOr<::attn::codegen::ForwardKernelConfig> buildForwardKernelConfig(KernelO
     config.smem.keyBits = buffer.getOffset();
   }
   config.smem.total = smem.getTotal();
+  config.pagedKv = op->hasAttr(kPagedKvAttrName);
   return config;
 }
 

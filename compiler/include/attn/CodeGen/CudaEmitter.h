@@ -118,6 +118,8 @@ struct ForwardKernelConfig {
   MaskPolicy mask;
   UserMods mods;
   SharedMemoryOffsets smem;
+  // Whether the forward kernel also reads paged KV caches (kPagedKv).
+  bool pagedKv = false;
 };
 
 // The complete translation unit for the forward softmax kernel.

@@ -37,6 +37,10 @@ struct CompileOptions {
   /// the shape-free heuristic).
   std::string tuningDatabase;
   std::string tuningShape;
+  /// Softmax forward kernels that also read paged KV caches on the forward
+  /// kernel (prefill chunks, verification; AttnLaunchConfig::pagedForward).
+  /// Without it paged calls take the short-query path only.
+  bool pagedKv = false;
   /// Stop after planning (no CUDA emission).
   bool planOnly = false;
   /// Print the IR after each pass to stderr.

@@ -27,6 +27,12 @@ FailureOr<::attn::codegen::LinearKernelConfig> buildLinearKernelConfig(KernelOp 
 /// The discardable attribute that attn-emit-cuda sets on each kernel.
 inline constexpr llvm::StringLiteral kCudaSourceAttrName = "attn.cuda_source";
 
+/// The discardable unit attribute that asks for a softmax forward kernel
+/// that also reads paged KV caches (CompileOptions::pagedKv): its producer
+/// then holds the page walk, which cost contiguous calls 1 to 2 % and made
+/// two head-dim-256 plans spill when every kernel held it.
+inline constexpr llvm::StringLiteral kPagedKvAttrName = "attn.paged_kv";
+
 } // namespace mlir::attn
 
 #endif // ATTN_COMPILER_KERNELCONFIG_H

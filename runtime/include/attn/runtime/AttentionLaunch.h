@@ -95,6 +95,11 @@ struct AttnLaunchConfig {
   /// first (WorkOrderPolicy::OutliersFirst), with an order it builds once per
   /// shape (AutomaticWorkOrders).
   int automaticWorkOrder = 0;
+  /// 1 when the forward kernel also reads paged KV caches (compiled with
+  /// CompileOptions::pagedKv, `attnc --paged-kv`): paged calls whose pages
+  /// it reads (forwardPageBoxRows) may take it. 0: paged calls take the
+  /// short-query path.
+  int pagedForward = 0;
   std::string kernelName = ATTN_FWD_KERNEL_NAME;
   /// 1 for linear attention and retention (the chunkwise kernel, launched
   /// with AttnLinearArgs; kernelName is ATTN_LINEAR_KERNEL_NAME), 0 for
@@ -167,10 +172,12 @@ struct PackedSequences {
 /// key lengths, each at most maxSeqlenK <= maxPages * pageSize. The captures'
 /// `seqlen_k` extent and the grid's key range are maxSeqlenK.
 ///
-/// The launch cannot read the arrays without a synchronization: the kernel
-/// clamps each length to [0, maxSeqlenK] and each page number to
-/// [0, numPages), so that no access leaves the pools, but entries out of
-/// those ranges give wrong rows.
+/// The launch cannot read the arrays without a synchronization: the kernels
+/// clamp each length to [0, maxSeqlenK], and no page number leaves the
+/// pools (the short-query path clamps it to [0, numPages), the forward
+/// kernel's copies read zeros for it), but entries out of those ranges give
+/// wrong rows. Rows of a sequence's last page past its length may hold
+/// anything, NaN included.
 struct PagedKvCache {
   const int32_t *blockTable = nullptr;
   int64_t blockTableStride = 0;
@@ -213,12 +220,14 @@ struct AttnForwardArgs {
   /// Launches that share a workspace must not run concurrently.
   void *workspace = nullptr;
   uint64_t workspaceBytes = 0;
-  /// Optional: a paged KV cache (PagedKvCache); such calls take the
-  /// short-query path at any query length.
+  /// Optional: a paged KV cache (PagedKvCache). Such calls take the forward
+  /// kernel where a contiguous call of their shape would, the kernel was
+  /// compiled for paged caches (AttnLaunchConfig::pagedForward) and the
+  /// pages suit its tiles (forwardPageBoxRows); else the short-query path.
   PagedKvCache paged;
   /// The short-query (split-KV) path: -1 lets the launch choose it for short
-  /// queries as shortQueryPlanFor says (and for every paged call), with its
-  /// split count; 0 keeps the forward
+  /// queries as shortQueryPlanFor says (and for paged calls whose pages the
+  /// forward kernel cannot read), with its split count; 0 keeps the forward
   /// kernel; k >= 1 takes the path with k splits of the keys. Splits beyond
   /// one need the workspace (forwardWorkspaceBytes sizes it); without one
   /// the launch chooses a single split.
@@ -323,6 +332,13 @@ void fillCaptureArgs(const AttnForwardArgs &args,
 /// query heads per kv head: such a call's tile would otherwise hold at most
 /// 64 rows.
 int forwardHeadsPerTile(const AttnLaunchConfig &config, const AttnForwardArgs &args);
+
+/// The rows of each copy the forward kernel makes from a paged KV cache of
+/// `pageSize`-row pages: their greatest common divisor with blockN (a box
+/// lies inside one page and one key tile), or 0 where that is not a
+/// multiple of 16 (the page size is not: key tiles are) and only the
+/// short-query path reads such pages.
+int forwardPageBoxRows(const AttnLaunchConfig &config, int64_t pageSize);
 
 /// The kernel's units of work: ceil(seqlenQ / (blockM / headsPerTile))
 /// query blocks for each (batch, group of headsPerTile heads). Throws
