@@ -136,10 +136,10 @@ struct AttnFwdParams {
   // unpacked tile.
   int heads_per_tile;
   // Optional paged KV cache (block_table non-null; kernels compiled with
-  // attn_plan::kPagedKv only): k_map and v_map span
-  // the page pools [num_pages, page_size, kv_heads, head_dim] as a batch of
-  // num_pages sequences of page_size rows, with boxes of page_box_rows rows
-  // (a divisor of page_size and of BLOCK_N, a multiple of 8). Key j of
+  // attn_plan::kPagedKv only): k_map and v_map span the page pools
+  // [num_pages, page_size, kv_heads, head_dim] as a batch of num_pages
+  // sequences of page_size rows, with boxes of page_box_rows rows (a
+  // divisor of page_size and of BLOCK_N, a multiple of 16). Key j of
   // sequence b lies in page block_table[b * block_table_stride + j /
   // page_size], row j % page_size; the sequence holds seqlens_k[b] keys,
   // clamped to [0, seqlen_k] (the runtime bounds seqlen_k by max_pages *

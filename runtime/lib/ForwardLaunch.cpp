@@ -425,8 +425,23 @@ int tileKeySlotLimit(const AttnLaunchConfig &config, const void *buffer, const c
 }
 } // namespace
 
+/// A paged call's page boxes need a kernel compiled for them, and pages of
+/// a multiple of 16 rows.
+static void requireForwardReadsPages(const AttnLaunchConfig &config, const AttnForwardArgs &args) {
+  if (args.paged.active() && !forwardReadsPages(config, args))
+    fail("paged", config.pagedForward
+                      ? fmt::format("the forward kernel reads pages of a multiple of 16 rows, "
+                                    "not pages of {} rows: launch the call with "
+                                    "launchShortQuery (Kernel::run chooses it)",
+                                    args.k.shape[1])
+                      : std::string("the forward kernel was compiled without paged KV caches "
+                                    "(CompileOptions::pagedKv): launch the call with "
+                                    "launchShortQuery (Kernel::run chooses it)"));
+}
+
 attn_abi::AttnFwdParams detail::encodeForwardParams(const AttnLaunchConfig &config,
                                                     const AttnForwardArgs &args) {
+  requireForwardReadsPages(config, args);
   attn_abi::AttnFwdParams params{};
   // A work tile that packs heads loads the same blockM rows of Q, 64 of
   // each head.
@@ -545,15 +560,7 @@ ForwardTail forwardTailOf(const AttnLaunchConfig &config, const AttnForwardArgs 
 void launchForward(KernelFunction &kernel, const AttnLaunchConfig &config,
                    const AttnForwardArgs &args, CUstream stream) {
   validateForwardArgs(config, args);
-  if (args.paged.active() && !forwardReadsPages(config, args))
-    fail("paged", config.pagedForward
-                      ? fmt::format("the forward kernel reads pages of a multiple of 16 rows, "
-                                    "not pages of {} rows: launch the call with "
-                                    "launchShortQuery (Kernel::run chooses it)",
-                                    args.k.shape[1])
-                      : std::string("the forward kernel was compiled without paged KV caches "
-                                    "(CompileOptions::pagedKv): launch the call with "
-                                    "launchShortQuery (Kernel::run chooses it)"));
+  requireForwardReadsPages(config, args);
   const LogicalShape shape = logicalShape(args);
   if (args.q.batch() == 0 || args.q.seqlen() == 0 || shape.batch == 0 || shape.seqlenQ == 0)
     return;

@@ -102,7 +102,12 @@ __device__ void consumeTile(const attn_abi::AttnFwdParams &p, u32 smemBase,
                             : sliceCoverage(p, work, keyTile, sliceQueryBegin, sliceLast);
     // A tile visited for the other consumers' rows only: the softmax gives
     // P = 0 and keeps the statistics, with nothing evaluated per element.
-    const bool sliceEmpty = kMaskModProved && coverage == Coverage::Empty;
+    // Except a paged cache's tile that holds the sequence's end: its keys
+    // past the end came from the last page as they are (NaN included), and
+    // only the mask's -inf replaces their scores.
+    const bool sliceEmpty =
+        kMaskModProved && coverage == Coverage::Empty &&
+        !(attn_plan::kPagedKv && readsPages(p) && keyBase + kBlockN > work.sequence.seqlenK);
     if constexpr (Mods::kHasScoreMod) {
       if (!sliceEmpty) {
         applyScoreMod(p, scores, work, scoreRows, row0, keyBase, scoreModInputScale, lane,

@@ -421,6 +421,13 @@ TEST_CASE("the forward kernel reads a paged KV cache with shuffled pages and per
                   gputest::addSlopes);
   runPagedForward(exampleWithHeads("softcap_causal_hd128.mlir", heads), 130, 32, lengths, seed++);
   runPagedForward(exampleWithHeads("prefix_lm_hd128.mlir", heads), 100, 64, lengths, seed++);
+  // A mask_mod tile empty for one consumer's rows that holds a sequence's
+  // end: prefix-LM with a prefix of 16 on 64-key tiles, 100 keys on 128-row
+  // pages. Key tile 1 (keys 64-127) is empty for rows 0-63 but not for
+  // rows 64-127, and its keys 100-127 are NaN: the mask must still run.
+  runPagedForward(gputest::replaceAll(exampleWithHeads("prefix_lm_hd128.mlir", heads),
+                                      "arith.constant 2048", "arith.constant 16"),
+                  128, 128, {100, 300}, seed++, {}, -1, "block_m=128,block_n=64");
 }
 
 TEST_CASE("Kernel::run reads a paged prefill on the forward kernel",

@@ -180,7 +180,7 @@ TEST_CASE("launch metadata round-trips every field exactly", "[cache][metadata]"
   config.tunedKeySplits = {{ShapeBucket{256, 1, 32768}, 4}, {ShapeBucket{32, 16, 8192}, 0}};
 
   std::string text = serializeLaunchConfig(config);
-  CHECK_THAT(text, StartsWith("attn-launch-metadata 10\n"));
+  CHECK_THAT(text, StartsWith("attn-launch-metadata 11\n"));
   CHECK_THAT(text, Contains("\ntuned_key_splits 2\ntuned_key_splits.0 bh256_q1_k32768 4\n"
                             "tuned_key_splits.1 bh32_q16_k8192 0\n"));
   AttnLaunchConfig back = parseLaunchConfig(text);

@@ -373,7 +373,7 @@ TEST_CASE("launch metadata round-trips captures", "[runtime][metadata][captures]
   SECTION("none") {
     AttnLaunchConfig config = makeConfig();
     std::string text = serializeLaunchConfig(config);
-    CHECK_THAT(text, StartsWith("attn-launch-metadata 10\n"));
+    CHECK_THAT(text, StartsWith("attn-launch-metadata 11\n"));
     CHECK_THAT(text, Contains("\ncaptures 0\n"));
     CHECK_THAT(text, !Contains("capture."));
     AttnLaunchConfig back = parseLaunchConfig(text);

@@ -28,7 +28,7 @@
 // PTX-DAG: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16
 
 // What Kernel::fromFiles reads beside the cubin.
-// METADATA: attn-launch-metadata 10
+// METADATA: attn-launch-metadata 11
 // METADATA-DAG: kernel attn_fwd_kernel
 // METADATA-DAG: head_dim 128
 // METADATA-DAG: q_heads 16

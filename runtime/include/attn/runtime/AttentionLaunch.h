@@ -311,8 +311,10 @@ void validateDevicePointers(const AttnLaunchConfig &config,
                             const AttnForwardArgs &args);
 
 /// Builds the kernel's parameter block (encodes the tensor maps, so it needs
-/// the driver). Q maps use blockM-row boxes, K/V maps blockN-row boxes, the
-/// O map 64-row boxes, all 64 columns. Validates first.
+/// the driver). Q maps use blockM-row boxes, K/V maps blockN-row boxes (over
+/// a paged cache, forwardPageBoxRows-row boxes of the pools; refused unless
+/// the kernel reads such pages), the O map 64-row boxes, all 64 columns.
+/// Validates first.
 attn_abi::AttnFwdParams makeForwardParams(const AttnLaunchConfig &config,
                                           const AttnForwardArgs &args);
 

@@ -46,8 +46,8 @@ namespace attn {
 /// Version 3 added the captured buffers, 5 even_work_tiles, 6
 /// automatic_work_order, 7 the captures' `grad`, 8 step_list, 9
 /// tuned_key_splits, 10 `causal` for softmax kernels too (before, 1 there
-/// whatever the mask).
-inline constexpr int kLaunchMetadataVersion = 10;
+/// whatever the mask), 11 paged_forward.
+inline constexpr int kLaunchMetadataVersion = 11;
 
 std::string serializeLaunchConfig(const AttnLaunchConfig &config);
 
