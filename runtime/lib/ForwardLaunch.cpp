@@ -428,15 +428,9 @@ int tileKeySlotLimit(const AttnLaunchConfig &config, const void *buffer, const c
 /// A paged call's page boxes need a kernel compiled for them, and pages of
 /// a multiple of 16 rows.
 static void requireForwardReadsPages(const AttnLaunchConfig &config, const AttnForwardArgs &args) {
-  if (args.paged.active() && !forwardReadsPages(config, args))
-    fail("paged", config.pagedForward
-                      ? fmt::format("the forward kernel reads pages of a multiple of 16 rows, "
-                                    "not pages of {} rows: launch the call with "
-                                    "launchShortQuery (Kernel::run chooses it)",
-                                    args.k.shape[1])
-                      : std::string("the forward kernel was compiled without paged KV caches "
-                                    "(CompileOptions::pagedKv): launch the call with "
-                                    "launchShortQuery (Kernel::run chooses it)"));
+  if (onlyShortQueryPath(config, args))
+    fail("paged", whyForwardSkipsPages(config, args) +
+                      ": launch the call with launchShortQuery (Kernel::run chooses it)");
 }
 
 attn_abi::AttnFwdParams detail::encodeForwardParams(const AttnLaunchConfig &config,

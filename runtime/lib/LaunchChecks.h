@@ -157,8 +157,12 @@ attn_abi::AttnFwdParams encodeForwardParams(const AttnLaunchConfig &config,
 /// What a paged KV cache needs of its arrays and pools beyond the views'
 /// plan checks ("paged.*", "k", "q", "keySplits").
 void validatePagedKvCache(const AttnLaunchConfig &config, const AttnForwardArgs &args);
-/// Whether the forward kernel reads the call's pages (forwardPageBoxRows).
-bool forwardReadsPages(const AttnLaunchConfig &config, const AttnForwardArgs &args);
+/// A paged call the forward kernel does not read (compiled without
+/// pagedForward, or pages forwardPageBoxRows refuses): only the short-query
+/// path takes it.
+bool onlyShortQueryPath(const AttnLaunchConfig &config, const AttnForwardArgs &args);
+/// Why the forward kernel does not read the call's pages, for messages.
+std::string whyForwardSkipsPages(const AttnLaunchConfig &config, const AttnForwardArgs &args);
 /// AttnForwardArgs::keySplits and the short-query path's grid limits.
 void validateShortQueryArgs(const AttnLaunchConfig &config, const AttnForwardArgs &args);
 /// shortQueryPlanFor for arguments validateForwardArgs has accepted.

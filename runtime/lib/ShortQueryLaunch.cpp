@@ -104,7 +104,7 @@ ShortQueryPlan planOf(const AttnLaunchConfig &config, const AttnForwardArgs &arg
   const bool automatic = args.keySplits < 0;
   // A paged call goes where a contiguous one would if the forward kernel
   // reads its pages.
-  const bool forwardMayTake = !args.paged.active() || forwardReadsPages(config, args);
+  const bool forwardMayTake = !onlyShortQueryPath(config, args);
   if (automatic && forwardMayTake &&
       (shape.seqlenQ > attn_abi::kShortQueryMaxRows || args.packed.active() || args.tileCoverage ||
        args.tileKeyBits || args.workOrder))
@@ -210,8 +210,20 @@ attn_abi::AttnSplitKvParams encodeParams(const AttnLaunchConfig &config,
 
 } // namespace
 
-bool detail::forwardReadsPages(const AttnLaunchConfig &config, const AttnForwardArgs &args) {
-  return config.pagedForward && forwardPageBoxRows(config, args.k.shape[1]) > 0;
+bool detail::onlyShortQueryPath(const AttnLaunchConfig &config, const AttnForwardArgs &args) {
+  const bool forwardReadsPages =
+      config.pagedForward && forwardPageBoxRows(config, args.k.shape[1]) > 0;
+  return args.paged.active() && !forwardReadsPages;
+}
+
+std::string detail::whyForwardSkipsPages(const AttnLaunchConfig &config,
+                                         const AttnForwardArgs &args) {
+  if (!config.pagedForward)
+    return "the forward kernel was compiled without paged KV caches (CompileOptions::pagedKv, "
+           "attnc --paged-kv)";
+  return fmt::format("the forward kernel reads pages of a multiple of 16 rows, not pages of {} "
+                     "rows",
+                     args.k.shape[1]);
 }
 
 void detail::validatePagedKvCache(const AttnLaunchConfig &config, const AttnForwardArgs &args) {
@@ -219,14 +231,8 @@ void detail::validatePagedKvCache(const AttnLaunchConfig &config, const AttnForw
   if (args.packed.active())
     fail("paged", "a paged KV cache takes unpacked queries: pass q as [batch, seqlen_q, "
                   "q_heads, head_dim] without packed sequences");
-  if (args.keySplits == 0 && !forwardReadsPages(config, args))
-    fail("keySplits",
-         config.pagedForward
-             ? fmt::format("0 asks for the forward kernel, which reads pages of a multiple of "
-                           "16 rows, not pages of {} rows",
-                           args.k.shape[1])
-             : std::string("0 asks for the forward kernel, which was compiled without paged "
-                           "KV caches (CompileOptions::pagedKv, attnc --paged-kv)"));
+  if (args.keySplits == 0 && onlyShortQueryPath(config, args))
+    fail("keySplits", "0 asks for the forward kernel, but " + whyForwardSkipsPages(config, args));
   if (args.tileCoverage || args.tileKeyBits || args.workOrder)
     fail("paged", "a paged call takes no tile coverage, key bits or work order");
   for (auto [pointer, name] : {std::make_pair(paged.blockTable, "paged.blockTable"),
@@ -273,8 +279,7 @@ void detail::validateShortQueryArgs(const AttnLaunchConfig &config, const AttnFo
     fail("keySplits", "packed sequences take the forward kernel: leave keySplits at -1 or 0");
   const LogicalShape shape = logicalShape(args);
   const int64_t rowBlocks = rowBlocksOf(config, shape.seqlenQ);
-  const bool onlyShortPath = args.paged.active() && !forwardReadsPages(config, args);
-  if ((onlyShortPath || args.keySplits >= 1) &&
+  if ((onlyShortQueryPath(config, args) || args.keySplits >= 1) &&
       !fitsShortQueryGrid(config, rowBlocks, shape.batch)) {
     if (!fitsShortQueryGrid(config, rowBlocks, /*batch=*/1))
       fail("q", fmt::format("{} query rows are too many for the short-query path's grid ({} "
@@ -291,8 +296,8 @@ namespace {
 ShortQueryPlan checkedPlanOf(const AttnLaunchConfig &config, const AttnForwardArgs &args,
                              int multiprocessors, bool withWorkspace) {
   const ShortQueryPlan plan = planOf(config, args, multiprocessors, withWorkspace);
-  if (plan.splits > 0 && (!args.paged.active() || forwardReadsPages(config, args)) &&
-      args.keySplits < 0 && !fitsShortQueryGrid(config, plan.rowBlocks, logicalShape(args).batch))
+  if (plan.splits > 0 && !onlyShortQueryPath(config, args) && args.keySplits < 0 &&
+      !fitsShortQueryGrid(config, plan.rowBlocks, logicalShape(args).batch))
     return ShortQueryPlan{};
   return plan;
 }

@@ -47,4 +47,19 @@ __device__ __forceinline__ Sequence sequenceOf(const Params &p, int batch, bool 
   return sequence;
 }
 
+// A key's slot in its sequence's row of a block table, by the multiply and
+// shift the launch derived from the page size (attn_abi::PageDivider: n / d
+// = (umulhi(m, n) + n) >> l for every n below 2^31), and its row in that
+// page: for the parameters of every kernel that reads paged caches.
+// Branch-free: a division, or a branch between it and a shift, kept each
+// row's address behind the one before it and the copies late.
+template <class Params> __device__ __forceinline__ int pageOf(const Params &p, int key) {
+  const unsigned n = static_cast<unsigned>(key);
+  return static_cast<int>((__umulhi(p.page_magic, n) + n) >> p.page_shift);
+}
+template <class Params>
+__device__ __forceinline__ int rowInPage(const Params &p, int key, int page) {
+  return key - page * p.page_size;
+}
+
 } // namespace attn_dev

@@ -12,13 +12,6 @@ __device__ __forceinline__ bool readsPages(const attn_abi::AttnFwdParams &p) {
   return p.block_table != nullptr;
 }
 
-// The slot of key `key` (below 2^31) in its sequence's row of the block
-// table: key / page_size by a multiply and a shift (PageDivider).
-__device__ __forceinline__ int pageSlot(const attn_abi::AttnFwdParams &p, int key) {
-  const unsigned n = static_cast<unsigned>(key);
-  return static_cast<int>((__umulhi(p.page_magic, n) + n) >> p.page_shift);
-}
-
 __device__ __forceinline__ const int *tableRow(const attn_abi::AttnFwdParams &p, int batch) {
   return p.block_table + static_cast<i64>(batch) * p.block_table_stride;
 }
@@ -33,8 +26,8 @@ __device__ __forceinline__ void prefetchPageEntries(const attn_abi::AttnFwdParam
   if (last < keyBase)
     return;
   const int *table = tableRow(p, work.batch);
-  asm volatile("prefetch.global.L1 [%0];" ::"l"(table + pageSlot(p, keyBase)));
-  asm volatile("prefetch.global.L1 [%0];" ::"l"(table + pageSlot(p, last)));
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(table + pageOf(p, keyBase)));
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(table + pageOf(p, last)));
 }
 
 // Loads key rows [keyBase, keyBase + kBlockN) of `work`'s sequence from
@@ -52,17 +45,17 @@ __device__ __forceinline__ void loadPagedTile(const attn_abi::AttnFwdParams &p, 
   const i64 firstKey = Mask::keyBegin(work.queryBegin, work.sequence.shift);
   for (int row = 0; row < kBlockN; row += p.page_box_rows) {
     const int key = keyBase + row;
-    int page = -1, rowInPage = 0;
+    int page = -1, pageRow = 0;
     if (key < work.sequence.seqlenK && key + p.page_box_rows > firstKey) {
-      const int slot = pageSlot(p, key);
+      const int slot = pageOf(p, key);
       page = __ldg(table + slot);
-      rowInPage = key - slot * p.page_size;
+      pageRow = rowInPage(p, key, slot);
     }
     // Rolled: the producer thread has 24 registers.
 #pragma unroll 1
     for (int block = 0; block < kColumnBlocks; ++block)
       tmaLoad4d(destination + (block * kBlockN + row) * kRowBytes, map, barrier,
-                block * kColumnBlock, rowInPage, work.kvHead, page);
+                block * kColumnBlock, pageRow, work.kvHead, page);
   }
 }
 

@@ -2,6 +2,7 @@
 // through cp.async, from a contiguous or a paged cache.
 #pragma once
 
+#include "device/sequence.cuh"
 #include "splitkv/work.cuh"
 
 namespace attn_split_kv {
@@ -58,19 +59,6 @@ struct StagePages {
 __device__ __forceinline__ int stageKey(const Work &work, int tile, int i) {
   const int key = work.keyBegin + tile * kBlockN + threadIdx.x / kRowChunks + i * kRowStep;
   return min(key, work.keyEnd - 1);
-}
-
-// A key's page of the block table, by a multiply and a shift that the
-// launch derived from the page size (n / d = (umulhi(m, n) + n) >> l for
-// every n below 2^31), and its row in that page. Branch-free: a division,
-// or a branch between it and a shift, kept each row's address behind the
-// one before it and the stage's copies late.
-__device__ __forceinline__ int pageOf(const attn_abi::AttnSplitKvParams &p, int key) {
-  const unsigned n = static_cast<unsigned>(key);
-  return static_cast<int>((__umulhi(p.page_magic, n) + n) >> p.page_shift);
-}
-__device__ __forceinline__ int rowInPage(const attn_abi::AttnSplitKvParams &p, int key, int page) {
-  return key - page * p.page_size;
 }
 
 // A block table entry, loaded where the call stands: a volatile load is
